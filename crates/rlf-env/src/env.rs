@@ -1,0 +1,143 @@
+//! The [`Env`] trait and what a step returns.
+
+use crate::{Action, EnvError, Space};
+
+/// Statistics of one finished episode.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EpisodeStats {
+    /// Sum of the rewards (undiscounted).
+    pub episode_return: f64,
+    /// Number of steps.
+    pub length: u64,
+}
+
+/// The light per-step info: set by [`EpisodeStatistics`](crate::wrappers::EpisodeStatistics) and by
+/// [`VecEnv`](crate::VecEnv) on the step that ends an episode.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Info {
+    /// The finished episode's statistics, on its last step.
+    pub episode: Option<EpisodeStats>,
+}
+
+/// What [`Env::step`] returns besides the observation it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Step {
+    /// The reward of this step.
+    pub reward: f64,
+    /// The episode reached a terminal state of the MDP (no bootstrapping).
+    pub terminated: bool,
+    /// The episode was cut short (time limit, ...); the last observation may be bootstrapped.
+    pub truncated: bool,
+    /// Light extra information.
+    pub info: Info,
+}
+
+impl Step {
+    /// Whether the episode is over (terminated or truncated).
+    pub fn done(&self) -> bool {
+        self.terminated || self.truncated
+    }
+}
+
+/// A single-agent environment with Gymnasium semantics.
+///
+/// Observations are written into a caller-provided buffer of exactly
+/// `observation_space().flat_dim()` values (see [the flat encoding](crate::space)), so stepping
+/// allocates nothing. After `terminated` or `truncated`, call [`reset`](Env::reset) before stepping
+/// again (a [`VecEnv`](crate::VecEnv) does it for you).
+pub trait Env: Send {
+    /// A short name for messages, usually the registry id.
+    fn id(&self) -> &str;
+
+    /// The space observations belong to.
+    fn observation_space(&self) -> &Space;
+
+    /// The space actions must belong to.
+    fn action_space(&self) -> &Space;
+
+    /// Starts a new episode and writes its first observation into `obs`. `Some(seed)` reseeds the
+    /// env's random generator; `None` continues its stream.
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError>;
+
+    /// Applies `action`, writes the next observation into `obs`, and returns reward and flags.
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError>;
+
+    /// Sets the internal (simulator) state, e.g. to replay a recorded trajectory, and writes the
+    /// matching observation into `obs`. Envs that cannot do this return
+    /// [`EnvError::Unsupported`], the default.
+    fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
+        let _ = (state, obs);
+        Err(EnvError::Unsupported {
+            env: self.id().to_owned(),
+            what: "set_state".to_owned(),
+        })
+    }
+}
+
+impl<E: Env + ?Sized> Env for Box<E> {
+    fn id(&self) -> &str {
+        (**self).id()
+    }
+    fn observation_space(&self) -> &Space {
+        (**self).observation_space()
+    }
+    fn action_space(&self) -> &Space {
+        (**self).action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        (**self).reset(seed, obs)
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        (**self).step(action, obs)
+    }
+    fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
+        (**self).set_state(state, obs)
+    }
+}
+
+/// Checks an action against a space the way [`CheckedEnv`](crate::wrappers::CheckedEnv) and
+/// [`VecEnv`](crate::VecEnv) do: discrete and multi-discrete values must be in range; a box action
+/// must have the right length and no NaN. Box values outside the bounds are let through, because
+/// Gymnasium's own continuous envs clip them (wrap the env in
+/// [`ClipAction`](crate::wrappers::ClipAction) if yours does not).
+pub fn check_action(env: &str, space: &Space, action: Action<'_>) -> Result<(), EnvError> {
+    let ok = match (space, action) {
+        (Space::Box(b), Action::Continuous(x)) => x.len() == b.size() && !x.iter().any(|v| v.is_nan()),
+        _ => space.contains_action(action),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(EnvError::InvalidAction {
+            env: env.to_owned(),
+            action: action.to_string(),
+            space: space.to_string(),
+        })
+    }
+}
+
+/// Checks an observation an env wrote: no NaN.
+pub fn check_observation(env: &str, call: &'static str, obs: &[f32]) -> Result<(), EnvError> {
+    match obs.iter().position(|v| v.is_nan()) {
+        None => Ok(()),
+        Some(index) => Err(EnvError::ObservationNan {
+            env: env.to_owned(),
+            call,
+            index,
+        }),
+    }
+}
+
+/// Checks that a caller's observation buffer has the flat size of the space.
+pub fn check_obs_buffer(env: &str, call: &str, space: &Space, obs: &[f32]) -> Result<(), EnvError> {
+    let expected = space.flat_dim();
+    if obs.len() == expected {
+        Ok(())
+    } else {
+        Err(EnvError::BufferSize {
+            what: format!("{env}: {call} observation buffer"),
+            expected,
+            got: obs.len(),
+        })
+    }
+}

@@ -1,0 +1,323 @@
+//! The Gymnasium bridge (feature `python`): any env `gymnasium.make` can build, as an [`Env`].
+//!
+//! The env lives in a CPython interpreter embedded in this process (pyo3, `auto-initialize`); each
+//! call takes the GIL. Spaces are translated (`Discrete`, `Box`, `MultiDiscrete`, `MultiBinary` as a
+//! `MultiDiscrete` of 2s, `Dict`, `Tuple`), observations flattened to `f32` in the crate's
+//! [flat encoding](crate::space). A Python exception becomes an [`EnvError::Python`] naming the env
+//! and the call.
+//!
+//! # Finding Python and the packages
+//! The binary links the libpython pyo3 was built against and finds it at run time through an rpath
+//! (set by this crate's `build.rs`). Packages come from `sys.path`: set `PYTHONPATH`, or set
+//! `VIRTUAL_ENV` to a venv and its `site-packages` is added when the first env is made.
+//! `scripts/setup_python.sh` creates such a venv with the pinned gymnasium.
+//!
+//! ```no_run
+//! use rlf_env::{Action, EnvRegistry};
+//!
+//! let mut env = EnvRegistry::with_builtin().make("gym:CartPole-v1")?;
+//! let mut obs = vec![0.0; env.observation_space().flat_dim()];
+//! env.reset(Some(0), &mut obs)?;
+//! let step = env.step(Action::Discrete(1), &mut obs)?;
+//! # Ok::<(), rlf_env::EnvError>(())
+//! ```
+
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::types::PyModule;
+
+use crate::env::check_action;
+use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+
+const HELPER: &std::ffi::CStr = c"
+import os, site, sys
+
+_venv = os.environ.get('VIRTUAL_ENV')
+if _venv:
+    site.addsitedir(os.path.join(_venv, 'lib', 'python%d.%d' % sys.version_info[:2], 'site-packages'))
+
+import numpy as np
+import gymnasium as gym
+from gymnasium import spaces
+
+
+def describe(space):
+    if isinstance(space, spaces.Discrete):
+        return ('discrete', int(space.n), int(space.start))
+    if isinstance(space, spaces.Box):
+        low = np.asarray(space.low, dtype=np.float32).ravel().tolist()
+        high = np.asarray(space.high, dtype=np.float32).ravel().tolist()
+        return ('box', low, high, [int(d) for d in space.shape])
+    if isinstance(space, spaces.MultiDiscrete):
+        return ('multidiscrete', [int(n) for n in np.asarray(space.nvec).ravel()])
+    if isinstance(space, spaces.MultiBinary):
+        return ('multidiscrete', [2] * int(np.prod(space.shape)))
+    if isinstance(space, spaces.Dict):
+        return ('dict', [(str(k), describe(s)) for k, s in space.spaces.items()])
+    if isinstance(space, spaces.Tuple):
+        return ('tuple', [describe(s) for s in space.spaces])
+    raise TypeError('unsupported space %r' % (space,))
+
+
+def _parts(space, x, out):
+    if isinstance(space, spaces.Dict):
+        for k, s in space.spaces.items():
+            _parts(s, x[k], out)
+    elif isinstance(space, spaces.Tuple):
+        for s, v in zip(space.spaces, x):
+            _parts(s, v, out)
+    else:
+        out.append(np.asarray(x, dtype=np.float32).ravel())
+
+
+def flatten(space, x):
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        out = []
+        _parts(space, x, out)
+        return np.ascontiguousarray(np.concatenate(out) if out else np.zeros(0), dtype=np.float32)
+    return np.ascontiguousarray(x, dtype=np.float32).ravel()
+
+
+def make(env_id):
+    env = gym.make(env_id)
+    return env, describe(env.observation_space), describe(env.action_space)
+
+
+def reset(env, seed):
+    obs, _info = env.reset(seed=seed)
+    return flatten(env.observation_space, obs)
+
+
+def step(env, kind, action):
+    if kind == 1:
+        action = np.asarray(action, dtype=np.float32)
+    elif kind == 2:
+        action = np.asarray(action, dtype=np.int64)
+    obs, reward, terminated, truncated, _info = env.step(action)
+    return flatten(env.observation_space, obs), float(reward), bool(terminated), bool(truncated)
+
+
+def set_state(env, state):
+    u = env.unwrapped
+    u.state = np.array(state, dtype=np.float64)
+    for name in ('_get_obs', '_get_ob'):
+        get = getattr(u, name, None)
+        if get is not None:
+            return np.ascontiguousarray(get(), dtype=np.float32).ravel()
+    return np.asarray(state, dtype=np.float32)
+";
+
+/// A Gymnasium env made by `gymnasium.make(id)` in the embedded interpreter (see the module doc).
+pub struct GymEnv {
+    id: String,
+    env: Py<PyAny>,
+    reset_fn: Py<PyAny>,
+    step_fn: Py<PyAny>,
+    set_state_fn: Py<PyAny>,
+    observation_space: Space,
+    action_space: Space,
+}
+
+impl std::fmt::Debug for GymEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GymEnv")
+            .field("id", &self.id)
+            .field("observation_space", &self.observation_space)
+            .field("action_space", &self.action_space)
+            .finish_non_exhaustive()
+    }
+}
+
+fn python_error<'a>(env: &'a str, call: &'static str) -> impl FnOnce(PyErr) -> EnvError + 'a {
+    move |err| EnvError::Python {
+        env: env.to_owned(),
+        call,
+        message: err.to_string(),
+    }
+}
+
+/// Builds a [`Space`] from the helper's `describe` tuple.
+fn translate(desc: &Bound<'_, PyAny>) -> Result<Space, String> {
+    let err = |e: PyErr| format!("bad space description: {e}");
+    let kind: String = desc.get_item(0).and_then(|k| k.extract()).map_err(err)?;
+    let item = |i: usize| desc.get_item(i).map_err(err);
+    match kind.as_str() {
+        "discrete" => Ok(Space::Discrete {
+            n: item(1)?.extract().map_err(err)?,
+            start: item(2)?.extract().map_err(err)?,
+        }),
+        "box" => BoxSpace::new(
+            item(1)?.extract().map_err(err)?,
+            item(2)?.extract().map_err(err)?,
+            item(3)?.extract().map_err(err)?,
+        )
+        .map(Space::Box)
+        .map_err(|e| e.to_string()),
+        "multidiscrete" => Ok(Space::MultiDiscrete(item(1)?.extract().map_err(err)?)),
+        "dict" => {
+            let parts: Vec<(String, Bound<'_, PyAny>)> = item(1)?.extract().map_err(err)?;
+            parts
+                .iter()
+                .map(|(k, d)| Ok((k.clone(), translate(d)?)))
+                .collect::<Result<_, String>>()
+                .map(Space::Dict)
+        }
+        "tuple" => {
+            let parts: Vec<Bound<'_, PyAny>> = item(1)?.extract().map_err(err)?;
+            parts
+                .iter()
+                .map(translate)
+                .collect::<Result<_, String>>()
+                .map(Space::Tuple)
+        }
+        other => Err(format!("unknown space kind {other}")),
+    }
+}
+
+impl GymEnv {
+    /// Makes Gymnasium's env `id` (without the `gym:` prefix).
+    pub fn make(id: &str) -> Result<Self, EnvError> {
+        Python::attach(|py| {
+            let helper = PyModule::from_code(py, HELPER, c"rlf_gym_bridge.py", c"rlf_gym_bridge")
+                .map_err(|e| EnvError::Python {
+                    env: id.to_owned(),
+                    call: "make",
+                    message: format!(
+                        "{e} (is gymnasium installed? run scripts/setup_python.sh and export VIRTUAL_ENV or PYTHONPATH)"
+                    ),
+                })?;
+            let made = helper
+                .getattr("make")
+                .and_then(|f| f.call1((id,)))
+                .map_err(python_error(id, "make"))?;
+            let (env, obs_desc, act_desc): (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                made.extract().map_err(python_error(id, "make"))?;
+            let space_error = |which: &str, reason: String| EnvError::Unsupported {
+                env: format!("gym:{id}"),
+                what: format!("its {which} space ({reason})"),
+            };
+            let observation_space = translate(&obs_desc).map_err(|r| space_error("observation", r))?;
+            let action_space = translate(&act_desc).map_err(|r| space_error("action", r))?;
+            let function = |name: &str| {
+                helper
+                    .getattr(name)
+                    .map(Bound::unbind)
+                    .map_err(python_error(id, "make"))
+            };
+            Ok(Self {
+                id: id.to_owned(),
+                env: env.unbind(),
+                reset_fn: function("reset")?,
+                step_fn: function("step")?,
+                set_state_fn: function("set_state")?,
+                observation_space,
+                action_space,
+            })
+        })
+    }
+
+    /// Copies a flat `float32` array returned by the helper into `obs`.
+    fn read_obs(
+        &self,
+        py: Python<'_>,
+        call: &'static str,
+        array: &Bound<'_, PyAny>,
+        obs: &mut [f32],
+    ) -> Result<(), EnvError> {
+        let buffer = PyBuffer::<f32>::get(array).map_err(python_error(&self.id, call))?;
+        if buffer.item_count() != obs.len() {
+            return Err(EnvError::ObservationShape {
+                env: format!("gym:{}", self.id),
+                call,
+                expected: obs.len(),
+                got: buffer.item_count(),
+                space: self.observation_space.to_string(),
+            });
+        }
+        buffer
+            .copy_to_slice(py, obs)
+            .map_err(python_error(&self.id, call))
+    }
+
+    fn check_buffer(&self, call: &str, obs: &[f32]) -> Result<(), EnvError> {
+        crate::check_obs_buffer(&format!("gym:{}", self.id), call, &self.observation_space, obs)
+    }
+}
+
+impl Env for GymEnv {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn observation_space(&self) -> &Space {
+        &self.observation_space
+    }
+
+    fn action_space(&self) -> &Space {
+        &self.action_space
+    }
+
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.check_buffer("reset", obs)?;
+        Python::attach(|py| {
+            let array = self
+                .reset_fn
+                .bind(py)
+                .call1((self.env.bind(py), seed))
+                .map_err(python_error(&self.id, "reset"))?;
+            self.read_obs(py, "reset", &array, obs)
+        })
+    }
+
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        self.check_buffer("step", obs)?;
+        check_action(&format!("gym:{}", self.id), &self.action_space, action)?;
+        Python::attach(|py| {
+            let (kind, action) = match action {
+                Action::Discrete(a) => (0u8, a.into_pyobject(py).map(Bound::into_any).map_err(PyErr::from)),
+                Action::Continuous(x) => (1u8, x.into_pyobject(py).map(Bound::into_any)),
+                Action::MultiDiscrete(x) => (2u8, x.into_pyobject(py).map(Bound::into_any)),
+            };
+            let action = action.map_err(python_error(&self.id, "step"))?;
+            let result = self
+                .step_fn
+                .bind(py)
+                .call1((self.env.bind(py), kind, action))
+                .map_err(python_error(&self.id, "step"))?;
+            let (array, reward, terminated, truncated): (Bound<'_, PyAny>, f64, bool, bool) =
+                result.extract().map_err(python_error(&self.id, "step"))?;
+            self.read_obs(py, "step", &array, obs)?;
+            Ok(Step {
+                reward,
+                terminated,
+                truncated,
+                ..Step::default()
+            })
+        })
+    }
+
+    /// Sets `env.unwrapped.state` (classic-control envs keep their state there) and writes the
+    /// observation from the env's `_get_obs`/`_get_ob` if it has one, else the state cast to `f32`.
+    fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
+        self.check_buffer("set_state", obs)?;
+        Python::attach(|py| {
+            let array = self
+                .set_state_fn
+                .bind(py)
+                .call1((self.env.bind(py), state))
+                .map_err(python_error(&self.id, "set_state"))?;
+            self.read_obs(py, "set_state", &array, obs)
+        })
+    }
+}
+
+impl Drop for GymEnv {
+    fn drop(&mut self) {
+        Python::attach(|py| {
+            // Closing is best effort: an exception in `close` must not turn a drop into a panic.
+            if let Err(err) = self.env.bind(py).call_method0("close") {
+                err.print(py);
+            }
+        });
+    }
+}

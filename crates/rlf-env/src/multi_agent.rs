@@ -1,0 +1,323 @@
+//! Multi-agent envs: several agents stepping in one env, each with its own observation, reward
+//! and flags, as Sample Factory's multi-agent envs.
+//!
+//! # Contract
+//! - Buffers hold one slot per agent (see [`StepBuffers`]); all agents share the observation and
+//!   action spaces.
+//! - [`MultiAgentEnv::is_active`] says whether an agent's slot in the latest step (or reset) is
+//!   real: an agent whose own episode ended stays active on that step (its reward and flags count)
+//!   and is inactive afterwards, until the env's episode ends. Inactive agents' actions are
+//!   ignored and their outputs must be masked.
+//! - When every agent's episode has ended the env resets itself within the same step, and all
+//!   agents become active again (the slots then hold the new episode's first observations).
+//!
+//! A single-agent [`Env`] is a multi-agent env of one through [`SingleAgent`].
+
+use crate::env::check_action;
+use crate::{ActionBatch, Env, EnvError, EpisodeStats, Space, StepBuffers};
+
+/// An env with `num_agents` agents; see the [module doc](self) for the contract.
+pub trait MultiAgentEnv: Send {
+    /// A short name for messages.
+    fn id(&self) -> &str;
+
+    /// Number of agents (fixed for the env's life).
+    fn num_agents(&self) -> usize;
+
+    /// The space of one agent's observation.
+    fn observation_space(&self) -> &Space;
+
+    /// The space of one agent's action.
+    fn action_space(&self) -> &Space;
+
+    /// Starts a new episode, writing `num_agents * obs_dim` values into `obs`.
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError>;
+
+    /// Applies one action per agent and writes every agent's results into `out`.
+    fn step(&mut self, actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<(), EnvError>;
+
+    /// Whether `agent`'s slot of the latest step or reset is real (see the module doc).
+    fn is_active(&self, agent: usize) -> bool;
+}
+
+/// Adapts any single-agent [`Env`] into a [`MultiAgentEnv`] of one agent that is always active
+/// and resets itself when its episode ends (the final observation is not kept: use a
+/// [`VecEnv`](crate::VecEnv) when you need it).
+#[derive(Debug, Clone)]
+pub struct SingleAgent<E> {
+    inner: E,
+}
+
+impl<E: Env> SingleAgent<E> {
+    /// Wraps `inner`.
+    pub fn new(inner: E) -> Self {
+        Self { inner }
+    }
+
+    /// The wrapped env.
+    pub fn into_inner(self) -> E {
+        self.inner
+    }
+}
+
+impl<E: Env> MultiAgentEnv for SingleAgent<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn num_agents(&self) -> usize {
+        1
+    }
+    fn observation_space(&self) -> &Space {
+        self.inner.observation_space()
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.reset(seed, obs)
+    }
+    fn step(&mut self, actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<(), EnvError> {
+        let space = self.inner.action_space();
+        let Some(dim) = space.action_dim() else {
+            return Err(EnvError::Unsupported {
+                env: self.inner.id().to_owned(),
+                what: format!("the action space {space}"),
+            });
+        };
+        out.check(self.inner.id(), 1, self.inner.observation_space().flat_dim())?;
+        let action = match actions.get(0, dim) {
+            Some(a) if actions.len() == dim => a,
+            _ => {
+                return Err(EnvError::BufferSize {
+                    what: format!("{} action batch", self.inner.id()),
+                    expected: dim,
+                    got: actions.len(),
+                })
+            }
+        };
+        check_action(self.inner.id(), space, action)?;
+        let step = self.inner.step(action, out.obs)?;
+        out.rewards[0] = step.reward as f32;
+        out.terminated[0] = step.terminated;
+        out.truncated[0] = step.truncated;
+        if step.done() {
+            self.inner.reset(None, out.obs)?;
+        }
+        Ok(())
+    }
+    fn is_active(&self, agent: usize) -> bool {
+        agent == 0
+    }
+}
+
+/// Per-agent episode bookkeeping for a [`MultiAgentEnv`]: feed it every agent's output after each
+/// step; it skips inactive agents and returns an agent's statistics when its episode ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentEpisodes {
+    running: Vec<EpisodeStats>,
+}
+
+impl AgentEpisodes {
+    /// Bookkeeping for `num_agents` agents.
+    pub fn new(num_agents: usize) -> Self {
+        Self {
+            running: vec![EpisodeStats::default(); num_agents],
+        }
+    }
+
+    /// Records `agent`'s step; returns its finished episode's statistics when `done`. Inactive
+    /// agents (and unknown agent indices) are ignored.
+    pub fn record(&mut self, agent: usize, active: bool, reward: f32, done: bool) -> Option<EpisodeStats> {
+        let running = self.running.get_mut(agent).filter(|_| active)?;
+        running.episode_return += f64::from(reward);
+        running.length += 1;
+        done.then(|| std::mem::take(running))
+    }
+
+    /// The running (unfinished) episode of `agent`.
+    pub fn running(&self, agent: usize) -> Option<EpisodeStats> {
+        self.running.get(agent).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wrappers::testing::Counter;
+    use crate::{BoxSpace, VecBuffers};
+
+    /// Three agents racing: agent `k` finishes after `k + 1` steps, earning `k + 1` per step; the
+    /// env resets itself when all have finished.
+    struct Race {
+        t: u64,
+        finished: [bool; 3],
+        active: [bool; 3],
+        observation_space: Space,
+        action_space: Space,
+    }
+
+    impl Race {
+        fn new() -> Self {
+            Self {
+                t: 0,
+                finished: [false; 3],
+                active: [true; 3],
+                observation_space: Space::Box(BoxSpace::uniform(0.0, 10.0, vec![1]).unwrap()),
+                action_space: Space::discrete(2),
+            }
+        }
+    }
+
+    impl MultiAgentEnv for Race {
+        fn id(&self) -> &str {
+            "Race"
+        }
+        fn num_agents(&self) -> usize {
+            3
+        }
+        fn observation_space(&self) -> &Space {
+            &self.observation_space
+        }
+        fn action_space(&self) -> &Space {
+            &self.action_space
+        }
+        fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+            self.t = 0;
+            self.finished = [false; 3];
+            self.active = [true; 3];
+            obs.fill(0.0);
+            Ok(())
+        }
+        fn step(&mut self, _actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<(), EnvError> {
+            out.check("Race", 3, 1)?;
+            let active_now = self.finished.map(|f| !f);
+            self.t += 1;
+            for (k, &active) in active_now.iter().enumerate() {
+                out.obs[k] = self.t as f32;
+                out.truncated[k] = false;
+                out.terminated[k] = active && self.t == k as u64 + 1;
+                out.rewards[k] = if active { k as f32 + 1.0 } else { 0.0 };
+                self.finished[k] |= out.terminated[k];
+            }
+            self.active = active_now;
+            if self.finished.iter().all(|&f| f) {
+                self.t = 0;
+                self.finished = [false; 3];
+                out.obs.fill(0.0);
+            }
+            Ok(())
+        }
+        fn is_active(&self, agent: usize) -> bool {
+            self.active.get(agent).copied().unwrap_or(false)
+        }
+    }
+
+    #[test]
+    fn per_agent_bookkeeping_masks_inactive_agents() {
+        let mut env = Race::new();
+        let mut buf = VecBuffers::new(3, 1);
+        let mut episodes = AgentEpisodes::new(env.num_agents());
+        env.reset(Some(0), &mut buf.obs).unwrap();
+        let mut finished = Vec::new();
+        let mut active_log = Vec::new();
+        for _ in 0..4 {
+            env.step(ActionBatch::Discrete(&[0, 0, 0]), buf.view()).unwrap();
+            active_log.push([0, 1, 2].map(|k| env.is_active(k)));
+            for k in 0..env.num_agents() {
+                let done = buf.terminated[k] || buf.truncated[k];
+                if let Some(stats) = episodes.record(k, env.is_active(k), buf.rewards[k], done) {
+                    finished.push((k, stats));
+                }
+            }
+        }
+        assert_eq!(
+            finished,
+            [
+                (
+                    0,
+                    EpisodeStats {
+                        episode_return: 1.0,
+                        length: 1
+                    }
+                ),
+                (
+                    1,
+                    EpisodeStats {
+                        episode_return: 4.0,
+                        length: 2
+                    }
+                ),
+                (
+                    2,
+                    EpisodeStats {
+                        episode_return: 9.0,
+                        length: 3
+                    }
+                ),
+                (
+                    0,
+                    EpisodeStats {
+                        episode_return: 1.0,
+                        length: 1
+                    }
+                ),
+            ]
+        );
+        assert_eq!(
+            active_log,
+            [
+                [true, true, true],
+                [false, true, true],
+                [false, false, true],
+                [true, true, true]
+            ]
+        );
+        assert_eq!(buf.obs, [1.0, 1.0, 1.0], "the env reset itself after step 3");
+        assert_eq!(
+            episodes.running(1),
+            Some(EpisodeStats {
+                episode_return: 2.0,
+                length: 1
+            })
+        );
+        assert_eq!(episodes.record(5, true, 1.0, true), None);
+    }
+
+    #[test]
+    fn single_agent_adapter_is_one_active_agent_that_auto_resets() {
+        let mut env = SingleAgent::new(Counter::new(2));
+        assert_eq!(env.num_agents(), 1);
+        let mut buf = VecBuffers::new(1, 2);
+        env.reset(None, &mut buf.obs).unwrap();
+        env.step(ActionBatch::Discrete(&[1]), buf.view()).unwrap();
+        assert_eq!(
+            (buf.obs.as_slice(), buf.terminated[0]),
+            (&[1.0, 100.0][..], false)
+        );
+        env.step(ActionBatch::Discrete(&[1]), buf.view()).unwrap();
+        assert!(buf.terminated[0]);
+        assert!(env.is_active(0) && !env.is_active(1));
+        assert_eq!(buf.obs, [0.0, 0.0], "reset within the step");
+        assert_eq!(env.into_inner().resets, 2);
+    }
+
+    #[test]
+    fn single_agent_adapter_rejects_bad_input() {
+        let mut env = SingleAgent::new(Counter::new(2));
+        let mut buf = VecBuffers::new(1, 2);
+        env.reset(None, &mut buf.obs).unwrap();
+        assert!(matches!(
+            env.step(ActionBatch::Discrete(&[3]), buf.view()),
+            Err(EnvError::InvalidAction { .. })
+        ));
+        assert!(matches!(
+            env.step(ActionBatch::Discrete(&[0, 1]), buf.view()),
+            Err(EnvError::BufferSize { .. })
+        ));
+        let mut two = VecBuffers::new(2, 2);
+        assert!(matches!(
+            env.step(ActionBatch::Discrete(&[0]), two.view()),
+            Err(EnvError::BufferSize { .. })
+        ));
+    }
+}

@@ -1,0 +1,543 @@
+//! Observation and action spaces, owned sample values, and the borrowed [`Action`] a rollout worker
+//! hands to an env.
+//!
+//! # Flat encoding
+//! Observations travel as flat `f32` buffers. A space's [`Space::flat_dim`] is the number of `f32`
+//! slots its flat encoding takes:
+//! - `Discrete`: one slot holding the value itself (not one-hot; encoders one-hot it if they want);
+//! - `Box`: the product of its shape, row-major;
+//! - `MultiDiscrete`: one slot per component;
+//! - `Dict` and `Tuple`: their parts' encodings concatenated, in the space's order.
+
+use std::fmt;
+
+use rand::{Rng, RngExt};
+
+use crate::EnvError;
+
+/// A box in `R^n`: per-element bounds (which may be infinite) and a shape. Values are `f32`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoxSpace {
+    pub(crate) low: Vec<f32>,
+    pub(crate) high: Vec<f32>,
+    pub(crate) shape: Vec<usize>,
+}
+
+impl BoxSpace {
+    /// A box with per-element bounds. `low`, `high` and the product of `shape` must agree, bounds
+    /// must not be NaN and `low <= high` element-wise.
+    pub fn new(low: Vec<f32>, high: Vec<f32>, shape: Vec<usize>) -> Result<Self, EnvError> {
+        let size: usize = shape.iter().product();
+        if low.len() != size || high.len() != size {
+            return Err(EnvError::InvalidSpace(format!(
+                "Box of shape {shape:?} needs {size} bounds, got {} low and {} high",
+                low.len(),
+                high.len()
+            )));
+        }
+        if let Some(i) = (0..size).find(|&i| low[i].is_nan() || high[i].is_nan() || low[i] > high[i]) {
+            return Err(EnvError::InvalidSpace(format!(
+                "Box bound {i}: low {} and high {} are not an interval",
+                low[i], high[i]
+            )));
+        }
+        Ok(Self { low, high, shape })
+    }
+
+    /// A box with the same bounds for every element.
+    pub fn uniform(low: f32, high: f32, shape: Vec<usize>) -> Result<Self, EnvError> {
+        let size = shape.iter().product();
+        Self::new(vec![low; size], vec![high; size], shape)
+    }
+
+    /// Lower bounds, one per element.
+    pub fn low(&self) -> &[f32] {
+        &self.low
+    }
+
+    /// Upper bounds, one per element.
+    pub fn high(&self) -> &[f32] {
+        &self.high
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.low.len()
+    }
+
+    /// Whether `x` has the right length and every element lies within the bounds.
+    pub fn contains(&self, x: &[f32]) -> bool {
+        x.len() == self.size()
+            && x.iter()
+                .zip(self.low.iter().zip(&self.high))
+                .all(|(v, (lo, hi))| lo <= v && v <= hi)
+    }
+
+    fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
+        // Gymnasium's rule: uniform when bounded, shifted exponential when bounded on one side,
+        // standard normal when unbounded.
+        self.low
+            .iter()
+            .zip(&self.high)
+            .map(|(&lo, &hi)| match (lo.is_finite(), hi.is_finite()) {
+                (true, true) => {
+                    let u: f64 = rng.random();
+                    (f64::from(lo) + (f64::from(hi) - f64::from(lo)) * u) as f32
+                }
+                (true, false) => (f64::from(lo) + exponential(rng)) as f32,
+                (false, true) => (f64::from(hi) - exponential(rng)) as f32,
+                (false, false) => standard_normal(rng) as f32,
+            })
+            .collect()
+    }
+}
+
+fn exponential<R: Rng + ?Sized>(rng: &mut R) -> f64 {
+    let u: f64 = rng.random();
+    -(1.0 - u).ln()
+}
+
+fn standard_normal<R: Rng + ?Sized>(rng: &mut R) -> f64 {
+    let u1: f64 = rng.random();
+    let u2: f64 = rng.random();
+    (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// A space, as in Gymnasium.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Space {
+    /// The integers `start, start + 1, ..., start + n - 1`.
+    Discrete {
+        /// Number of values (at least 1).
+        n: u64,
+        /// The smallest value.
+        start: i64,
+    },
+    /// A box of `f32` values.
+    Box(BoxSpace),
+    /// One `Discrete(nvec[i])` per component (values `0..nvec[i]`).
+    MultiDiscrete(Vec<u64>),
+    /// Named sub-spaces, in a fixed order.
+    Dict(Vec<(String, Space)>),
+    /// Positional sub-spaces.
+    Tuple(Vec<Space>),
+}
+
+impl Space {
+    /// `Discrete(n)` starting at 0.
+    pub fn discrete(n: u64) -> Self {
+        Space::Discrete { n, start: 0 }
+    }
+
+    /// A `Box` with per-element bounds and a one-dimensional shape.
+    pub fn box_1d(low: Vec<f32>, high: Vec<f32>) -> Result<Self, EnvError> {
+        let n = low.len();
+        BoxSpace::new(low, high, vec![n]).map(Space::Box)
+    }
+
+    /// The number of `f32` slots of this space's flat encoding (see the module doc).
+    pub fn flat_dim(&self) -> usize {
+        match self {
+            Space::Discrete { .. } => 1,
+            Space::Box(b) => b.size(),
+            Space::MultiDiscrete(nvec) => nvec.len(),
+            Space::Dict(parts) => parts.iter().map(|(_, s)| s.flat_dim()).sum(),
+            Space::Tuple(parts) => parts.iter().map(Space::flat_dim).sum(),
+        }
+    }
+
+    /// A random element, drawn as Gymnasium's `sample` does (uniform over discrete values and over
+    /// bounded boxes; exponential or normal along unbounded box directions).
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> Value {
+        match self {
+            Space::Discrete { n, start } => {
+                let k = rng.random_range(0..(*n).max(1));
+                Value::Discrete(start.saturating_add_unsigned(k))
+            }
+            Space::Box(b) => Value::Box(b.sample(rng)),
+            Space::MultiDiscrete(nvec) => Value::MultiDiscrete(
+                nvec.iter()
+                    .map(|&n| rng.random_range(0..n.max(1)).min(i64::MAX as u64) as i64)
+                    .collect(),
+            ),
+            Space::Dict(parts) => {
+                Value::Dict(parts.iter().map(|(k, s)| (k.clone(), s.sample(rng))).collect())
+            }
+            Space::Tuple(parts) => Value::Tuple(parts.iter().map(|s| s.sample(rng)).collect()),
+        }
+    }
+
+    /// Whether `value` is an element of this space.
+    pub fn contains(&self, value: &Value) -> bool {
+        match (self, value) {
+            (Space::Dict(parts), Value::Dict(values)) => {
+                parts.len() == values.len()
+                    && parts
+                        .iter()
+                        .zip(values)
+                        .all(|((k, s), (vk, v))| k == vk && s.contains(v))
+            }
+            (Space::Tuple(parts), Value::Tuple(values)) => {
+                parts.len() == values.len() && parts.iter().zip(values).all(|(s, v)| s.contains(v))
+            }
+            _ => value.as_action().is_some_and(|a| self.contains_action(a)),
+        }
+    }
+
+    /// Whether the action is an element of this (discrete, box or multi-discrete) space.
+    pub fn contains_action(&self, action: Action<'_>) -> bool {
+        match (self, action) {
+            (Space::Discrete { n, start }, Action::Discrete(a)) => a >= *start && (a.abs_diff(*start)) < *n,
+            (Space::Box(b), Action::Continuous(x)) => b.contains(x),
+            (Space::MultiDiscrete(nvec), Action::MultiDiscrete(x)) => {
+                x.len() == nvec.len() && x.iter().zip(nvec).all(|(&v, &n)| v >= 0 && v.unsigned_abs() < n)
+            }
+            _ => false,
+        }
+    }
+
+    /// How many `i64` (discrete, multi-discrete) or `f32` (box) numbers one action of this space
+    /// takes in an [`ActionBatch`]; `None` for `Dict`/`Tuple`, which are not supported as actions.
+    pub fn action_dim(&self) -> Option<usize> {
+        match self {
+            Space::Discrete { .. } => Some(1),
+            Space::Box(b) => Some(b.size()),
+            Space::MultiDiscrete(nvec) => Some(nvec.len()),
+            Space::Dict(_) | Space::Tuple(_) => None,
+        }
+    }
+}
+
+fn fmt_f32_list(f: &mut fmt::Formatter<'_>, xs: &[f32]) -> fmt::Result {
+    f.write_str("[")?;
+    for (i, x) in xs.iter().enumerate() {
+        if i > 0 {
+            f.write_str(" ")?;
+        }
+        write!(f, "{x:?}")?;
+    }
+    f.write_str("]")
+}
+
+impl fmt::Display for BoxSpace {
+    /// Formats as Gymnasium's repr: `Box(-1.0, 1.0, (1,), float32)`, with arrays when the bounds
+    /// differ between elements.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Box(")?;
+        for bounds in [&self.low, &self.high] {
+            match bounds.first() {
+                Some(first) if bounds.iter().all(|x| x == first) => write!(f, "{first:?}, ")?,
+                _ => {
+                    fmt_f32_list(f, bounds)?;
+                    f.write_str(", ")?;
+                }
+            }
+        }
+        f.write_str("(")?;
+        for (i, d) in self.shape.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        if self.shape.len() == 1 {
+            f.write_str(",")?;
+        }
+        f.write_str("), float32)")
+    }
+}
+
+impl fmt::Display for Space {
+    /// Formats as Gymnasium's repr: `Discrete(2)`, `Box(...)`, `MultiDiscrete([3 3])`,
+    /// `Dict('a': Discrete(2), ...)`, `Tuple(Discrete(2), ...)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Space::Discrete { n, start: 0 } => write!(f, "Discrete({n})"),
+            Space::Discrete { n, start } => write!(f, "Discrete({n}, start={start})"),
+            Space::Box(b) => b.fmt(f),
+            Space::MultiDiscrete(nvec) => {
+                f.write_str("MultiDiscrete([")?;
+                for (i, n) in nvec.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" ")?;
+                    }
+                    write!(f, "{n}")?;
+                }
+                f.write_str("])")
+            }
+            Space::Dict(parts) => {
+                f.write_str("Dict(")?;
+                for (i, (k, s)) in parts.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "'{k}': {s}")?;
+                }
+                f.write_str(")")
+            }
+            Space::Tuple(parts) => {
+                f.write_str("Tuple(")?;
+                for (i, s) in parts.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{s}")?;
+                }
+                f.write_str(")")
+            }
+        }
+    }
+}
+
+/// An owned element of a [`Space`], as returned by [`Space::sample`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// An element of a `Discrete` space.
+    Discrete(i64),
+    /// An element of a `Box` space (flat, row-major).
+    Box(Vec<f32>),
+    /// An element of a `MultiDiscrete` space.
+    MultiDiscrete(Vec<i64>),
+    /// An element of a `Dict` space, keys in the space's order.
+    Dict(Vec<(String, Value)>),
+    /// An element of a `Tuple` space.
+    Tuple(Vec<Value>),
+}
+
+impl Value {
+    /// Borrows this value as an [`Action`]; `None` for `Dict` and `Tuple` values.
+    pub fn as_action(&self) -> Option<Action<'_>> {
+        match self {
+            Value::Discrete(a) => Some(Action::Discrete(*a)),
+            Value::Box(x) => Some(Action::Continuous(x)),
+            Value::MultiDiscrete(x) => Some(Action::MultiDiscrete(x)),
+            Value::Dict(_) | Value::Tuple(_) => None,
+        }
+    }
+
+    /// Appends this value's flat encoding (see the module doc) to `out`.
+    pub fn write_flat(&self, out: &mut Vec<f32>) {
+        match self {
+            Value::Discrete(a) => out.push(*a as f32),
+            Value::Box(x) => out.extend_from_slice(x),
+            Value::MultiDiscrete(x) => out.extend(x.iter().map(|&v| v as f32)),
+            Value::Dict(parts) => parts.iter().for_each(|(_, v)| v.write_flat(out)),
+            Value::Tuple(parts) => parts.iter().for_each(|v| v.write_flat(out)),
+        }
+    }
+}
+
+/// One action, borrowed: what a rollout worker hands to [`Env::step`](crate::Env::step) without
+/// allocating.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Action<'a> {
+    /// For a `Discrete` action space.
+    Discrete(i64),
+    /// For a `Box` action space (flat, row-major).
+    Continuous(&'a [f32]),
+    /// For a `MultiDiscrete` action space.
+    MultiDiscrete(&'a [i64]),
+}
+
+impl fmt::Display for Action<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Discrete(a) => write!(f, "Discrete({a})"),
+            Action::Continuous(x) => {
+                f.write_str("Continuous(")?;
+                fmt_f32_list(f, x)?;
+                f.write_str(")")
+            }
+            Action::MultiDiscrete(x) => write!(f, "MultiDiscrete({x:?})"),
+        }
+    }
+}
+
+/// Actions for several envs (or agents) at once, contiguous: env `i`'s action is the `i`-th chunk of
+/// `action_dim` numbers (see [`Space::action_dim`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ActionBatch<'a> {
+    /// One `i64` per env.
+    Discrete(&'a [i64]),
+    /// `action_dim` `f32` per env.
+    Continuous(&'a [f32]),
+    /// `action_dim` `i64` per env.
+    MultiDiscrete(&'a [i64]),
+}
+
+impl<'a> ActionBatch<'a> {
+    /// Number of numbers in the batch.
+    pub fn len(&self) -> usize {
+        match self {
+            ActionBatch::Discrete(x) | ActionBatch::MultiDiscrete(x) => x.len(),
+            ActionBatch::Continuous(x) => x.len(),
+        }
+    }
+
+    /// Whether the batch holds no numbers.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The action of slot `i`, for actions of `dim` numbers; `None` when out of range.
+    pub fn get(&self, i: usize, dim: usize) -> Option<Action<'a>> {
+        let range = i.checked_mul(dim)?..(i + 1).checked_mul(dim)?;
+        match *self {
+            ActionBatch::Discrete(x) => x.get(i).map(|&a| Action::Discrete(a)),
+            ActionBatch::Continuous(x) => x.get(range).map(Action::Continuous),
+            ActionBatch::MultiDiscrete(x) => x.get(range).map(Action::MultiDiscrete),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand_pcg::Pcg64Mcg;
+
+    use super::*;
+
+    fn dict_space() -> Space {
+        Space::Dict(vec![
+            (
+                "pos".into(),
+                Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![2, 3]).unwrap()),
+            ),
+            ("mode".into(), Space::Discrete { n: 3, start: -1 }),
+            (
+                "pair".into(),
+                Space::Tuple(vec![Space::MultiDiscrete(vec![2, 5]), Space::discrete(4)]),
+            ),
+        ])
+    }
+
+    #[test]
+    fn flat_dims() {
+        assert_eq!(Space::discrete(7).flat_dim(), 1);
+        assert_eq!(Space::MultiDiscrete(vec![2, 3, 4]).flat_dim(), 3);
+        assert_eq!(dict_space().flat_dim(), 6 + 1 + 2 + 1);
+    }
+
+    #[test]
+    fn samples_are_contained_and_seeded() {
+        let space = dict_space();
+        let mut rng = Pcg64Mcg::seed_from_u64(3);
+        let mut again = Pcg64Mcg::seed_from_u64(3);
+        for _ in 0..200 {
+            let v = space.sample(&mut rng);
+            assert!(space.contains(&v), "{v:?} not in {space}");
+            assert_eq!(v, space.sample(&mut again));
+            let mut flat = Vec::new();
+            v.write_flat(&mut flat);
+            assert_eq!(flat.len(), space.flat_dim());
+        }
+    }
+
+    #[test]
+    fn discrete_with_start_covers_exactly_its_values() {
+        let space = Space::Discrete { n: 3, start: -1 };
+        let mut rng = Pcg64Mcg::seed_from_u64(0);
+        let mut seen = [false; 3];
+        for _ in 0..100 {
+            match space.sample(&mut rng) {
+                Value::Discrete(a) => seen[(a + 1) as usize] = true,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(seen, [true; 3]);
+        assert!(!space.contains_action(Action::Discrete(-2)));
+        assert!(!space.contains_action(Action::Discrete(2)));
+        assert!(space.contains_action(Action::Discrete(1)));
+        assert!(!space.contains_action(Action::Continuous(&[0.0])));
+    }
+
+    #[test]
+    fn box_membership_and_unbounded_sampling() {
+        let b = BoxSpace::new(
+            vec![-1.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY],
+            vec![1.0, 2.0, f32::INFINITY, f32::INFINITY],
+            vec![4],
+        )
+        .unwrap();
+        let space = Space::Box(b);
+        assert!(space.contains_action(Action::Continuous(&[0.5, -1e30, 7.0, 0.0])));
+        assert!(!space.contains_action(Action::Continuous(&[1.5, 0.0, 0.0, 0.0])));
+        assert!(!space.contains_action(Action::Continuous(&[f32::NAN, 0.0, 0.0, 0.0])));
+        assert!(!space.contains_action(Action::Continuous(&[0.0, 0.0, 0.0])));
+        let mut rng = Pcg64Mcg::seed_from_u64(9);
+        for _ in 0..100 {
+            let v = space.sample(&mut rng);
+            assert!(space.contains(&v));
+        }
+    }
+
+    #[test]
+    fn multi_discrete_membership() {
+        let space = Space::MultiDiscrete(vec![2, 3]);
+        assert!(space.contains_action(Action::MultiDiscrete(&[1, 2])));
+        assert!(!space.contains_action(Action::MultiDiscrete(&[1, 3])));
+        assert!(!space.contains_action(Action::MultiDiscrete(&[-1, 0])));
+        assert!(!space.contains_action(Action::MultiDiscrete(&[1])));
+    }
+
+    #[test]
+    fn invalid_boxes_are_errors() {
+        assert!(matches!(
+            BoxSpace::new(vec![0.0], vec![1.0, 2.0], vec![2]),
+            Err(EnvError::InvalidSpace(_))
+        ));
+        assert!(matches!(
+            BoxSpace::uniform(1.0, 0.0, vec![1]),
+            Err(EnvError::InvalidSpace(_))
+        ));
+        assert!(matches!(
+            BoxSpace::uniform(f32::NAN, 0.0, vec![1]),
+            Err(EnvError::InvalidSpace(_))
+        ));
+    }
+
+    #[test]
+    fn display_matches_gymnasium_repr() {
+        assert_eq!(Space::discrete(2).to_string(), "Discrete(2)");
+        assert_eq!(
+            Space::Discrete { n: 3, start: -1 }.to_string(),
+            "Discrete(3, start=-1)"
+        );
+        assert_eq!(
+            Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![1]).unwrap()).to_string(),
+            "Box(-1.0, 1.0, (1,), float32)"
+        );
+        assert_eq!(
+            Space::box_1d(vec![-1.0, 0.0], vec![1.0, 1.0])
+                .unwrap()
+                .to_string(),
+            "Box([-1.0 0.0], 1.0, (2,), float32)"
+        );
+        assert_eq!(
+            Space::MultiDiscrete(vec![3, 3]).to_string(),
+            "MultiDiscrete([3 3])"
+        );
+        assert_eq!(
+            dict_space().to_string(),
+            "Dict('pos': Box(-1.0, 1.0, (2, 3), float32), 'mode': Discrete(3, start=-1), \
+             'pair': Tuple(MultiDiscrete([2 5]), Discrete(4)))"
+        );
+    }
+
+    #[test]
+    fn action_batch_slots() {
+        let xs = [0.0, 1.0, 2.0, 3.0];
+        let batch = ActionBatch::Continuous(&xs);
+        assert_eq!(batch.get(1, 2), Some(Action::Continuous(&[2.0, 3.0])));
+        assert_eq!(batch.get(2, 2), None);
+        assert_eq!(
+            ActionBatch::Discrete(&[4, 5]).get(1, 1),
+            Some(Action::Discrete(5))
+        );
+    }
+}

@@ -1,0 +1,97 @@
+use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+
+/// Clips every observation value into `[low, high]`, as Gymnasium's `ClipObservation`; the
+/// observation space becomes the intersection of the env's box and `[low, high]`.
+#[derive(Debug, Clone)]
+pub struct ClipObservation<E> {
+    inner: E,
+    low: Vec<f32>,
+    high: Vec<f32>,
+    observation_space: Space,
+}
+
+impl<E: Env> ClipObservation<E> {
+    /// Wraps `inner`, whose observation space must be a `Box`; `low <= high`.
+    pub fn new(inner: E, low: f32, high: f32) -> Result<Self, EnvError> {
+        let Space::Box(b) = inner.observation_space() else {
+            return Err(EnvError::Unsupported {
+                env: inner.id().to_owned(),
+                what: format!(
+                    "ClipObservation of a {} observation space",
+                    inner.observation_space()
+                ),
+            });
+        };
+        if low.is_nan() || high.is_nan() || low > high {
+            return Err(EnvError::InvalidSpace(format!(
+                "ClipObservation bounds [{low}, {high}]"
+            )));
+        }
+        let new_low: Vec<f32> = b.low().iter().map(|l| l.max(low).min(high)).collect();
+        let new_high: Vec<f32> = b.high().iter().map(|h| h.min(high).max(low)).collect();
+        let observation_space = Space::Box(BoxSpace::new(
+            new_low.clone(),
+            new_high.clone(),
+            b.shape().to_vec(),
+        )?);
+        Ok(Self {
+            inner,
+            low: new_low,
+            high: new_high,
+            observation_space,
+        })
+    }
+
+    fn clip(&self, obs: &mut [f32]) {
+        for ((v, lo), hi) in obs.iter_mut().zip(&self.low).zip(&self.high) {
+            *v = v.clamp(*lo, *hi);
+        }
+    }
+}
+
+impl<E: Env> Env for ClipObservation<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        &self.observation_space
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.reset(seed, obs)?;
+        self.clip(obs);
+        Ok(())
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let step = self.inner.step(action, obs)?;
+        self.clip(obs);
+        Ok(step)
+    }
+    fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.set_state(state, obs)?;
+        self.clip(obs);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::Counter;
+    use super::*;
+
+    #[test]
+    fn clips_values_and_narrows_the_space() {
+        let mut env = ClipObservation::new(Counter::new(10), -5.0, 5.0).unwrap();
+        assert_eq!(
+            env.observation_space().to_string(),
+            "Box(-5.0, 5.0, (2,), float32)"
+        );
+        let mut obs = [0.0; 2];
+        env.reset(None, &mut obs).unwrap();
+        env.step(Action::Discrete(0), &mut obs).unwrap();
+        assert_eq!(obs, [1.0, 5.0]);
+        assert!(ClipObservation::new(Counter::new(10), 1.0, -1.0).is_err());
+    }
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Create (idempotently) the project-local Python venv used by rlf-env's `python` feature (the Gymnasium bridge).
+#
+# Usage:
+#   scripts/setup_python.sh            # create/update .venv, then print the variables to export
+#   source scripts/setup_python.sh     # same, and export them into the current shell
+#
+# The venv lives at <repo>/.venv. It is created with the interpreter that rlf-env links against
+# (`python3` on PATH, or $RLFACTORY_PYTHON), which must be built with --enable-shared.
+# gymnasium is pinned to the version that recorded shared/golden/classic_control_public.jsonl.
+
+GYMNASIUM_VERSION="0.29.1"
+# gymnasium 0.29.1 predates NumPy 2 (its Acrobot uses `np.float_`, removed in NumPy 2.0).
+NUMPY_VERSION="1.26.4"
+
+_rlf_setup_python() {
+    local script_dir repo_root venv python site_packages
+    script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)" || return 1
+    repo_root="$(cd "${script_dir}/.." && pwd)" || return 1
+    venv="${repo_root}/.venv"
+    python="${RLFACTORY_PYTHON:-python3}"
+
+    if [ ! -x "${venv}/bin/python" ]; then
+        echo "setup_python: creating ${venv} with $(command -v "${python}")" >&2
+        "${python}" -m venv "${venv}" || return 1
+        # Keep the venv out of git without touching the repository's own ignore file.
+        printf '*\n' >"${venv}/.gitignore"
+    fi
+    if ! "${venv}/bin/python" -c "import gymnasium, numpy, sys; sys.exit(gymnasium.__version__ != '${GYMNASIUM_VERSION}' or numpy.__version__ != '${NUMPY_VERSION}')" \
+        2>/dev/null; then
+        echo "setup_python: installing gymnasium==${GYMNASIUM_VERSION} numpy==${NUMPY_VERSION}" >&2
+        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check \
+            "gymnasium==${GYMNASIUM_VERSION}" "numpy==${NUMPY_VERSION}" || return 1
+    fi
+    site_packages="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+        || return 1
+
+    RLF_VIRTUAL_ENV="${venv}"
+    RLF_PYTHONPATH="${site_packages}"
+    RLF_PYO3_PYTHON="$("${python}" -c 'import sys; print(sys.executable)')" || return 1
+}
+
+if _rlf_setup_python; then
+    if [ "${BASH_SOURCE[0]}" != "$0" ]; then
+        export VIRTUAL_ENV="${RLF_VIRTUAL_ENV}"
+        export PYTHONPATH="${RLF_PYTHONPATH}${PYTHONPATH:+:${PYTHONPATH}}"
+        export PYO3_PYTHON="${RLF_PYO3_PYTHON}"
+        echo "setup_python: exported VIRTUAL_ENV, PYTHONPATH, PYO3_PYTHON" >&2
+    else
+        echo "export VIRTUAL_ENV=\"${RLF_VIRTUAL_ENV}\""
+        echo "export PYTHONPATH=\"${RLF_PYTHONPATH}\""
+        echo "export PYO3_PYTHON=\"${RLF_PYO3_PYTHON}\""
+    fi
+    unset RLF_VIRTUAL_ENV RLF_PYTHONPATH RLF_PYO3_PYTHON
+else
+    echo "setup_python: failed" >&2
+    if [ "${BASH_SOURCE[0]}" != "$0" ]; then
+        return 1
+    fi
+    exit 1
+fi
