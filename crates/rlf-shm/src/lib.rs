@@ -1,0 +1,44 @@
+//! Shared memory for rlfactory: named regions, a crash-safe multi-process MPMC byte queue, and typed channels.
+//!
+//! This is the only crate of the workspace allowed `unsafe`; every block states its invariant.
+//!
+//! # A byte queue between processes
+//! ```
+//! use rlf_shm::{Queue, QueueConfig, Batch};
+//! use std::time::Duration;
+//!
+//! let q = Queue::create(QueueConfig { max_bytes: 4096, ..QueueConfig::default() })?;
+//! // Another process would call `Queue::open(&handle)` with this (serialisable) handle.
+//! let handle = q.handle();
+//! let other = Queue::open(&handle)?;
+//!
+//! q.put(b"hello")?;
+//! q.put_many(&[b"a".as_slice(), b"b".as_slice()])?; // all or nothing
+//! assert_eq!(other.get()?, b"hello");
+//! let mut batch = Batch::new();
+//! assert_eq!(other.get_many(&mut batch, 10, 1 << 20)?, 2);
+//! assert_eq!(other.get_timeout(Duration::from_millis(1)), Err(rlf_shm::GetError::Timeout));
+//! q.close();
+//! assert_eq!(other.get(), Err(rlf_shm::GetError::Closed));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Typed channels
+//! ```
+//! use rlf_shm::channel;
+//!
+//! let (tx, rx) = channel::shared::<(u32, String)>(Default::default())?; // or channel::local(capacity)
+//! tx.send((7, "seven".into()))?;
+//! assert_eq!(rx.recv()?, (7, "seven".to_string()));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! See [`queue`] for the protocol and what happens when a process dies mid-operation.
+
+pub mod channel;
+pub mod queue;
+pub mod region;
+mod sync;
+
+pub use queue::{Batch, GetError, PutError, Queue, QueueConfig, QueueHandle};
+pub use region::{Region, RegionHandle, ShmError};

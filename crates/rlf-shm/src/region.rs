@@ -1,0 +1,325 @@
+//! Named shared-memory regions.
+//!
+//! A region is a POSIX shared-memory object (`/dev/shm/rlf.<pid>.<start>.<random>`) created with mode 0600 and
+//! `O_EXCL`, sized with `ftruncate` (so it starts zero-filled) and mapped read-write. Its [`RegionHandle`] is a
+//! small serialisable value another process uses to [`Region::open`] it. The creator unlinks the name when its
+//! `Region` drops; processes that still have it mapped keep their mapping.
+//!
+//! The name records the creator's pid and the kernel's start time of that process, so a segment whose creator has
+//! died (a SIGKILLed run never runs its destructors) is recognisable even after the pid was reused:
+//! [`reclaim_stale`] unlinks every such segment.
+
+use serde::{Deserialize, Serialize};
+use std::ffi::c_void;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
+
+/// The prefix of every segment name this crate creates.
+pub const NAME_PREFIX: &str = "rlf.";
+
+/// Setup errors of regions and queues, with the segment they concern.
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    /// A system call on a segment failed.
+    #[error("shared memory segment {name}: {op} failed: {source}")]
+    Io {
+        /// The segment's name.
+        name: String,
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A segment exists but does not hold what the handle describes.
+    #[error("shared memory segment {name}: {what}")]
+    Invalid {
+        /// The segment's name.
+        name: String,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid queue configuration: {0}")]
+    Config(String),
+}
+
+/// Everything another process needs to map a region: its name and size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionHandle {
+    /// The POSIX shm name, starting with `/`.
+    pub name: String,
+    /// The mapped length in bytes.
+    pub len: usize,
+}
+
+/// A mapped shared-memory region. The creator's drop unlinks the name.
+#[derive(Debug)]
+pub struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+    name: String,
+    owner: bool,
+}
+
+// SAFETY: the region is plain memory mapped into the process; what is stored in it is synchronised by the types
+// built on top (atomics and a process-shared lock), not by the mapping.
+unsafe impl Send for Region {}
+// SAFETY: as above; &Region only hands out a raw pointer and the length.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Creates a new zero-filled region of `len` bytes with a fresh unguessable name, mode 0600.
+    pub fn create(len: usize) -> Result<Region, ShmError> {
+        let name = fresh_name()?;
+        let io_err = |op, source| ShmError::Io {
+            name: name.clone(),
+            op,
+            source,
+        };
+        let fd = rustix::shm::open(
+            name.as_str(),
+            rustix::shm::OFlags::CREATE | rustix::shm::OFlags::EXCL | rustix::shm::OFlags::RDWR,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io_err("shm_open", e.into()))?;
+        let region = rustix::fs::ftruncate(&fd, len as u64)
+            .map_err(|e| io_err("ftruncate", e.into()))
+            .and_then(|()| map(&fd, len).map_err(|e| io_err("mmap", e)));
+        match region {
+            Ok(ptr) => Ok(Region {
+                ptr,
+                len,
+                name,
+                owner: true,
+            }),
+            Err(e) => {
+                let _ = rustix::shm::unlink(name.as_str());
+                Err(e)
+            }
+        }
+    }
+
+    /// Maps a region created by another process (or this one).
+    pub fn open(handle: &RegionHandle) -> Result<Region, ShmError> {
+        let name = handle.name.clone();
+        let io_err = |op, source| ShmError::Io {
+            name: name.clone(),
+            op,
+            source,
+        };
+        let fd = rustix::shm::open(
+            name.as_str(),
+            rustix::shm::OFlags::RDWR,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io_err("shm_open", e.into()))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| io_err("fstat", e.into()))?;
+        if (stat.st_size as u64) < handle.len as u64 {
+            return Err(ShmError::Invalid {
+                name,
+                what: format!("is {} bytes, the handle says {}", stat.st_size, handle.len),
+            });
+        }
+        let ptr = map(&fd, handle.len).map_err(|e| io_err("mmap", e))?;
+        Ok(Region {
+            ptr,
+            len: handle.len,
+            name,
+            owner: false,
+        })
+    }
+
+    /// The handle to pass to other processes.
+    pub fn handle(&self) -> RegionHandle {
+        RegionHandle {
+            name: self.name.clone(),
+            len: self.len,
+        }
+    }
+
+    /// The segment's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The start of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The mapped length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region has zero length.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether this handle created the segment (and unlinks it on drop).
+    pub fn is_owner(&self) -> bool {
+        self.owner
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly what mmap returned and nothing borrows the mapping past the Region's life
+        // (every type built on a Region owns it).
+        unsafe {
+            let _ = rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len);
+        }
+        if self.owner {
+            let _ = rustix::shm::unlink(self.name.as_str());
+        }
+    }
+}
+
+fn map(fd: &OwnedFd, len: usize) -> io::Result<NonNull<u8>> {
+    if len == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "zero-length region"));
+    }
+    // SAFETY: a fresh shared mapping chosen by the kernel (null hint) aliases no Rust object; the fd is valid.
+    let ptr = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::SHARED,
+            fd,
+            0,
+        )
+    }?;
+    NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))
+}
+
+fn fresh_name() -> Result<String, ShmError> {
+    let mut random = [0u8; 8];
+    rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).map_err(|e| {
+        ShmError::Io {
+            name: "(new)".into(),
+            op: "getrandom",
+            source: e.into(),
+        }
+    })?;
+    let pid = std::process::id();
+    let start = process_start_time(pid).unwrap_or(0);
+    Ok(format!(
+        "/{NAME_PREFIX}{pid}.{start}.{:016x}",
+        u64::from_le_bytes(random)
+    ))
+}
+
+/// The start time of process `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`), or `None` when the
+/// process does not exist.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether a segment name (without the leading `/`) was made by a process that is gone: its pid does not exist
+/// or belongs to a process started at another time. Names not made by this crate are never stale.
+pub fn is_stale(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(NAME_PREFIX) else {
+        return false;
+    };
+    let mut parts = rest.split('.');
+    let (Some(pid), Some(start)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+        return false;
+    };
+    process_start_time(pid) != Some(start)
+}
+
+/// Unlinks every segment in `/dev/shm` left by a dead creator; returns the names removed.
+pub fn reclaim_stale() -> io::Result<Vec<String>> {
+    let mut removed = Vec::new();
+    for entry in std::fs::read_dir("/dev/shm")? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if is_stale(name) && rustix::shm::unlink(format!("/{name}").as_str()).is_ok() {
+            removed.push(name.to_string());
+        }
+    }
+    Ok(removed)
+}
+
+/// The names of the segments in `/dev/shm` created by process `pid` (for tests and leak checks).
+pub fn segments_of(pid: u32) -> io::Result<Vec<String>> {
+    let prefix = format!("{NAME_PREFIX}{pid}.");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir("/dev/shm")? {
+        if let Some(name) = entry?.file_name().to_str() {
+            if name.starts_with(&prefix) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn create_open_share_and_unlink() {
+        let a = Region::create(4096).expect("create");
+        let path = format!("/dev/shm{}", a.name());
+        let mode = std::fs::metadata(&path)
+            .expect("segment exists")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let b = Region::open(&a.handle()).expect("open");
+        // SAFETY: both mappings are 4096 bytes long and only this thread touches them.
+        unsafe {
+            a.as_ptr().add(100).write(42);
+            assert_eq!(b.as_ptr().add(100).read(), 42);
+        }
+        assert!(!b.is_owner());
+        drop(b);
+        assert!(std::path::Path::new(&path).exists(), "only the creator unlinks");
+        drop(a);
+        assert!(
+            !std::path::Path::new(&path).exists(),
+            "the creator's drop unlinks"
+        );
+    }
+
+    #[test]
+    fn open_rejects_missing_and_short_segments() {
+        let missing = RegionHandle {
+            name: "/rlf.0.0.doesnotexist".into(),
+            len: 64,
+        };
+        let err = Region::open(&missing).expect_err("missing segment");
+        assert!(err.to_string().contains("rlf.0.0.doesnotexist"), "{err}");
+        let a = Region::create(4096).expect("create");
+        let mut h = a.handle();
+        h.len = 1 << 20;
+        let err = Region::open(&h).expect_err("short segment");
+        assert!(err.to_string().contains("the handle says"), "{err}");
+    }
+
+    #[test]
+    fn live_segments_are_not_stale_dead_ones_are() {
+        let a = Region::create(4096).expect("create");
+        assert!(!is_stale(&a.name()[1..]));
+        assert!(!is_stale("not-ours.1.2.3"));
+        // pid 2^22+1 is above the default pid_max: it cannot be running.
+        assert!(is_stale("rlf.4194305.12345.00ff00ff00ff00ff"));
+        // our own pid with another start time: a reused pid.
+        assert!(is_stale(&format!(
+            "rlf.{}.1.0123456789abcdef",
+            std::process::id()
+        )));
+    }
+}
