@@ -1,0 +1,2 @@
+//! rlfactory.
+#![forbid(unsafe_code)]
