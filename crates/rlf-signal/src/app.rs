@@ -1,0 +1,389 @@
+//! Starting an application: queues, threads, child processes (this binary re-executed with a role), supervision,
+//! signals, and the child side of it.
+
+use crate::event_loop::{send_control, EventLoop, LoopPlan, Names, Routes};
+use crate::graph::{AppBuilder, BuildError, Placement};
+use crate::supervisor::{Control, Fault, Outcome, Supervisor};
+use crate::transport::{QueueTransport, Transport, TransportHandle};
+use serde::{Deserialize, Serialize};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The environment variable that tells a re-executed binary which loop to run (JSON).
+pub const CHILD_ENV: &str = "RLF_SIGNAL_CHILD";
+
+/// Why an application could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The graph is wrong.
+    #[error("application graph: {0}")]
+    Build(#[from] BuildError),
+    /// Queues could not be created or opened.
+    #[error("transport: {0}")]
+    Shm(#[from] rlf_shm::ShmError),
+    /// A system resource (threads, signal handlers, the program's path) was refused.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The child's description of its role does not decode.
+    #[error("bad child role in {CHILD_ENV}: {0}")]
+    Role(String),
+    /// The child's build function declared a different graph from the parent's.
+    #[error("loop {loop_id}: the child's graph differs from the parent's (the build function must be deterministic)")]
+    GraphMismatch {
+        /// The child's loop.
+        loop_id: u32,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+    let what = what.into();
+    move |source| RunError::Io { what, source }
+}
+
+/// What a child process is told.
+#[derive(Debug, Serialize, Deserialize)]
+struct ChildSpec {
+    app: String,
+    config: Vec<u8>,
+    loop_id: u32,
+    parent: u32,
+    transport: TransportHandle,
+    graph: String,
+}
+
+/// An application to run: a name (which the child processes rebuild it by) and an optional configuration.
+#[derive(Debug, Clone)]
+pub struct App {
+    name: String,
+    config: Vec<u8>,
+}
+
+impl App {
+    /// An application called `name` with no configuration.
+    pub fn new(name: &str) -> App {
+        App {
+            name: name.into(),
+            config: b"null".to_vec(),
+        }
+    }
+
+    /// Attaches a configuration, handed (as JSON) to the build function in the parent and in every child through
+    /// [`AppBuilder::config`].
+    pub fn with_config<C: Serialize>(mut self, config: &C) -> Result<App, BuildError> {
+        self.config = serde_json::to_vec(config).map_err(|e| BuildError::Config {
+            app: self.name.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(self)
+    }
+
+    /// Builds the graph without running it and describes it.
+    pub fn describe<F>(&self, build: F) -> Result<String, BuildError>
+    where
+        F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
+    {
+        let mut b = AppBuilder::new(&self.name, self.config.clone());
+        build(&mut b)?;
+        b.validate()?;
+        Ok(b.describe())
+    }
+
+    /// Builds the graph, starts every loop (the main loop on this thread), and returns when the application has
+    /// stopped: at an object's request, after a fault, or on SIGINT/SIGTERM. Every shared-memory segment it created
+    /// is removed by then. The program's `main` must call [`child_entry`] first with an equivalent build function.
+    pub fn run<F>(&self, build: F) -> Result<Outcome, RunError>
+    where
+        F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
+    {
+        let mut b = AppBuilder::new(&self.name, self.config.clone());
+        build(&mut b)?;
+        b.validate()?;
+        let graph = b.describe();
+        let layout = Layout::new(&b);
+        let transport = if b.serial {
+            QueueTransport::local(&layout.queue_bytes, &layout.work_bytes)
+        } else {
+            QueueTransport::shared(&layout.queue_bytes, &layout.work_bytes)?
+        };
+        let handle = transport.handle();
+        let transport: Arc<dyn Transport> = Arc::new(transport);
+        let emit_timeout = b.emit_timeout;
+        let mut sup = Supervisor::new(
+            layout.physical.iter().map(|(n, p)| (n.clone(), *p)).collect(),
+            b.stop_timeout,
+        );
+        let mut plans = layout.plans(&mut b, &transport);
+
+        let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
+        let signal_handle = signals.handle();
+        let t = Arc::clone(&transport);
+        let signal_thread = std::thread::Builder::new()
+            .name("rlf-signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    send_control(&*t, 0, &Control::Interrupted { signal: sig }, emit_timeout);
+                }
+            })
+            .map_err(io_err("spawning the signal thread"))?;
+
+        let mut waiters: Vec<JoinHandle<()>> = Vec::new();
+        let mut threads: Vec<(u32, JoinHandle<()>)> = Vec::new();
+        let main_plan = plans.remove(0);
+        for plan in plans {
+            let id = plan.me;
+            match layout.physical[id as usize].1 {
+                Placement::Process => {
+                    let spec = handle.as_ref().map(|h| ChildSpec {
+                        app: self.name.clone(),
+                        config: self.config.clone(),
+                        loop_id: id,
+                        parent: std::process::id(),
+                        transport: h.clone(),
+                        graph: graph.clone(),
+                    });
+                    drop(plan);
+                    match spec.map(|s| spawn_child(&s, &transport, emit_timeout)) {
+                        Some(Ok((pid, waiter))) => {
+                            sup.set_pid(id, pid);
+                            waiters.push(waiter);
+                        }
+                        Some(Err(e)) => sup.start_failed(id, e.to_string()),
+                        None => sup.start_failed(id, "in-process transport cannot reach a process".into()),
+                    }
+                }
+                Placement::Thread | Placement::Main => {
+                    let t = Arc::clone(&transport);
+                    let name = layout.physical[id as usize].0.clone();
+                    let spawned = std::thread::Builder::new().name(name.clone()).spawn(move || {
+                        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| EventLoop::start(plan, None).run())) {
+                            let message = crate::event_loop::panic_message(&*panic);
+                            let fault = Fault::StartFailed {
+                                loop_name: name,
+                                message,
+                            };
+                            send_control(&*t, 0, &Control::Fault(fault), emit_timeout);
+                            let stats = Default::default();
+                            send_control(&*t, 0, &Control::Stopped { loop_id: id, stats }, emit_timeout);
+                        }
+                    });
+                    match spawned {
+                        Ok(h) => threads.push((id, h)),
+                        Err(e) => sup.start_failed(id, e.to_string()),
+                    }
+                }
+            }
+        }
+
+        let (stats, sup) = EventLoop::start(main_plan, Some(sup)).run();
+        let sup = sup.unwrap_or_else(|| Supervisor::new(Vec::new(), Duration::ZERO));
+        for (id, h) in threads {
+            if !sup.abandoned(id) {
+                let _ = h.join();
+            }
+        }
+        for w in waiters {
+            let _ = w.join();
+        }
+        signal_handle.close();
+        let _ = signal_thread.join();
+        Ok(sup.outcome(stats))
+    }
+}
+
+/// Spawns this binary as the process of one loop, and a thread that waits for it and tells the main loop.
+fn spawn_child(
+    spec: &ChildSpec,
+    transport: &Arc<dyn Transport>,
+    timeout: Duration,
+) -> Result<(u32, JoinHandle<()>), RunError> {
+    let exe = std::env::current_exe().map_err(io_err("locating this program's binary"))?;
+    let json = serde_json::to_string(spec).map_err(|e| RunError::Role(e.to_string()))?;
+    let mut child = Command::new(&exe)
+        .env(CHILD_ENV, json)
+        .spawn()
+        .map_err(io_err(format!("starting {} for loop {}", exe.display(), spec.loop_id)))?;
+    let pid = child.id();
+    let t = Arc::clone(transport);
+    let loop_id = spec.loop_id;
+    let waiter = std::thread::Builder::new()
+        .name(format!("rlf-wait-{pid}"))
+        .spawn(move || {
+            let (status, success) = match child.wait() {
+                Ok(s) => (s.to_string(), s.success()),
+                Err(e) => (format!("wait failed: {e}"), false),
+            };
+            let c = Control::Exited {
+                loop_id,
+                pid,
+                status,
+                success,
+            };
+            send_control(&*t, 0, &c, timeout);
+        })
+        .map_err(io_err("spawning a child-wait thread"))?;
+    Ok((pid, waiter))
+}
+
+/// Physical loops (serial mode folds every loop into the main one), names and routes.
+struct Layout {
+    /// Logical loop → physical loop.
+    phys: Vec<u32>,
+    physical: Vec<(String, Placement)>,
+    queue_bytes: Vec<usize>,
+    work_bytes: Vec<usize>,
+    names: Arc<Names>,
+    routes: Arc<Routes>,
+}
+
+impl Layout {
+    fn new(b: &AppBuilder) -> Layout {
+        let phys: Vec<u32> = (0..b.loops.len() as u32).map(|i| if b.serial { 0 } else { i }).collect();
+        let physical: Vec<(String, Placement)> = b
+            .loops
+            .iter()
+            .take(if b.serial { 1 } else { b.loops.len() })
+            .map(|l| (l.name.clone(), l.placement))
+            .collect();
+        let queue_bytes = b.loops.iter().take(physical.len()).map(|l| l.queue_bytes).collect();
+        let obj_loop = |o: u32| phys[b.objects[o as usize].loop_id as usize];
+        let dests = |receivers: Vec<(u32, &'static str)>| {
+            let mut v: Vec<u32> = receivers.into_iter().map(|(o, _)| obj_loop(o)).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let routes = Routes {
+            signals: b.signals.iter().map(|s| dests(s.slots.receivers())).collect(),
+            works: b.works.iter().map(|w| dests(w.slots.receivers())).collect(),
+        };
+        let names = Names {
+            loops: physical.iter().map(|(n, _)| n.clone()).collect(),
+            objects: b.objects.iter().map(|o| o.name.clone()).collect(),
+            signals: b
+                .signals
+                .iter()
+                .map(|s| format!("{}.{}", b.objects[s.emitter as usize].name, s.name))
+                .collect(),
+            works: b.works.iter().map(|w| w.name.clone()).collect(),
+        };
+        Layout {
+            phys,
+            physical,
+            queue_bytes,
+            work_bytes: b.works.iter().map(|w| w.bytes).collect(),
+            names: Arc::new(names),
+            routes: Arc::new(routes),
+        }
+    }
+
+    /// The plan of every physical loop, taking the object factories out of the builder.
+    fn plans(&self, b: &mut AppBuilder, transport: &Arc<dyn Transport>) -> Vec<LoopPlan> {
+        (0..self.physical.len() as u32)
+            .map(|l| self.plan(b, l, transport))
+            .collect()
+    }
+
+    fn plan(&self, b: &mut AppBuilder, l: u32, transport: &Arc<dyn Transport>) -> LoopPlan {
+        let here: Vec<bool> = b.objects.iter().map(|o| self.phys[o.loop_id as usize] == l).collect();
+        let keep = |o: u32| here.get(o as usize).copied().unwrap_or(false);
+        let objects = b
+            .objects
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| here[*i])
+            .filter_map(|(i, o)| o.factory.take().map(|f| (i as u32, f)))
+            .collect();
+        let dispatchers = |slots: &dyn crate::graph::ErasedSlots| {
+            let d = slots.dispatcher(&keep);
+            (d.len() > 0).then_some(d)
+        };
+        LoopPlan {
+            me: l,
+            names: Arc::clone(&self.names),
+            routes: Arc::clone(&self.routes),
+            objects,
+            signals: b.signals.iter().map(|s| dispatchers(&*s.slots)).collect(),
+            works: b.works.iter().map(|w| dispatchers(&*w.slots)).collect(),
+            transport: Arc::clone(transport),
+            emit_timeout: b.emit_timeout,
+        }
+    }
+}
+
+/// Call first in `main` (and in the `main` of a `harness = false` test): when this process was started as the
+/// process of a loop, runs that loop with the graph `build` declares and returns the exit code to return from
+/// `main`; otherwise returns `None` at once.
+///
+/// `build` must declare the same graph as the parent's (same names, same order); it may differ in what the
+/// constructors of objects on other loops capture, since only this loop's constructors run here.
+pub fn child_entry<F>(build: F) -> Option<ExitCode>
+where
+    F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
+{
+    let json = std::env::var(CHILD_ENV).ok()?;
+    Some(match run_child(&json, build) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rlf-signal child process {}: {e}", std::process::id());
+            ExitCode::from(2)
+        }
+    })
+}
+
+fn run_child<F>(json: &str, build: F) -> Result<(), RunError>
+where
+    F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
+{
+    let spec: ChildSpec = serde_json::from_str(json).map_err(|e| RunError::Role(e.to_string()))?;
+    // Die with the parent: a SIGTERM then makes this loop drain and stop.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+        .map_err(|e| io_err("setting the parent-death signal")(e.into()))?;
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(spec.parent) {
+        return Err(RunError::Role(format!("parent process {} is gone", spec.parent)));
+    }
+    let mut b = AppBuilder::new(&spec.app, spec.config.clone());
+    build(&mut b)?;
+    b.validate()?;
+    if b.describe() != spec.graph || b.serial {
+        return Err(RunError::GraphMismatch { loop_id: spec.loop_id });
+    }
+    let layout = Layout::new(&b);
+    if spec.loop_id == 0 || spec.loop_id as usize >= layout.physical.len() {
+        return Err(RunError::GraphMismatch { loop_id: spec.loop_id });
+    }
+    let transport: Arc<dyn Transport> = Arc::new(QueueTransport::open(&spec.transport)?);
+    let plan = layout.plan(&mut b, spec.loop_id, &transport);
+    drop(b);
+
+    // Ctrl-C reaches the whole process group: the parent orchestrates the stop, so SIGINT is ignored here. SIGTERM
+    // (sent to this process alone, or on the parent's death) stops this loop gracefully.
+    let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
+    let signal_handle = signals.handle();
+    let t = Arc::clone(&transport);
+    let me = spec.loop_id;
+    let emit_timeout = plan.emit_timeout;
+    let signal_thread = std::thread::Builder::new()
+        .name("rlf-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if sig == SIGTERM {
+                    send_control(&*t, me, &Control::Stop, emit_timeout);
+                }
+            }
+        })
+        .map_err(io_err("spawning the signal thread"))?;
+    EventLoop::start(plan, None).run();
+    signal_handle.close();
+    let _ = signal_thread.join();
+    Ok(())
+}
