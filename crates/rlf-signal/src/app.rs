@@ -124,7 +124,8 @@ impl App {
         );
         let mut plans = layout.plans(&mut b, &transport);
 
-        let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
+        let mut signals =
+            Signals::new([SIGINT, SIGTERM]).map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
         let signal_handle = signals.handle();
         let t = Arc::clone(&transport);
         let signal_thread = std::thread::Builder::new()
@@ -165,7 +166,9 @@ impl App {
                     let t = Arc::clone(&transport);
                     let name = layout.physical[id as usize].0.clone();
                     let spawned = std::thread::Builder::new().name(name.clone()).spawn(move || {
-                        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| EventLoop::start(plan, None).run())) {
+                        if let Err(panic) =
+                            catch_unwind(AssertUnwindSafe(|| EventLoop::start(plan, None).run()))
+                        {
                             let message = crate::event_loop::panic_message(&*panic);
                             let fault = Fault::StartFailed {
                                 loop_name: name,
@@ -211,7 +214,11 @@ fn spawn_child(
     let mut child = Command::new(&exe)
         .env(CHILD_ENV, json)
         .spawn()
-        .map_err(io_err(format!("starting {} for loop {}", exe.display(), spec.loop_id)))?;
+        .map_err(io_err(format!(
+            "starting {} for loop {}",
+            exe.display(),
+            spec.loop_id
+        )))?;
     let pid = child.id();
     let t = Arc::clone(transport);
     let loop_id = spec.loop_id;
@@ -247,14 +254,21 @@ struct Layout {
 
 impl Layout {
     fn new(b: &AppBuilder) -> Layout {
-        let phys: Vec<u32> = (0..b.loops.len() as u32).map(|i| if b.serial { 0 } else { i }).collect();
+        let phys: Vec<u32> = (0..b.loops.len() as u32)
+            .map(|i| if b.serial { 0 } else { i })
+            .collect();
         let physical: Vec<(String, Placement)> = b
             .loops
             .iter()
             .take(if b.serial { 1 } else { b.loops.len() })
             .map(|l| (l.name.clone(), l.placement))
             .collect();
-        let queue_bytes = b.loops.iter().take(physical.len()).map(|l| l.queue_bytes).collect();
+        let queue_bytes = b
+            .loops
+            .iter()
+            .take(physical.len())
+            .map(|l| l.queue_bytes)
+            .collect();
         let obj_loop = |o: u32| phys[b.objects[o as usize].loop_id as usize];
         let dests = |receivers: Vec<(u32, &'static str)>| {
             let mut v: Vec<u32> = receivers.into_iter().map(|(o, _)| obj_loop(o)).collect();
@@ -294,7 +308,11 @@ impl Layout {
     }
 
     fn plan(&self, b: &mut AppBuilder, l: u32, transport: &Arc<dyn Transport>) -> LoopPlan {
-        let here: Vec<bool> = b.objects.iter().map(|o| self.phys[o.loop_id as usize] == l).collect();
+        let here: Vec<bool> = b
+            .objects
+            .iter()
+            .map(|o| self.phys[o.loop_id as usize] == l)
+            .collect();
         let keep = |o: u32| here.get(o as usize).copied().unwrap_or(false);
         let objects = b
             .objects
@@ -355,11 +373,15 @@ where
     build(&mut b)?;
     b.validate()?;
     if b.describe() != spec.graph || b.serial {
-        return Err(RunError::GraphMismatch { loop_id: spec.loop_id });
+        return Err(RunError::GraphMismatch {
+            loop_id: spec.loop_id,
+        });
     }
     let layout = Layout::new(&b);
     if spec.loop_id == 0 || spec.loop_id as usize >= layout.physical.len() {
-        return Err(RunError::GraphMismatch { loop_id: spec.loop_id });
+        return Err(RunError::GraphMismatch {
+            loop_id: spec.loop_id,
+        });
     }
     let transport: Arc<dyn Transport> = Arc::new(QueueTransport::open(&spec.transport)?);
     let plan = layout.plan(&mut b, spec.loop_id, &transport);
@@ -367,7 +389,8 @@ where
 
     // Ctrl-C reaches the whole process group: the parent orchestrates the stop, so SIGINT is ignored here. SIGTERM
     // (sent to this process alone, or on the parent's death) stops this loop gracefully.
-    let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
+    let mut signals =
+        Signals::new([SIGINT, SIGTERM]).map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
     let signal_handle = signals.handle();
     let t = Arc::clone(&transport);
     let me = spec.loop_id;

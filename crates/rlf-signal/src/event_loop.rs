@@ -389,7 +389,14 @@ impl LoopCore {
         send_control(&*self.transport, to, c, self.emit_timeout);
     }
 
-    fn add_timer(&mut self, object: u32, delay: Duration, period: Option<Duration>, name: &'static str, call: TimerCall) -> TimerId {
+    fn add_timer(
+        &mut self,
+        object: u32,
+        delay: Duration,
+        period: Option<Duration>,
+        name: &'static str,
+        call: TimerCall,
+    ) -> TimerId {
         let id = self.next_timer;
         self.next_timer += 1;
         let deadline = Instant::now() + delay;
@@ -472,8 +479,13 @@ impl<'a, T: 'static> Ctx<'a, T> {
         F: Fn(&mut T, &mut Ctx<'_, T>) + Copy + Send + Sync + 'static,
     {
         let period = period.max(Duration::from_micros(1));
-        self.core
-            .add_timer(self.me, period, Some(period), std::any::type_name::<F>(), timer_call(f))
+        self.core.add_timer(
+            self.me,
+            period,
+            Some(period),
+            std::any::type_name::<F>(),
+            timer_call(f),
+        )
     }
 
     /// Cancels a timer; a no-op if it already fired (single-shot) or was cancelled.
@@ -489,7 +501,11 @@ impl<'a, T: 'static> Ctx<'a, T> {
 
     /// This object's name.
     pub fn object_name(&self) -> &str {
-        self.core.names.objects.get(self.me as usize).map_or("?", String::as_str)
+        self.core
+            .names
+            .objects
+            .get(self.me as usize)
+            .map_or("?", String::as_str)
     }
 
     /// The name of the loop this object runs on.
@@ -555,7 +571,7 @@ impl Objects {
 
     fn ids(&self) -> Vec<u32> {
         (0..self.live.len() as u32)
-            .filter(|&i| matches!(self.live[i as usize], Some(_)))
+            .filter(|&i| self.live[i as usize].is_some())
             .collect()
     }
 }
@@ -659,9 +675,8 @@ impl EventLoop {
                     }
                 }
             }
-            let deadline = if !self.core.pending.is_empty() || !self.core.events.is_empty() {
-                Some(Instant::now())
-            } else if self.state == State::Draining {
+            let busy = !self.core.pending.is_empty() || !self.core.events.is_empty();
+            let deadline = if busy || self.state == State::Draining {
                 Some(Instant::now())
             } else {
                 let sup_deadline = self.supervisor.as_ref().and_then(Supervisor::deadline);
@@ -696,7 +711,8 @@ impl EventLoop {
             }
         }
         for id in self.objects.ids() {
-            self.objects.invoke(id, "on_stop", &mut self.core, |obj, core| obj.stop(core, id));
+            self.objects
+                .invoke(id, "on_stop", &mut self.core, |obj, core| obj.stop(core, id));
         }
         self.flush_local();
         let stats = self.core.stats;
@@ -782,7 +798,13 @@ impl EventLoop {
                     return;
                 };
                 if let Err(e) = d.dispatch(payload, None, &mut self.objects, &mut self.core) {
-                    let signal = self.core.names.signals.get(id as usize).cloned().unwrap_or_default();
+                    let signal = self
+                        .core
+                        .names
+                        .signals
+                        .get(id as usize)
+                        .cloned()
+                        .unwrap_or_default();
                     self.malformed(&format!("signal {signal}: payload does not decode: {e}"));
                 }
             }
@@ -799,7 +821,11 @@ impl EventLoop {
         };
         let mut items = Inbound::new();
         let now = Some(Instant::now());
-        let Ok(n) = self.core.transport.recv(Endpoint::Work(w), &mut items, WORK_BATCH, now) else {
+        let Ok(n) = self
+            .core
+            .transport
+            .recv(Endpoint::Work(w), &mut items, WORK_BATCH, now)
+        else {
             return;
         };
         for i in 0..n {
@@ -808,7 +834,10 @@ impl EventLoop {
             self.work_rr[w as usize] += 1;
             if let Err(e) = d.dispatch(item, Some(k), &mut self.objects, &mut self.core) {
                 let name = self.core.names.works.get(w as usize).cloned().unwrap_or_default();
-                malformed(&mut self.core, &format!("work queue {name}: item does not decode: {e}"));
+                malformed(
+                    &mut self.core,
+                    &format!("work queue {name}: item does not decode: {e}"),
+                );
             }
         }
     }

@@ -249,8 +249,9 @@ impl AppBuilder {
     /// Sets the size in bytes of a loop's inbound queue (default [`DEFAULT_QUEUE_BYTES`]).
     pub fn set_queue_bytes(&mut self, l: LoopRef, bytes: usize) -> &mut Self {
         if bytes < 64 {
-            self.errors
-                .push(BuildError::Invalid(format!("queue of {bytes} bytes is below the 64-byte minimum")));
+            self.errors.push(BuildError::Invalid(format!(
+                "queue of {bytes} bytes is below the 64-byte minimum"
+            )));
         }
         if let Some(decl) = self.loops.get_mut(l.0 as usize) {
             decl.queue_bytes = bytes;
@@ -279,14 +280,19 @@ impl AppBuilder {
         F: FnOnce() -> T + Send + 'static,
     {
         if let Some(decl) = self.objects.get_mut(object.id as usize) {
-            decl.factory = Some(Box::new(move || Box::new(Holder(factory())) as Box<dyn ObjectBox>));
+            decl.factory = Some(Box::new(move || {
+                Box::new(Holder(factory())) as Box<dyn ObjectBox>
+            }));
         }
         self
     }
 
     /// Declares the signal `name` of `emitter`, carrying `P`.
     pub fn signal<P: Payload, T: Component>(&mut self, emitter: ObjectRef<T>, name: &str) -> Signal<P> {
-        let dup = self.signals.iter().any(|s| s.emitter == emitter.id && s.name == name);
+        let dup = self
+            .signals
+            .iter()
+            .any(|s| s.emitter == emitter.id && s.name == name);
         self.check_unique("signal", name, dup);
         self.signals.push(SignalDecl {
             name: name.into(),
@@ -318,8 +324,9 @@ impl AppBuilder {
     pub fn work_queue<P: Payload>(&mut self, name: &str, bytes: usize) -> WorkQueue<P> {
         self.check_unique("work queue", name, self.works.iter().any(|w| w.name == name));
         if bytes < 64 {
-            self.errors
-                .push(BuildError::Invalid(format!("work queue {name:?}: {bytes} bytes is below the 64-byte minimum")));
+            self.errors.push(BuildError::Invalid(format!(
+                "work queue {name:?}: {bytes} bytes is below the 64-byte minimum"
+            )));
         }
         self.works.push(WorkDecl {
             name: name.into(),
@@ -374,7 +381,11 @@ impl AppBuilder {
         let mut s = String::new();
         let _ = writeln!(s, "app {} (serial mode: {})", self.name, self.serial);
         for (i, l) in self.loops.iter().enumerate() {
-            let _ = writeln!(s, "loop {} [{:?}, {} byte queue]", l.name, l.placement, l.queue_bytes);
+            let _ = writeln!(
+                s,
+                "loop {} [{:?}, {} byte queue]",
+                l.name, l.placement, l.queue_bytes
+            );
             for o in self.objects.iter().filter(|o| o.loop_id as usize == i) {
                 let _ = writeln!(s, "  object {}: {}", o.name, o.type_name);
             }
@@ -382,7 +393,12 @@ impl AppBuilder {
         let obj = |id: u32| &self.objects[id as usize];
         let target = |(id, slot): (u32, &'static str)| {
             let o = obj(id);
-            format!("{}.{} @{}", o.name, short(slot), self.loops[o.loop_id as usize].name)
+            format!(
+                "{}.{} @{}",
+                o.name,
+                short(slot),
+                self.loops[o.loop_id as usize].name
+            )
         };
         for sig in &self.signals {
             let targets: Vec<String> = sig.slots.receivers().into_iter().map(target).collect();
@@ -397,7 +413,13 @@ impl AppBuilder {
         }
         for w in &self.works {
             let targets: Vec<String> = w.slots.receivers().into_iter().map(target).collect();
-            let _ = writeln!(s, "work {}({}) -> one of [{}]", w.name, w.payload, targets.join(", "));
+            let _ = writeln!(
+                s,
+                "work {}({}) -> one of [{}]",
+                w.name,
+                w.payload,
+                targets.join(", ")
+            );
         }
         s
     }
@@ -496,7 +518,12 @@ impl<P: Payload> ErasedSlots for Slots<P> {
     }
     fn dispatcher(&self, keep: &dyn Fn(u32) -> bool) -> Box<dyn crate::event_loop::Dispatch> {
         Box::new(Slots {
-            entries: self.entries.iter().filter(|e| keep(e.object)).cloned().collect::<Vec<_>>(),
+            entries: self
+                .entries
+                .iter()
+                .filter(|e| keep(e.object))
+                .cloned()
+                .collect::<Vec<_>>(),
         })
     }
 }

@@ -68,7 +68,8 @@
 //! impl Component for A {}
 //! impl A { fn on_text(&mut self, _: &mut Ctx<Self>, _: &String) {} }
 //! fn build(app: &mut AppBuilder) {
-//!     let a = app.object::<A>(app.main_loop(), "a");
+//!     let main = app.main_loop();
+//!     let a = app.object::<A>(main, "a");
 //!     let s = app.signal::<u64, _>(a, "number");
 //!     app.connect(s, a, A::on_text); // expected `&u64`, found `&String`
 //! }
@@ -101,7 +102,8 @@ pub mod transport;
 pub use app::{child_entry, App, RunError, CHILD_ENV};
 pub use event_loop::{Ctx, EmitError, LoopCore, TimerId};
 pub use graph::{
-    AppBuilder, BuildError, Component, LoopRef, ObjectRef, Payload, Placement, Signal, WorkQueue, DEFAULT_QUEUE_BYTES,
+    AppBuilder, BuildError, Component, LoopRef, ObjectRef, Payload, Placement, Signal, WorkQueue,
+    DEFAULT_QUEUE_BYTES,
 };
 pub use supervisor::{Fault, LoopReport, LoopStats, Outcome};
 pub use transport::{Endpoint, Inbound, QueueTransport, RecvError, SendError, Transport, TransportHandle};

@@ -77,7 +77,10 @@ impl fmt::Display for Fault {
                 object,
                 slot,
                 message,
-            } => write!(f, "loop {loop_name}: object {object}: slot {slot} panicked: {message}"),
+            } => write!(
+                f,
+                "loop {loop_name}: object {object}: slot {slot} panicked: {message}"
+            ),
             Fault::LoopDied {
                 loop_name,
                 pid,
@@ -104,7 +107,12 @@ pub(crate) enum Control {
     /// Loop → main.
     Fault(Fault),
     /// Parent's wait thread → main: a child process exited.
-    Exited { loop_id: u32, pid: u32, status: String, success: bool },
+    Exited {
+        loop_id: u32,
+        pid: u32,
+        status: String,
+        success: bool,
+    },
     /// Signal thread → main: SIGINT or SIGTERM.
     Interrupted { signal: i32 },
 }
@@ -315,7 +323,7 @@ impl Supervisor {
         if !self.stopping && !self.faults.is_empty() {
             self.begin_stop(core);
         }
-        if !self.stop_deadline.is_some_and(|d| Instant::now() >= d) {
+        if self.stop_deadline.is_none_or(|d| Instant::now() < d) {
             return;
         }
         for w in self.loops.iter_mut().skip(1) {
@@ -339,7 +347,9 @@ impl Supervisor {
 
     /// Loops given up on (their threads must not be joined).
     pub(crate) fn abandoned(&self, loop_id: u32) -> bool {
-        self.loops.get(loop_id as usize).is_some_and(|w| w.abandoned && w.exit.is_none())
+        self.loops
+            .get(loop_id as usize)
+            .is_some_and(|w| w.abandoned && w.exit.is_none())
     }
 
     /// The outcome, with the main loop's own counters.

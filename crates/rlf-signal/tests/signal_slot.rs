@@ -1,1 +1,1175 @@
-fn main() {}
+//! Behaviour of loops, signals, slots, work queues and supervision on one loop (serial mode), across threads and
+//! across processes. Process loops re-run this test binary: `main` calls `rlf_signal::child_entry` first. Tests that
+//! need a whole application in a process of its own (SIGKILL of a child, SIGINT, SIGTERM) re-run it with
+//! `RLF_SIGNAL_TEST_PARENT` set.
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use rlf_signal::{
+    App, AppBuilder, BuildError, Component, Ctx, EmitError, Fault, LoopRef, Outcome, Signal, WorkQueue,
+};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PARENT_ROLE: &str = "RLF_SIGNAL_TEST_PARENT";
+
+/// What objects on the main loop record for the test to check.
+type Sink = Arc<Mutex<Vec<(String, i64)>>>;
+
+fn record(sink: &Sink, key: &str, value: i64) {
+    sink.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((key.to_string(), value));
+}
+
+fn values(sink: &Sink, key: &str) -> Vec<i64> {
+    let v = sink.lock().unwrap_or_else(|p| p.into_inner());
+    v.iter().filter(|(k, _)| k == key).map(|(_, x)| *x).collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum Mode {
+    Serial,
+    Thread,
+    Process,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Cfg {
+    mode: Mode,
+    n: u32,
+}
+
+fn cfg(app: &mut AppBuilder) -> Result<Cfg, BuildError> {
+    let c: Cfg = app.config()?;
+    app.set_serial(c.mode == Mode::Serial);
+    Ok(c)
+}
+
+/// A loop placed as the mode says (serial mode folds it into the main loop).
+fn place(app: &mut AppBuilder, c: &Cfg, name: &str) -> LoopRef {
+    match c.mode {
+        Mode::Thread => app.thread_loop(name),
+        Mode::Serial | Mode::Process => app.process_loop(name),
+    }
+}
+
+fn run(name: &str, c: Cfg, sink: &Sink) -> Result<Outcome, Failed> {
+    let app = App::new(name).with_config(&c)?;
+    let sink = sink.clone();
+    Ok(app.run(move |b| build(b, sink))?)
+}
+
+fn expect_success(o: &Outcome) -> Result<(), Failed> {
+    if o.success() {
+        Ok(())
+    } else {
+        Err(format!("application failed: {o}").into())
+    }
+}
+
+fn check(cond: bool, what: impl FnOnce() -> String) -> Result<(), Failed> {
+    if cond {
+        Ok(())
+    } else {
+        Err(what().into())
+    }
+}
+
+/// Every scenario's graph, chosen by the application's name.
+fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+    match app.name() {
+        "pingpong" => pingpong::build(app, sink),
+        "fanout" => fanout::build(app, sink),
+        "drain" => drain::build(app, sink),
+        "timers" => timers::build(app, sink),
+        "idle" => idle::build(app, sink),
+        "backpressure" => backpressure::build(app, sink),
+        "panic" => panic::build(app, sink),
+        "victim" => victim::build(app, sink),
+        "quiet" => quiet::build(app, sink),
+        "work" => work::build(app, sink),
+        other => Err(BuildError::User(format!("unknown test application {other}"))),
+    }
+}
+
+mod pingpong {
+    use super::*;
+
+    pub struct Pinger {
+        pub ping: Signal<u32>,
+        pub sink: Sink,
+        pub waiting: bool,
+        pub next: u32,
+        pub rounds: u32,
+    }
+    pub struct Ponger {
+        pub pong: Signal<u32>,
+        pub hello: Signal<u32>,
+    }
+
+    impl Component for Pinger {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.timer_periodic(Duration::from_millis(1), Pinger::tick);
+        }
+        fn on_stop(&mut self, _: &mut Ctx<Self>) {
+            record(&self.sink, "stopped", 1);
+        }
+    }
+    impl Pinger {
+        fn tick(&mut self, ctx: &mut Ctx<Self>) {
+            if !self.waiting && self.next < self.rounds {
+                self.waiting = true;
+                ctx.emit(&self.ping, &self.next).expect("emit ping");
+                self.next += 1;
+            }
+        }
+        fn on_pong(&mut self, ctx: &mut Ctx<Self>, n: &u32) {
+            record(&self.sink, "pong", i64::from(*n));
+            self.waiting = false;
+            if *n + 1 == self.rounds {
+                ctx.stop_app();
+            }
+        }
+        fn on_hello(&mut self, _: &mut Ctx<Self>, pid: &u32) {
+            record(&self.sink, "hello_pid", i64::from(*pid));
+        }
+    }
+    impl Component for Ponger {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.timer_once(Duration::from_millis(1), Ponger::greet);
+        }
+    }
+    impl Ponger {
+        fn greet(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.emit(&self.hello, &std::process::id()).expect("emit hello");
+        }
+        fn on_ping(&mut self, ctx: &mut Ctx<Self>, n: &u32) {
+            ctx.emit(&self.pong, n).expect("emit pong");
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let main = app.main_loop();
+        let far = place(app, &c, "far");
+        let pinger = app.object::<Pinger>(main, "pinger");
+        let ponger = app.object::<Ponger>(far, "ponger");
+        let ping = app.signal::<u32, _>(pinger, "ping");
+        let pong = app.signal::<u32, _>(ponger, "pong");
+        let hello = app.signal::<u32, _>(ponger, "hello");
+        app.connect(ping, ponger, Ponger::on_ping);
+        app.connect(pong, pinger, Pinger::on_pong);
+        app.connect(hello, pinger, Pinger::on_hello);
+        let rounds = c.n;
+        app.construct(pinger, move || Pinger {
+            ping,
+            sink,
+            waiting: false,
+            next: 0,
+            rounds,
+        });
+        app.construct(ponger, move || Ponger { pong, hello });
+        Ok(())
+    }
+
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let sink = Sink::default();
+        let o = run("pingpong", Cfg { mode, n: 20 }, &sink)?;
+        expect_success(&o)?;
+        let pongs = values(&sink, "pong");
+        check(pongs == (0..20).collect::<Vec<_>>(), || {
+            format!("pongs {pongs:?}")
+        })?;
+        let pid = values(&sink, "hello_pid");
+        let me = i64::from(std::process::id());
+        let remote = mode == Mode::Process;
+        check(pid.len() == 1 && (pid[0] != me) == remote, || {
+            format!("hello from pid {pid:?}, test pid {me}, mode {mode:?}")
+        })?;
+        check(values(&sink, "stopped") == [1], || {
+            "on_stop did not run once".into()
+        })?;
+        let loops = if mode == Mode::Serial { 1 } else { 2 };
+        check(o.loops.len() == loops, || format!("loops {:?}", o.loops))?;
+        let main = o
+            .loop_report("main")
+            .and_then(|l| l.stats)
+            .ok_or("no main stats")?;
+        check(main.timers_fired >= 20, || format!("main stats {main:?}"))
+    }
+}
+
+mod fanout {
+    use super::*;
+
+    pub struct Source {
+        pub seq: Signal<u32>,
+        pub n: u32,
+    }
+    pub struct Checker {
+        pub name: &'static str,
+        pub next: u32,
+        pub n: u32,
+        pub in_order: bool,
+        pub done: Signal<(String, u32, bool)>,
+    }
+    pub struct Collector {
+        pub sink: Sink,
+        pub dones: usize,
+        pub expect: usize,
+    }
+
+    impl Component for Source {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            let half = self.n / 2;
+            for i in 0..half {
+                ctx.emit(&self.seq, &i).expect("emit");
+            }
+            let rest: Vec<u32> = (half..self.n).collect();
+            for chunk in rest.chunks(100) {
+                ctx.emit_many(&self.seq, chunk).expect("emit_many");
+            }
+        }
+    }
+    impl Component for Checker {}
+    impl Checker {
+        fn on_seq(&mut self, ctx: &mut Ctx<Self>, i: &u32) {
+            self.in_order &= *i == self.next;
+            self.next += 1;
+            if self.next == self.n {
+                let report = (self.name.to_string(), self.next, self.in_order);
+                ctx.emit(&self.done, &report).expect("emit done");
+            }
+        }
+    }
+    impl Component for Collector {}
+    impl Collector {
+        fn on_done(&mut self, ctx: &mut Ctx<Self>, (name, count, ordered): &(String, u32, bool)) {
+            record(&self.sink, &format!("{name}.count"), i64::from(*count));
+            record(&self.sink, &format!("{name}.ordered"), i64::from(*ordered));
+            self.dones += 1;
+            if self.dones == self.expect {
+                ctx.stop_app();
+            }
+        }
+    }
+
+    pub const RECEIVERS: [(&str, usize); 4] = [("r_main", 0), ("r_a1", 1), ("r_a2", 1), ("r_b", 2)];
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let main = app.main_loop();
+        let src = if c.mode == Mode::Serial {
+            place(app, &c, "src")
+        } else {
+            app.thread_loop("src")
+        };
+        let a = place(app, &c, "a");
+        let b = if c.mode == Mode::Serial {
+            place(app, &c, "b")
+        } else {
+            app.thread_loop("b")
+        };
+        let loops = [main, a, b];
+        let source = app.object::<Source>(src, "source");
+        let collector = app.object::<Collector>(main, "collector");
+        let seq = app.signal::<u32, _>(source, "seq");
+        for (name, l) in RECEIVERS {
+            let r = app.object::<Checker>(loops[l], name);
+            let done = app.signal::<(String, u32, bool), _>(r, "done");
+            app.connect(seq, r, Checker::on_seq);
+            app.connect(done, collector, Collector::on_done);
+            let n = c.n;
+            app.construct(r, move || Checker {
+                name,
+                next: 0,
+                n,
+                in_order: true,
+                done,
+            });
+        }
+        let n = c.n;
+        app.construct(source, move || Source { seq, n });
+        app.construct(collector, move || Collector {
+            sink,
+            dones: 0,
+            expect: RECEIVERS.len(),
+        });
+        Ok(())
+    }
+
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let sink = Sink::default();
+        let n = 20_000;
+        let o = run("fanout", Cfg { mode, n }, &sink)?;
+        expect_success(&o)?;
+        for (name, _) in RECEIVERS {
+            let count = values(&sink, &format!("{name}.count"));
+            let ordered = values(&sink, &format!("{name}.ordered"));
+            check(count == [i64::from(n)] && ordered == [1], || {
+                format!("{name}: count {count:?} in order {ordered:?}")
+            })?;
+        }
+        if mode != Mode::Serial {
+            // Two receivers on loop "a" share one message per signal.
+            let a = o
+                .loop_report("a")
+                .and_then(|l| l.stats)
+                .ok_or("no stats for loop a")?;
+            check(
+                a.received < u64::from(n) + 10 && a.dispatched >= 2 * u64::from(n),
+                || format!("loop a stats {a:?}"),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+mod drain {
+    use super::*;
+
+    pub struct Flood {
+        pub item: Signal<u32>,
+        pub n: u32,
+    }
+    pub struct Slow {
+        pub seen: u32,
+        pub last: Option<u32>,
+        pub in_order: bool,
+        pub total: Signal<(u32, bool)>,
+    }
+    pub struct Tally {
+        pub sink: Sink,
+    }
+
+    impl Component for Flood {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            for i in 0..self.n {
+                ctx.emit(&self.item, &i).expect("emit");
+            }
+            ctx.stop_app();
+        }
+    }
+    impl Component for Slow {
+        fn on_stop(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.emit(&self.total, &(self.seen, self.in_order))
+                .expect("emit total");
+        }
+    }
+    impl Slow {
+        fn on_item(&mut self, _: &mut Ctx<Self>, i: &u32) {
+            // Simulated work, so that the stop request overtakes the queue.
+            let mut x = u64::from(*i);
+            for k in 0..20_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(k));
+            }
+            self.in_order &= self.last.map_or(*i == 0, |l| *i == l + 1);
+            self.last = Some(*i);
+            self.seen += 1;
+        }
+    }
+    impl Component for Tally {}
+    impl Tally {
+        fn on_total(&mut self, _: &mut Ctx<Self>, (seen, ordered): &(u32, bool)) {
+            record(&self.sink, "seen", i64::from(*seen));
+            record(&self.sink, "ordered", i64::from(*ordered));
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let main = app.main_loop();
+        let src = if c.mode == Mode::Serial {
+            main
+        } else {
+            app.thread_loop("src")
+        };
+        let dst = place(app, &c, "dst");
+        let flood = app.object::<Flood>(src, "flood");
+        let slow = app.object::<Slow>(dst, "slow");
+        let tally = app.object::<Tally>(main, "tally");
+        let item = app.signal::<u32, _>(flood, "item");
+        let total = app.signal::<(u32, bool), _>(slow, "total");
+        app.connect(item, slow, Slow::on_item);
+        app.connect(total, tally, Tally::on_total);
+        let n = c.n;
+        app.construct(flood, move || Flood { item, n });
+        app.construct(slow, move || Slow {
+            seen: 0,
+            last: None,
+            in_order: true,
+            total,
+        });
+        app.construct(tally, move || Tally { sink });
+        Ok(())
+    }
+
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let sink = Sink::default();
+        let o = run("drain", Cfg { mode, n: 3000 }, &sink)?;
+        expect_success(&o)?;
+        check(
+            values(&sink, "seen") == [3000] && values(&sink, "ordered") == [1],
+            || {
+                format!(
+                    "after stop: seen {:?} ordered {:?}",
+                    values(&sink, "seen"),
+                    values(&sink, "ordered")
+                )
+            },
+        )?;
+        check(o.stopped_by.as_deref() == Some("flood"), || {
+            format!("stopped by {:?}", o.stopped_by)
+        })
+    }
+}
+
+mod timers {
+    use super::*;
+
+    pub struct Clock {
+        pub sink: Sink,
+        pub t0: Option<Instant>,
+        pub ticks: u32,
+        pub periodic: Option<rlf_signal::TimerId>,
+    }
+    const ONCE_MS: [u64; 6] = [30, 10, 20, 5, 25, 15];
+
+    impl Component for Clock {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            self.t0 = Some(Instant::now());
+            ctx.timer_once(Duration::from_millis(30), |s: &mut Self, c| s.fired(c, 30));
+            ctx.timer_once(Duration::from_millis(10), |s: &mut Self, c| s.fired(c, 10));
+            ctx.timer_once(Duration::from_millis(20), |s: &mut Self, c| s.fired(c, 20));
+            ctx.timer_once(Duration::from_millis(5), |s: &mut Self, c| s.fired(c, 5));
+            ctx.timer_once(Duration::from_millis(25), |s: &mut Self, c| s.fired(c, 25));
+            ctx.timer_once(Duration::from_millis(15), |s: &mut Self, c| s.fired(c, 15));
+            let cancelled = ctx.timer_once(Duration::from_millis(12), |s: &mut Self, c| s.fired(c, 12));
+            ctx.cancel_timer(cancelled);
+            self.periodic = Some(ctx.timer_periodic(Duration::from_millis(7), Clock::tick));
+            ctx.timer_once(Duration::from_millis(60), |_: &mut Self, c| c.stop_app());
+        }
+    }
+    impl Clock {
+        fn elapsed_us(&self) -> i64 {
+            self.t0.map_or(0, |t| t.elapsed().as_micros() as i64)
+        }
+        fn fired(&mut self, _: &mut Ctx<Self>, label: u64) {
+            record(&self.sink, "order", label as i64);
+            record(&self.sink, &format!("at{label}"), self.elapsed_us());
+        }
+        fn tick(&mut self, ctx: &mut Ctx<Self>) {
+            self.ticks += 1;
+            record(&self.sink, "tick", self.elapsed_us());
+            if self.ticks == 5 {
+                if let Some(t) = self.periodic.take() {
+                    ctx.cancel_timer(t);
+                }
+            }
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let l = if c.mode == Mode::Serial {
+            app.main_loop()
+        } else {
+            place(app, &c, "clock")
+        };
+        let clock = app.object::<Clock>(l, "clock");
+        app.construct(clock, move || Clock {
+            sink,
+            t0: None,
+            ticks: 0,
+            periodic: None,
+        });
+        Ok(())
+    }
+
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let sink = Sink::default();
+        let o = run("timers", Cfg { mode, n: 0 }, &sink)?;
+        expect_success(&o)?;
+        let order = values(&sink, "order");
+        let mut sorted = ONCE_MS.map(|x| x as i64).to_vec();
+        sorted.sort_unstable();
+        check(order == sorted, || {
+            format!("fired in order {order:?}, 12 ms was cancelled")
+        })?;
+        for ms in ONCE_MS {
+            let at = values(&sink, &format!("at{ms}"));
+            check(at.len() == 1 && at[0] >= ms as i64 * 1000, || {
+                format!("{ms} ms timer fired at {at:?} µs")
+            })?;
+        }
+        let ticks = values(&sink, "tick");
+        check(ticks.len() == 5, || {
+            format!("periodic fired {} times", ticks.len())
+        })?;
+        for (k, at) in ticks.iter().enumerate() {
+            check(*at >= 7000 * (k as i64 + 1), || {
+                format!("tick {k} at {at} µs: early")
+            })?;
+        }
+        Ok(())
+    }
+}
+
+mod idle {
+    use super::*;
+
+    pub struct Sleeper {
+        pub whoami: Signal<(u32, u32)>,
+        pub tid: fn() -> u32,
+    }
+    pub struct Watcher {
+        pub sink: Sink,
+        pub target: Option<(u32, u32)>,
+        pub before: Option<u64>,
+    }
+
+    fn switches(pid: u32, tid: u32) -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+        let sum = s
+            .lines()
+            .filter(|l| {
+                l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches")
+            })
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        Some(sum)
+    }
+
+    pub fn gettid() -> u32 {
+        rustix::thread::gettid().as_raw_nonzero().get() as u32
+    }
+
+    impl Component for Sleeper {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.emit(&self.whoami, &(std::process::id(), (self.tid)()))
+                .expect("emit");
+        }
+    }
+    impl Component for Watcher {}
+    impl Watcher {
+        fn on_whoami(&mut self, ctx: &mut Ctx<Self>, who: &(u32, u32)) {
+            self.target = Some(*who);
+            ctx.timer_once(Duration::from_millis(100), Watcher::first);
+        }
+        fn first(&mut self, ctx: &mut Ctx<Self>) {
+            self.before = self.target.and_then(|(p, t)| switches(p, t));
+            ctx.timer_once(Duration::from_millis(1000), Watcher::second);
+        }
+        fn second(&mut self, ctx: &mut Ctx<Self>) {
+            let after = self.target.and_then(|(p, t)| switches(p, t));
+            if let (Some(a), Some(b)) = (after, self.before) {
+                record(&self.sink, "switches", (a - b) as i64);
+            }
+            ctx.stop_app();
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let main = app.main_loop();
+        let l = place(app, &c, "idle");
+        let sleeper = app.object::<Sleeper>(l, "sleeper");
+        let watcher = app.object::<Watcher>(main, "watcher");
+        let whoami = app.signal::<(u32, u32), _>(sleeper, "whoami");
+        app.connect(whoami, watcher, Watcher::on_whoami);
+        app.construct(sleeper, move || Sleeper { whoami, tid: gettid });
+        app.construct(watcher, move || Watcher {
+            sink,
+            target: None,
+            before: None,
+        });
+        Ok(())
+    }
+
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let sink = Sink::default();
+        let o = run("idle", Cfg { mode, n: 0 }, &sink)?;
+        expect_success(&o)?;
+        let s = values(&sink, "switches");
+        check(s.len() == 1 && s[0] <= 1, || {
+            format!("idle loop thread switched context {s:?} times in 1 s")
+        })
+    }
+}
+
+mod backpressure {
+    use super::*;
+
+    pub struct Tx {
+        pub item: Signal<u32>,
+        pub gate: mpsc::Sender<()>,
+        pub sink: Sink,
+        pub n: u32,
+    }
+    pub struct Rx {
+        pub gate: mpsc::Receiver<()>,
+        pub next: u32,
+        pub in_order: bool,
+        pub n: u32,
+        pub done: Signal<(u32, bool)>,
+    }
+
+    impl Component for Tx {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            let mut released = false;
+            for i in 0..self.n {
+                match ctx.emit(&self.item, &i) {
+                    Ok(()) => {}
+                    Err(EmitError::Full { waited, .. }) if !released => {
+                        record(&self.sink, "full_at", i64::from(i));
+                        record(&self.sink, "waited_ms", waited.as_millis() as i64);
+                        record(
+                            &self.sink,
+                            "blocked_before_release",
+                            ctx.stats().blocked_emits as i64,
+                        );
+                        released = true;
+                        let _ = self.gate.send(());
+                        ctx.emit(&self.item, &i)
+                            .expect("retry after the receiver resumed");
+                    }
+                    Err(e) => panic!("unexpected emit error: {e}"),
+                }
+            }
+        }
+    }
+    impl Tx {
+        fn on_done(&mut self, ctx: &mut Ctx<Self>, (count, ordered): &(u32, bool)) {
+            record(&self.sink, "count", i64::from(*count));
+            record(&self.sink, "ordered", i64::from(*ordered));
+            ctx.stop_app();
+        }
+    }
+    impl Component for Rx {
+        fn on_start(&mut self, _: &mut Ctx<Self>) {
+            // A receiver that is busy until the emitter has seen its queue full.
+            let _ = self.gate.recv();
+        }
+    }
+    impl Rx {
+        fn on_item(&mut self, ctx: &mut Ctx<Self>, i: &u32) {
+            self.in_order &= *i == self.next;
+            self.next += 1;
+            if self.next == self.n {
+                ctx.emit(&self.done, &(self.next, self.in_order))
+                    .expect("emit done");
+            }
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        app.set_emit_timeout(Duration::from_millis(100));
+        let main = app.main_loop();
+        let l = app.thread_loop("rx");
+        app.set_queue_bytes(l, 1024);
+        let tx = app.object::<Tx>(main, "tx");
+        let rx = app.object::<Rx>(l, "rx");
+        let item = app.signal::<u32, _>(tx, "item");
+        let done = app.signal::<(u32, bool), _>(rx, "done");
+        app.connect(item, rx, Rx::on_item);
+        app.connect(done, tx, Tx::on_done);
+        let (gate_tx, gate_rx) = mpsc::channel();
+        let n = c.n;
+        app.construct(tx, move || Tx {
+            item,
+            gate: gate_tx,
+            sink,
+            n,
+        });
+        app.construct(rx, move || Rx {
+            gate: gate_rx,
+            next: 0,
+            in_order: true,
+            n,
+            done,
+        });
+        Ok(())
+    }
+
+    pub fn test() -> Result<(), Failed> {
+        let sink = Sink::default();
+        let t0 = Instant::now();
+        let o = run(
+            "backpressure",
+            Cfg {
+                mode: Mode::Thread,
+                n: 500,
+            },
+            &sink,
+        )?;
+        expect_success(&o)?;
+        let full_at = values(&sink, "full_at");
+        check(full_at.len() == 1 && full_at[0] > 10 && full_at[0] < 200, || {
+            format!("queue reported full at {full_at:?}")
+        })?;
+        check(
+            values(&sink, "waited_ms") == [100] && t0.elapsed() >= Duration::from_millis(100),
+            || "emitter did not wait the emit timeout".into(),
+        )?;
+        check(
+            values(&sink, "blocked_before_release")
+                .first()
+                .is_some_and(|b| *b >= 1),
+            || "blocked emit not counted".into(),
+        )?;
+        check(
+            values(&sink, "count") == [500] && values(&sink, "ordered") == [1],
+            || {
+                format!(
+                    "receiver got {:?} (in order {:?})",
+                    values(&sink, "count"),
+                    values(&sink, "ordered")
+                )
+            },
+        )?;
+        let tx = o
+            .loop_report("main")
+            .and_then(|l| l.stats)
+            .ok_or("no main stats")?;
+        check(tx.blocked_emits >= 2 && tx.failed_emits == 1, || {
+            format!("emitter stats {tx:?}")
+        })
+    }
+}
+
+mod panic {
+    use super::*;
+
+    pub struct Trigger {
+        pub arm: Signal<u32>,
+    }
+    pub struct Bomb;
+
+    impl Component for Trigger {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            for i in 0..6 {
+                ctx.emit(&self.arm, &i).expect("emit");
+            }
+        }
+    }
+    impl Component for Bomb {}
+    impl Bomb {
+        fn on_arm(&mut self, _: &mut Ctx<Self>, n: &u32) {
+            assert!(*n != 3, "boom at {n}");
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, _sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let main = app.main_loop();
+        let l = place(app, &c, "worker");
+        let trigger = app.object::<Trigger>(main, "trigger");
+        let bomb = app.object::<Bomb>(l, "bomb");
+        let arm = app.signal::<u32, _>(trigger, "arm");
+        app.connect(arm, bomb, Bomb::on_arm);
+        app.construct(trigger, move || Trigger { arm });
+        app.construct(bomb, || Bomb);
+        Ok(())
+    }
+
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let o = run("panic", Cfg { mode, n: 0 }, &Sink::default())?;
+        let expected_loop = if mode == Mode::Serial { "main" } else { "worker" };
+        check(!o.success() && o.exit_code() == 1, || format!("outcome {o}"))?;
+        check(
+            o.faults.iter().any(|f| {
+                matches!(f, Fault::SlotPanicked { loop_name, object, slot, message }
+                if loop_name == expected_loop && object == "bomb" && slot == "on_arm" && message == "boom at 3")
+            }),
+            || format!("faults {:?}", o.faults),
+        )
+    }
+}
+
+mod victim {
+    use super::*;
+
+    pub struct Victim {
+        pub pid: Signal<u32>,
+    }
+    pub struct Killer {
+        pub sink: Sink,
+    }
+    impl Component for Victim {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.emit(&self.pid, &std::process::id()).expect("emit");
+        }
+    }
+    impl Component for Killer {}
+    impl Killer {
+        fn on_pid(&mut self, _: &mut Ctx<Self>, pid: &u32) {
+            record(&self.sink, "victim_pid", i64::from(*pid));
+            if let Some(p) = rustix::process::Pid::from_raw(*pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+            record(&self.sink, "killed_at_ms", now_ms());
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let main = app.main_loop();
+        let l = app.process_loop("victim");
+        let other = app.process_loop("bystander");
+        let victim = app.object::<Victim>(l, "victim");
+        let bystander = app.object::<Victim>(other, "bystander");
+        let killer = app.object::<Killer>(main, "killer");
+        let pid = app.signal::<u32, _>(victim, "pid");
+        let unused = app.signal::<u32, _>(bystander, "pid");
+        app.connect(pid, killer, Killer::on_pid);
+        app.construct(victim, move || Victim { pid });
+        app.construct(bystander, move || Victim { pid: unused });
+        app.construct(killer, move || Killer { sink });
+        Ok(())
+    }
+}
+
+mod quiet {
+    use super::*;
+
+    pub struct Idle {
+        pub ready: Signal<u32>,
+    }
+    pub struct Reporter;
+    impl Component for Idle {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.emit(&self.ready, &std::process::id()).expect("emit");
+        }
+    }
+    impl Component for Reporter {}
+    impl Reporter {
+        fn on_ready(&mut self, _: &mut Ctx<Self>, pid: &u32) {
+            println!("READY {pid}");
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, _sink: Sink) -> Result<(), BuildError> {
+        let main = app.main_loop();
+        let p = app.process_loop("proc");
+        let t = app.thread_loop("thread");
+        let idle = app.object::<Idle>(p, "idle");
+        let idle_t = app.object::<Idle>(t, "idle_t");
+        let reporter = app.object::<Reporter>(main, "reporter");
+        let ready = app.signal::<u32, _>(idle, "ready");
+        let ready_t = app.signal::<u32, _>(idle_t, "ready");
+        app.connect(ready, reporter, Reporter::on_ready);
+        app.construct(idle, move || Idle { ready });
+        app.construct(idle_t, move || Idle { ready: ready_t });
+        app.construct(reporter, || Reporter);
+        Ok(())
+    }
+}
+
+mod work {
+    use super::*;
+
+    pub struct Producer {
+        pub jobs: WorkQueue<u32>,
+        pub n: u32,
+        pub sink: Sink,
+        pub handled: u32,
+    }
+    pub struct Consumer {
+        pub id: u32,
+        pub handled: Signal<(u32, u32)>,
+    }
+    impl Component for Producer {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            for i in 0..self.n {
+                ctx.submit(&self.jobs, &i).expect("submit");
+            }
+        }
+    }
+    impl Producer {
+        fn on_handled(&mut self, ctx: &mut Ctx<Self>, (consumer, item): &(u32, u32)) {
+            record(&self.sink, "item", i64::from(*item));
+            record(&self.sink, "by", i64::from(*consumer));
+            self.handled += 1;
+            if self.handled == self.n {
+                ctx.stop_app();
+            }
+        }
+    }
+    impl Component for Consumer {}
+    impl Consumer {
+        fn on_job(&mut self, ctx: &mut Ctx<Self>, item: &u32) {
+            ctx.emit(&self.handled, &(self.id, *item)).expect("emit handled");
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let main = app.main_loop();
+        let w1 = place(app, &c, "w1");
+        let w2 = place(app, &c, "w2");
+        let w3 = if c.mode == Mode::Serial {
+            place(app, &c, "w3")
+        } else {
+            app.thread_loop("w3")
+        };
+        let producer = app.object::<Producer>(main, "producer");
+        let jobs = app.work_queue::<u32>("jobs", 1 << 16);
+        for (id, l) in [w1, w1, w2, w3].into_iter().enumerate() {
+            let cons = app.object::<Consumer>(l, &format!("c{id}"));
+            let handled = app.signal::<(u32, u32), _>(cons, "handled");
+            app.consume(jobs, cons, Consumer::on_job);
+            app.connect(handled, producer, Producer::on_handled);
+            app.construct(cons, move || Consumer {
+                id: id as u32,
+                handled,
+            });
+        }
+        let n = c.n;
+        app.construct(producer, move || Producer {
+            jobs,
+            n,
+            sink,
+            handled: 0,
+        });
+        Ok(())
+    }
+
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let sink = Sink::default();
+        let n = 3000;
+        let o = run("work", Cfg { mode, n }, &sink)?;
+        expect_success(&o)?;
+        let mut items = values(&sink, "item");
+        items.sort_unstable();
+        check(items == (0..i64::from(n)).collect::<Vec<_>>(), || {
+            format!("{} items handled, not each of {n} exactly once", items.len())
+        })?;
+        let by = values(&sink, "by");
+        let used: std::collections::BTreeSet<i64> = by.into_iter().collect();
+        check(!used.is_empty(), || "no consumer".into())
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Runs an application as the whole of this process (for the SIGKILL / SIGINT / SIGTERM tests); prints facts for
+/// the test to check and exits with the outcome's code.
+fn parent_role(name: &str) -> ExitCode {
+    let sink = Sink::default();
+    let s = sink.clone();
+    match App::new(name).run(move |b| build(b, s)) {
+        Ok(o) => {
+            for f in &o.faults {
+                println!("FAULT {f}");
+            }
+            for v in values(&sink, "victim_pid") {
+                println!("VICTIM {v}");
+            }
+            for k in values(&sink, "killed_at_ms") {
+                println!("KILL_TO_RETURN_MS {}", now_ms() - k);
+            }
+            ExitCode::from(o.exit_code())
+        }
+        Err(e) => {
+            println!("ERROR {e}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+/// Starts this binary in a parent role; returns it and a channel of its stdout lines.
+fn spawn_parent(name: &str) -> Result<(std::process::Child, mpsc::Receiver<String>), Failed> {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .env(PARENT_ROLE, name)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok((child, rx))
+}
+
+/// Waits (blocking, in a helper thread) for a child until `timeout`; kills it past that.
+fn wait_for(child: std::process::Child, timeout: Duration) -> Result<std::process::ExitStatus, Failed> {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    let mut child = child;
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(status) => Ok(status?),
+        Err(_) => {
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+            Err(format!("process {pid} did not exit within {timeout:?}").into())
+        }
+    }
+}
+
+fn no_segments(pid: u32) -> Result<(), Failed> {
+    let left = rlf_shm::region::segments_of(pid)?;
+    check(left.is_empty(), || {
+        format!("segments left behind by {pid}: {left:?}")
+    })
+}
+
+fn sigkill_child() -> Result<(), Failed> {
+    let (child, lines) = spawn_parent("victim")?;
+    let parent = child.id();
+    let status = wait_for(child, Duration::from_secs(10))?;
+    let out: Vec<String> = lines.try_iter().collect();
+    check(status.code() == Some(1), || {
+        format!("parent exited with {status}; output {out:?}")
+    })?;
+    check(
+        out.iter()
+            .any(|l| l.starts_with("FAULT loop victim: process") && l.contains("signal: 9")),
+        || format!("no fault naming the killed loop: {out:?}"),
+    )?;
+    let ms: Vec<i64> = out
+        .iter()
+        .filter_map(|l| l.strip_prefix("KILL_TO_RETURN_MS ")?.parse().ok())
+        .collect();
+    check(ms.len() == 1 && ms[0] < 1000, || {
+        format!("kill to stop took {ms:?} ms")
+    })?;
+    no_segments(parent)?;
+    for v in out
+        .iter()
+        .filter_map(|l| l.strip_prefix("VICTIM ")?.parse::<u32>().ok())
+    {
+        no_segments(v)?;
+    }
+    Ok(())
+}
+
+fn interrupt(sig: rustix::process::Signal, code: i32) -> Result<(), Failed> {
+    let (child, lines) = spawn_parent("quiet")?;
+    let parent = child.id();
+    let ready = lines.recv_timeout(Duration::from_secs(10));
+    let pid = rustix::process::Pid::from_raw(parent as i32).ok_or("bad pid")?;
+    let _ = rustix::process::kill_process(pid, sig);
+    let status = wait_for(child, Duration::from_secs(10))?;
+    let ready = ready.map_err(|_| "the application never became ready")?;
+    let grandchild: u32 = ready
+        .strip_prefix("READY ")
+        .and_then(|p| p.parse().ok())
+        .ok_or("bad READY line")?;
+    check(status.code() == Some(code), || {
+        format!("parent exited with {status}, expected {code}")
+    })?;
+    no_segments(parent)?;
+    check(
+        !std::path::Path::new(&format!("/proc/{grandchild}")).exists(),
+        || format!("loop process {grandchild} outlived the application"),
+    )
+}
+
+fn graph() -> Result<(), Failed> {
+    let c = Cfg {
+        mode: Mode::Process,
+        n: 1,
+    };
+    let app = App::new("pingpong").with_config(&c)?;
+    let text = app.describe(|b| build(b, Sink::default()))?;
+    for line in [
+        "loop main [Main",
+        "loop far [Process",
+        "object ponger: signal_slot::pingpong::Ponger",
+        "signal pinger.ping(u32) -> [ponger.on_ping @far]",
+        "signal ponger.pong(u32) -> [pinger.on_pong @main]",
+    ] {
+        check(text.contains(line), || format!("graph lacks {line:?}:\n{text}"))?;
+    }
+    let work = App::new("work")
+        .with_config(&c)?
+        .describe(|b| build(b, Sink::default()))?;
+    check(
+        work.contains(
+            "work jobs(u32) -> one of [c0.on_job @w1, c1.on_job @w1, c2.on_job @w2, c3.on_job @w3]",
+        ),
+        || format!("work graph:\n{work}"),
+    )?;
+    let incomplete = App::new("x").run(|b| {
+        let main = b.main_loop();
+        b.object::<panic::Bomb>(main, "bomb");
+        Ok(())
+    });
+    check(
+        matches!(incomplete, Err(rlf_signal::RunError::Build(BuildError::NotConstructed { ref object })) if object == "bomb"),
+        || format!("{incomplete:?}"),
+    )
+}
+
+fn main() -> ExitCode {
+    if let Some(code) = rlf_signal::child_entry(|b| build(b, Sink::default())) {
+        return code;
+    }
+    if let Ok(name) = std::env::var(PARENT_ROLE) {
+        return parent_role(&name);
+    }
+    let args = Arguments::from_args();
+    let mut trials = vec![
+        Trial::test("graph_is_printed_and_checked", graph),
+        Trial::test("backpressure_blocks_then_errors_nothing_lost", backpressure::test),
+        Trial::test("fault_child_sigkilled_reported_no_segments", sigkill_child),
+        Trial::test("sigint_stops_all_removes_segments", || {
+            interrupt(rustix::process::Signal::INT, 130)
+        }),
+        Trial::test("sigterm_stops_all_removes_segments", || {
+            interrupt(rustix::process::Signal::TERM, 143)
+        }),
+    ];
+    for (mode, tag) in [
+        (Mode::Serial, "serial"),
+        (Mode::Thread, "thread"),
+        (Mode::Process, "process"),
+    ] {
+        trials.push(Trial::test(format!("pingpong_{tag}"), move || {
+            pingpong::test(mode)
+        }));
+        trials.push(Trial::test(
+            format!("fanout_order_receivers_broadcast_{tag}"),
+            move || fanout::test(mode),
+        ));
+        trials.push(Trial::test(format!("stop_drains_{tag}"), move || {
+            drain::test(mode)
+        }));
+        trials.push(Trial::test(format!("fault_slot_panic_{tag}"), move || {
+            panic::test(mode)
+        }));
+        trials.push(Trial::test(format!("work_queue_exactly_once_{tag}"), move || {
+            work::test(mode)
+        }));
+    }
+    for (mode, tag) in [(Mode::Thread, "thread"), (Mode::Process, "process")] {
+        trials.push(Trial::test(format!("idle_loop_no_wakeups_{tag}"), move || {
+            idle::test(mode)
+        }));
+    }
+    // The clock records into this process's memory, so it runs on the main loop or a thread.
+    for (mode, tag) in [(Mode::Serial, "serial"), (Mode::Thread, "thread")] {
+        trials.push(Trial::test(
+            format!("timers_deadline_order_never_early_{tag}"),
+            move || timers::test(mode),
+        ));
+    }
+    libtest_mimic::run(&args, trials).exit()
+}
