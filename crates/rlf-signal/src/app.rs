@@ -100,7 +100,11 @@ impl App {
 
     /// Builds the graph, starts every loop (the main loop on this thread), and returns when the application has
     /// stopped: at an object's request, after a fault, or on SIGINT/SIGTERM. Every shared-memory segment it created
-    /// is removed by then. The program's `main` must call [`child_entry`] first with an equivalent build function.
+    /// is removed by then (and stale ones of dead earlier runs at start). The program's `main` must call
+    /// [`child_entry`] first with an equivalent build function.
+    ///
+    /// SIGINT and SIGTERM are handled by this process from the first call on (they become a graceful stop while an
+    /// application runs; their default action is not restored afterwards).
     pub fn run<F>(&self, build: F) -> Result<Outcome, RunError>
     where
         F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
@@ -109,6 +113,8 @@ impl App {
         build(&mut b)?;
         b.validate()?;
         let graph = b.describe();
+        // Segments left by a SIGKILLed earlier run (their creator is dead) are removed; failure to list is harmless.
+        let _ = rlf_shm::region::reclaim_stale();
         let layout = Layout::new(&b);
         let transport = if b.serial {
             QueueTransport::local(&layout.queue_bytes, &layout.work_bytes)
