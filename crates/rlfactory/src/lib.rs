@@ -1,2 +1,26 @@
-//! rlfactory.
+//! rlfactory: high-throughput asynchronous reinforcement learning.
+//!
+//! Data flows `env → sampling (rollout, inference) → learning (batcher, learner) → runner`;
+//! [`algo`] holds the math and [`model`] the networks (see `ARCHITECTURE.md`).
+//!
+//! ```no_run
+//! use rlfactory::{config::Config, runner};
+//!
+//! let cfg = Config::for_env("CartPole-v1", &["--stop_at_reward=475", "--save_experiment=false"])?;
+//! let summary = runner::train(&cfg, std::time::Instant::now())?;
+//! println!("{} frames, mean return {:?}", summary.env_frames, summary.mean_return);
+//! # Ok::<(), rlfactory::RlfError>(())
+//! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod algo;
+pub mod config;
+pub mod env;
+mod error;
+pub mod learning;
+pub mod model;
+pub mod runner;
+pub mod sampling;
+
+pub use error::{Result, RlfError};

@@ -1,1 +1,50 @@
-fn main() {}
+//! The `rlfactory` binary: `rlfactory train --env <id> [flags]`.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use rlfactory::config::{parse_invocation, CliError, Invocation};
+
+fn first_line(text: &str) -> &str {
+    text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text)
+}
+
+fn main() -> ExitCode {
+    let process_start = Instant::now();
+    let args: Vec<String> = std::env::args().collect();
+    let invocation = match parse_invocation(&args) {
+        Ok(i) => i,
+        Err(CliError::Clap(e)) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(CliError::Clap(e)) => {
+            eprintln!("{}", first_line(&e.to_string()));
+            return ExitCode::from(2);
+        }
+        Err(CliError::Invalid(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(invocation, process_start) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(invocation: Invocation, process_start: Instant) -> anyhow::Result<()> {
+    let Invocation::Train(cfg) = invocation;
+    eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
+    let summary = rlfactory::runner::train(&cfg, process_start)?;
+    let json = serde_json::to_string_pretty(&summary)?;
+    eprintln!("[rlfactory] done: {json}");
+    if let Some(path) = &cfg.run.summary_json {
+        std::fs::write(path, &json).with_context(|| format!("writing the summary to {}", path.display()))?;
+    }
+    Ok(())
+}

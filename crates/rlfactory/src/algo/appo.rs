@@ -1,0 +1,722 @@
+//! APPO: asynchronous PPO with GAE or V-trace, read top to bottom.
+//!
+//! Implementation details, in the order they happen on each training dataset:
+//! 1. The dataset is `S` sequences of `T` steps (one env's trajectory each), recorded with the
+//!    policy version that acted ([`Dataset`]).
+//! 2. Observation statistics (when `--normalize_input`) are updated with the dataset's observations.
+//! 3. Bootstrap values are computed with the current network: for the observation after the last
+//!    step of each sequence, and for the last observation of every truncated episode (a time
+//!    limit is not a terminal state: its successor keeps its value). A terminated step's successor
+//!    is worth 0.
+//! 4. Each transition's policy lag (`learner version − acting version`) is measured; transitions
+//!    lagging more than `--max_policy_lag` are masked out of every loss (`train/valids_fraction`).
+//! 5. Without V-trace: GAE(γ, λ) advantages from the behaviour values ([`gae`]); value targets are
+//!    advantages + behaviour values. Return statistics (when `--normalize_returns`) are updated
+//!    with the targets, and the critic learns targets in normalised units.
+//! 6. `--num_epochs` passes; each shuffles the dataset (transitions for GAE, whole sequences for
+//!    V-trace) into `--num_batches_per_epoch` minibatches of `--batch_size` transitions.
+//! 7. With V-trace, targets and advantages are computed per minibatch from the current network's
+//!    values and the importance ratios π/μ, truncated at ρ̄ and c̄ ([`vtrace`]).
+//! 8. Advantages are normalised per minibatch (`--normalize_advantage`).
+//! 9. Policy loss: PPO's clipped surrogate, ratio clipped to `[1 − ε, 1 + ε]` (`--ppo_clip_ratio`).
+//! 10. Value loss: ½ max((V − target)², (V_clipped − target)²), where V_clipped stays within
+//!     `--ppo_clip_value` of the behaviour value (unclipped when that is 0), times
+//!     `--value_loss_coeff`.
+//! 11. Entropy bonus: `− --exploration_loss_coeff × entropy`.
+//! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`]), then one
+//!     Adam step; the policy version increases by one per step.
+//! 13. The learning rate follows `--lr_schedule` ([`LrSchedule`]): constant, linear decay to 0 at
+//!     `--train_for_env_steps`, or KL-adaptive per minibatch or per epoch.
+//! 14. Metrics carry Sample Factory's names: `train/policy_loss`, `train/value_loss`,
+//!     `train/exploration_loss`, `train/entropy`, `train/kl_divergence`, `train/grad_norm`,
+//!     `train/fraction_clipped`, `train/adv_mean`, `train/adv_std`, `train/version_diff_avg`,
+//!     `train/version_diff_max`, `train/valids_fraction`, `train/lr`, `train/loss`.
+
+use std::collections::BTreeMap;
+
+use tch::{nn, nn::OptimizerConfig, Kind, Tensor};
+
+use crate::config::{AppoConfig, LrScheduleKind};
+use crate::error::{Result, RlfError};
+use crate::model::ActorCritic;
+
+// ---------------------------------------------------------------------------------------------
+// 1. The data
+
+/// A training dataset: `num_sequences` sequences of `seq_len` steps, sequence-major (step `t` of
+/// sequence `s` is at index `s * seq_len + t`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Dataset {
+    /// Number of sequences `S`.
+    pub num_sequences: usize,
+    /// Steps per sequence `T`.
+    pub seq_len: usize,
+    /// Observations before each step, `S * T * obs_dim`.
+    pub obs: Vec<f32>,
+    /// Raw actions, `S * T * action_dim`.
+    pub actions: Vec<f32>,
+    /// Log-probabilities under the acting policy, `S * T`.
+    pub log_probs: Vec<f32>,
+    /// Values under the acting policy, `S * T`.
+    pub values: Vec<f32>,
+    /// Rewards, `S * T`.
+    pub rewards: Vec<f32>,
+    /// The step ended its episode in a terminal state, `S * T`.
+    pub terminated: Vec<bool>,
+    /// The step ended its episode by truncation, `S * T`.
+    pub truncated: Vec<bool>,
+    /// The observation after the last step of each sequence, `S * obs_dim`.
+    pub next_obs: Vec<f32>,
+    /// The last observation of each truncated episode: (step index, observation).
+    pub final_obs: Vec<(usize, Vec<f32>)>,
+    /// Policy version that chose each action, `S * T`.
+    pub versions: Vec<u64>,
+}
+
+impl Dataset {
+    /// Number of transitions.
+    pub fn len(&self) -> usize {
+        self.num_sequences * self.seq_len
+    }
+
+    /// Whether the dataset holds no transitions.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Advantages and targets (per sequence, on plain numbers)
+
+/// GAE(γ, λ) advantages of one sequence.
+///
+/// `next_values[t]` is the value of the state after step `t`: `V(s_{t+1})` inside an episode,
+/// the value of the last observation after a truncation, 0 after termination. `ends[t]` cuts the
+/// λ-trace after step `t` (end of an episode).
+pub fn gae(rewards: &[f32], values: &[f32], next_values: &[f32], ends: &[bool], gamma: f32, lambda: f32) -> Vec<f32> {
+    let mut advantages = vec![0.0; rewards.len()];
+    let mut next_advantage = 0.0;
+    for t in (0..rewards.len()).rev() {
+        let delta = rewards[t] + gamma * next_values[t] - values[t];
+        let carry = if ends[t] { 0.0 } else { next_advantage };
+        next_advantage = delta + gamma * lambda * carry;
+        advantages[t] = next_advantage;
+    }
+    advantages
+}
+
+/// Discount and truncation levels of [`vtrace`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VtraceParams {
+    /// Discount γ.
+    pub gamma: f32,
+    /// ρ̄: truncation of the importance weights in the targets and advantages.
+    pub rho_bar: f32,
+    /// c̄: truncation of the trace coefficients.
+    pub c_bar: f32,
+}
+
+/// V-trace value targets `v_s` and policy-gradient advantages `ρ_s (r_s + γ v_{s+1} − V(x_s))` of
+/// one sequence (Espeholt et al. 2018, IMPALA, §4.1), with `ρ_t = min(ρ̄, π/μ)` and
+/// `c_t = min(c̄, π/μ)` from `log_rhos = log π − log μ`.
+///
+/// `values` are the current estimates `V(x_t)`; `next_values` and `ends` are as in [`gae`]
+/// (`next_values[t]` is `V(x_{t+1})` inside an episode, which for the last step is the bootstrap).
+pub fn vtrace(
+    rewards: &[f32],
+    values: &[f32],
+    next_values: &[f32],
+    ends: &[bool],
+    log_rhos: &[f32],
+    params: VtraceParams,
+) -> (Vec<f32>, Vec<f32>) {
+    let VtraceParams { gamma, rho_bar, c_bar } = params;
+    let n = rewards.len();
+    let mut targets = vec![0.0; n];
+    let mut advantages = vec![0.0; n];
+    let mut correction = 0.0; // v_{t+1} − V(x_{t+1})
+    for t in (0..n).rev() {
+        let ratio = log_rhos[t].exp();
+        let rho = ratio.min(rho_bar);
+        let c = ratio.min(c_bar);
+        let carry = if ends[t] { 0.0 } else { correction };
+        let delta = rho * (rewards[t] + gamma * next_values[t] - values[t]);
+        correction = delta + gamma * c * carry;
+        targets[t] = values[t] + correction;
+        let next_target = next_values[t] + carry; // v_{t+1}, or the bootstrap after an episode end
+        advantages[t] = rho * (rewards[t] + gamma * next_target - values[t]);
+    }
+    (targets, advantages)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The losses
+
+/// Per-transition inputs of the loss on one minibatch (1-D tensors of equal length).
+#[derive(Debug)]
+pub struct LossInputs<'a> {
+    /// log π(a|s) under the network being trained (with gradient).
+    pub log_probs: &'a Tensor,
+    /// log μ(a|s) under the acting policy.
+    pub old_log_probs: &'a Tensor,
+    /// Advantages (normalised here when the config says so).
+    pub advantages: &'a Tensor,
+    /// Values of the network being trained, normalised units (with gradient).
+    pub values: &'a Tensor,
+    /// Values of the acting policy, normalised units.
+    pub old_values: &'a Tensor,
+    /// Value targets, normalised units.
+    pub targets: &'a Tensor,
+    /// Entropy of the action distribution per transition (with gradient).
+    pub entropy: &'a Tensor,
+    /// 1 for transitions in the loss, 0 for masked ones (too much policy lag).
+    pub mask: &'a Tensor,
+}
+
+/// The loss terms of one minibatch (scalars).
+#[derive(Debug)]
+pub struct Losses {
+    /// PPO clipped surrogate.
+    pub policy: Tensor,
+    /// ½ max of the clipped and unclipped squared errors (before the coefficient).
+    pub value: Tensor,
+    /// Mean entropy.
+    pub entropy: Tensor,
+    /// `policy + value_loss_coeff × value − exploration_loss_coeff × entropy`.
+    pub total: Tensor,
+    /// Approximate KL(μ‖π): mean of `(r − 1) − log r` (no gradient).
+    pub kl: Tensor,
+    /// Fraction of transitions whose ratio was clipped (no gradient).
+    pub fraction_clipped: Tensor,
+}
+
+fn masked_mean(x: &Tensor, mask: &Tensor, count: &Tensor) -> Tensor {
+    (x * mask).sum(Kind::Float) / count
+}
+
+/// APPO's loss on one minibatch. `value_clip` is in normalised value units (≤ 0: no clipping).
+pub fn losses(inp: &LossInputs<'_>, cfg: &AppoConfig, value_clip: f64) -> Losses {
+    let count = inp.mask.sum(Kind::Float).clamp_min(1.0);
+    let advantages = if cfg.normalize_advantage {
+        let mean = masked_mean(inp.advantages, inp.mask, &count);
+        let var = masked_mean(&(inp.advantages - &mean).square(), inp.mask, &count);
+        (inp.advantages - mean) / (var.sqrt() + 1e-8)
+    } else {
+        inp.advantages.shallow_clone()
+    };
+    let eps = cfg.ppo_clip_ratio;
+    let log_ratio = inp.log_probs - inp.old_log_probs;
+    let ratio = log_ratio.exp();
+    let surrogate = &advantages * &ratio;
+    let clipped = &advantages * ratio.clamp(1.0 - eps, 1.0 + eps);
+    let policy = masked_mean(&(-surrogate.minimum(&clipped)), inp.mask, &count);
+
+    let error = (inp.values - inp.targets).square();
+    let value_error = if value_clip > 0.0 {
+        let v_clipped = inp.old_values + (inp.values - inp.old_values).clamp(-value_clip, value_clip);
+        error.maximum(&(v_clipped - inp.targets).square())
+    } else {
+        error
+    };
+    let value = masked_mean(&value_error, inp.mask, &count) * 0.5;
+    let entropy = masked_mean(inp.entropy, inp.mask, &count);
+    let total = &policy + &value * cfg.value_loss_coeff - &entropy * cfg.exploration_loss_coeff;
+    let (kl, fraction_clipped) = tch::no_grad(|| {
+        let kl = masked_mean(&((&ratio - 1.0) - &log_ratio), inp.mask, &count);
+        let outside = (&ratio - 1.0).abs().gt(eps).to_kind(Kind::Float);
+        (kl, masked_mean(&outside, inp.mask, &count))
+    });
+    Losses {
+        policy,
+        value,
+        entropy,
+        total,
+        kl,
+        fraction_clipped,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Gradient clipping and the learning-rate schedule
+
+/// Scales the gradients of `params` so that their global L2 norm is at most `max_norm`; returns
+/// the norm before clipping.
+pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> f64 {
+    tch::no_grad(|| {
+        let grads: Vec<Tensor> = params.iter().map(Tensor::grad).filter(Tensor::defined).collect();
+        if grads.is_empty() {
+            return 0.0;
+        }
+        let norms: Vec<Tensor> = grads.iter().map(|g| g.norm()).collect();
+        let total = f64::try_from(Tensor::stack(&norms, 0).norm()).unwrap_or(f64::NAN);
+        let coef = max_norm / (total + 1e-6);
+        if coef < 1.0 {
+            for mut g in grads {
+                let _ = g.f_mul_scalar_(coef);
+            }
+        }
+        total
+    })
+}
+
+/// The learning rate over training.
+#[derive(Debug, Clone)]
+pub struct LrSchedule {
+    kind: LrScheduleKind,
+    base: f64,
+    total_frames: f64,
+    kl_threshold: f64,
+    lr: f64,
+}
+
+/// Bounds of the KL-adaptive learning rate.
+const KL_LR_RANGE: (f64, f64) = (1e-6, 1e-2);
+
+impl LrSchedule {
+    /// A schedule starting at `base`; linear decay reaches 0 at `total_frames`.
+    pub fn new(kind: LrScheduleKind, base: f64, total_frames: u64, kl_threshold: f64) -> Self {
+        Self {
+            kind,
+            base,
+            total_frames: total_frames.max(1) as f64,
+            kl_threshold,
+            lr: base,
+        }
+    }
+
+    /// The current learning rate.
+    pub fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    /// Before a dataset: `frames` env frames have been trained on so far.
+    pub fn on_progress(&mut self, frames: u64) {
+        if self.kind == LrScheduleKind::LinearDecay {
+            self.lr = self.base * (1.0 - frames as f64 / self.total_frames).max(0.0);
+        }
+    }
+
+    fn adapt(&mut self, kl: f64) {
+        if kl > 2.0 * self.kl_threshold {
+            self.lr = (self.lr / 1.5).max(KL_LR_RANGE.0);
+        } else if kl < 0.5 * self.kl_threshold {
+            self.lr = (self.lr * 1.5).min(KL_LR_RANGE.1);
+        }
+    }
+
+    /// After a minibatch whose KL divergence was `kl`.
+    pub fn on_minibatch(&mut self, kl: f64) {
+        if self.kind == LrScheduleKind::KlAdaptiveMinibatch {
+            self.adapt(kl);
+        }
+    }
+
+    /// After an epoch whose mean KL divergence was `kl`.
+    pub fn on_epoch(&mut self, kl: f64) {
+        if self.kind == LrScheduleKind::KlAdaptiveEpoch {
+            self.adapt(kl);
+        }
+    }
+
+    /// Whether [`on_minibatch`](Self::on_minibatch) / [`on_epoch`](Self::on_epoch) need the KL.
+    pub fn needs_kl(&self) -> bool {
+        matches!(self.kind, LrScheduleKind::KlAdaptiveMinibatch | LrScheduleKind::KlAdaptiveEpoch)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. The training step: epochs × minibatches
+
+/// Metrics of one dataset, by Sample Factory's names (`train/...`).
+pub type TrainMetrics = BTreeMap<String, f64>;
+
+/// The APPO learner's state: the network, Adam, the schedule and the policy version.
+pub struct Appo {
+    cfg: AppoConfig,
+    model: ActorCritic,
+    optimizer: nn::Optimizer,
+    params: Vec<Tensor>,
+    schedule: LrSchedule,
+    version: u64,
+    frames_trained: u64,
+}
+
+impl std::fmt::Debug for Appo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Appo")
+            .field("version", &self.version)
+            .field("lr", &self.schedule.lr())
+            .finish_non_exhaustive()
+    }
+}
+
+fn tensor_f32(values: &[f32], device: tch::Device) -> Result<Tensor> {
+    Ok(Tensor::f_from_slice(values)?.f_to_device(device)?)
+}
+
+fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(Vec::<f32>::try_from(t.f_to_kind(Kind::Float)?.f_to_device(tch::Device::Cpu)?)?)
+}
+
+/// Everything per transition that the minibatches slice.
+struct Prepared {
+    obs: Tensor,
+    actions: Tensor,
+    old_log_probs: Tensor,
+    old_values_norm: Tensor,
+    mask: Tensor,
+    /// GAE only: advantages and normalised targets.
+    advantages: Tensor,
+    targets_norm: Tensor,
+    /// V-trace only: per-step next values in return units with the in-sequence ones left at 0,
+    /// and whether the next value is a bootstrap (end of episode or of sequence).
+    next_values: Vec<f32>,
+    bootstrapped: Vec<bool>,
+}
+
+impl Appo {
+    /// A learner training `model` with Adam, for a run of `total_frames` env frames.
+    pub fn new(model: ActorCritic, cfg: &AppoConfig, total_frames: u64) -> Result<Self> {
+        let optimizer = nn::Adam {
+            beta1: cfg.adam_beta1,
+            beta2: cfg.adam_beta2,
+            wd: 0.0,
+            eps: cfg.adam_eps,
+            amsgrad: false,
+        }
+        .build(model.var_store(), cfg.learning_rate)?;
+        let params = model.trainable_variables();
+        Ok(Self {
+            schedule: LrSchedule::new(cfg.lr_schedule, cfg.learning_rate, total_frames, cfg.lr_schedule_kl_threshold),
+            cfg: cfg.clone(),
+            model,
+            optimizer,
+            params,
+            version: 0,
+            frames_trained: 0,
+        })
+    }
+
+    /// The network being trained.
+    pub fn model(&self) -> &ActorCritic {
+        &self.model
+    }
+
+    /// The network being trained, mutably (to load weights).
+    pub fn model_mut(&mut self) -> &mut ActorCritic {
+        &mut self.model
+    }
+
+    /// The policy version: the number of SGD steps taken.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Checks a dataset's array sizes against the model.
+    fn check(&self, data: &Dataset) -> Result<()> {
+        let n = data.len();
+        let obs_dim = crate::model::Policy::obs_dim(&self.model);
+        let action_dim = crate::model::Policy::action_dim(&self.model);
+        let sizes = [
+            ("obs", data.obs.len(), n * obs_dim),
+            ("actions", data.actions.len(), n * action_dim),
+            ("log_probs", data.log_probs.len(), n),
+            ("values", data.values.len(), n),
+            ("rewards", data.rewards.len(), n),
+            ("terminated", data.terminated.len(), n),
+            ("truncated", data.truncated.len(), n),
+            ("versions", data.versions.len(), n),
+            ("next_obs", data.next_obs.len(), data.num_sequences * obs_dim),
+        ];
+        if let Some((name, got, want)) = sizes.iter().find(|(_, got, want)| got != want) {
+            return Err(RlfError::Protocol {
+                component: "learner",
+                message: format!("dataset field {name} has {got} values, expected {want}"),
+            });
+        }
+        if n == 0 {
+            return Err(RlfError::Protocol {
+                component: "learner",
+                message: "empty dataset".into(),
+            });
+        }
+        if let Some((i, o)) = data.final_obs.iter().find(|(i, o)| *i >= n || o.len() != obs_dim) {
+            return Err(RlfError::Protocol {
+                component: "learner",
+                message: format!("final observation at step {i} has {} values, expected {obs_dim}", o.len()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Steps 2–5 of the module doc: statistics, bootstrap values, lag mask, GAE.
+    fn prepare(&mut self, data: &Dataset, metrics: &mut TrainMetrics) -> Result<Prepared> {
+        let device = self.model.device();
+        let (s, t) = (data.num_sequences, data.seq_len);
+        let obs = self.model.obs_tensor(&data.obs)?;
+        self.model.update_obs_stats(&obs);
+
+        // Bootstrap values: after each sequence, and the last observation of truncated episodes.
+        let tail = to_vec(&self.model.values(&self.model.obs_tensor(&data.next_obs)?))?;
+        let mut next_values = vec![0.0_f32; s * t];
+        let mut bootstrapped = vec![false; s * t];
+        for (i, (nv, b)) in next_values.iter_mut().zip(bootstrapped.iter_mut()).enumerate() {
+            if data.terminated[i] || data.truncated[i] {
+                *b = true;
+            } else if i % t == t - 1 {
+                *nv = tail[i / t];
+                *b = true;
+            }
+        }
+        if !data.final_obs.is_empty() {
+            let flat: Vec<f32> = data.final_obs.iter().flat_map(|(_, o)| o.iter().copied()).collect();
+            let finals = to_vec(&self.model.values(&self.model.obs_tensor(&flat)?))?;
+            for ((i, _), v) in data.final_obs.iter().zip(finals) {
+                if data.truncated[*i] {
+                    next_values[*i] = v;
+                }
+            }
+        }
+
+        // Policy lag.
+        let lags: Vec<u64> = data.versions.iter().map(|&v| self.version.saturating_sub(v)).collect();
+        let valid: Vec<f32> = lags
+            .iter()
+            .map(|&l| if l <= self.cfg.max_policy_lag { 1.0 } else { 0.0 })
+            .collect();
+        let n = lags.len() as f64;
+        metrics.insert("train/version_diff_avg".into(), lags.iter().sum::<u64>() as f64 / n);
+        metrics.insert("train/version_diff_max".into(), lags.iter().copied().max().unwrap_or(0) as f64);
+        metrics.insert("train/valids_fraction".into(), valid.iter().map(|&v| f64::from(v)).sum::<f64>() / n);
+
+        // GAE from the behaviour values.
+        let ends: Vec<bool> = data.terminated.iter().zip(&data.truncated).map(|(a, b)| *a || *b).collect();
+        let (mut advantages, mut targets) = (Vec::new(), Vec::new());
+        if !self.cfg.with_vtrace {
+            let full_next: Vec<f32> = (0..s * t)
+                .map(|i| if bootstrapped[i] { next_values[i] } else { data.values[i + 1] })
+                .collect();
+            for q in 0..s {
+                let r = q * t..(q + 1) * t;
+                let adv = gae(
+                    &data.rewards[r.clone()],
+                    &data.values[r.clone()],
+                    &full_next[r.clone()],
+                    &ends[r.clone()],
+                    self.cfg.gamma as f32,
+                    self.cfg.gae_lambda as f32,
+                );
+                targets.extend(adv.iter().zip(&data.values[r]).map(|(a, v)| a + v));
+                advantages.extend(adv);
+            }
+        }
+        let old_values = tensor_f32(&data.values, device)?;
+        let targets = tensor_f32(&targets, device)?;
+        if !self.cfg.with_vtrace {
+            self.model.update_return_stats(&targets);
+        }
+        let action_dim = crate::model::Policy::action_dim(&self.model) as i64;
+        Ok(Prepared {
+            obs,
+            actions: tensor_f32(&data.actions, device)?.f_view([-1, action_dim])?,
+            old_log_probs: tensor_f32(&data.log_probs, device)?,
+            old_values_norm: tch::no_grad(|| self.model.scale_value(&old_values)),
+            mask: tensor_f32(&valid, device)?,
+            advantages: tensor_f32(&advantages, device)?,
+            targets_norm: tch::no_grad(|| self.model.scale_value(&targets)),
+            next_values,
+            bootstrapped,
+        })
+    }
+
+    /// V-trace targets (normalised) and advantages for the minibatch of whole sequences `seqs`.
+    fn vtrace_minibatch(
+        &mut self,
+        data: &Dataset,
+        p: &Prepared,
+        seqs: &[usize],
+        log_probs: &Tensor,
+        values_norm: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let t = data.seq_len;
+        let (current, log_rhos) = tch::no_grad(|| -> Result<_> {
+            let current = to_vec(&self.model.unscale_value(values_norm))?;
+            let idx = self.index(seqs, t)?;
+            let log_rhos = to_vec(&(log_probs - p.old_log_probs.index_select(0, &idx)))?;
+            Ok((current, log_rhos))
+        })?;
+        let (mut targets, mut advantages) = (Vec::with_capacity(current.len()), Vec::with_capacity(current.len()));
+        for (k, &q) in seqs.iter().enumerate() {
+            let src = q * t..(q + 1) * t;
+            let dst = k * t..(k + 1) * t;
+            let next: Vec<f32> = (0..t)
+                .map(|j| {
+                    let i = q * t + j;
+                    if p.bootstrapped[i] {
+                        p.next_values[i]
+                    } else {
+                        current[k * t + j + 1]
+                    }
+                })
+                .collect();
+            let ends: Vec<bool> = src.clone().map(|i| data.terminated[i] || data.truncated[i]).collect();
+            let (vs, adv) = vtrace(
+                &data.rewards[src],
+                &current[dst.clone()],
+                &next,
+                &ends,
+                &log_rhos[dst],
+                VtraceParams {
+                    gamma: self.cfg.gamma as f32,
+                    rho_bar: self.cfg.vtrace_rho as f32,
+                    c_bar: self.cfg.vtrace_c as f32,
+                },
+            );
+            targets.extend(vs);
+            advantages.extend(adv);
+        }
+        let device = self.model.device();
+        let targets = tensor_f32(&targets, device)?;
+        self.model.update_return_stats(&targets);
+        let targets_norm = tch::no_grad(|| self.model.scale_value(&targets));
+        Ok((tensor_f32(&advantages, device)?, targets_norm))
+    }
+
+    /// Indices of the transitions of sequences `seqs`.
+    fn index(&self, seqs: &[usize], t: usize) -> Result<Tensor> {
+        let idx: Vec<i64> = seqs
+            .iter()
+            .flat_map(|&q| (q * t..(q + 1) * t).map(|i| i as i64))
+            .collect();
+        Ok(Tensor::f_from_slice(&idx)?.f_to_device(self.model.device())?)
+    }
+
+    /// Trains on one dataset (steps 2–14 of the module doc) and returns its metrics.
+    pub fn train(&mut self, data: &Dataset) -> Result<TrainMetrics> {
+        self.check(data)?;
+        let mut metrics = TrainMetrics::new();
+        self.schedule.on_progress(self.frames_trained);
+        let p = self.prepare(data, &mut metrics)?;
+        let device = self.model.device();
+        let (s, t) = (data.num_sequences, data.seq_len);
+        let n = s * t;
+        let mb_size = self.cfg.batch_size.min(n);
+        let mb_per_epoch = self.cfg.num_batches_per_epoch.min(n / mb_size).max(1);
+        let value_clip = if self.cfg.ppo_clip_value > 0.0 {
+            self.cfg.ppo_clip_value / self.model.value_unit()
+        } else {
+            0.0
+        };
+        let whole = !self.cfg.with_vtrace && mb_size == n;
+        let mut sums: Vec<Tensor> = Vec::new();
+        let mut grad_norm_sum = 0.0;
+        let mut steps = 0usize;
+        for _epoch in 0..self.cfg.num_epochs {
+            let mut epoch_kl = Vec::new();
+            // Transitions (GAE) or sequences (V-trace) in a random order.
+            let units = if self.cfg.with_vtrace { s } else { n };
+            let order = if whole {
+                None
+            } else {
+                Some(Vec::<i64>::try_from(Tensor::f_randperm(units as i64, (Kind::Int64, tch::Device::Cpu))?)?)
+            };
+            for mb in 0..mb_per_epoch {
+                let (idx, seqs) = match &order {
+                    None => (None, Vec::new()),
+                    Some(order) if self.cfg.with_vtrace => {
+                        let per = (mb_size / t).max(1);
+                        let seqs: Vec<usize> = order[mb * per..((mb + 1) * per).min(s)]
+                            .iter()
+                            .map(|&q| q as usize)
+                            .collect();
+                        (Some(self.index(&seqs, t)?), seqs)
+                    }
+                    Some(order) => {
+                        let part = &order[mb * mb_size..((mb + 1) * mb_size).min(n)];
+                        (Some(Tensor::f_from_slice(part)?.f_to_device(device)?), Vec::new())
+                    }
+                };
+                let pick = |x: &Tensor| match &idx {
+                    Some(i) => x.index_select(0, i),
+                    None => x.shallow_clone(),
+                };
+                let obs = pick(&p.obs);
+                let (dist, values_norm) = self.model.forward(&obs);
+                let log_probs = dist.log_prob(&pick(&p.actions));
+                let entropy = dist.entropy();
+                let (advantages, targets_norm) = if self.cfg.with_vtrace {
+                    self.vtrace_minibatch(data, &p, &seqs, &log_probs, &values_norm)?
+                } else {
+                    (pick(&p.advantages), pick(&p.targets_norm))
+                };
+                let old_log_probs = pick(&p.old_log_probs);
+                let old_values = pick(&p.old_values_norm);
+                let mask = pick(&p.mask);
+                let l = losses(
+                    &LossInputs {
+                        log_probs: &log_probs,
+                        old_log_probs: &old_log_probs,
+                        advantages: &advantages,
+                        values: &values_norm,
+                        old_values: &old_values,
+                        targets: &targets_norm,
+                        entropy: &entropy,
+                        mask: &mask,
+                    },
+                    &self.cfg,
+                    value_clip,
+                );
+                self.optimizer.zero_grad();
+                l.total.f_backward()?;
+                grad_norm_sum += clip_grad_norm(&self.params, self.cfg.max_grad_norm);
+                self.optimizer.set_lr(self.schedule.lr());
+                self.optimizer.step();
+                self.version += 1;
+                steps += 1;
+                if self.schedule.needs_kl() {
+                    let kl = f64::try_from(&l.kl)?;
+                    self.schedule.on_minibatch(kl);
+                    epoch_kl.push(kl);
+                }
+                let row = Tensor::stack(
+                    &[
+                        l.policy.detach(),
+                        l.value.detach(),
+                        l.entropy.detach(),
+                        l.total.detach(),
+                        l.kl,
+                        l.fraction_clipped,
+                        advantages.mean(Kind::Float),
+                        advantages.std(true),
+                    ],
+                    0,
+                );
+                sums.push(row);
+            }
+            if !epoch_kl.is_empty() {
+                self.schedule.on_epoch(epoch_kl.iter().sum::<f64>() / epoch_kl.len() as f64);
+            }
+        }
+        self.frames_trained += n as u64;
+        let means = to_vec(&Tensor::stack(&sums, 0).mean_dim(0, false, Kind::Float))?;
+        let names = [
+            "train/policy_loss",
+            "train/value_loss",
+            "train/entropy",
+            "train/loss",
+            "train/kl_divergence",
+            "train/fraction_clipped",
+            "train/adv_mean",
+            "train/adv_std",
+        ];
+        for (name, v) in names.iter().zip(&means) {
+            metrics.insert((*name).into(), f64::from(*v));
+        }
+        let entropy = metrics.get("train/entropy").copied().unwrap_or(0.0);
+        metrics.insert("train/exploration_loss".into(), -entropy * self.cfg.exploration_loss_coeff);
+        metrics.insert("train/grad_norm".into(), grad_norm_sum / steps.max(1) as f64);
+        metrics.insert("train/lr".into(), self.schedule.lr());
+        metrics.insert("train/sgd_steps".into(), steps as f64);
+        Ok(metrics)
+    }
+}

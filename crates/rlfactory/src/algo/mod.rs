@@ -1,0 +1,3 @@
+//! The math of the algorithms, one file each.
+
+pub mod appo;

@@ -1,0 +1,591 @@
+//! Typed configuration: one struct per component, composed by [`Config`], from which the CLI is
+//! generated (clap derive). Flag names follow Sample Factory's.
+//!
+//! # Where values come from, later ones winning
+//! 1. each field's default (the reference value),
+//! 2. the shipped defaults for the env (`configs/<env>.toml`, see [`shipped_config`]),
+//! 3. the file given with `--config FILE`,
+//! 4. the command line.
+//!
+//! Config files are flat TOML tables whose keys are flag names (`rollout = 32`,
+//! `encoder_mlp_layers = [64, 64]`, `with_vtrace = false`); [`Config`] serialises to the same form,
+//! so a saved resolved config can be fed back with `--config`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use crate::error::{Result, RlfError};
+
+/// Parses a boolean the way Sample Factory users type it: `true`/`false`, `True`/`False`, `1`/`0`.
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "true" | "True" | "TRUE" | "1" | "yes" => Ok(true),
+        "false" | "False" | "FALSE" | "0" | "no" => Ok(false),
+        _ => Err(format!("`{s}` is not a boolean (use true or false)")),
+    }
+}
+
+/// Hidden layer sizes of an MLP, written `64,64` on the command line and `[64, 64]` in files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Layers(pub Vec<i64>);
+
+impl FromStr for Layers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let sizes = s
+            .split(',')
+            .map(|p| match p.trim().parse::<i64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!("`{s}` is not a comma-separated list of positive layer sizes")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if sizes.is_empty() {
+            return Err("at least one layer is needed".into());
+        }
+        Ok(Layers(sizes))
+    }
+}
+
+impl fmt::Display for Layers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(i64::to_string).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// The environment and the seeds.
+#[derive(Debug, Clone, Args, Serialize)]
+#[command(rename_all = "snake_case")]
+pub struct EnvConfig {
+    /// Environment id (a native classic-control env such as CartPole-v1, or gym:<id>).
+    #[arg(long)]
+    pub env: String,
+    /// Random seed of the networks and of the envs (env `i` gets `seed + i`).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Rollout and inference workers.
+#[derive(Debug, Clone, Args, Serialize)]
+#[command(rename_all = "snake_case")]
+pub struct SamplingConfig {
+    /// Number of rollout workers.
+    #[arg(long, default_value_t = 1)]
+    pub num_workers: usize,
+    /// Envs simulated by each rollout worker.
+    #[arg(long, default_value_t = 8)]
+    pub num_envs_per_worker: usize,
+    /// Groups the envs of a worker are split into (double-buffered sampling when 2).
+    #[arg(long, default_value_t = 1)]
+    pub worker_num_splits: usize,
+    /// Length of a trajectory, in env steps.
+    #[arg(long, default_value_t = 32)]
+    pub rollout: usize,
+}
+
+/// Nonlinearity of the MLP layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Nonlinearity {
+    /// Exponential linear unit.
+    Elu,
+    /// Rectified linear unit.
+    Relu,
+    /// Hyperbolic tangent.
+    Tanh,
+}
+
+/// How a Gaussian action is mapped into a Box action space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContinuousActionMode {
+    /// The sampled action is clipped to the bounds.
+    Clip,
+    /// The sampled action is squashed with tanh and scaled to the bounds.
+    Tanh,
+}
+
+/// Weight initialisation of the linear layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyInitialization {
+    /// Orthogonal weights (gain √2 hidden, 0.01 policy head, 1 value head), zero biases.
+    Orthogonal,
+    /// libtorch's default (Kaiming uniform).
+    TorchDefault,
+}
+
+/// The network.
+#[derive(Debug, Clone, Args, Serialize)]
+#[command(rename_all = "snake_case")]
+pub struct ModelConfig {
+    /// Hidden layer sizes of the MLP encoder.
+    #[arg(long, default_value = "64,64")]
+    pub encoder_mlp_layers: Layers,
+    /// Nonlinearity after each hidden layer.
+    #[arg(long, value_enum, default_value_t = Nonlinearity::Tanh)]
+    pub nonlinearity: Nonlinearity,
+    /// One encoder for actor and critic (true) or one each (false).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub actor_critic_share_weights: bool,
+    /// Weight initialisation.
+    #[arg(long, value_enum, default_value_t = PolicyInitialization::Orthogonal)]
+    pub policy_initialization: PolicyInitialization,
+    /// Gaussian heads: state-dependent standard deviation (true) or one learned per action dimension.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub adaptive_stddev: bool,
+    /// Gaussian heads: initial standard deviation.
+    #[arg(long, default_value_t = 1.0)]
+    pub initial_stddev: f64,
+    /// Gaussian heads: clip the sampled action to the bounds, or squash it with tanh.
+    #[arg(long, value_enum, default_value_t = ContinuousActionMode::Clip)]
+    pub continuous_action_mode: ContinuousActionMode,
+    /// Normalise observations with running mean and standard deviation.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub normalize_input: bool,
+    /// Learn values in units of the running standard deviation of the returns.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub normalize_returns: bool,
+}
+
+/// Learning-rate schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LrScheduleKind {
+    /// The same rate throughout.
+    Constant,
+    /// From `learning_rate` down to 0 at `train_for_env_steps`.
+    LinearDecay,
+    /// Divided by 1.5 after a minibatch whose KL divergence exceeds twice the threshold,
+    /// multiplied by 1.5 when it is below half of it (bounded to [1e-6, 1e-2]).
+    KlAdaptiveMinibatch,
+    /// As `kl_adaptive_minibatch`, with the KL averaged over an epoch.
+    KlAdaptiveEpoch,
+}
+
+/// APPO: advantages, losses, optimiser and the epoch / minibatch loop.
+#[derive(Debug, Clone, Args, Serialize)]
+#[command(rename_all = "snake_case")]
+pub struct AppoConfig {
+    /// Discount factor.
+    #[arg(long, default_value_t = 0.99)]
+    pub gamma: f64,
+    /// GAE λ (when not using V-trace).
+    #[arg(long, default_value_t = 0.95)]
+    pub gae_lambda: f64,
+    /// V-trace targets and advantages instead of GAE.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub with_vtrace: bool,
+    /// V-trace ρ̄ (truncation of the importance weights of the targets).
+    #[arg(long, default_value_t = 1.0)]
+    pub vtrace_rho: f64,
+    /// V-trace c̄ (truncation of the trace coefficients).
+    #[arg(long, default_value_t = 1.0)]
+    pub vtrace_c: f64,
+    /// PPO clipping of the probability ratio to [1 - ε, 1 + ε].
+    #[arg(long, default_value_t = 0.2)]
+    pub ppo_clip_ratio: f64,
+    /// Clipping of the value change from the behaviour value (in value units; ≤ 0 turns it off).
+    #[arg(long, default_value_t = 1.0)]
+    pub ppo_clip_value: f64,
+    /// Weight of the value loss.
+    #[arg(long, default_value_t = 0.5)]
+    pub value_loss_coeff: f64,
+    /// Weight of the entropy bonus.
+    #[arg(long, default_value_t = 0.003)]
+    pub exploration_loss_coeff: f64,
+    /// Gradient-norm clipping threshold.
+    #[arg(long, default_value_t = 4.0)]
+    pub max_grad_norm: f64,
+    /// Normalise advantages per minibatch.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    pub normalize_advantage: bool,
+    /// Adam learning rate (the start value of the schedule).
+    #[arg(long, default_value_t = 1e-4)]
+    pub learning_rate: f64,
+    /// Learning-rate schedule.
+    #[arg(long, value_enum, default_value_t = LrScheduleKind::Constant)]
+    pub lr_schedule: LrScheduleKind,
+    /// KL target of the KL-adaptive schedules.
+    #[arg(long, default_value_t = 0.008)]
+    pub lr_schedule_kl_threshold: f64,
+    /// Adam ε.
+    #[arg(long, default_value_t = 1e-6)]
+    pub adam_eps: f64,
+    /// Adam β1.
+    #[arg(long, default_value_t = 0.9)]
+    pub adam_beta1: f64,
+    /// Adam β2.
+    #[arg(long, default_value_t = 0.999)]
+    pub adam_beta2: f64,
+    /// Passes over each training dataset.
+    #[arg(long, default_value_t = 1)]
+    pub num_epochs: usize,
+    /// Minibatches per epoch; a dataset holds `batch_size * num_batches_per_epoch` transitions.
+    #[arg(long, default_value_t = 1)]
+    pub num_batches_per_epoch: usize,
+    /// Transitions per minibatch.
+    #[arg(long, default_value_t = 1024)]
+    pub batch_size: usize,
+    /// Transitions older than this many policy versions are left out of the loss.
+    #[arg(long, default_value_t = 1000)]
+    pub max_policy_lag: u64,
+}
+
+/// Device the learner and inference run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    /// The CPU.
+    Cpu,
+    /// The first CUDA GPU (needs libtorch's CUDA build).
+    Gpu,
+}
+
+/// The run: experiment folder, mode, stop conditions, reporting.
+#[derive(Debug, Clone, Args, Serialize)]
+#[command(rename_all = "snake_case")]
+pub struct RunConfig {
+    /// Experiment name (a folder under `train_dir`).
+    #[arg(long, default_value = "default_experiment")]
+    pub experiment: String,
+    /// Root folder of experiments.
+    #[arg(long, default_value = "train_dir")]
+    pub train_dir: PathBuf,
+    /// All components on one event loop in this process.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    pub serial_mode: bool,
+    /// Rollout workers keep sampling while the learner trains (false: they wait for the new policy).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    pub async_rl: bool,
+    /// Stop after this many env frames.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub train_for_env_steps: u64,
+    /// Stop after this many seconds.
+    #[arg(long, default_value_t = 1e10)]
+    pub train_for_seconds: f64,
+    /// Stop when the mean return of the last 100 episodes reaches this value.
+    #[arg(long)]
+    pub stop_at_reward: Option<f64>,
+    /// Write a JSON summary of the run to this file at exit.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Learner and inference device.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+    /// libtorch intra-op threads per process.
+    #[arg(long, default_value_t = 1)]
+    pub num_threads: i32,
+    /// Seconds between progress lines (0: none).
+    #[arg(long, default_value_t = 1.0)]
+    pub report_interval_sec: f64,
+    /// Save the resolved config and the final weights in the experiment folder.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    pub save_experiment: bool,
+}
+
+/// The whole configuration of a training run.
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct Config {
+    /// Environment and seeds.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub env: EnvConfig,
+    /// Rollout and inference workers.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub sampling: SamplingConfig,
+    /// The network.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub model: ModelConfig,
+    /// The algorithm.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub appo: AppoConfig,
+    /// The run.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub run: RunConfig,
+}
+
+/// The `rlfactory` command line.
+#[derive(Debug, Parser)]
+#[command(name = "rlfactory", version, about = "High-throughput asynchronous reinforcement learning")]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Train a policy.
+    Train(TrainArgs),
+}
+
+/// `rlfactory train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// A TOML file of settings (keys are flag names), applied over the env's shipped defaults.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+    /// The configuration.
+    #[command(flatten)]
+    pub config: Config,
+}
+
+/// The shipped default settings for `env`, as TOML, if there are any.
+pub fn shipped_config(env: &str) -> Option<&'static str> {
+    match env {
+        "CartPole-v1" => Some(include_str!("../configs/CartPole-v1.toml")),
+        "Acrobot-v1" => Some(include_str!("../configs/Acrobot-v1.toml")),
+        "MountainCar-v0" => Some(include_str!("../configs/MountainCar-v0.toml")),
+        "MountainCarContinuous-v0" => Some(include_str!("../configs/MountainCarContinuous-v0.toml")),
+        "Pendulum-v1" => Some(include_str!("../configs/Pendulum-v1.toml")),
+        _ => None,
+    }
+}
+
+fn cli_command() -> clap::Command {
+    Cli::command().args_override_self(true)
+}
+
+fn parse_cli(args: &[String]) -> Result<Cli, clap::Error> {
+    let matches = cli_command().try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
+fn toml_value_to_arg(value: &toml::Value) -> Option<String> {
+    match value {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        toml::Value::Array(items) => {
+            let parts: Option<Vec<String>> = items.iter().map(toml_value_to_arg).collect();
+            parts.map(|p| p.join(","))
+        }
+        toml::Value::Datetime(_) | toml::Value::Table(_) => None,
+    }
+}
+
+/// Turns a flat TOML table of settings into `--key=value` arguments, checking every key against
+/// the flags of `rlfactory train`. `origin` names the file in errors.
+pub fn config_file_args(text: &str, origin: &Path) -> Result<Vec<String>> {
+    let file_error = |message: String| RlfError::ConfigFile {
+        path: origin.to_owned(),
+        message,
+    };
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| file_error(e.message().to_owned()))?;
+    let command = cli_command();
+    let train = command
+        .find_subcommand("train")
+        .ok_or_else(|| file_error("the CLI has no train command".into()))?;
+    let known: Vec<&str> = train.get_arguments().filter_map(|a| a.get_long()).collect();
+    let mut args = Vec::with_capacity(table.len());
+    for (key, value) in &table {
+        if key == "config" || !known.contains(&key.as_str()) {
+            return Err(file_error(format!("unknown key `{key}`")));
+        }
+        let value = toml_value_to_arg(value)
+            .ok_or_else(|| file_error(format!("key `{key}`: expected a string, number, boolean or array")))?;
+        args.push(format!("--{key}={value}"));
+    }
+    Ok(args)
+}
+
+/// How a command line was understood.
+#[derive(Debug)]
+pub enum Invocation {
+    /// Train with this resolved and validated configuration.
+    Train(Box<Config>),
+}
+
+/// Why a command line was not accepted.
+#[derive(Debug)]
+pub enum CliError {
+    /// clap's own outcome: a usage error, or `--help` / `--version` to print.
+    Clap(clap::Error),
+    /// A bad config file or an impossible combination of values.
+    Invalid(RlfError),
+}
+
+impl From<clap::Error> for CliError {
+    fn from(e: clap::Error) -> Self {
+        CliError::Clap(e)
+    }
+}
+
+impl From<RlfError> for CliError {
+    fn from(e: RlfError) -> Self {
+        CliError::Invalid(e)
+    }
+}
+
+/// Parses `args` (program name first), layers defaults, the env's shipped config, `--config FILE`
+/// and the command line (see the module doc), and validates the result.
+pub fn parse_invocation(args: &[String]) -> Result<Invocation, CliError> {
+    let Command::Train(first) = parse_cli(args)?.command;
+    let head = &args[..2.min(args.len())];
+    let tail = &args[head.len()..];
+    let env = first.config.env.env.clone();
+    let mut layered: Vec<String> = Vec::new();
+    let check_file = |text: &str, origin: &Path| -> Result<Vec<String>, CliError> {
+        let file_args = config_file_args(text, origin)?;
+        let mut alone: Vec<String> = head.to_vec();
+        alone.extend(file_args.iter().cloned());
+        alone.push(format!("--env={env}"));
+        if let Err(e) = parse_cli(&alone) {
+            let message = e.to_string();
+            let line = message.lines().next().unwrap_or_default().trim_start_matches("error: ");
+            return Err(RlfError::ConfigFile {
+                path: origin.to_owned(),
+                message: line.to_owned(),
+            }
+            .into());
+        }
+        Ok(file_args)
+    };
+    if let Some(text) = shipped_config(&env) {
+        layered.extend(check_file(text, Path::new(&format!("configs/{env}.toml")))?);
+    }
+    if let Some(path) = &first.config_file {
+        let text = std::fs::read_to_string(path).map_err(|e| RlfError::ConfigFile {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        layered.extend(check_file(&text, path)?);
+    }
+    let mut all = head.to_vec();
+    all.extend(layered);
+    all.extend(tail.iter().cloned());
+    let Command::Train(train) = parse_cli(&all)?.command;
+    train.config.validate()?;
+    Ok(Invocation::Train(Box::new(train.config)))
+}
+
+impl Config {
+    /// A configuration for `env` from defaults and the env's shipped config, with `overrides`
+    /// (`--flag=value` strings) applied last, validated.
+    pub fn for_env(env: &str, overrides: &[&str]) -> Result<Config> {
+        let mut args = vec!["rlfactory".to_owned(), "train".to_owned(), format!("--env={env}")];
+        args.extend(overrides.iter().map(|s| (*s).to_owned()));
+        match parse_invocation(&args) {
+            Ok(Invocation::Train(config)) => Ok(*config),
+            Err(CliError::Invalid(e)) => Err(e),
+            Err(CliError::Clap(e)) => Err(RlfError::Config(
+                e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned(),
+            )),
+        }
+    }
+
+    /// Transitions in one training dataset.
+    pub fn dataset_size(&self) -> usize {
+        self.appo.batch_size * self.appo.num_batches_per_epoch
+    }
+
+    /// Envs across all rollout workers.
+    pub fn total_envs(&self) -> usize {
+        self.sampling.num_workers * self.sampling.num_envs_per_worker
+    }
+
+    /// Rejects impossible values and combinations, with a message naming the flags.
+    pub fn validate(&self) -> Result<()> {
+        let err = |m: String| Err(RlfError::Config(m));
+        let s = &self.sampling;
+        let a = &self.appo;
+        let r = &self.run;
+        for (name, value) in [
+            ("--num_workers", s.num_workers),
+            ("--num_envs_per_worker", s.num_envs_per_worker),
+            ("--worker_num_splits", s.worker_num_splits),
+            ("--rollout", s.rollout),
+            ("--batch_size", a.batch_size),
+            ("--num_batches_per_epoch", a.num_batches_per_epoch),
+            ("--num_epochs", a.num_epochs),
+        ] {
+            if value == 0 {
+                return err(format!("{name} must be at least 1"));
+            }
+        }
+        if s.num_envs_per_worker % s.worker_num_splits != 0 {
+            return err(format!(
+                "--num_envs_per_worker ({}) must be a multiple of --worker_num_splits ({})",
+                s.num_envs_per_worker, s.worker_num_splits
+            ));
+        }
+        if a.batch_size % s.rollout != 0 {
+            return err(format!(
+                "--batch_size ({}) must be a multiple of --rollout ({}): minibatches hold whole trajectories",
+                a.batch_size, s.rollout
+            ));
+        }
+        let sampled = self.total_envs() * s.rollout;
+        if !r.async_rl && self.dataset_size() % sampled != 0 {
+            return err(format!(
+                "with --async_rl=false, --batch_size * --num_batches_per_epoch ({}) must be a multiple of \
+                 --num_workers * --num_envs_per_worker * --rollout ({sampled})",
+                self.dataset_size()
+            ));
+        }
+        let unit = [
+            ("--gamma", a.gamma),
+            ("--gae_lambda", a.gae_lambda),
+            ("--adam_beta1", a.adam_beta1),
+            ("--adam_beta2", a.adam_beta2),
+        ];
+        if let Some((name, v)) = unit.iter().find(|(_, v)| !(0.0..=1.0).contains(v)) {
+            return err(format!("{name} must be in [0, 1], got {v}"));
+        }
+        let positive = [
+            ("--learning_rate", a.learning_rate),
+            ("--ppo_clip_ratio", a.ppo_clip_ratio),
+            ("--max_grad_norm", a.max_grad_norm),
+            ("--adam_eps", a.adam_eps),
+            ("--vtrace_rho", a.vtrace_rho),
+            ("--vtrace_c", a.vtrace_c),
+            ("--initial_stddev", self.model.initial_stddev),
+            ("--train_for_seconds", r.train_for_seconds),
+            ("--lr_schedule_kl_threshold", a.lr_schedule_kl_threshold),
+        ];
+        if let Some((name, v)) = positive.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
+            return err(format!("{name} must be a positive number, got {v}"));
+        }
+        let finite = [
+            ("--ppo_clip_value", a.ppo_clip_value),
+            ("--value_loss_coeff", a.value_loss_coeff),
+            ("--exploration_loss_coeff", a.exploration_loss_coeff),
+            ("--report_interval_sec", r.report_interval_sec),
+        ];
+        if let Some((name, v)) = finite.iter().find(|(_, v)| !v.is_finite() || *v < 0.0) {
+            return err(format!("{name} must be a non-negative number, got {v}"));
+        }
+        if let Some(reward) = r.stop_at_reward {
+            if !reward.is_finite() {
+                return err(format!("--stop_at_reward must be a finite number, got {reward}"));
+            }
+        }
+        if r.num_threads < 1 {
+            return err(format!("--num_threads must be at least 1, got {}", r.num_threads));
+        }
+        if !r.serial_mode {
+            return err("--serial_mode=false is not available yet: run with --serial_mode (the default)".into());
+        }
+        if r.device == DeviceKind::Gpu && !tch::Cuda::is_available() {
+            return err("--device=gpu: no CUDA device is available to libtorch".into());
+        }
+        Ok(())
+    }
+
+    /// The resolved configuration as a flat TOML table, the format `--config` reads.
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string(self).map_err(|e| RlfError::Config(format!("cannot serialise the config: {e}")))
+    }
+}

@@ -1,0 +1,63 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// What can go wrong while configuring, building or running a training job. Every message names
+/// what was wrong and where (which flag, file, env or component).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RlfError {
+    /// A configuration value or combination of values is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A configuration file could not be read or parsed.
+    #[error("config file {path}: {message}")]
+    ConfigFile {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The environment failed.
+    #[error(transparent)]
+    Env(#[from] rlf_env::EnvError),
+    /// libtorch reported an error.
+    #[error("libtorch: {0}")]
+    Torch(String),
+    /// A model does not support this observation or action space.
+    #[error("unsupported space for a model: {0}")]
+    UnsupportedSpace(String),
+    /// Weights do not fit the model they are loaded into.
+    #[error("weights do not fit the model: {0}")]
+    WeightMismatch(String),
+    /// Reading or writing a file failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A component received a message it cannot use (wrong sizes, unknown worker).
+    #[error("{component}: {message}")]
+    Protocol {
+        /// The component that rejected the message.
+        component: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// The event loop failed.
+    #[error("event loop: {0}")]
+    EventLoop(String),
+}
+
+impl From<tch::TchError> for RlfError {
+    fn from(e: tch::TchError) -> Self {
+        RlfError::Torch(e.to_string())
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = RlfError> = std::result::Result<T, E>;

@@ -1,0 +1,30 @@
+//! Learning: the [`Batcher`] assembles trajectories into training datasets; the [`Learner`] trains
+//! on them and publishes new weights.
+
+mod batcher;
+mod learner;
+
+use serde::{Deserialize, Serialize};
+
+pub use batcher::Batcher;
+pub use learner::Learner;
+
+use crate::model::PolicyWeights;
+
+/// New weights after training (`policy_updated`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicyUpdated {
+    /// The policy version (SGD steps so far).
+    pub version: u64,
+    /// The weights and normalisation statistics.
+    pub weights: PolicyWeights,
+}
+
+/// Metrics of one training dataset (`training_reported`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainingReport {
+    /// The policy version after training.
+    pub version: u64,
+    /// Metrics by name (`train/policy_loss`, ...).
+    pub metrics: Vec<(String, f64)>,
+}

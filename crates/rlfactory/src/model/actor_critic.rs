@@ -1,0 +1,394 @@
+//! The actor-critic MLP.
+
+use std::path::Path;
+
+use rlf_env::Space;
+use tch::{nn, Kind, Tensor};
+
+use super::{ActOutput, Distribution, Policy, PolicyWeights, RunningMeanStd};
+use crate::config::{DeviceKind, ModelConfig, Nonlinearity, PolicyInitialization};
+use crate::error::{Result, RlfError};
+
+/// Observations are clipped to this many standard deviations after normalisation.
+const OBS_CLIP: f64 = 10.0;
+
+/// The action head, chosen from the action space.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionHead {
+    /// `Discrete(n)`: a categorical over `n` values.
+    Categorical {
+        /// Number of values.
+        n: i64,
+    },
+    /// `MultiDiscrete(nvec)`: one categorical per component.
+    MultiCategorical {
+        /// Values per component.
+        sizes: Vec<i64>,
+    },
+    /// `Box` of `dim` values: a diagonal Gaussian.
+    Gaussian {
+        /// Action dimensions.
+        dim: i64,
+        /// The standard deviation is an output of the network (true) or one learned parameter
+        /// per dimension (false).
+        adaptive_std: bool,
+    },
+}
+
+impl ActionHead {
+    /// The head for `space`, or an error for spaces no head supports.
+    pub fn for_space(space: &Space, adaptive_std: bool) -> Result<Self> {
+        let to_i64 = |n: u64| i64::try_from(n).map_err(|_| RlfError::UnsupportedSpace(format!("{space}: too many actions")));
+        match space {
+            Space::Discrete { n, .. } => Ok(ActionHead::Categorical { n: to_i64(*n)? }),
+            Space::MultiDiscrete(nvec) => Ok(ActionHead::MultiCategorical {
+                sizes: nvec.iter().map(|&n| to_i64(n)).collect::<Result<_>>()?,
+            }),
+            Space::Box(b) => Ok(ActionHead::Gaussian {
+                dim: b.size() as i64,
+                adaptive_std,
+            }),
+            Space::Dict(_) | Space::Tuple(_) => Err(RlfError::UnsupportedSpace(format!(
+                "action space {space}: only Discrete, MultiDiscrete and Box actions are supported"
+            ))),
+        }
+    }
+
+    /// Numbers per raw action.
+    pub fn action_dim(&self) -> usize {
+        match self {
+            ActionHead::Categorical { .. } => 1,
+            ActionHead::MultiCategorical { sizes } => sizes.len(),
+            ActionHead::Gaussian { dim, .. } => *dim as usize,
+        }
+    }
+
+    fn outputs(&self) -> i64 {
+        match self {
+            ActionHead::Categorical { n } => *n,
+            ActionHead::MultiCategorical { sizes } => sizes.iter().sum(),
+            ActionHead::Gaussian { dim, adaptive_std } => {
+                if *adaptive_std {
+                    2 * dim
+                } else {
+                    *dim
+                }
+            }
+        }
+    }
+}
+
+struct Mlp {
+    layers: Vec<nn::Linear>,
+    nonlinearity: Nonlinearity,
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let mut h = x.shallow_clone();
+        for layer in &self.layers {
+            let z = h.apply(layer);
+            h = match self.nonlinearity {
+                Nonlinearity::Elu => z.elu(),
+                Nonlinearity::Relu => z.relu(),
+                Nonlinearity::Tanh => z.tanh(),
+            };
+        }
+        h
+    }
+}
+
+fn linear(path: nn::Path<'_>, inputs: i64, outputs: i64, init: PolicyInitialization, gain: f64) -> nn::Linear {
+    let config = match init {
+        PolicyInitialization::Orthogonal => nn::LinearConfig {
+            ws_init: nn::Init::Orthogonal { gain },
+            bs_init: Some(nn::Init::Const(0.0)),
+            bias: true,
+        },
+        PolicyInitialization::TorchDefault => nn::LinearConfig::default(),
+    };
+    nn::linear(path, inputs, outputs, config)
+}
+
+fn mlp(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Mlp, i64) {
+    let mut size = inputs;
+    let mut layers = Vec::with_capacity(cfg.encoder_mlp_layers.0.len());
+    for (i, &out) in cfg.encoder_mlp_layers.0.iter().enumerate() {
+        layers.push(linear(path / format!("fc{i}"), size, out, cfg.policy_initialization, 2f64.sqrt()));
+        size = out;
+    }
+    (
+        Mlp {
+            layers,
+            nonlinearity: cfg.nonlinearity,
+        },
+        size,
+    )
+}
+
+/// An actor-critic network for an observation and an action space.
+pub struct ActorCritic {
+    vs: nn::VarStore,
+    head: ActionHead,
+    obs_dim: i64,
+    actor: Mlp,
+    critic: Option<Mlp>,
+    action_out: nn::Linear,
+    value_out: nn::Linear,
+    log_std: Option<Tensor>,
+    log_std_offset: f64,
+    obs_rms: Option<RunningMeanStd>,
+    ret_rms: Option<RunningMeanStd>,
+    named: Vec<(String, Tensor)>,
+}
+
+impl std::fmt::Debug for ActorCritic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActorCritic")
+            .field("obs_dim", &self.obs_dim)
+            .field("head", &self.head)
+            .field("variables", &self.named.iter().map(|(n, _)| n).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ActorCritic {
+    /// Builds the network for the spaces. Random initialisation draws from libtorch's generator
+    /// (seed it with [`seed`](crate::model::ActorCritic::seed)).
+    pub fn new(observation_space: &Space, action_space: &Space, cfg: &ModelConfig, device: DeviceKind) -> Result<Self> {
+        let head = ActionHead::for_space(action_space, cfg.adaptive_stddev)?;
+        let obs_dim = observation_space.flat_dim() as i64;
+        if obs_dim == 0 {
+            return Err(RlfError::UnsupportedSpace(format!("observation space {observation_space} is empty")));
+        }
+        let device = match device {
+            DeviceKind::Cpu => tch::Device::Cpu,
+            DeviceKind::Gpu => tch::Device::Cuda(0),
+        };
+        let vs = nn::VarStore::new(device);
+        let root = vs.root();
+        let (actor, hidden) = mlp(&(&root / "actor_encoder"), obs_dim, cfg);
+        let critic = if cfg.actor_critic_share_weights {
+            None
+        } else {
+            Some(mlp(&(&root / "critic_encoder"), obs_dim, cfg).0)
+        };
+        let action_out = linear(&root / "action_head", hidden, head.outputs(), cfg.policy_initialization, 0.01);
+        let value_out = linear(&root / "value_head", hidden, 1, cfg.policy_initialization, 1.0);
+        let log_std_offset = cfg.initial_stddev.ln();
+        let log_std = match head {
+            ActionHead::Gaussian {
+                dim,
+                adaptive_std: false,
+            } => Some(root.var("log_std", &[dim], nn::Init::Const(log_std_offset))),
+            _ => None,
+        };
+        let obs_rms = cfg.normalize_input.then(|| RunningMeanStd::new(&(&root / "obs_normalizer"), obs_dim));
+        let ret_rms = cfg.normalize_returns.then(|| RunningMeanStd::new(&(&root / "returns_normalizer"), 1));
+        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Self {
+            vs,
+            head,
+            obs_dim,
+            actor,
+            critic,
+            action_out,
+            value_out,
+            log_std,
+            log_std_offset,
+            obs_rms,
+            ret_rms,
+            named,
+        })
+    }
+
+    /// Seeds libtorch's random generator of this process (initialisation and action sampling).
+    pub fn seed(seed: u64) {
+        tch::manual_seed(seed as i64);
+    }
+
+    /// The action head.
+    pub fn head(&self) -> &ActionHead {
+        &self.head
+    }
+
+    /// The variable store (for optimisers).
+    pub fn var_store(&self) -> &nn::VarStore {
+        &self.vs
+    }
+
+    /// The trainable parameters.
+    pub fn trainable_variables(&self) -> Vec<Tensor> {
+        self.vs.trainable_variables()
+    }
+
+    /// The device the parameters live on.
+    pub fn device(&self) -> tch::Device {
+        self.vs.device()
+    }
+
+    /// The action distribution and the *normalised* value (see [`value_scale`](Self::unscale_value))
+    /// for a batch of observations `[n, obs_dim]`.
+    pub fn forward(&self, obs: &Tensor) -> (Distribution, Tensor) {
+        let x = match &self.obs_rms {
+            Some(rms) => rms.normalize(obs, OBS_CLIP),
+            None => obs.shallow_clone(),
+        };
+        let actor_h = self.actor.forward(&x);
+        let critic_h = match &self.critic {
+            Some(critic) => critic.forward(&x),
+            None => actor_h.shallow_clone(),
+        };
+        let value = critic_h.apply(&self.value_out).squeeze_dim(-1);
+        let out = actor_h.apply(&self.action_out);
+        let dist = match &self.head {
+            ActionHead::Categorical { .. } => Distribution::categorical(&out),
+            ActionHead::MultiCategorical { sizes } => Distribution::multi_categorical(&out, sizes),
+            ActionHead::Gaussian { dim, adaptive_std: true } => {
+                let parts = out.split(*dim, -1);
+                Distribution::Gaussian {
+                    mean: parts[0].shallow_clone(),
+                    log_std: &parts[1] + self.log_std_offset,
+                }
+            }
+            ActionHead::Gaussian { .. } => {
+                let log_std = match &self.log_std {
+                    Some(l) => l.expand_as(&out),
+                    None => out.zeros_like(),
+                };
+                Distribution::Gaussian { mean: out, log_std }
+            }
+        };
+        (dist, value)
+    }
+
+    /// Values in return units from normalised ones (the identity without return normalisation).
+    pub fn unscale_value(&self, v: &Tensor) -> Tensor {
+        match &self.ret_rms {
+            Some(rms) => rms.unscale(&v.unsqueeze(-1)).squeeze_dim(-1),
+            None => v.shallow_clone(),
+        }
+    }
+
+    /// Returns in normalised units (the identity without return normalisation).
+    pub fn scale_value(&self, v: &Tensor) -> Tensor {
+        match &self.ret_rms {
+            Some(rms) => rms.scale(&v.unsqueeze(-1)).squeeze_dim(-1),
+            None => v.shallow_clone(),
+        }
+    }
+
+    /// The ratio between normalised and return units of values (1 without return normalisation).
+    pub fn value_unit(&self) -> f64 {
+        match &self.ret_rms {
+            Some(rms) => tch::no_grad(|| f64::try_from((rms.var() + 1e-5).sqrt().mean(Kind::Float)).unwrap_or(1.0)),
+            None => 1.0,
+        }
+    }
+
+    /// Values (in return units, no gradient) of a batch of observations.
+    pub fn values(&self, obs: &Tensor) -> Tensor {
+        tch::no_grad(|| self.unscale_value(&self.forward(obs).1))
+    }
+
+    /// Folds a batch of observations `[n, obs_dim]` into the observation statistics.
+    pub fn update_obs_stats(&mut self, obs: &Tensor) {
+        if let Some(rms) = &mut self.obs_rms {
+            rms.update(obs);
+        }
+    }
+
+    /// Folds a batch of returns `[n]` into the return statistics.
+    pub fn update_return_stats(&mut self, returns: &Tensor) {
+        if let Some(rms) = &mut self.ret_rms {
+            rms.update(&returns.unsqueeze(-1));
+        }
+    }
+
+    /// A `[n, obs_dim]` tensor on the model's device from flat observations.
+    pub fn obs_tensor(&self, obs: &[f32]) -> Result<Tensor> {
+        let d = self.obs_dim as usize;
+        if obs.len() % d != 0 {
+            return Err(RlfError::Protocol {
+                component: "policy",
+                message: format!("{} observation values are not a whole number of {d}-value observations", obs.len()),
+            });
+        }
+        Ok(Tensor::f_from_slice(obs)?.f_view([(obs.len() / d) as i64, self.obs_dim])?.f_to_device(self.device())?)
+    }
+}
+
+fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(Vec::<f32>::try_from(t.f_to_kind(Kind::Float)?.f_flatten(0, -1)?.f_to_device(tch::Device::Cpu)?)?)
+}
+
+impl Policy for ActorCritic {
+    fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput> {
+        let obs = self.obs_tensor(obs)?;
+        tch::no_grad(|| {
+            let (dist, value) = self.forward(&obs);
+            let actions = dist.sample(deterministic);
+            let log_probs = dist.log_prob(&actions);
+            Ok(ActOutput {
+                actions: to_vec(&actions)?,
+                log_probs: to_vec(&log_probs)?,
+                values: to_vec(&self.unscale_value(&value))?,
+            })
+        })
+    }
+
+    fn obs_dim(&self) -> usize {
+        self.obs_dim as usize
+    }
+
+    fn action_dim(&self) -> usize {
+        self.head.action_dim()
+    }
+
+    fn weights(&self) -> Result<PolicyWeights> {
+        let flat: Vec<Tensor> = self.named.iter().map(|(_, t)| t.detach().flatten(0, -1)).collect();
+        Ok(PolicyWeights {
+            values: to_vec(&Tensor::f_cat(&flat, 0)?)?,
+        })
+    }
+
+    fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()> {
+        let total: usize = self.named.iter().map(|(_, t)| t.numel()).sum();
+        if weights.values.len() != total {
+            return Err(RlfError::WeightMismatch(format!(
+                "{} values for a model of {total} values",
+                weights.values.len()
+            )));
+        }
+        let device = self.device();
+        tch::no_grad(|| {
+            let mut offset = 0;
+            for (_, t) in &mut self.named {
+                let n = t.numel();
+                let src = Tensor::f_from_slice(&weights.values[offset..offset + n])?
+                    .f_view(t.size().as_slice())?
+                    .f_to_device(device)?;
+                t.f_copy_(&src)?;
+                offset += n;
+            }
+            Ok(())
+        })
+    }
+
+    fn save(&self, path: &Path) -> Result<()> {
+        self.vs.save(path).map_err(|e| RlfError::Io {
+            what: "saving weights to",
+            path: path.to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+
+    fn load(&mut self, path: &Path) -> Result<()> {
+        self.vs.load(path).map_err(|e| RlfError::Io {
+            what: "loading weights from",
+            path: path.to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+}

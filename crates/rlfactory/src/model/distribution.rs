@@ -1,0 +1,154 @@
+//! Action distributions over the raw outputs of an action head.
+
+use tch::{Kind, Tensor};
+
+/// log(2π) / 2.
+const HALF_LOG_TWO_PI: f64 = 0.918_938_533_204_672_7;
+
+/// A batch of action distributions, one per row.
+#[derive(Debug)]
+pub enum Distribution {
+    /// One categorical per row: `log_probs` is `[n, k]`, log-softmax of the logits.
+    Categorical {
+        /// Normalised log-probabilities.
+        log_probs: Tensor,
+    },
+    /// Independent categoricals per row, one per action component.
+    MultiCategorical {
+        /// Normalised log-probabilities of each component, `[n, k_i]`.
+        parts: Vec<Tensor>,
+    },
+    /// Diagonal Gaussian: `mean` and `log_std` are `[n, d]`.
+    Gaussian {
+        /// Means.
+        mean: Tensor,
+        /// Log standard deviations.
+        log_std: Tensor,
+    },
+}
+
+impl Distribution {
+    /// A categorical from unnormalised logits `[n, k]`.
+    pub fn categorical(logits: &Tensor) -> Self {
+        Distribution::Categorical {
+            log_probs: logits.log_softmax(-1, Kind::Float),
+        }
+    }
+
+    /// Independent categoricals from logits `[n, Σ k_i]` split into `sizes`.
+    pub fn multi_categorical(logits: &Tensor, sizes: &[i64]) -> Self {
+        Distribution::MultiCategorical {
+            parts: logits
+                .split_with_sizes(sizes, -1)
+                .iter()
+                .map(|l| l.log_softmax(-1, Kind::Float))
+                .collect(),
+        }
+    }
+
+    /// Log-probability of raw `actions` (`[n, action_dim]`, float), `[n]`.
+    pub fn log_prob(&self, actions: &Tensor) -> Tensor {
+        match self {
+            Distribution::Categorical { log_probs } => {
+                log_probs.gather(-1, &actions.to_kind(Kind::Int64), false).squeeze_dim(-1)
+            }
+            Distribution::MultiCategorical { parts } => {
+                let idx = actions.to_kind(Kind::Int64);
+                let per_part: Vec<Tensor> = parts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, lp)| lp.gather(-1, &idx.narrow(-1, i as i64, 1), false))
+                    .collect();
+                Tensor::cat(&per_part, -1).sum_dim_intlist(-1, false, Kind::Float)
+            }
+            Distribution::Gaussian { mean, log_std } => {
+                let z = (actions - mean) / log_std.exp();
+                (z.square() * -0.5 - log_std - HALF_LOG_TWO_PI).sum_dim_intlist(-1, false, Kind::Float)
+            }
+        }
+    }
+
+    /// Entropy per row, `[n]`.
+    pub fn entropy(&self) -> Tensor {
+        let categorical = |lp: &Tensor| -(lp.exp() * lp).sum_dim_intlist(-1, false, Kind::Float);
+        match self {
+            Distribution::Categorical { log_probs } => categorical(log_probs),
+            Distribution::MultiCategorical { parts } => {
+                let per_part: Vec<Tensor> = parts.iter().map(|lp| categorical(lp).unsqueeze(-1)).collect();
+                Tensor::cat(&per_part, -1).sum_dim_intlist(-1, false, Kind::Float)
+            }
+            Distribution::Gaussian { log_std, .. } => {
+                (log_std + 0.5 + HALF_LOG_TWO_PI).sum_dim_intlist(-1, false, Kind::Float)
+            }
+        }
+    }
+
+    /// Raw actions `[n, action_dim]` (float): sampled, or the mode when `deterministic`.
+    pub fn sample(&self, deterministic: bool) -> Tensor {
+        let pick = |lp: &Tensor| {
+            if deterministic {
+                lp.argmax(-1, true)
+            } else {
+                lp.exp().multinomial(1, true)
+            }
+        };
+        match self {
+            Distribution::Categorical { log_probs } => pick(log_probs).to_kind(Kind::Float),
+            Distribution::MultiCategorical { parts } => {
+                let picks: Vec<Tensor> = parts.iter().map(pick).collect();
+                Tensor::cat(&picks, -1).to_kind(Kind::Float)
+            }
+            Distribution::Gaussian { mean, log_std } => {
+                if deterministic {
+                    mean.shallow_clone()
+                } else {
+                    mean + log_std.exp() * mean.randn_like()
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(t: &Tensor) -> Vec<f32> {
+        Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1)).unwrap()
+    }
+
+    #[test]
+    fn categorical_log_prob_and_entropy() {
+        let logits = Tensor::from_slice(&[0.0_f32, (3.0_f32).ln()]).view([1, 2]);
+        let d = Distribution::categorical(&logits);
+        let lp = values(&d.log_prob(&Tensor::from_slice(&[1.0_f32]).view([1, 1])));
+        assert!((lp[0] - 0.75_f32.ln()).abs() < 1e-6);
+        let h = values(&d.entropy())[0];
+        let expected = -(0.25 * 0.25_f32.ln() + 0.75 * 0.75_f32.ln());
+        assert!((h - expected).abs() < 1e-6);
+        assert_eq!(values(&d.sample(true)), [1.0]);
+    }
+
+    #[test]
+    fn gaussian_log_prob_and_entropy() {
+        let mean = Tensor::from_slice(&[1.0_f32, -1.0]).view([1, 2]);
+        let log_std = Tensor::from_slice(&[0.0_f32, (2.0_f32).ln()]).view([1, 2]);
+        let d = Distribution::Gaussian { mean, log_std };
+        let a = Tensor::from_slice(&[2.0_f32, -1.0]).view([1, 2]);
+        let lp = values(&d.log_prob(&a))[0] as f64;
+        let expected = (-0.5 - HALF_LOG_TWO_PI) + (-(2.0_f64).ln() - HALF_LOG_TWO_PI);
+        assert!((lp - expected).abs() < 1e-5, "{lp} vs {expected}");
+        let h = values(&d.entropy())[0] as f64;
+        assert!((h - (1.0 + 2.0 * HALF_LOG_TWO_PI + (2.0_f64).ln())).abs() < 1e-5);
+    }
+
+    #[test]
+    fn multi_categorical_sums_parts() {
+        let logits = Tensor::from_slice(&[0.0_f32, 0.0, 0.0, 0.0, 0.0]).view([1, 5]);
+        let d = Distribution::multi_categorical(&logits, &[2, 3]);
+        let lp = values(&d.log_prob(&Tensor::from_slice(&[1.0_f32, 2.0]).view([1, 2])))[0];
+        assert!((lp - (0.5_f32 * (1.0 / 3.0)).ln()).abs() < 1e-6);
+        let h = values(&d.entropy())[0];
+        assert!((h - (2.0_f32.ln() + 3.0_f32.ln())).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,68 @@
+//! Networks, behind our own small [`Policy`] trait: the rest of the framework never names the
+//! deep-learning crate's types.
+//!
+//! - [`ActorCritic`]: an MLP encoder built from the observation space, an action head built from
+//!   the action space ([`ActionHead`]), a value head; shared or separate actor and critic;
+//!   orthogonal initialisation; running normalisation of observations and returns, stored beside
+//!   the weights.
+//! - [`Policy`]: what inference needs: act on a batch of observations, export and import weights,
+//!   save and load.
+
+mod actor_critic;
+mod distribution;
+mod normalize;
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub use actor_critic::{ActionHead, ActorCritic};
+pub use distribution::Distribution;
+pub use normalize::RunningMeanStd;
+
+use crate::error::Result;
+
+/// What a policy returns for a batch of `n` observations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActOutput {
+    /// Raw actions, `n * action_dim` values: category indices for discrete heads, the unclipped
+    /// Gaussian sample for continuous ones (see [`crate::env::ActionMapper`] for what the env gets).
+    pub actions: Vec<f32>,
+    /// Log-probability of each action under the policy that chose it.
+    pub log_probs: Vec<f32>,
+    /// Value estimate of each observation (in return units).
+    pub values: Vec<f32>,
+}
+
+/// All the state of a policy (weights and normalisation statistics) as one flat vector, in a
+/// fixed order: what the learner publishes and the inference worker loads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicyWeights {
+    /// The values, variable after variable in name order.
+    pub values: Vec<f32>,
+}
+
+/// A policy as inference sees it.
+pub trait Policy {
+    /// Chooses actions for `obs`, a batch of observations of `obs_dim` values each: sampled, or the
+    /// most likely ones when `deterministic`.
+    fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput>;
+
+    /// Values per observation.
+    fn obs_dim(&self) -> usize;
+
+    /// Values per raw action.
+    fn action_dim(&self) -> usize;
+
+    /// The current weights and statistics.
+    fn weights(&self) -> Result<PolicyWeights>;
+
+    /// Replaces weights and statistics with `weights` (from a policy of the same architecture).
+    fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()>;
+
+    /// Saves weights and statistics to `path` (safetensors).
+    fn save(&self, path: &Path) -> Result<()>;
+
+    /// Loads weights and statistics saved by [`save`](Policy::save).
+    fn load(&mut self, path: &Path) -> Result<()>;
+}

@@ -1,0 +1,84 @@
+//! Sampling: [`RolloutWorker`]s step envs and record trajectories; the [`InferenceWorker`] chooses
+//! their actions. The messages between them, and to the batcher and runner, are defined here.
+
+mod inference;
+mod rollout;
+
+use serde::{Deserialize, Serialize};
+
+pub use inference::InferenceWorker;
+pub use rollout::RolloutWorker;
+
+use crate::model::ActOutput;
+
+/// Observations of one split of a rollout worker, waiting for actions (`policy_requested`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyRequest {
+    /// The rollout worker.
+    pub worker: usize,
+    /// The split of its envs.
+    pub split: usize,
+    /// One observation per env of the split.
+    pub obs: Vec<f32>,
+}
+
+/// Actions for one split (`actions_ready`), with the version of the policy that chose them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionsReady {
+    /// The rollout worker.
+    pub worker: usize,
+    /// The split of its envs.
+    pub split: usize,
+    /// The policy version.
+    pub version: u64,
+    /// Actions, log-probabilities and values.
+    pub output: ActOutput,
+}
+
+/// A trajectory of `len` steps of the `num_envs` envs of one split (`trajectory_ready`), time-major:
+/// step `t` of env `i` is at index `t * num_envs + i`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Trajectory {
+    /// The rollout worker.
+    pub worker: usize,
+    /// The split.
+    pub split: usize,
+    /// Envs in the split.
+    pub num_envs: usize,
+    /// Steps.
+    pub len: usize,
+    /// Observations before each step.
+    pub obs: Vec<f32>,
+    /// Raw actions.
+    pub actions: Vec<f32>,
+    /// Log-probabilities of the actions.
+    pub log_probs: Vec<f32>,
+    /// Values of the observations.
+    pub values: Vec<f32>,
+    /// Rewards.
+    pub rewards: Vec<f32>,
+    /// Terminal steps.
+    pub terminated: Vec<bool>,
+    /// Truncated steps.
+    pub truncated: Vec<bool>,
+    /// The last observation of each truncated episode: (index, observation).
+    pub final_obs: Vec<(usize, Vec<f32>)>,
+    /// Observations after the last step, one per env.
+    pub next_obs: Vec<f32>,
+    /// Policy version of each step.
+    pub versions: Vec<u64>,
+}
+
+/// Progress of a rollout worker (`rollout_reported`): env frames simulated and episodes finished
+/// since its previous report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RolloutReport {
+    /// The rollout worker.
+    pub worker: usize,
+    /// Env frames since the previous report.
+    pub env_frames: u64,
+    /// Returns of the finished episodes.
+    pub episode_returns: Vec<f64>,
+    /// Lengths of the finished episodes.
+    pub episode_lengths: Vec<u64>,
+}
