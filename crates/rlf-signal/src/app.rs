@@ -109,6 +109,23 @@ impl App {
     where
         F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
     {
+        self.run_inner(None, build)
+    }
+
+    /// [`App::run`] over a caller's transport (another flavour, such as a future MPI one, or an instrumented one):
+    /// it must hold one endpoint per loop and per work queue, in declaration order (serial mode: the main loop
+    /// only). Components are unchanged. Process loops need the built-in transport and fail to start here.
+    pub fn run_with_transport<F>(&self, transport: Arc<dyn Transport>, build: F) -> Result<Outcome, RunError>
+    where
+        F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
+    {
+        self.run_inner(Some(transport), build)
+    }
+
+    fn run_inner<F>(&self, custom: Option<Arc<dyn Transport>>, build: F) -> Result<Outcome, RunError>
+    where
+        F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
+    {
         let mut b = AppBuilder::new(&self.name, self.config.clone());
         build(&mut b)?;
         b.validate()?;
@@ -116,13 +133,18 @@ impl App {
         // Segments left by a SIGKILLed earlier run (their creator is dead) are removed; failure to list is harmless.
         let _ = rlf_shm::region::reclaim_stale();
         let layout = Layout::new(&b);
-        let transport = if b.serial {
-            QueueTransport::local(&layout.queue_bytes, &layout.work_bytes)
-        } else {
-            QueueTransport::shared(&layout.queue_bytes, &layout.work_bytes)?
+        let (transport, handle): (Arc<dyn Transport>, _) = match custom {
+            Some(t) => (t, None),
+            None => {
+                let t = if b.serial {
+                    QueueTransport::local(&layout.queue_bytes, &layout.work_bytes)
+                } else {
+                    QueueTransport::shared(&layout.queue_bytes, &layout.work_bytes)?
+                };
+                let handle = t.handle();
+                (Arc::new(t), handle)
+            }
         };
-        let handle = transport.handle();
-        let transport: Arc<dyn Transport> = Arc::new(transport);
         let emit_timeout = b.emit_timeout;
         let mut sup = Supervisor::new(
             layout.physical.iter().map(|(n, p)| (n.clone(), *p)).collect(),
@@ -165,7 +187,7 @@ impl App {
                             waiters.push(waiter);
                         }
                         Some(Err(e)) => sup.start_failed(id, e.to_string()),
-                        None => sup.start_failed(id, "in-process transport cannot reach a process".into()),
+                        None => sup.start_failed(id, "this transport cannot reach a process".into()),
                     }
                 }
                 Placement::Thread | Placement::Main => {

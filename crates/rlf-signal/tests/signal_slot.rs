@@ -1082,6 +1082,57 @@ fn interrupt(sig: rustix::process::Signal, code: i32) -> Result<(), Failed> {
     )
 }
 
+/// A transport of another flavour (here: counting, over the in-process one) runs the same components unchanged.
+struct Counting {
+    inner: rlf_signal::QueueTransport,
+    sends: std::sync::atomic::AtomicU64,
+}
+
+impl rlf_signal::Transport for Counting {
+    fn send(
+        &self,
+        to: rlf_signal::Endpoint,
+        msgs: &[&[u8]],
+        timeout: Duration,
+    ) -> Result<(), rlf_signal::SendError> {
+        self.sends
+            .fetch_add(msgs.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.inner.send(to, msgs, timeout)
+    }
+    fn recv(
+        &self,
+        from: rlf_signal::Endpoint,
+        out: &mut rlf_signal::Inbound,
+        max: usize,
+        deadline: Option<Instant>,
+    ) -> Result<usize, rlf_signal::RecvError> {
+        self.inner.recv(from, out, max, deadline)
+    }
+    fn close(&self, endpoint: rlf_signal::Endpoint) {
+        self.inner.close(endpoint);
+    }
+}
+
+fn custom_transport() -> Result<(), Failed> {
+    let t = Arc::new(Counting {
+        inner: rlf_signal::QueueTransport::local(&[rlf_signal::DEFAULT_QUEUE_BYTES; 2], &[]),
+        sends: Default::default(),
+    });
+    let sink = Sink::default();
+    let s = sink.clone();
+    let app = App::new("pingpong").with_config(&Cfg {
+        mode: Mode::Thread,
+        n: 20,
+    })?;
+    let o = app.run_with_transport(t.clone(), move |b| build(b, s))?;
+    expect_success(&o)?;
+    check(values(&sink, "pong").len() == 20, || "pongs missing".into())?;
+    let sends = t.sends.load(std::sync::atomic::Ordering::Relaxed);
+    check(sends >= 41, || {
+        format!("only {sends} sends went through the custom transport")
+    })
+}
+
 fn graph() -> Result<(), Failed> {
     let c = Cfg {
         mode: Mode::Process,
@@ -1128,6 +1179,7 @@ fn main() -> ExitCode {
     let args = Arguments::from_args();
     let mut trials = vec![
         Trial::test("graph_is_printed_and_checked", graph),
+        Trial::test("custom_transport_same_components", custom_transport),
         Trial::test("backpressure_blocks_then_errors_nothing_lost", backpressure::test),
         Trial::test("fault_child_sigkilled_reported_no_segments", sigkill_child),
         Trial::test("sigint_stops_all_removes_segments", || {
