@@ -1023,6 +1023,16 @@ fn wait_for(child: std::process::Child, timeout: Duration) -> Result<std::proces
     }
 }
 
+/// Every line until the process's stdout closes (all its children gone too), or `timeout`.
+fn all_lines(lines: &mpsc::Receiver<String>, timeout: Duration) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        out.push(line);
+    }
+    out
+}
+
 fn no_segments(pid: u32) -> Result<(), Failed> {
     let left = rlf_shm::region::segments_of(pid)?;
     check(left.is_empty(), || {
@@ -1034,7 +1044,7 @@ fn sigkill_child() -> Result<(), Failed> {
     let (child, lines) = spawn_parent("victim")?;
     let parent = child.id();
     let status = wait_for(child, Duration::from_secs(10))?;
-    let out: Vec<String> = lines.try_iter().collect();
+    let out = all_lines(&lines, Duration::from_secs(5));
     check(status.code() == Some(1), || {
         format!("parent exited with {status}; output {out:?}")
     })?;
