@@ -4,9 +4,9 @@
 //! Every message in a loop's inbound queue starts with a 4-byte little-endian tag:
 //! - a signal index: the rest is the postcard-encoded payload. The receiving loop decodes it **once** and calls every
 //!   slot connected to that signal whose object lives on this loop, in connection order, each with `&payload`.
-//! - [`WORK_READY`]: the rest is a work-queue index. The loop takes up to [`WORK_BATCH`] items from that work queue
+//! - `WORK_READY` (`u32::MAX - 1`): the rest is a work-queue index. The loop takes up to 64 items from that work queue
 //!   (each item is taken by one loop only; the queue guarantees it) and hands each to one of its consumers.
-//! - [`CONTROL`]: the rest is a postcard-encoded [`Control`] (stop, stopped, fault, child exit, interrupt).
+//! - `CONTROL` (`u32::MAX`): the rest is a postcard-encoded control message (stop, stopped, fault, child exit, interrupt).
 //!
 //! **Who writes what.** An emitter encodes a signal once and puts the same bytes into the inbound queue of every
 //! loop that has at least one receiver of it (one message per loop, however many receivers it holds there). A signal
