@@ -78,11 +78,20 @@ fn main() -> Result<()> {
     let registry = EnvRegistry::with_builtin();
 
     let mut results = vec![
-        ("cartpole_native_1", single(&registry, "CartPole-v1", duration, 4096)?),
-        ("cartpole_native_vec64", vector(&registry, "CartPole-v1", 64, duration)?),
+        (
+            "cartpole_native_1",
+            single(&registry, "CartPole-v1", duration, 4096)?,
+        ),
+        (
+            "cartpole_native_vec64",
+            vector(&registry, "CartPole-v1", 64, duration)?,
+        ),
     ];
     if cfg!(feature = "python") {
-        results.push(("cartpole_gym_bridge_1", single(&registry, "gym:CartPole-v1", duration, 256)?));
+        results.push((
+            "cartpole_gym_bridge_1",
+            single(&registry, "gym:CartPole-v1", duration, 256)?,
+        ));
     }
     for (scenario, steps_per_s) in results {
         if json {

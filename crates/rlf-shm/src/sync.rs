@@ -281,6 +281,16 @@ mod imp {
     }
 
     impl RobustMutex {
+        /// Initialises the mutex in place (loom queues live on the heap; this keeps `Queue::create` compiling).
+        ///
+        /// # Safety
+        /// `this` points to writable, suitably aligned memory that no other thread uses yet.
+        pub(crate) unsafe fn init(this: *mut RobustMutex) -> std::io::Result<()> {
+            // SAFETY: per the contract, the memory is writable, aligned and unshared.
+            unsafe { this.write(RobustMutex::default()) };
+            Ok(())
+        }
+
         pub(crate) fn lock(&self, _deadline: Option<Instant>) -> Result<Locked<'_>, LockTimeout> {
             let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             Ok(Locked {
