@@ -496,7 +496,7 @@ fn serialize(ckpt: &Checkpoint) -> Result<Vec<u8>> {
     }
     let views = ckpt.tensors.iter().map(|(n, t)| (n.as_str(), SafeView(t)));
     safetensors::tensor::serialize(views, None).map_err(|e| Error::InvalidTensor {
-        name: String::new(),
+        name: "(all)".into(),
         reason: format!("safetensors: {e}"),
     })
 }
