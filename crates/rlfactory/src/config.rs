@@ -91,6 +91,7 @@ pub struct SamplingConfig {
 /// Nonlinearity of the MLP layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum Nonlinearity {
     /// Exponential linear unit.
     Elu,
@@ -103,6 +104,7 @@ pub enum Nonlinearity {
 /// How a Gaussian action is mapped into a Box action space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum ContinuousActionMode {
     /// The sampled action is clipped to the bounds.
     Clip,
@@ -113,6 +115,7 @@ pub enum ContinuousActionMode {
 /// Weight initialisation of the linear layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum PolicyInitialization {
     /// Orthogonal weights (gain √2 hidden, 0.01 policy head, 1 value head), zero biases.
     Orthogonal,
@@ -156,6 +159,7 @@ pub struct ModelConfig {
 /// Learning-rate schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum LrScheduleKind {
     /// The same rate throughout.
     Constant,
@@ -240,6 +244,7 @@ pub struct AppoConfig {
 /// Device the learner and inference run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum DeviceKind {
     /// The CPU.
     Cpu,

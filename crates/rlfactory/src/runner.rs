@@ -211,6 +211,9 @@ fn fail(shared: &SharedState, error: &dyn std::fmt::Display) {
 
 struct RolloutNode {
     worker: Option<RolloutWorker>,
+    /// Requests waiting for the next turn of the loop (see [`RolloutNode::defer`]).
+    queued: Vec<PolicyRequest>,
+    scheduled: bool,
     setup: Option<Result<RolloutWorker>>,
     policy_requested: Signal<PolicyRequest>,
     trajectory_ready: Signal<Trajectory>,
@@ -219,8 +222,21 @@ struct RolloutNode {
 }
 
 impl RolloutNode {
-    fn emit_all(&mut self, ctx: &mut Ctx<'_, Self>, requests: &[PolicyRequest]) {
-        if let Err(e) = ctx.emit_many(&self.policy_requested, requests) {
+    /// Queues requests for actions and emits them on the loop's next turn (a zero-delay timer)
+    /// rather than from inside a slot: on one loop, rollout and inference would otherwise answer
+    /// each other without the loop ever turning, starving timers and stop requests.
+    fn defer(&mut self, ctx: &mut Ctx<'_, Self>, requests: impl IntoIterator<Item = PolicyRequest>) {
+        self.queued.extend(requests);
+        if !self.scheduled && !self.queued.is_empty() {
+            self.scheduled = true;
+            ctx.timer_once(Duration::ZERO, RolloutNode::flush_requests);
+        }
+    }
+
+    fn flush_requests(&mut self, ctx: &mut Ctx<'_, Self>) {
+        self.scheduled = false;
+        let requests = std::mem::take(&mut self.queued);
+        if let Err(e) = ctx.emit_many(&self.policy_requested, &requests) {
             fail(&self.shared, &e);
             ctx.stop_app();
         }
@@ -243,23 +259,19 @@ impl RolloutNode {
             if let Some(r) = &outcome.report {
                 ctx.emit(&self.rollout_reported, r)?;
             }
-            if let Some(r) = &outcome.request {
-                ctx.emit(&self.policy_requested, r)?;
-            }
             Ok::<(), rlf_signal::EmitError>(())
         })();
         if let Err(e) = emitted {
             fail(&self.shared, &e);
             ctx.stop_app();
         }
+        self.defer(ctx, outcome.request);
     }
 
     fn on_policy_updated(&mut self, ctx: &mut Ctx<'_, Self>, _update: &PolicyUpdated) {
         if let Some(worker) = &mut self.worker {
             let requests = worker.on_policy_updated();
-            if !requests.is_empty() {
-                self.emit_all(ctx, &requests);
-            }
+            self.defer(ctx, requests);
         }
     }
 }
@@ -275,7 +287,7 @@ impl Component for RolloutNode {
         match started {
             Some(Ok((worker, requests))) => {
                 self.worker = Some(worker);
-                self.emit_all(ctx, &requests);
+                self.defer(ctx, requests);
             }
             Some(Err(e)) => {
                 fail(&self.shared, &e);
@@ -464,6 +476,8 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         let (cfg, registry, shared) = (cfg.clone(), registry.clone(), Arc::clone(&shared));
         app.construct(w, move || RolloutNode {
             worker: None,
+            queued: Vec::new(),
+            scheduled: false,
             setup: Some(RolloutWorker::new(i, &cfg, &registry)),
             policy_requested,
             trajectory_ready,
