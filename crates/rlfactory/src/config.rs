@@ -41,7 +41,9 @@ impl FromStr for Layers {
             .split(',')
             .map(|p| match p.trim().parse::<i64>() {
                 Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!("`{s}` is not a comma-separated list of positive layer sizes")),
+                _ => Err(format!(
+                    "`{s}` is not a comma-separated list of positive layer sizes"
+                )),
             })
             .collect::<Result<Vec<_>, _>>()?;
         if sizes.is_empty() {
@@ -321,7 +323,11 @@ pub struct Config {
 
 /// The `rlfactory` command line.
 #[derive(Debug, Parser)]
-#[command(name = "rlfactory", version, about = "High-throughput asynchronous reinforcement learning")]
+#[command(
+    name = "rlfactory",
+    version,
+    about = "High-throughput asynchronous reinforcement learning"
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -359,7 +365,9 @@ pub fn shipped_config(env: &str) -> Option<&'static str> {
 }
 
 fn cli_command() -> clap::Command {
-    Cli::command().args_override_self(true)
+    Cli::command()
+        .args_override_self(true)
+        .mut_subcommand("train", |c| c.allow_negative_numbers(true))
 }
 
 fn parse_cli(args: &[String]) -> Result<Cli, clap::Error> {
@@ -388,7 +396,9 @@ pub fn config_file_args(text: &str, origin: &Path) -> Result<Vec<String>> {
         path: origin.to_owned(),
         message,
     };
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| file_error(e.message().to_owned()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| file_error(e.message().to_owned()))?;
     let command = cli_command();
     let train = command
         .find_subcommand("train")
@@ -399,8 +409,11 @@ pub fn config_file_args(text: &str, origin: &Path) -> Result<Vec<String>> {
         if key == "config" || !known.contains(&key.as_str()) {
             return Err(file_error(format!("unknown key `{key}`")));
         }
-        let value = toml_value_to_arg(value)
-            .ok_or_else(|| file_error(format!("key `{key}`: expected a string, number, boolean or array")))?;
+        let value = toml_value_to_arg(value).ok_or_else(|| {
+            file_error(format!(
+                "key `{key}`: expected a string, number, boolean or array"
+            ))
+        })?;
         args.push(format!("--{key}={value}"));
     }
     Ok(args)
@@ -449,7 +462,11 @@ pub fn parse_invocation(args: &[String]) -> Result<Invocation, CliError> {
         alone.push(format!("--env={env}"));
         if let Err(e) = parse_cli(&alone) {
             let message = e.to_string();
-            let line = message.lines().next().unwrap_or_default().trim_start_matches("error: ");
+            let line = message
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ");
             return Err(RlfError::ConfigFile {
                 path: origin.to_owned(),
                 message: line.to_owned(),
@@ -486,7 +503,12 @@ impl Config {
             Ok(Invocation::Train(config)) => Ok(*config),
             Err(CliError::Invalid(e)) => Err(e),
             Err(CliError::Clap(e)) => Err(RlfError::Config(
-                e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned(),
+                e.to_string()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start_matches("error: ")
+                    .to_owned(),
             )),
         }
     }
@@ -580,8 +602,13 @@ impl Config {
         if r.num_threads < 1 {
             return err(format!("--num_threads must be at least 1, got {}", r.num_threads));
         }
+        if let Err(e) = rlf_env::EnvRegistry::with_builtin().make(&self.env.env) {
+            return err(format!("--env: {e}"));
+        }
         if !r.serial_mode {
-            return err("--serial_mode=false is not available yet: run with --serial_mode (the default)".into());
+            return err(
+                "--serial_mode=false is not available yet: run with --serial_mode (the default)".into(),
+            );
         }
         if r.device == DeviceKind::Gpu && !tch::Cuda::is_available() {
             return err("--device=gpu: no CUDA device is available to libtorch".into());

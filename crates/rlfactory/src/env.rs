@@ -8,9 +8,15 @@ use crate::error::{Result, RlfError};
 
 #[derive(Debug, Clone)]
 enum Mapping {
-    Discrete { start: i64 },
+    Discrete {
+        start: i64,
+    },
     MultiDiscrete,
-    Continuous { low: Vec<f32>, high: Vec<f32>, mode: ContinuousActionMode },
+    Continuous {
+        low: Vec<f32>,
+        high: Vec<f32>,
+        mode: ContinuousActionMode,
+    },
 }
 
 /// Maps raw actions (`f32`: category indices, or an unbounded Gaussian sample) to an env's action
@@ -83,14 +89,17 @@ mod tests {
 
     #[test]
     fn maps_each_kind() {
-        let mut m = ActionMapper::new(&Space::Discrete { n: 3, start: -1 }, ContinuousActionMode::Clip).unwrap();
+        let mut m =
+            ActionMapper::new(&Space::Discrete { n: 3, start: -1 }, ContinuousActionMode::Clip).unwrap();
         assert_eq!(m.map(&[0.0, 2.0]), ActionBatch::Discrete(&[-1, 1]));
         let space = Space::box_1d(vec![-2.0], vec![2.0]).unwrap();
         let mut clip = ActionMapper::new(&space, ContinuousActionMode::Clip).unwrap();
         assert_eq!(clip.map(&[5.0, -0.5]), ActionBatch::Continuous(&[2.0, -0.5]));
         let mut squash = ActionMapper::new(&space, ContinuousActionMode::Tanh).unwrap();
         assert_eq!(squash.map(&[0.0]), ActionBatch::Continuous(&[0.0]));
-        let ActionBatch::Continuous(x) = squash.map(&[100.0]) else { panic!("continuous") };
+        let ActionBatch::Continuous(x) = squash.map(&[100.0]) else {
+            panic!("continuous")
+        };
         assert!((x[0] - 2.0).abs() < 1e-6);
     }
 }

@@ -6,8 +6,15 @@ use std::time::Instant;
 use anyhow::Context;
 use rlfactory::config::{parse_invocation, CliError, Invocation};
 
-fn first_line(text: &str) -> &str {
-    text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text)
+/// clap's error as one line: its message without the usage and tips.
+fn one_line(text: &str) -> String {
+    let parts: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| !l.is_empty() && !l.starts_with("tip:"))
+        .collect();
+    parts.join(" ")
 }
 
 fn main() -> ExitCode {
@@ -20,7 +27,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(CliError::Clap(e)) => {
-            eprintln!("{}", first_line(&e.to_string()));
+            eprintln!("{}", one_line(&e.to_string()));
             return ExitCode::from(2);
         }
         Err(CliError::Invalid(e)) => {

@@ -23,7 +23,9 @@ use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 use crate::learning::{Batcher, Learner, PolicyUpdated, TrainingReport};
 use crate::model::ActorCritic;
-use crate::sampling::{ActionsReady, InferenceWorker, PolicyRequest, RolloutReport, RolloutWorker, Trajectory};
+use crate::sampling::{
+    ActionsReady, InferenceWorker, PolicyRequest, RolloutReport, RolloutWorker, Trajectory,
+};
 
 /// Episodes the mean return is taken over.
 const RETURN_WINDOW: usize = 100;
@@ -165,7 +167,9 @@ impl Runner {
         let dt = now.duration_since(then).as_secs_f64().max(1e-9);
         let fps = (self.env_frames - frames) as f64 / dt;
         self.last_line = (now, self.env_frames);
-        let ret = self.mean_return().map_or_else(|| "n/a".to_owned(), |r| format!("{r:.1}"));
+        let ret = self
+            .mean_return()
+            .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.1}"));
         format!(
             "frames {} | fps {:.0} | mean return {} ({} episodes) | policy lag {:.1} | version {}",
             self.env_frames, fps, ret, self.episodes, self.version_diff, self.version
@@ -341,7 +345,10 @@ impl BatcherNode {
             .batcher
             .on_trajectory_ready(traj)
             .map_err(|e| e.to_string())
-            .and_then(|ready| ctx.emit_many(&self.batch_ready, &ready).map_err(|e| e.to_string()));
+            .and_then(|ready| {
+                ctx.emit_many(&self.batch_ready, &ready)
+                    .map_err(|e| e.to_string())
+            });
         if let Err(e) = result {
             fail(&self.shared, &e);
             ctx.stop_app();
@@ -359,10 +366,16 @@ struct LearnerNode {
 
 impl LearnerNode {
     fn on_batch_ready(&mut self, ctx: &mut Ctx<'_, Self>, dataset: &Dataset) {
-        let result = self.learner.on_batch_ready(dataset).map_err(|e| e.to_string()).and_then(|(update, report)| {
-            ctx.emit(&self.policy_updated, &update).map_err(|e| e.to_string())?;
-            ctx.emit(&self.training_reported, &report).map_err(|e| e.to_string())
-        });
+        let result = self
+            .learner
+            .on_batch_ready(dataset)
+            .map_err(|e| e.to_string())
+            .and_then(|(update, report)| {
+                ctx.emit(&self.policy_updated, &update)
+                    .map_err(|e| e.to_string())?;
+                ctx.emit(&self.training_reported, &report)
+                    .map_err(|e| e.to_string())
+            });
         if let Err(e) = result {
             fail(&self.shared, &e);
             ctx.stop_app();
@@ -430,7 +443,12 @@ struct Parts {
 fn new_model(cfg: &Config, registry: &EnvRegistry) -> Result<ActorCritic> {
     let probe = registry.make(&cfg.env.env)?;
     ActorCritic::seed(cfg.env.seed);
-    ActorCritic::new(probe.observation_space(), probe.action_space(), &cfg.model, cfg.run.device)
+    ActorCritic::new(
+        probe.observation_space(),
+        probe.action_space(),
+        &cfg.model,
+        cfg.run.device,
+    )
 }
 
 /// The whole component graph and all its connections, in one place.
@@ -498,15 +516,18 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         })
     };
     let learner_model = model(&shared)?;
-    let appo = Appo::new(learner_model, &cfg.appo, cfg.run.train_for_env_steps).map_err(|e| BuildError::Config {
-        app: "rlfactory".into(),
-        message: e.to_string(),
-    })?;
+    let appo =
+        Appo::new(learner_model, &cfg.appo, cfg.run.train_for_env_steps).map_err(|e| BuildError::Config {
+            app: "rlfactory".into(),
+            message: e.to_string(),
+        })?;
     let inference_model = model(&shared)?;
-    let save_to = cfg
-        .run
-        .save_experiment
-        .then(|| cfg.run.train_dir.join(&cfg.run.experiment).join("final.safetensors"));
+    let save_to = cfg.run.save_experiment.then(|| {
+        cfg.run
+            .train_dir
+            .join(&cfg.run.experiment)
+            .join("final.safetensors")
+    });
     let s = Arc::clone(&shared);
     app.construct(inference, move || InferenceNode {
         worker: InferenceWorker::new(Box::new(inference_model)),
@@ -566,7 +587,9 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
         shared: Arc::clone(&shared),
     };
     let outcome = App::new("rlfactory").run(move |app| build_graph(app, parts));
-    let mut state = shared.lock().map_err(|_| RlfError::EventLoop("a component panicked".into()))?;
+    let mut state = shared
+        .lock()
+        .map_err(|_| RlfError::EventLoop("a component panicked".into()))?;
     if let Some(error) = state.error.take() {
         return Err(RlfError::EventLoop(error));
     }

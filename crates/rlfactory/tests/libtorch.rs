@@ -5,5 +5,8 @@ fn matmul_runs() {
     tch::set_num_threads(1);
     let a = tch::Tensor::from_slice(&[1.0_f32, 2.0, 3.0, 4.0]).view([2, 2]);
     let b = a.matmul(&a);
-    assert_eq!(Vec::<f32>::try_from(b.view([-1])).unwrap(), [7.0, 10.0, 15.0, 22.0]);
+    assert_eq!(
+        Vec::<f32>::try_from(b.view([-1])).unwrap(),
+        [7.0, 10.0, 15.0, 22.0]
+    );
 }

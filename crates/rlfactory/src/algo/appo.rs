@@ -93,7 +93,14 @@ impl Dataset {
 /// `next_values[t]` is the value of the state after step `t`: `V(s_{t+1})` inside an episode,
 /// the value of the last observation after a truncation, 0 after termination. `ends[t]` cuts the
 /// λ-trace after step `t` (end of an episode).
-pub fn gae(rewards: &[f32], values: &[f32], next_values: &[f32], ends: &[bool], gamma: f32, lambda: f32) -> Vec<f32> {
+pub fn gae(
+    rewards: &[f32],
+    values: &[f32],
+    next_values: &[f32],
+    ends: &[bool],
+    gamma: f32,
+    lambda: f32,
+) -> Vec<f32> {
     let mut advantages = vec![0.0; rewards.len()];
     let mut next_advantage = 0.0;
     for t in (0..rewards.len()).rev() {
@@ -130,7 +137,11 @@ pub fn vtrace(
     log_rhos: &[f32],
     params: VtraceParams,
 ) -> (Vec<f32>, Vec<f32>) {
-    let VtraceParams { gamma, rho_bar, c_bar } = params;
+    let VtraceParams {
+        gamma,
+        rho_bar,
+        c_bar,
+    } = params;
     let n = rewards.len();
     let mut targets = vec![0.0; n];
     let mut advantages = vec![0.0; n];
@@ -320,7 +331,10 @@ impl LrSchedule {
 
     /// Whether [`on_minibatch`](Self::on_minibatch) / [`on_epoch`](Self::on_epoch) need the KL.
     pub fn needs_kl(&self) -> bool {
-        matches!(self.kind, LrScheduleKind::KlAdaptiveMinibatch | LrScheduleKind::KlAdaptiveEpoch)
+        matches!(
+            self.kind,
+            LrScheduleKind::KlAdaptiveMinibatch | LrScheduleKind::KlAdaptiveEpoch
+        )
     }
 }
 
@@ -355,7 +369,9 @@ fn tensor_f32(values: &[f32], device: tch::Device) -> Result<Tensor> {
 }
 
 fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(Vec::<f32>::try_from(t.f_to_kind(Kind::Float)?.f_to_device(tch::Device::Cpu)?)?)
+    Ok(Vec::<f32>::try_from(
+        t.f_to_kind(Kind::Float)?.f_to_device(tch::Device::Cpu)?,
+    )?)
 }
 
 /// Everything per transition that the minibatches slice.
@@ -387,7 +403,12 @@ impl Appo {
         .build(model.var_store(), cfg.learning_rate)?;
         let params = model.trainable_variables();
         Ok(Self {
-            schedule: LrSchedule::new(cfg.lr_schedule, cfg.learning_rate, total_frames, cfg.lr_schedule_kl_threshold),
+            schedule: LrSchedule::new(
+                cfg.lr_schedule,
+                cfg.learning_rate,
+                total_frames,
+                cfg.lr_schedule_kl_threshold,
+            ),
             cfg: cfg.clone(),
             model,
             optimizer,
@@ -443,7 +464,10 @@ impl Appo {
         if let Some((i, o)) = data.final_obs.iter().find(|(i, o)| *i >= n || o.len() != obs_dim) {
             return Err(RlfError::Protocol {
                 component: "learner",
-                message: format!("final observation at step {i} has {} values, expected {obs_dim}", o.len()),
+                message: format!(
+                    "final observation at step {i} has {} values, expected {obs_dim}",
+                    o.len()
+                ),
             });
         }
         Ok(())
@@ -469,7 +493,11 @@ impl Appo {
             }
         }
         if !data.final_obs.is_empty() {
-            let flat: Vec<f32> = data.final_obs.iter().flat_map(|(_, o)| o.iter().copied()).collect();
+            let flat: Vec<f32> = data
+                .final_obs
+                .iter()
+                .flat_map(|(_, o)| o.iter().copied())
+                .collect();
             let finals = to_vec(&self.model.values(&self.model.obs_tensor(&flat)?))?;
             for ((i, _), v) in data.final_obs.iter().zip(finals) {
                 if data.truncated[*i] {
@@ -479,22 +507,46 @@ impl Appo {
         }
 
         // Policy lag.
-        let lags: Vec<u64> = data.versions.iter().map(|&v| self.version.saturating_sub(v)).collect();
+        let lags: Vec<u64> = data
+            .versions
+            .iter()
+            .map(|&v| self.version.saturating_sub(v))
+            .collect();
         let valid: Vec<f32> = lags
             .iter()
             .map(|&l| if l <= self.cfg.max_policy_lag { 1.0 } else { 0.0 })
             .collect();
         let n = lags.len() as f64;
-        metrics.insert("train/version_diff_avg".into(), lags.iter().sum::<u64>() as f64 / n);
-        metrics.insert("train/version_diff_max".into(), lags.iter().copied().max().unwrap_or(0) as f64);
-        metrics.insert("train/valids_fraction".into(), valid.iter().map(|&v| f64::from(v)).sum::<f64>() / n);
+        metrics.insert(
+            "train/version_diff_avg".into(),
+            lags.iter().sum::<u64>() as f64 / n,
+        );
+        metrics.insert(
+            "train/version_diff_max".into(),
+            lags.iter().copied().max().unwrap_or(0) as f64,
+        );
+        metrics.insert(
+            "train/valids_fraction".into(),
+            valid.iter().map(|&v| f64::from(v)).sum::<f64>() / n,
+        );
 
         // GAE from the behaviour values.
-        let ends: Vec<bool> = data.terminated.iter().zip(&data.truncated).map(|(a, b)| *a || *b).collect();
+        let ends: Vec<bool> = data
+            .terminated
+            .iter()
+            .zip(&data.truncated)
+            .map(|(a, b)| *a || *b)
+            .collect();
         let (mut advantages, mut targets) = (Vec::new(), Vec::new());
         if !self.cfg.with_vtrace {
             let full_next: Vec<f32> = (0..s * t)
-                .map(|i| if bootstrapped[i] { next_values[i] } else { data.values[i + 1] })
+                .map(|i| {
+                    if bootstrapped[i] {
+                        next_values[i]
+                    } else {
+                        data.values[i + 1]
+                    }
+                })
                 .collect();
             for q in 0..s {
                 let r = q * t..(q + 1) * t;
@@ -545,7 +597,10 @@ impl Appo {
             let log_rhos = to_vec(&(log_probs - p.old_log_probs.index_select(0, &idx)))?;
             Ok((current, log_rhos))
         })?;
-        let (mut targets, mut advantages) = (Vec::with_capacity(current.len()), Vec::with_capacity(current.len()));
+        let (mut targets, mut advantages) = (
+            Vec::with_capacity(current.len()),
+            Vec::with_capacity(current.len()),
+        );
         for (k, &q) in seqs.iter().enumerate() {
             let src = q * t..(q + 1) * t;
             let dst = k * t..(k + 1) * t;
@@ -559,7 +614,10 @@ impl Appo {
                     }
                 })
                 .collect();
-            let ends: Vec<bool> = src.clone().map(|i| data.terminated[i] || data.truncated[i]).collect();
+            let ends: Vec<bool> = src
+                .clone()
+                .map(|i| data.terminated[i] || data.truncated[i])
+                .collect();
             let (vs, adv) = vtrace(
                 &data.rewards[src],
                 &current[dst.clone()],
@@ -618,7 +676,10 @@ impl Appo {
             let order = if whole {
                 None
             } else {
-                Some(Vec::<i64>::try_from(Tensor::f_randperm(units as i64, (Kind::Int64, tch::Device::Cpu))?)?)
+                Some(Vec::<i64>::try_from(Tensor::f_randperm(
+                    units as i64,
+                    (Kind::Int64, tch::Device::Cpu),
+                )?)?)
             };
             for mb in 0..mb_per_epoch {
                 let (idx, seqs) = match &order {
@@ -694,7 +755,8 @@ impl Appo {
                 sums.push(row);
             }
             if !epoch_kl.is_empty() {
-                self.schedule.on_epoch(epoch_kl.iter().sum::<f64>() / epoch_kl.len() as f64);
+                self.schedule
+                    .on_epoch(epoch_kl.iter().sum::<f64>() / epoch_kl.len() as f64);
             }
         }
         self.frames_trained += n as u64;
@@ -713,7 +775,10 @@ impl Appo {
             metrics.insert((*name).into(), f64::from(*v));
         }
         let entropy = metrics.get("train/entropy").copied().unwrap_or(0.0);
-        metrics.insert("train/exploration_loss".into(), -entropy * self.cfg.exploration_loss_coeff);
+        metrics.insert(
+            "train/exploration_loss".into(),
+            -entropy * self.cfg.exploration_loss_coeff,
+        );
         metrics.insert("train/grad_norm".into(), grad_norm_sum / steps.max(1) as f64);
         metrics.insert("train/lr".into(), self.schedule.lr());
         metrics.insert("train/sgd_steps".into(), steps as f64);

@@ -62,7 +62,9 @@ impl Batcher {
             traj.truncated.len() != steps,
             traj.versions.len() != steps,
             traj.next_obs.len() != n * obs_dim,
-            traj.final_obs.iter().any(|(i, o)| *i >= steps || o.len() != obs_dim),
+            traj.final_obs
+                .iter()
+                .any(|(i, o)| *i >= steps || o.len() != obs_dim),
         ];
         if steps == 0 || bad.iter().any(|&b| b) {
             return Err(RlfError::Protocol {
@@ -88,8 +90,10 @@ impl Batcher {
                 versions: (0..t).map(|k| traj.versions[at(k)]).collect(),
             };
             for k in 0..t {
-                seq.obs.extend_from_slice(&traj.obs[at(k) * obs_dim..(at(k) + 1) * obs_dim]);
-                seq.actions.extend_from_slice(&traj.actions[at(k) * action_dim..(at(k) + 1) * action_dim]);
+                seq.obs
+                    .extend_from_slice(&traj.obs[at(k) * obs_dim..(at(k) + 1) * obs_dim]);
+                seq.actions
+                    .extend_from_slice(&traj.actions[at(k) * action_dim..(at(k) + 1) * action_dim]);
             }
             seq.final_obs = traj
                 .final_obs
@@ -120,7 +124,8 @@ impl Batcher {
             d.rewards.extend(seq.rewards);
             d.terminated.extend(seq.terminated);
             d.truncated.extend(seq.truncated);
-            d.final_obs.extend(seq.final_obs.into_iter().map(|(k, o)| (q * t + k, o)));
+            d.final_obs
+                .extend(seq.final_obs.into_iter().map(|(k, o)| (q * t + k, o)));
             d.next_obs.extend(seq.next_obs);
             d.versions.extend(seq.versions);
         }

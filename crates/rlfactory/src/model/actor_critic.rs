@@ -38,7 +38,9 @@ pub enum ActionHead {
 impl ActionHead {
     /// The head for `space`, or an error for spaces no head supports.
     pub fn for_space(space: &Space, adaptive_std: bool) -> Result<Self> {
-        let to_i64 = |n: u64| i64::try_from(n).map_err(|_| RlfError::UnsupportedSpace(format!("{space}: too many actions")));
+        let to_i64 = |n: u64| {
+            i64::try_from(n).map_err(|_| RlfError::UnsupportedSpace(format!("{space}: too many actions")))
+        };
         match space {
             Space::Discrete { n, .. } => Ok(ActionHead::Categorical { n: to_i64(*n)? }),
             Space::MultiDiscrete(nvec) => Ok(ActionHead::MultiCategorical {
@@ -98,7 +100,13 @@ impl Mlp {
     }
 }
 
-fn linear(path: nn::Path<'_>, inputs: i64, outputs: i64, init: PolicyInitialization, gain: f64) -> nn::Linear {
+fn linear(
+    path: nn::Path<'_>,
+    inputs: i64,
+    outputs: i64,
+    init: PolicyInitialization,
+    gain: f64,
+) -> nn::Linear {
     let config = match init {
         PolicyInitialization::Orthogonal => nn::LinearConfig {
             ws_init: nn::Init::Orthogonal { gain },
@@ -114,7 +122,13 @@ fn mlp(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Mlp, i64) {
     let mut size = inputs;
     let mut layers = Vec::with_capacity(cfg.encoder_mlp_layers.0.len());
     for (i, &out) in cfg.encoder_mlp_layers.0.iter().enumerate() {
-        layers.push(linear(path / format!("fc{i}"), size, out, cfg.policy_initialization, 2f64.sqrt()));
+        layers.push(linear(
+            path / format!("fc{i}"),
+            size,
+            out,
+            cfg.policy_initialization,
+            2f64.sqrt(),
+        ));
         size = out;
     }
     (
@@ -147,7 +161,10 @@ impl std::fmt::Debug for ActorCritic {
         f.debug_struct("ActorCritic")
             .field("obs_dim", &self.obs_dim)
             .field("head", &self.head)
-            .field("variables", &self.named.iter().map(|(n, _)| n).collect::<Vec<_>>())
+            .field(
+                "variables",
+                &self.named.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -155,11 +172,18 @@ impl std::fmt::Debug for ActorCritic {
 impl ActorCritic {
     /// Builds the network for the spaces. Random initialisation draws from libtorch's generator
     /// (seed it with [`seed`](crate::model::ActorCritic::seed)).
-    pub fn new(observation_space: &Space, action_space: &Space, cfg: &ModelConfig, device: DeviceKind) -> Result<Self> {
+    pub fn new(
+        observation_space: &Space,
+        action_space: &Space,
+        cfg: &ModelConfig,
+        device: DeviceKind,
+    ) -> Result<Self> {
         let head = ActionHead::for_space(action_space, cfg.adaptive_stddev)?;
         let obs_dim = observation_space.flat_dim() as i64;
         if obs_dim == 0 {
-            return Err(RlfError::UnsupportedSpace(format!("observation space {observation_space} is empty")));
+            return Err(RlfError::UnsupportedSpace(format!(
+                "observation space {observation_space} is empty"
+            )));
         }
         let device = match device {
             DeviceKind::Cpu => tch::Device::Cpu,
@@ -173,7 +197,13 @@ impl ActorCritic {
         } else {
             Some(mlp(&(&root / "critic_encoder"), obs_dim, cfg).0)
         };
-        let action_out = linear(&root / "action_head", hidden, head.outputs(), cfg.policy_initialization, 0.01);
+        let action_out = linear(
+            &root / "action_head",
+            hidden,
+            head.outputs(),
+            cfg.policy_initialization,
+            0.01,
+        );
         let value_out = linear(&root / "value_head", hidden, 1, cfg.policy_initialization, 1.0);
         let log_std_offset = cfg.initial_stddev.ln();
         let log_std = match head {
@@ -183,8 +213,12 @@ impl ActorCritic {
             } => Some(root.var("log_std", &[dim], nn::Init::Const(log_std_offset))),
             _ => None,
         };
-        let obs_rms = cfg.normalize_input.then(|| RunningMeanStd::new(&(&root / "obs_normalizer"), obs_dim));
-        let ret_rms = cfg.normalize_returns.then(|| RunningMeanStd::new(&(&root / "returns_normalizer"), 1));
+        let obs_rms = cfg
+            .normalize_input
+            .then(|| RunningMeanStd::new(&(&root / "obs_normalizer"), obs_dim));
+        let ret_rms = cfg
+            .normalize_returns
+            .then(|| RunningMeanStd::new(&(&root / "returns_normalizer"), 1));
         let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
         named.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Self {
@@ -245,7 +279,10 @@ impl ActorCritic {
         let dist = match &self.head {
             ActionHead::Categorical { .. } => Distribution::categorical(&out),
             ActionHead::MultiCategorical { sizes } => Distribution::multi_categorical(&out, sizes),
-            ActionHead::Gaussian { dim, adaptive_std: true } => {
+            ActionHead::Gaussian {
+                dim,
+                adaptive_std: true,
+            } => {
                 let parts = out.split(*dim, -1);
                 Distribution::Gaussian {
                     mean: parts[0].shallow_clone(),
@@ -282,7 +319,9 @@ impl ActorCritic {
     /// The ratio between normalised and return units of values (1 without return normalisation).
     pub fn value_unit(&self) -> f64 {
         match &self.ret_rms {
-            Some(rms) => tch::no_grad(|| f64::try_from((rms.var() + 1e-5).sqrt().mean(Kind::Float)).unwrap_or(1.0)),
+            Some(rms) => {
+                tch::no_grad(|| f64::try_from((rms.var() + 1e-5).sqrt().mean(Kind::Float)).unwrap_or(1.0))
+            }
             None => 1.0,
         }
     }
@@ -312,15 +351,24 @@ impl ActorCritic {
         if obs.len() % d != 0 {
             return Err(RlfError::Protocol {
                 component: "policy",
-                message: format!("{} observation values are not a whole number of {d}-value observations", obs.len()),
+                message: format!(
+                    "{} observation values are not a whole number of {d}-value observations",
+                    obs.len()
+                ),
             });
         }
-        Ok(Tensor::f_from_slice(obs)?.f_view([(obs.len() / d) as i64, self.obs_dim])?.f_to_device(self.device())?)
+        Ok(Tensor::f_from_slice(obs)?
+            .f_view([(obs.len() / d) as i64, self.obs_dim])?
+            .f_to_device(self.device())?)
     }
 }
 
 fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(Vec::<f32>::try_from(t.f_to_kind(Kind::Float)?.f_flatten(0, -1)?.f_to_device(tch::Device::Cpu)?)?)
+    Ok(Vec::<f32>::try_from(
+        t.f_to_kind(Kind::Float)?
+            .f_flatten(0, -1)?
+            .f_to_device(tch::Device::Cpu)?,
+    )?)
 }
 
 impl Policy for ActorCritic {
@@ -347,7 +395,11 @@ impl Policy for ActorCritic {
     }
 
     fn weights(&self) -> Result<PolicyWeights> {
-        let flat: Vec<Tensor> = self.named.iter().map(|(_, t)| t.detach().flatten(0, -1)).collect();
+        let flat: Vec<Tensor> = self
+            .named
+            .iter()
+            .map(|(_, t)| t.detach().flatten(0, -1))
+            .collect();
         Ok(PolicyWeights {
             values: to_vec(&Tensor::f_cat(&flat, 0)?)?,
         })

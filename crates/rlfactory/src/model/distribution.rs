@@ -49,9 +49,9 @@ impl Distribution {
     /// Log-probability of raw `actions` (`[n, action_dim]`, float), `[n]`.
     pub fn log_prob(&self, actions: &Tensor) -> Tensor {
         match self {
-            Distribution::Categorical { log_probs } => {
-                log_probs.gather(-1, &actions.to_kind(Kind::Int64), false).squeeze_dim(-1)
-            }
+            Distribution::Categorical { log_probs } => log_probs
+                .gather(-1, &actions.to_kind(Kind::Int64), false)
+                .squeeze_dim(-1),
             Distribution::MultiCategorical { parts } => {
                 let idx = actions.to_kind(Kind::Int64);
                 let per_part: Vec<Tensor> = parts

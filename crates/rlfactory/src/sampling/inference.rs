@@ -13,7 +13,9 @@ pub struct InferenceWorker {
 
 impl std::fmt::Debug for InferenceWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InferenceWorker").field("version", &self.version).finish_non_exhaustive()
+        f.debug_struct("InferenceWorker")
+            .field("version", &self.version)
+            .finish_non_exhaustive()
     }
 }
 

@@ -65,7 +65,8 @@ impl RolloutWorker {
                 paused: false,
             });
         }
-        let rounds_per_update = (!cfg.run.async_rl).then(|| cfg.dataset_size() / (cfg.total_envs() * s.rollout));
+        let rounds_per_update =
+            (!cfg.run.async_rl).then(|| cfg.dataset_size() / (cfg.total_envs() * s.rollout));
         Ok(Self {
             index,
             rollout: s.rollout,
@@ -130,7 +131,10 @@ impl RolloutWorker {
         };
         let n = split.envs.num_envs();
         let out = &actions.output;
-        if out.actions.len() != n * split.envs.action_dim() || out.log_probs.len() != n || out.values.len() != n {
+        if out.actions.len() != n * split.envs.action_dim()
+            || out.log_probs.len() != n
+            || out.values.len() != n
+        {
             return Err(protocol(format!(
                 "worker {} split {k}: actions for {} envs do not fit {n} envs",
                 self.index,

@@ -1,0 +1,325 @@
+//! APPO's math against independent references: GAE and V-trace from the papers' sum formulas
+//! (with episode ends and truncations inside a rollout), the loss on a tiny batch computed by
+//! hand, gradient clipping, learning-rate schedules.
+
+use rlfactory::algo::appo::{clip_grad_norm, gae, losses, vtrace, LossInputs, LrSchedule, VtraceParams};
+use rlfactory::config::{Config, LrScheduleKind};
+use tch::{Kind, Tensor};
+
+/// A rollout of 7 steps: an episode terminates after step 2, one is truncated after step 4
+/// (its last observation is worth 3.0), and the rollout ends mid-episode (bootstrap 1.5).
+struct Rollout {
+    rewards: Vec<f32>,
+    values: Vec<f32>,
+    next_values: Vec<f32>,
+    ends: Vec<bool>,
+}
+
+fn rollout() -> Rollout {
+    let rewards = vec![1.0, 0.5, 2.0, 1.0, -1.0, 0.0, 3.0];
+    let values = vec![0.3, 0.7, 1.1, -0.2, 0.4, 0.9, 1.3];
+    let bootstrap_after_truncation = 3.0;
+    let bootstrap_after_rollout = 1.5;
+    let ends = vec![false, false, true, false, true, false, false];
+    // V(x_{t+1}): the next step's value inside an episode; 0 after termination; the truncated
+    // episode's last observation; the bootstrap after the last step.
+    let next_values = vec![
+        0.7,
+        1.1,
+        0.0,
+        0.4,
+        bootstrap_after_truncation,
+        1.3,
+        bootstrap_after_rollout,
+    ];
+    Rollout {
+        rewards,
+        values,
+        next_values,
+        ends,
+    }
+}
+
+/// GAE as the sum A_t = Σ_l (γλ)^l δ_{t+l}, stopping after the step that ends the episode.
+fn gae_reference(r: &Rollout, gamma: f64, lambda: f64) -> Vec<f64> {
+    let n = r.rewards.len();
+    let delta: Vec<f64> = (0..n)
+        .map(|t| f64::from(r.rewards[t]) + gamma * f64::from(r.next_values[t]) - f64::from(r.values[t]))
+        .collect();
+    (0..n)
+        .map(|t| {
+            let mut sum = 0.0;
+            let mut weight = 1.0;
+            for k in t..n {
+                sum += weight * delta[k];
+                if r.ends[k] {
+                    break;
+                }
+                weight *= gamma * lambda;
+            }
+            sum
+        })
+        .collect()
+}
+
+/// V-trace from IMPALA eq. (1): v_s = V(x_s) + Σ_{t≥s} γ^{t−s} (Π_{i=s}^{t−1} c_i) δ_t V, with
+/// δ_t V = ρ_t (r_t + γ V(x_{t+1}) − V(x_t)); the sum stops after an episode's last step. The
+/// policy-gradient advantage is ρ_s (r_s + γ v_{s+1} − V(x_s)), with v_{s+1} the bootstrap value
+/// after an episode end or the rollout's end.
+fn vtrace_reference(
+    r: &Rollout,
+    log_rhos: &[f32],
+    gamma: f64,
+    rho_bar: f64,
+    c_bar: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let n = r.rewards.len();
+    let ratio: Vec<f64> = log_rhos.iter().map(|&l| f64::from(l).exp()).collect();
+    let rho: Vec<f64> = ratio.iter().map(|x| x.min(rho_bar)).collect();
+    let c: Vec<f64> = ratio.iter().map(|x| x.min(c_bar)).collect();
+    let delta: Vec<f64> = (0..n)
+        .map(|t| {
+            rho[t] * (f64::from(r.rewards[t]) + gamma * f64::from(r.next_values[t]) - f64::from(r.values[t]))
+        })
+        .collect();
+    let vs: Vec<f64> = (0..n)
+        .map(|s| {
+            let mut sum = 0.0;
+            let mut weight = 1.0; // γ^{t−s} Π c_i
+            for t in s..n {
+                sum += weight * delta[t];
+                if r.ends[t] {
+                    break;
+                }
+                weight *= gamma * c[t];
+            }
+            f64::from(r.values[s]) + sum
+        })
+        .collect();
+    let pg: Vec<f64> = (0..n)
+        .map(|s| {
+            let next = if r.ends[s] || s + 1 == n {
+                f64::from(r.next_values[s])
+            } else {
+                vs[s + 1]
+            };
+            rho[s] * (f64::from(r.rewards[s]) + gamma * next - f64::from(r.values[s]))
+        })
+        .collect();
+    (vs, pg)
+}
+
+fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((f64::from(*g) - w).abs() < tol, "{what}[{i}]: got {g}, want {w}");
+    }
+}
+
+#[test]
+fn gae_matches_the_sum_formula_with_terminations_and_truncations() {
+    let r = rollout();
+    for (gamma, lambda) in [(0.99, 0.95), (0.9, 1.0), (0.98, 0.0)] {
+        let got = gae(
+            &r.rewards,
+            &r.values,
+            &r.next_values,
+            &r.ends,
+            gamma as f32,
+            lambda as f32,
+        );
+        assert_close(&got, &gae_reference(&r, gamma, lambda), 1e-5, "gae");
+    }
+}
+
+#[test]
+fn vtrace_matches_impala_with_truncated_importance_weights() {
+    let r = rollout();
+    let log_rhos = [0.3_f32, -0.5, 1.2, 0.0, -2.0, 0.7, 0.1];
+    for (rho_bar, c_bar) in [(1.0, 1.0), (2.0, 0.5), (100.0, 100.0)] {
+        let (vs, pg) = vtrace(
+            &r.rewards,
+            &r.values,
+            &r.next_values,
+            &r.ends,
+            &log_rhos,
+            VtraceParams {
+                gamma: 0.95,
+                rho_bar: rho_bar as f32,
+                c_bar: c_bar as f32,
+            },
+        );
+        let (vs_ref, pg_ref) = vtrace_reference(&r, &log_rhos, 0.95, rho_bar, c_bar);
+        assert_close(&vs, &vs_ref, 1e-5, "vtrace targets");
+        assert_close(&pg, &pg_ref, 1e-5, "vtrace advantages");
+    }
+}
+
+#[test]
+fn on_policy_vtrace_targets_equal_gae_lambda_one_returns() {
+    let r = rollout();
+    let (vs, _) = vtrace(
+        &r.rewards,
+        &r.values,
+        &r.next_values,
+        &r.ends,
+        &[0.0; 7],
+        VtraceParams {
+            gamma: 0.97,
+            rho_bar: 1.0,
+            c_bar: 1.0,
+        },
+    );
+    let adv = gae(&r.rewards, &r.values, &r.next_values, &r.ends, 0.97, 1.0);
+    let returns: Vec<f64> = adv.iter().zip(&r.values).map(|(a, v)| f64::from(a + v)).collect();
+    assert_close(&vs, &returns, 1e-5, "on-policy v-trace");
+}
+
+fn t(values: &[f32]) -> Tensor {
+    Tensor::from_slice(values)
+}
+
+fn scalar(x: &Tensor) -> f64 {
+    f64::try_from(x).unwrap()
+}
+
+#[test]
+fn loss_on_a_tiny_batch_matches_hand_computation() {
+    let mut cfg = Config::for_env("CartPole-v1", &[]).unwrap().appo;
+    cfg.normalize_advantage = false;
+    cfg.ppo_clip_ratio = 0.2;
+    cfg.value_loss_coeff = 0.5;
+    cfg.exploration_loss_coeff = 0.01;
+    // Ratios: e^0.5 ≈ 1.6487 (clipped to 1.2), e^-0.5 ≈ 0.6065 (clipped to 0.8), e^0 = 1.
+    let log_probs = t(&[0.0, -1.0, -0.7]);
+    let old_log_probs = t(&[-0.5, -0.5, -0.7]);
+    let advantages = t(&[1.0, -2.0, 0.5]);
+    let values = t(&[1.0, 0.0, 2.0]);
+    let old_values = t(&[0.0, 0.5, 2.0]);
+    let targets = t(&[2.0, 1.0, 1.0]);
+    let entropy = t(&[0.5, 0.6, 0.7]);
+    let mask = t(&[1.0, 1.0, 1.0]);
+    let l = losses(
+        &LossInputs {
+            log_probs: &log_probs,
+            old_log_probs: &old_log_probs,
+            advantages: &advantages,
+            values: &values,
+            old_values: &old_values,
+            targets: &targets,
+            entropy: &entropy,
+            mask: &mask,
+        },
+        &cfg,
+        0.2,
+    );
+    let r0 = 0.5_f64.exp();
+    let r1 = (-0.5_f64).exp();
+    // Policy: −min(A r, A clip(r)): 1·min(1.6487, 1.2) = 1.2; −2·r1 = −1.2131 vs −2·0.8 = −1.6 → −1.6; 0.5.
+    let policy = -(1.2 + (-2.0_f64 * r1).min(-1.6) + 0.5) / 3.0;
+    // Value, clip 0.2: V_clipped = [0.2, 0.3, 2.0]; max of squared errors: max(1, 3.24) = 3.24,
+    // max(1, 0.49) = 1, max(1, 1) = 1.
+    let value = 0.5 * (3.24 + 1.0 + 1.0) / 3.0;
+    let entropy_mean = 0.6;
+    let total = policy + 0.5 * value - 0.01 * entropy_mean;
+    assert!(
+        (scalar(&l.policy) - policy).abs() < 1e-5,
+        "policy {} vs {policy}",
+        scalar(&l.policy)
+    );
+    assert!(
+        (scalar(&l.value) - value).abs() < 1e-5,
+        "value {} vs {value}",
+        scalar(&l.value)
+    );
+    assert!((scalar(&l.entropy) - entropy_mean).abs() < 1e-6);
+    assert!((scalar(&l.total) - total).abs() < 1e-5);
+    let kl = ((r0 - 1.0 - 0.5) + (r1 - 1.0 + 0.5) + 0.0) / 3.0;
+    assert!((scalar(&l.kl) - kl).abs() < 1e-5);
+    assert!((scalar(&l.fraction_clipped) - 2.0 / 3.0).abs() < 1e-6);
+
+    // A masked transition leaves the loss; normalised advantages have mean 0 and unit std.
+    let mask = t(&[1.0, 0.0, 1.0]);
+    cfg.normalize_advantage = true;
+    let l = losses(
+        &LossInputs {
+            log_probs: &log_probs,
+            old_log_probs: &old_log_probs,
+            advantages: &advantages,
+            values: &values,
+            old_values: &old_values,
+            targets: &targets,
+            entropy: &entropy,
+            mask: &mask,
+        },
+        &cfg,
+        0.0,
+    );
+    // Advantages of the kept pair (1, 0.5) normalise to (1, −1) (population std 0.25).
+    let policy = -(1.2_f64.min(r0) * 1.0 + (-1.0_f64)) / 2.0;
+    assert!(
+        (scalar(&l.policy) - policy).abs() < 1e-4,
+        "{} vs {policy}",
+        scalar(&l.policy)
+    );
+    let value = 0.5 * (1.0 + 1.0) / 2.0;
+    assert!((scalar(&l.value) - value).abs() < 1e-6);
+}
+
+#[test]
+fn gradients_are_clipped_to_the_global_norm() {
+    let a = Tensor::from_slice(&[1.0_f32, 2.0]).set_requires_grad(true);
+    let b = Tensor::from_slice(&[3.0_f32]).set_requires_grad(true);
+    // d/da (3a·1) = 3, d/db (4b) = 4: norm sqrt(3² + 3² + 4²) = sqrt(34).
+    let loss = (&a * 3.0).sum(Kind::Float) + (&b * 4.0).sum(Kind::Float);
+    loss.backward();
+    let params = [a.shallow_clone(), b.shallow_clone()];
+    let norm = clip_grad_norm(&params, 1.0);
+    assert!((norm - 34f64.sqrt()).abs() < 1e-5);
+    let ga = Vec::<f32>::try_from(a.grad()).unwrap();
+    let gb = Vec::<f32>::try_from(b.grad()).unwrap();
+    let clipped = (ga.iter().chain(&gb).map(|g| f64::from(*g).powi(2)).sum::<f64>()).sqrt();
+    assert!((clipped - 1.0).abs() < 1e-4, "{clipped}");
+    assert!(
+        (f64::from(ga[0]) / f64::from(gb[0]) - 0.75).abs() < 1e-5,
+        "direction kept"
+    );
+    // Below the threshold nothing changes.
+    let norm = clip_grad_norm(&params, 10.0);
+    assert!((norm - 1.0).abs() < 1e-4);
+    assert!((f64::from(Vec::<f32>::try_from(b.grad()).unwrap()[0]) - f64::from(gb[0])).abs() < 1e-7);
+}
+
+#[test]
+fn learning_rate_schedules() {
+    let mut constant = LrSchedule::new(LrScheduleKind::Constant, 1e-3, 1000, 0.01);
+    constant.on_progress(900);
+    constant.on_minibatch(1.0);
+    assert_eq!(constant.lr(), 1e-3);
+
+    let mut linear = LrSchedule::new(LrScheduleKind::LinearDecay, 1e-3, 1000, 0.01);
+    linear.on_progress(250);
+    assert!((linear.lr() - 7.5e-4).abs() < 1e-12);
+    linear.on_progress(2000);
+    assert_eq!(linear.lr(), 0.0);
+
+    let mut kl = LrSchedule::new(LrScheduleKind::KlAdaptiveMinibatch, 1e-3, 1000, 0.01);
+    kl.on_minibatch(0.05); // > 2 × threshold: ÷ 1.5
+    assert!((kl.lr() - 1e-3 / 1.5).abs() < 1e-12);
+    kl.on_minibatch(0.01); // within [threshold / 2, 2 × threshold]: unchanged
+    assert!((kl.lr() - 1e-3 / 1.5).abs() < 1e-12);
+    kl.on_minibatch(0.001); // < threshold / 2: × 1.5
+    assert!((kl.lr() - 1e-3).abs() < 1e-12);
+    for _ in 0..100 {
+        kl.on_minibatch(0.0);
+    }
+    assert_eq!(kl.lr(), 1e-2, "bounded above");
+    kl.on_epoch(1.0);
+    assert_eq!(kl.lr(), 1e-2, "the minibatch schedule ignores epochs");
+
+    let mut epoch = LrSchedule::new(LrScheduleKind::KlAdaptiveEpoch, 1e-3, 1000, 0.01);
+    epoch.on_minibatch(1.0);
+    assert_eq!(epoch.lr(), 1e-3);
+    epoch.on_epoch(1.0);
+    assert!((epoch.lr() - 1e-3 / 1.5).abs() < 1e-12);
+}

@@ -1,0 +1,194 @@
+//! The command line: flag forms Sample Factory users type, and one clear error line (exit code 2)
+//! for bad input, before anything starts.
+
+use std::process::Command;
+
+use rlfactory::config::{parse_invocation, Config, Invocation};
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rlfactory"))
+        .args(args)
+        .output()
+        .expect("run rlfactory");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn rejects(args: &[&str], needle: &str) {
+    let (code, stderr) = run(args);
+    assert_eq!(code, 2, "{args:?}: exit code {code}, stderr {stderr}");
+    assert_eq!(
+        stderr.trim().lines().count(),
+        1,
+        "{args:?}: one line, got {stderr}"
+    );
+    assert!(stderr.contains(needle), "{args:?}: {stderr:?} lacks {needle:?}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_input_is_one_clear_line_and_exit_code_2() {
+    rejects(
+        &["train", "--env", "CartPole-v1", "--no_such_flag", "3"],
+        "--no_such_flag",
+    );
+    rejects(
+        &["train", "--env", "CartPole-v1", "--rollout", "many"],
+        "--rollout",
+    );
+    rejects(
+        &["train", "--env", "CartPole-v1", "--with_vtrace=maybe"],
+        "not a boolean",
+    );
+    rejects(&["train", "--rollout", "8"], "--env");
+    rejects(
+        &["train", "--env", "CartPole-v1", "--batch_size", "100"],
+        "multiple of --rollout",
+    );
+    rejects(
+        &[
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--async_rl=false",
+            "--batch_size",
+            "64",
+            "--rollout",
+            "32",
+        ],
+        "--async_rl=false",
+    );
+    rejects(
+        &[
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--num_envs_per_worker",
+            "5",
+            "--worker_num_splits",
+            "2",
+        ],
+        "--worker_num_splits",
+    );
+    rejects(&["train", "--env", "CartPole-v1", "--gamma", "1.5"], "--gamma");
+    rejects(
+        &["train", "--env", "CartPole-v1", "--learning_rate", "-1"],
+        "--learning_rate",
+    );
+    rejects(
+        &["train", "--env", "CartPole-v1", "--config", "/nonexistent/x.toml"],
+        "/nonexistent/x.toml",
+    );
+    rejects(
+        &["train", "--env", "NoSuchEnv-v0", "--train_for_env_steps", "10"],
+        "NoSuchEnv-v0",
+    );
+}
+
+#[test]
+fn bad_config_files_name_the_file_and_key() {
+    let dir = std::env::temp_dir().join(format!("rlfactory-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let unknown = dir.join("unknown.toml");
+    std::fs::write(&unknown, "rollout = 16\nlearning_rat = 0.1\n").unwrap();
+    rejects(
+        &[
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--config",
+            unknown.to_str().unwrap(),
+        ],
+        "unknown key `learning_rat`",
+    );
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "rollout = \"long\"\n").unwrap();
+    rejects(
+        &["train", "--env", "CartPole-v1", "--config", bad.to_str().unwrap()],
+        "bad.toml",
+    );
+    let broken = dir.join("broken.toml");
+    std::fs::write(&broken, "rollout = = 3\n").unwrap();
+    rejects(
+        &[
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--config",
+            broken.to_str().unwrap(),
+        ],
+        "broken.toml",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn parse(args: &[&str]) -> Config {
+    let mut all = vec!["rlfactory".to_owned(), "train".to_owned()];
+    all.extend(args.iter().map(|s| (*s).to_owned()));
+    match parse_invocation(&all) {
+        Ok(Invocation::Train(cfg)) => *cfg,
+        Err(e) => panic!("{args:?}: {e:?}"),
+    }
+}
+
+#[test]
+fn boolean_and_value_forms() {
+    let env = "--env=CartPole-v1";
+    assert!(!parse(&[env]).appo.with_vtrace);
+    assert!(parse(&[env, "--with_vtrace"]).appo.with_vtrace);
+    assert!(
+        parse(&[env, "--with_vtrace", "--rollout", "16", "--batch_size", "256"])
+            .appo
+            .with_vtrace
+    );
+    assert!(parse(&[env, "--with_vtrace=true"]).appo.with_vtrace);
+    assert!(parse(&[env, "--with_vtrace=True"]).appo.with_vtrace);
+    assert!(!parse(&[env, "--with_vtrace=False"]).appo.with_vtrace);
+    assert!(parse(&[env, "--with_vtrace", "True"]).appo.with_vtrace);
+    assert!(
+        !parse(&[env, "--normalize_advantage", "false"])
+            .appo
+            .normalize_advantage
+    );
+    assert_eq!(
+        parse(&["--env", "CartPole-v1", "--rollout", "16"])
+            .sampling
+            .rollout,
+        16
+    );
+    assert_eq!(parse(&[env, "--rollout=16"]).sampling.rollout, 16);
+    assert_eq!(
+        parse(&[env, "--encoder_mlp_layers", "32,32,16"])
+            .model
+            .encoder_mlp_layers
+            .0,
+        [32, 32, 16]
+    );
+}
+
+#[test]
+fn shipped_file_and_command_line_layer_in_order() {
+    // The shipped CartPole config sets rollout 32; a file overrides it; the command line wins.
+    let cfg = parse(&["--env=CartPole-v1"]);
+    assert_eq!((cfg.sampling.rollout, cfg.appo.num_epochs), (32, 20));
+    let dir = std::env::temp_dir().join(format!("rlfactory-layers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.toml");
+    std::fs::write(&file, "rollout = 16\nnum_epochs = 3\nwith_vtrace = true\n").unwrap();
+    let path = file.to_str().unwrap();
+    let cfg = parse(&["--env=CartPole-v1", "--config", path]);
+    assert_eq!(
+        (cfg.sampling.rollout, cfg.appo.num_epochs, cfg.appo.with_vtrace),
+        (16, 3, true)
+    );
+    let cfg = parse(&["--env=CartPole-v1", "--config", path, "--num_epochs=5"]);
+    assert_eq!((cfg.sampling.rollout, cfg.appo.num_epochs), (16, 5));
+    // The resolved config round-trips through --config.
+    let saved = dir.join("resolved.toml");
+    std::fs::write(&saved, cfg.to_toml().unwrap()).unwrap();
+    let again = parse(&["--env=CartPole-v1", "--config", saved.to_str().unwrap()]);
+    assert_eq!(again.to_toml().unwrap(), cfg.to_toml().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
