@@ -2,6 +2,9 @@
 //! (with episode ends and truncations inside a rollout), the loss on a tiny batch computed by
 //! hand, gradient clipping, learning-rate schedules.
 
+// The references index by time step exactly as the papers' sums do.
+#![allow(clippy::needless_range_loop)]
+
 use rlfactory::algo::appo::{clip_grad_norm, gae, losses, vtrace, LossInputs, LrSchedule, VtraceParams};
 use rlfactory::config::{Config, LrScheduleKind};
 use tch::{Kind, Tensor};

@@ -50,8 +50,8 @@ impl Batcher {
     pub fn on_trajectory_ready(&mut self, traj: &Trajectory) -> Result<Vec<Dataset>> {
         let (n, t) = (traj.num_envs, traj.len);
         let steps = n * t;
-        let obs_dim = if steps == 0 { 0 } else { traj.obs.len() / steps };
-        let action_dim = if steps == 0 { 0 } else { traj.actions.len() / steps };
+        let obs_dim = traj.obs.len().checked_div(steps).unwrap_or(0);
+        let action_dim = traj.actions.len().checked_div(steps).unwrap_or(0);
         let bad = [
             traj.obs.len() != steps * obs_dim,
             traj.actions.len() != steps * action_dim,

@@ -1,0 +1,180 @@
+//! Learner step time: rlfactory's APPO learner against the same PPO step written directly on
+//! libtorch (same network 4→64→64 actor and critic, tanh; batch 1024; Adam; gradient clipping).
+//!
+//! `cargo run --release -p rlfactory --example learner_bench -- [--json]`
+
+use std::time::Instant;
+
+use rlf_env::EnvRegistry;
+use rlfactory::algo::appo::{Appo, Dataset};
+use rlfactory::config::Config;
+use rlfactory::model::ActorCritic;
+use tch::nn::{self, OptimizerConfig};
+use tch::{Kind, Tensor};
+
+const BATCH: usize = 1024;
+const SEQ: usize = 32;
+const WARMUP: usize = 20;
+const STEPS: usize = 200;
+
+fn dataset(obs_dim: usize) -> Dataset {
+    let n = BATCH;
+    let mut d = Dataset {
+        num_sequences: n / SEQ,
+        seq_len: SEQ,
+        ..Dataset::default()
+    };
+    for i in 0..n {
+        d.obs
+            .extend((0..obs_dim).map(|k| ((i * 7 + k * 13) % 17) as f32 / 17.0 - 0.5));
+        d.actions.push((i % 2) as f32);
+        d.log_probs.push(-std::f32::consts::LN_2);
+        d.values.push(0.1);
+        d.rewards.push(1.0);
+        d.terminated.push(i % 97 == 0);
+        d.truncated.push(false);
+        d.versions.push(0);
+    }
+    d.next_obs = vec![0.0; (n / SEQ) * obs_dim];
+    d
+}
+
+/// One PPO step written directly on libtorch.
+struct Raw {
+    actor: nn::Sequential,
+    critic: nn::Sequential,
+    opt: nn::Optimizer,
+    obs: Tensor,
+    actions: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    returns: Tensor,
+}
+
+impl Raw {
+    fn new(obs_dim: i64) -> anyhow::Result<Self> {
+        let vs = nn::VarStore::new(tch::Device::Cpu);
+        let mlp = |p: nn::Path<'_>, out: i64| {
+            nn::seq()
+                .add(nn::linear(&p / "l0", obs_dim, 64, Default::default()))
+                .add_fn(|x| x.tanh())
+                .add(nn::linear(&p / "l1", 64, 64, Default::default()))
+                .add_fn(|x| x.tanh())
+                .add(nn::linear(&p / "out", 64, out, Default::default()))
+        };
+        let actor = mlp(vs.root() / "actor", 2);
+        let critic = mlp(vs.root() / "critic", 1);
+        let opt = nn::Adam::default().build(&vs, 3e-4)?;
+        let n = BATCH as i64;
+        Ok(Self {
+            actor,
+            critic,
+            opt,
+            obs: Tensor::randn([n, obs_dim], (Kind::Float, tch::Device::Cpu)),
+            actions: Tensor::randint(2, [n, 1], (Kind::Int64, tch::Device::Cpu)),
+            old_log_probs: Tensor::full([n], -std::f64::consts::LN_2, (Kind::Float, tch::Device::Cpu)),
+            advantages: Tensor::randn([n], (Kind::Float, tch::Device::Cpu)),
+            returns: Tensor::randn([n], (Kind::Float, tch::Device::Cpu)),
+        })
+    }
+
+    fn step(&mut self) {
+        use tch::nn::Module;
+        let logits = self.actor.forward(&self.obs);
+        let log_probs_all = logits.log_softmax(-1, Kind::Float);
+        let log_probs = log_probs_all.gather(-1, &self.actions, false).squeeze_dim(-1);
+        let entropy = -(log_probs_all.exp() * &log_probs_all).sum_dim_intlist(-1, false, Kind::Float);
+        let values = self.critic.forward(&self.obs).squeeze_dim(-1);
+        let adv = (&self.advantages - self.advantages.mean(Kind::Float)) / (self.advantages.std(true) + 1e-8);
+        let ratio = (&log_probs - &self.old_log_probs).exp();
+        let policy = -(&adv * &ratio)
+            .minimum(&(&adv * ratio.clamp(0.8, 1.2)))
+            .mean(Kind::Float);
+        let value = (values - &self.returns).square().mean(Kind::Float) * 0.5;
+        let loss = policy + value * 0.5 - entropy.mean(Kind::Float) * 0.003;
+        self.opt.zero_grad();
+        loss.backward();
+        self.opt.clip_grad_norm(0.5);
+        self.opt.step();
+    }
+}
+
+fn time_per_step(mut f: impl FnMut() -> anyhow::Result<()>, steps_per_call: usize) -> anyhow::Result<f64> {
+    for _ in 0..WARMUP {
+        f()?;
+    }
+    let start = Instant::now();
+    for _ in 0..STEPS {
+        f()?;
+    }
+    Ok(start.elapsed().as_secs_f64() / (STEPS * steps_per_call) as f64)
+}
+
+fn main() -> anyhow::Result<()> {
+    let json = std::env::args().any(|a| a == "--json");
+    tch::set_num_threads(1);
+    tch::manual_seed(0);
+    let env = EnvRegistry::with_builtin().make("CartPole-v1")?;
+    let obs_dim = env.observation_space().flat_dim();
+
+    let mut raw = Raw::new(obs_dim as i64)?;
+    let raw_step = time_per_step(
+        || {
+            raw.step();
+            Ok(())
+        },
+        1,
+    )?;
+
+    let data = dataset(obs_dim);
+    let mut results = Vec::new();
+    for epochs in [1usize, 10] {
+        let cfg = Config::for_env(
+            "CartPole-v1",
+            &[
+                "--batch_size=1024",
+                "--num_batches_per_epoch=1",
+                &format!("--num_epochs={epochs}"),
+                "--ppo_clip_value=1.0",
+                "--exploration_loss_coeff=0.003",
+            ],
+        )?;
+        let model = ActorCritic::new(
+            env.observation_space(),
+            env.action_space(),
+            &cfg.model,
+            cfg.run.device,
+        )?;
+        let mut appo = Appo::new(model, &cfg.appo, u64::MAX)?;
+        let step = time_per_step(|| appo.train(&data).map(drop).map_err(Into::into), epochs)?;
+        results.push((epochs, step));
+    }
+
+    if json {
+        let ours: Vec<String> = results
+            .iter()
+            .map(|(e, s)| {
+                format!(
+                    "{{\"num_epochs\": {e}, \"step_us\": {:.1}, \"overhead_pct\": {:.1}}}",
+                    s * 1e6,
+                    (s / raw_step - 1.0) * 100.0
+                )
+            })
+            .collect();
+        println!(
+            "{{\"batch\": {BATCH}, \"raw_libtorch_step_us\": {:.1}, \"rlfactory\": [{}]}}",
+            raw_step * 1e6,
+            ours.join(", ")
+        );
+    } else {
+        println!("batch {BATCH}: raw libtorch PPO step {:.1} µs", raw_step * 1e6);
+        for (e, s) in &results {
+            println!(
+                "rlfactory Appo::train, {e} epoch(s) per dataset: {:.1} µs per SGD step ({:+.1}% vs raw)",
+                s * 1e6,
+                (s / raw_step - 1.0) * 100.0
+            );
+        }
+    }
+    Ok(())
+}
