@@ -35,10 +35,12 @@
 //!
 //! See [`queue`] for the protocol and what happens when a process dies mid-operation.
 
+pub mod array;
 pub mod channel;
 pub mod queue;
 pub mod region;
 mod sync;
 
+pub use array::{Pod, SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandle, TornRead};
 pub use queue::{Batch, GetError, PutError, Queue, QueueConfig, QueueHandle};
 pub use region::{Region, RegionHandle, ShmError};
