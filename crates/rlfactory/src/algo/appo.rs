@@ -34,6 +34,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
 use tch::{nn, nn::OptimizerConfig, Kind, Tensor};
 
 use crate::config::{AppoConfig, LrScheduleKind};
@@ -329,6 +330,11 @@ impl LrSchedule {
         }
     }
 
+    /// Continues a schedule that was at `lr` when it was saved.
+    pub fn resume_at(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
     /// Whether [`on_minibatch`](Self::on_minibatch) / [`on_epoch`](Self::on_epoch) need the KL.
     pub fn needs_kl(&self) -> bool {
         matches!(
@@ -343,6 +349,18 @@ impl LrSchedule {
 
 /// Metrics of one dataset, by Sample Factory's names (`train/...`).
 pub type TrainMetrics = BTreeMap<String, f64>;
+
+/// What a checkpoint keeps of the learner besides the weights. Adam's moments are not in it:
+/// tch's `nn::Optimizer` gives no access to them, so a resumed run restarts them at zero.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TrainingState {
+    /// The policy version (SGD steps so far; also Adam's step count).
+    pub version: u64,
+    /// Env frames trained on (the linear-decay schedule's position).
+    pub frames_trained: u64,
+    /// The learning rate the schedule had reached.
+    pub lr: f64,
+}
 
 /// The APPO learner's state: the network, Adam, the schedule and the policy version.
 pub struct Appo {
@@ -426,6 +444,23 @@ impl Appo {
     /// The network being trained, mutably (to load weights).
     pub fn model_mut(&mut self) -> &mut ActorCritic {
         &mut self.model
+    }
+
+    /// The state to save beside the weights.
+    pub fn training_state(&self) -> TrainingState {
+        TrainingState {
+            version: self.version,
+            frames_trained: self.frames_trained,
+            lr: self.schedule.lr(),
+        }
+    }
+
+    /// Continues from a saved [`TrainingState`] (the weights are loaded separately).
+    pub fn restore_training_state(&mut self, state: TrainingState) {
+        self.version = state.version;
+        self.frames_trained = state.frames_trained;
+        self.schedule.resume_at(state.lr);
+        self.optimizer.set_lr(state.lr);
     }
 
     /// The policy version: the number of SGD steps taken.

@@ -361,6 +361,62 @@ impl ActorCritic {
             .f_view([(obs.len() / d) as i64, self.obs_dim])?
             .f_to_device(self.device())?)
     }
+
+    /// Every variable (weights and normalisation statistics) by its PyTorch-style name
+    /// (`actor_encoder.fc0.weight`, `obs_normalizer.mean`, ...), with its shape, in name order.
+    pub fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
+        self.named
+            .iter()
+            .map(|(name, t)| {
+                Ok(NamedTensor {
+                    name: name.clone(),
+                    shape: t.size().iter().map(|&d| d as usize).collect(),
+                    values: to_vec(&t.detach())?,
+                })
+            })
+            .collect()
+    }
+
+    /// Replaces every variable with the tensor of the same name in `tensors`; a missing name or
+    /// a wrong shape is an error naming the variable, and nothing is changed then.
+    pub fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
+        let mut sources = Vec::with_capacity(self.named.len());
+        for (name, t) in &self.named {
+            let src = tensors
+                .iter()
+                .find(|n| &n.name == name)
+                .ok_or_else(|| RlfError::WeightMismatch(format!("no tensor `{name}`")))?;
+            let shape: Vec<i64> = src.shape.iter().map(|&d| d as i64).collect();
+            let numel: usize = src.shape.iter().product();
+            if shape != t.size() || numel != src.values.len() {
+                return Err(RlfError::WeightMismatch(format!(
+                    "`{name}` has shape {:?} ({} values), the model's is {:?}",
+                    src.shape,
+                    src.values.len(),
+                    t.size()
+                )));
+            }
+            sources.push(Tensor::f_from_slice(&src.values)?.f_view(shape.as_slice())?);
+        }
+        let device = self.device();
+        tch::no_grad(|| {
+            for ((_, t), src) in self.named.iter_mut().zip(sources) {
+                t.f_copy_(&src.f_to_device(device)?)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// One variable of a model: PyTorch-style name, shape and row-major values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedTensor {
+    /// The name (`actor_encoder.fc0.weight`).
+    pub name: String,
+    /// The shape (`[out, in]` for linear weights, as PyTorch's `nn.Linear`).
+    pub shape: Vec<usize>,
+    /// The values, row-major.
+    pub values: Vec<f32>,
 }
 
 fn to_vec(t: &Tensor) -> Result<Vec<f32>> {

@@ -1,0 +1,386 @@
+//! Using a trained policy: `rlfactory enjoy` runs episodes and prints their returns, `rlfactory eval`
+//! does the same on many envs at once (one `VecEnv`) and writes a CSV, `rlfactory export` writes the
+//! policy as a PyTorch state dict.
+//!
+//! All three read the experiment folder `<train_dir>/<experiment>/`: its `config.json` rebuilds the
+//! network, and the newest intact checkpoint of `--load_checkpoint_kind` (latest or best) fills it; a
+//! corrupt newer checkpoint is named on stderr and passed over.
+//!
+//! # The exported state dict
+//! `rlfactory export --env CartPole-v1 --experiment cartpole --out policy.safetensors` writes every
+//! variable of the actor-critic by a PyTorch-style name, float32, `nn.Linear` weights as
+//! `[out_features, in_features]`:
+//!
+//! | name | what |
+//! |---|---|
+//! | `actor_encoder.fc<i>.{weight,bias}` | hidden layer `i` of the (actor's) MLP encoder |
+//! | `critic_encoder.fc<i>.{weight,bias}` | the critic's encoder (absent with `--actor_critic_share_weights`) |
+//! | `action_head.{weight,bias}` | logits, or the Gaussian mean (and log-std with `--adaptive_stddev`) |
+//! | `value_head.{weight,bias}` | the value, in units of the return normaliser when `--normalize_returns` |
+//! | `log_std` | the learned log standard deviation of a Gaussian head |
+//! | `obs_normalizer.{mean,var,count}` | running observation statistics (`--normalize_input`) |
+//! | `returns_normalizer.{mean,var,count}` | running return statistics (`--normalize_returns`) |
+//!
+//! An equivalent `torch.nn.Module` (default CartPole-v1 settings: 64,64 tanh MLP encoders, separate
+//! actor and critic, discrete actions, no normalisers) loads it with `strict=True`:
+//!
+//! ```text
+//! import torch, torch.nn as nn
+//! from safetensors.torch import load_file
+//!
+//! class Mlp(nn.Module):
+//!     def __init__(self, sizes):
+//!         super().__init__()
+//!         for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+//!             setattr(self, f"fc{i}", nn.Linear(a, b))
+//!         self.n = len(sizes) - 1
+//!     def forward(self, x):
+//!         for i in range(self.n):
+//!             x = torch.tanh(getattr(self, f"fc{i}")(x))
+//!         return x
+//!
+//! class ActorCritic(nn.Module):
+//!     def __init__(self, obs_dim=4, n_actions=2, hidden=(64, 64)):
+//!         super().__init__()
+//!         self.actor_encoder = Mlp([obs_dim, *hidden])
+//!         self.critic_encoder = Mlp([obs_dim, *hidden])
+//!         self.action_head = nn.Linear(hidden[-1], n_actions)
+//!         self.value_head = nn.Linear(hidden[-1], 1)
+//!     def forward(self, obs):
+//!         return self.action_head(self.actor_encoder(obs)), self.value_head(self.critic_encoder(obs))
+//!
+//! model = ActorCritic()
+//! model.load_state_dict(load_file("policy.safetensors"), strict=True)
+//! ```
+//!
+//! With `--normalize_input`, add the `obs_normalizer` buffers and feed
+//! `clamp((obs - mean) / sqrt(var + 1e-5), -10, 10)`. The tests read the file with Python's
+//! `safetensors` and compare names, shapes and values with the checkpoint.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{ArgAction, Args};
+
+use crate::config::{parse_bool, CheckpointKind, Config};
+use crate::env::{ActionMapper, EnvRegistry, VecBuffers, VecEnv};
+use crate::error::{Result, RlfError};
+use crate::experiment::{self, RestoredState};
+use crate::model::{ActorCritic, Policy};
+
+/// Which experiment and checkpoint to load.
+#[derive(Debug, Clone, Args)]
+#[command(rename_all = "snake_case")]
+pub struct CheckpointSource {
+    /// Environment id (must be the one the experiment was trained on).
+    #[arg(long)]
+    pub env: String,
+    /// Experiment name (a folder under `train_dir`).
+    #[arg(long, default_value = "default_experiment")]
+    pub experiment: String,
+    /// Root folder of experiments.
+    #[arg(long, default_value = "train_dir")]
+    pub train_dir: PathBuf,
+    /// Which checkpoint to load.
+    #[arg(long, value_enum, default_value_t = CheckpointKind::Latest)]
+    pub load_checkpoint_kind: CheckpointKind,
+}
+
+/// `rlfactory enjoy`.
+#[derive(Debug, Clone, Args)]
+#[command(rename_all = "snake_case")]
+pub struct EnjoyArgs {
+    /// The experiment and checkpoint.
+    #[command(flatten)]
+    pub source: CheckpointSource,
+    /// Episodes to run.
+    #[arg(long, default_value_t = 10)]
+    pub max_num_episodes: usize,
+    /// Take the most likely action (argmax, or the Gaussian mean) instead of sampling.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub eval_deterministic: bool,
+    /// Seed of the envs (env `i` gets `seed + i`) and of action sampling.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// `rlfactory eval`.
+#[derive(Debug, Clone, Args)]
+#[command(rename_all = "snake_case")]
+pub struct EvalArgs {
+    /// What `enjoy` takes.
+    #[command(flatten)]
+    pub enjoy: EnjoyArgs,
+    /// Envs stepped together (one batch through the policy per step).
+    #[arg(long, default_value_t = 8)]
+    pub num_envs: usize,
+    /// Write one line per episode (`episode,env,return,length`) to this CSV file.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+}
+
+/// `rlfactory export`.
+#[derive(Debug, Clone, Args)]
+#[command(rename_all = "snake_case")]
+pub struct ExportArgs {
+    /// The experiment and checkpoint.
+    #[command(flatten)]
+    pub source: CheckpointSource,
+    /// The safetensors file to write.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+impl CheckpointSource {
+    fn dir(&self) -> PathBuf {
+        self.train_dir.join(&self.experiment)
+    }
+
+    /// Checks that the experiment folder and its `config.json` exist (a bad-input error otherwise).
+    pub fn check(&self) -> Result<()> {
+        let config = self.dir().join("config.json");
+        if config.is_file() {
+            Ok(())
+        } else {
+            Err(RlfError::Config(format!(
+                "--experiment {}: no experiment at {} (config.json missing)",
+                self.experiment,
+                self.dir().display()
+            )))
+        }
+    }
+
+    /// The experiment's saved config, rebuilt through the command line's layering and validation.
+    pub fn config(&self) -> Result<Config> {
+        let path = self.dir().join("config.json");
+        let text = std::fs::read(&path).map_err(|source| RlfError::Io {
+            what: "reading",
+            path: path.clone(),
+            source,
+        })?;
+        let file_error = |message: String| RlfError::ConfigFile {
+            path: path.clone(),
+            message,
+        };
+        let json: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&text).map_err(|e| file_error(e.to_string()))?;
+        let mut args = Vec::with_capacity(json.len());
+        for (key, value) in &json {
+            if key == "env" {
+                let trained = value.as_str().unwrap_or_default();
+                if trained != self.env {
+                    return Err(RlfError::Config(format!(
+                        "--env {}: experiment {} was trained on {trained}",
+                        self.env, self.experiment
+                    )));
+                }
+                continue;
+            }
+            let arg = match value {
+                serde_json::Value::Null => continue,
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Array(items) => items
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            args.push(format!("--{key}={arg}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Config::for_env(&self.env, &args).map_err(|e| file_error(e.to_string()))
+    }
+
+    /// The trained network with the checkpoint's weights and statistics, and its config.
+    pub fn load(&self) -> Result<(Config, ActorCritic)> {
+        let cfg = self.config()?;
+        let store = experiment::open_store(&self.train_dir, &self.experiment)?;
+        let state: RestoredState = experiment::load(&store, self.load_checkpoint_kind)?.ok_or_else(|| {
+            RlfError::Config(format!(
+                "--load_checkpoint_kind={}: no such checkpoint in {}",
+                match self.load_checkpoint_kind {
+                    CheckpointKind::Latest => "latest",
+                    CheckpointKind::Best => "best",
+                },
+                store.dir().display()
+            ))
+        })?;
+        for skipped in &state.skipped {
+            eprintln!("[rlfactory] skipped a broken checkpoint: {skipped}");
+        }
+        let probe = EnvRegistry::with_builtin().make(&cfg.env.env)?;
+        let mut model = ActorCritic::new(
+            probe.observation_space(),
+            probe.action_space(),
+            &cfg.model,
+            cfg.run.device,
+        )?;
+        model.load_named_tensors(&state.tensors)?;
+        eprintln!(
+            "[rlfactory] loaded {} (env frames {}, policy version {})",
+            state.path.display(),
+            state.env_steps,
+            state.training.version
+        );
+        Ok((cfg, model))
+    }
+}
+
+/// One finished episode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Episode {
+    /// The env it ran in.
+    pub env: usize,
+    /// Sum of rewards.
+    pub episode_return: f64,
+    /// Steps.
+    pub length: u64,
+}
+
+/// Runs `episodes` episodes of `policy` on `num_envs` envs of `cfg`'s env stepped together, in the
+/// order they finish; `on_episode` sees each one.
+pub fn run_episodes(
+    cfg: &Config,
+    policy: &mut dyn Policy,
+    num_envs: usize,
+    episodes: usize,
+    deterministic: bool,
+    seed: u64,
+    mut on_episode: impl FnMut(usize, &Episode) -> Result<()>,
+) -> Result<Vec<Episode>> {
+    let mut envs = VecEnv::from_registry(&EnvRegistry::with_builtin(), &cfg.env.env, num_envs.max(1))?;
+    let mut mapper = ActionMapper::new(envs.action_space(), cfg.model.continuous_action_mode)?;
+    let mut buf = VecBuffers::new(envs.num_envs(), envs.obs_dim());
+    ActorCritic::seed(seed);
+    envs.reset(Some(seed), &mut buf.obs)?;
+    let mut done = Vec::with_capacity(episodes);
+    while done.len() < episodes {
+        let out = policy.act(&buf.obs, deterministic)?;
+        envs.step(mapper.map(&out.actions), buf.view())?;
+        for (i, info) in envs.infos().iter().enumerate() {
+            if let Some(ep) = info.episode {
+                if done.len() < episodes {
+                    let episode = Episode {
+                        env: i,
+                        episode_return: ep.episode_return,
+                        length: ep.length,
+                    };
+                    on_episode(done.len(), &episode)?;
+                    done.push(episode);
+                }
+            }
+        }
+    }
+    Ok(done)
+}
+
+fn mean_return(episodes: &[Episode]) -> f64 {
+    episodes.iter().map(|e| e.episode_return).sum::<f64>() / episodes.len().max(1) as f64
+}
+
+/// `rlfactory enjoy`: prints each episode's return and length, then the mean; returns the episodes.
+pub fn enjoy(args: &EnjoyArgs) -> Result<Vec<Episode>> {
+    let (cfg, mut model) = args.source.load()?;
+    let episodes = run_episodes(
+        &cfg,
+        &mut model,
+        1,
+        args.max_num_episodes,
+        args.eval_deterministic,
+        args.seed,
+        |k, e| {
+            println!("episode {k}: return {:.2}, length {}", e.episode_return, e.length);
+            Ok(())
+        },
+    )?;
+    println!(
+        "mean return {:.2} over {} episodes",
+        mean_return(&episodes),
+        episodes.len()
+    );
+    Ok(episodes)
+}
+
+/// `rlfactory eval`: as [`enjoy`] on `--num_envs` envs, writing the CSV if asked.
+pub fn eval(args: &EvalArgs) -> Result<Vec<Episode>> {
+    let (cfg, mut model) = args.enjoy.source.load()?;
+    let mut csv = args.csv.as_deref().map(Csv::create).transpose()?;
+    let episodes = run_episodes(
+        &cfg,
+        &mut model,
+        args.num_envs,
+        args.enjoy.max_num_episodes,
+        args.enjoy.eval_deterministic,
+        args.enjoy.seed,
+        |k, e| {
+            println!(
+                "episode {k} (env {}): return {:.2}, length {}",
+                e.env, e.episode_return, e.length
+            );
+            match &mut csv {
+                Some(csv) => csv.row(k, e),
+                None => Ok(()),
+            }
+        },
+    )?;
+    if let Some(csv) = csv {
+        csv.finish()?;
+    }
+    println!(
+        "mean return {:.2} over {} episodes",
+        mean_return(&episodes),
+        episodes.len()
+    );
+    Ok(episodes)
+}
+
+/// `rlfactory export`: writes the policy's state dict (see the module doc).
+pub fn export(args: &ExportArgs) -> Result<()> {
+    let (_, model) = args.source.load()?;
+    model.save(&args.out)?;
+    eprintln!("[rlfactory] wrote {}", args.out.display());
+    Ok(())
+}
+
+/// The episodes CSV.
+struct Csv {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+}
+
+impl Csv {
+    fn create(path: &Path) -> Result<Self> {
+        let file = std::fs::File::create(path).map_err(|source| RlfError::Io {
+            what: "creating",
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut csv = Self {
+            path: path.to_owned(),
+            out: std::io::BufWriter::new(file),
+        };
+        csv.write("episode,env,return,length")?;
+        Ok(csv)
+    }
+
+    fn row(&mut self, k: usize, e: &Episode) -> Result<()> {
+        self.write(&format!("{k},{},{},{}", e.env, e.episode_return, e.length))
+    }
+
+    fn write(&mut self, line: &str) -> Result<()> {
+        writeln!(self.out, "{line}").map_err(|source| RlfError::Io {
+            what: "writing",
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.out.flush().map_err(|source| RlfError::Io {
+            what: "writing",
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
