@@ -1,28 +1,40 @@
-//! The learner: trains APPO on each dataset and publishes the new weights.
+//! The learner: trains APPO on each dataset and publishes the new weights with their version into
+//! shared memory (a seqlock the inference workers read between batches); `policy_updated` then
+//! carries only the version.
+
+use rlf_shm::SharedWeights;
 
 use super::{PolicyUpdated, TrainingReport};
-use crate::algo::appo::{Appo, Dataset};
+use crate::algo::appo::{Appo, Dataset, TrainingState};
 use crate::error::Result;
-use crate::model::Policy;
+use crate::model::{NamedTensor, Policy};
 
 /// Owns the training state (network, optimiser, version).
 #[derive(Debug)]
 pub struct Learner {
     appo: Appo,
+    weights: SharedWeights,
 }
 
 impl Learner {
-    /// A learner around an APPO state.
-    pub fn new(appo: Appo) -> Self {
-        Self { appo }
+    /// A learner around an APPO state, publishing into `weights`.
+    pub fn new(appo: Appo, weights: SharedWeights) -> Self {
+        Self { appo, weights }
     }
 
-    /// The current weights, for a `policy_updated` at start.
+    /// Publishes the current weights and their version.
     pub fn publish(&self) -> Result<PolicyUpdated> {
-        Ok(PolicyUpdated {
-            version: self.appo.version(),
-            weights: self.appo.model().weights()?,
-        })
+        let version = self.appo.version();
+        let values = self.appo.model().weights()?.values;
+        if values.len() != self.weights.len() {
+            return Err(crate::RlfError::WeightMismatch(format!(
+                "{} values for a shared buffer of {}",
+                values.len(),
+                self.weights.len()
+            )));
+        }
+        self.weights.publish(version, &values);
+        Ok(PolicyUpdated { version })
     }
 
     /// Slot of `batch_ready`: trains on the dataset; returns the new weights and the metrics.
@@ -35,8 +47,15 @@ impl Learner {
         Ok((self.publish()?, report))
     }
 
-    /// Saves the weights and statistics.
-    pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        self.appo.model().save(path)
+    /// What a checkpoint holds: the weights and statistics by name, and the training state.
+    pub fn state(&self) -> Result<(Vec<NamedTensor>, TrainingState)> {
+        Ok((self.appo.model().named_tensors()?, self.appo.training_state()))
+    }
+
+    /// Continues from a checkpoint's weights, statistics and training state.
+    pub fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<()> {
+        self.appo.model_mut().load_named_tensors(tensors)?;
+        self.appo.restore_training_state(state);
+        Ok(())
     }
 }

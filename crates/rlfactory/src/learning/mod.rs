@@ -9,15 +9,11 @@ use serde::{Deserialize, Serialize};
 pub use batcher::Batcher;
 pub use learner::Learner;
 
-use crate::model::PolicyWeights;
-
-/// New weights after training (`policy_updated`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// New weights were published into shared memory after training (`policy_updated`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyUpdated {
     /// The policy version (SGD steps so far).
     pub version: u64,
-    /// The weights and normalisation statistics.
-    pub weights: PolicyWeights,
 }
 
 /// Metrics of one training dataset (`training_reported`).

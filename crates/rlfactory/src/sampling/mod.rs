@@ -1,13 +1,15 @@
 //! Sampling: [`RolloutWorker`]s step envs and record trajectories; the [`InferenceWorker`] chooses
 //! their actions. The messages between them, and to the batcher and runner, are defined here.
 
+mod buffers;
 mod inference;
 mod rollout;
 
 use serde::{Deserialize, Serialize};
 
+pub use buffers::{TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 pub use inference::InferenceWorker;
-pub use rollout::RolloutWorker;
+pub use rollout::{RolloutWorker, StepOutcome};
 
 use crate::model::ActOutput;
 
@@ -67,6 +69,24 @@ pub struct Trajectory {
     pub next_obs: Vec<f32>,
     /// Policy version of each step.
     pub versions: Vec<u64>,
+}
+
+/// A finished trajectory waiting in slot `buffer` of `worker`'s [`TrajectoryPool`] (`trajectory_ready`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrajectoryReady {
+    /// The rollout worker (owner of the pool).
+    pub worker: usize,
+    /// The split.
+    pub split: usize,
+    /// The slot.
+    pub buffer: usize,
+}
+
+/// Slot `buffer` of a worker's pool is free again (`buffer_released`, to that worker alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferReleased {
+    /// The slot.
+    pub buffer: usize,
 }
 
 /// Progress of a rollout worker (`rollout_reported`): env frames simulated and episodes finished

@@ -1,7 +1,9 @@
 //! The rollout worker: envs in `worker_num_splits` groups; each group steps when its actions
-//! arrive, records the step, and hands a trajectory on every `rollout` steps.
+//! arrive, records the step, and hands a trajectory on every `rollout` steps, through a slot of its
+//! shared-memory [`TrajectoryPool`]. A finished split with no free slot is parked until the batcher
+//! releases one (back-pressure).
 
-use super::{ActionsReady, PolicyRequest, RolloutReport, Trajectory};
+use super::{ActionsReady, PolicyRequest, RolloutReport, Trajectory, TrajectoryPool, TrajectoryReady};
 use crate::config::Config;
 use crate::env::{ActionMapper, EnvRegistry, VecBuffers, VecEnv};
 use crate::error::{Result, RlfError};
@@ -14,6 +16,8 @@ struct Split {
     /// Trajectories handed on since the last policy update (sync mode pauses at `rounds_per_update`).
     since_update: usize,
     paused: bool,
+    /// A finished trajectory waiting for a free slot.
+    parked: Option<Trajectory>,
 }
 
 /// What a rollout worker emits after a step.
@@ -21,8 +25,8 @@ struct Split {
 pub struct StepOutcome {
     /// The next request for actions (none while paused in sync mode).
     pub request: Option<PolicyRequest>,
-    /// A finished trajectory.
-    pub trajectory: Option<Trajectory>,
+    /// A finished trajectory, written into the pool.
+    pub trajectory: Option<TrajectoryReady>,
     /// Progress since the last report, sent with each trajectory.
     pub report: Option<RolloutReport>,
 }
@@ -36,6 +40,8 @@ pub struct RolloutWorker {
     report: RolloutReport,
     /// In sync mode, trajectories per split before waiting for a new policy; `None` in async mode.
     rounds_per_update: Option<usize>,
+    pool: TrajectoryPool,
+    free: Vec<usize>,
 }
 
 impl std::fmt::Debug for RolloutWorker {
@@ -49,7 +55,8 @@ impl std::fmt::Debug for RolloutWorker {
 
 impl RolloutWorker {
     /// Rollout worker `index` of the run configured by `cfg`, with envs from `registry`.
-    pub fn new(index: usize, cfg: &Config, registry: &EnvRegistry) -> Result<Self> {
+    /// Its trajectories go through `pool`, all of whose slots start free.
+    pub fn new(index: usize, cfg: &Config, registry: &EnvRegistry, pool: TrajectoryPool) -> Result<Self> {
         let s = &cfg.sampling;
         let per_split = s.num_envs_per_worker / s.worker_num_splits;
         let mut splits = Vec::with_capacity(s.worker_num_splits);
@@ -63,6 +70,7 @@ impl RolloutWorker {
                 trajectory: Trajectory::default(),
                 since_update: 0,
                 paused: false,
+                parked: None,
             });
         }
         let rounds_per_update =
@@ -77,7 +85,23 @@ impl RolloutWorker {
                 ..RolloutReport::default()
             },
             rounds_per_update,
+            free: (0..pool.num_buffers()).rev().collect(),
+            pool,
         })
+    }
+
+    /// Writes split `k`'s finished trajectory into a free slot, or parks it when there is none.
+    fn hand_on(&mut self, k: usize, traj: Trajectory) -> Result<Option<TrajectoryReady>> {
+        let Some(buffer) = self.free.pop() else {
+            self.splits[k].parked = Some(traj);
+            return Ok(None);
+        };
+        self.pool.write(buffer, &traj)?;
+        Ok(Some(TrajectoryReady {
+            worker: self.index,
+            split: k,
+            buffer,
+        }))
     }
 
     fn request(&self, split: usize) -> PolicyRequest {
@@ -176,9 +200,10 @@ impl RolloutWorker {
             if self.rounds_per_update.is_some_and(|r| split.since_update >= r) {
                 split.paused = true;
             }
-            let paused = split.paused;
             let fresh = self.fresh_trajectory(k);
-            outcome.trajectory = Some(std::mem::replace(&mut self.splits[k].trajectory, fresh));
+            let done = std::mem::replace(&mut self.splits[k].trajectory, fresh);
+            outcome.trajectory = self.hand_on(k, done)?;
+            let paused = self.splits[k].paused || self.splits[k].parked.is_some();
             outcome.report = Some(std::mem::replace(
                 &mut self.report,
                 RolloutReport {
@@ -199,10 +224,34 @@ impl RolloutWorker {
         let mut resumed = Vec::new();
         for (k, split) in self.splits.iter_mut().enumerate() {
             split.since_update = 0;
-            if std::mem::take(&mut split.paused) {
+            if std::mem::take(&mut split.paused) && split.parked.is_none() {
                 resumed.push(k);
             }
         }
         resumed.into_iter().map(|k| self.request(k)).collect()
+    }
+
+    /// Slot of `buffer_released`: the slot is free again; a parked split (if any) hands its
+    /// trajectory on through it and resumes unless paused for a policy update.
+    pub fn on_buffer_released(
+        &mut self,
+        buffer: usize,
+    ) -> Result<(Option<TrajectoryReady>, Option<PolicyRequest>)> {
+        if buffer >= self.pool.num_buffers() || self.free.contains(&buffer) {
+            return Err(RlfError::Protocol {
+                component: "rollout worker",
+                message: format!("worker {}: buffer {buffer} released but not in use", self.index),
+            });
+        }
+        self.free.push(buffer);
+        let Some(k) = self.splits.iter().position(|s| s.parked.is_some()) else {
+            return Ok((None, None));
+        };
+        let Some(traj) = self.splits[k].parked.take() else {
+            return Ok((None, None));
+        };
+        let ready = self.hand_on(k, traj)?;
+        let request = (!self.splits[k].paused).then(|| self.request(k));
+        Ok((ready, request))
     }
 }
