@@ -88,6 +88,9 @@ pub struct SamplingConfig {
     /// Length of a trajectory, in env steps.
     #[arg(long, default_value_t = 32)]
     pub rollout: usize,
+    /// Inference workers (each a process outside serial mode); they share one queue of requests.
+    #[arg(long, default_value_t = 1)]
+    pub policy_workers_per_policy: usize,
 }
 
 /// Nonlinearity of the MLP layers.
@@ -241,6 +244,10 @@ pub struct AppoConfig {
     /// Transitions older than this many policy versions are left out of the loss.
     #[arg(long, default_value_t = 1000)]
     pub max_policy_lag: u64,
+    /// Datasets waiting for the learner beyond which sampling stops (the batcher keeps the
+    /// trajectory slots until the learner catches up).
+    #[arg(long, default_value_t = 2)]
+    pub num_batches_to_accumulate: usize,
 }
 
 /// Device the learner and inference run on.
@@ -264,8 +271,9 @@ pub struct RunConfig {
     /// Root folder of experiments.
     #[arg(long, default_value = "train_dir")]
     pub train_dir: PathBuf,
-    /// All components on one event loop in this process.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    /// All components on one event loop in this process (false: rollout workers, inference workers
+    /// and the learner in processes of their own).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub serial_mode: bool,
     /// Rollout workers keep sampling while the learner trains (false: they wait for the new policy).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
@@ -296,6 +304,64 @@ pub struct RunConfig {
     pub save_experiment: bool,
 }
 
+/// What to do with an existing experiment folder (Sample Factory's `--restart_behavior`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum RestartBehaviorArg {
+    /// Continue from the latest intact checkpoint.
+    Resume,
+    /// Move the old folder aside (`<experiment>_old0001`) and start from scratch.
+    Restart,
+    /// Delete the old folder and start from scratch.
+    Overwrite,
+}
+
+/// Which checkpoint to load (Sample Factory's `--load_checkpoint_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// The newest intact regular checkpoint.
+    Latest,
+    /// The one with the best metric.
+    Best,
+}
+
+/// The metric that picks the best checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum BestMetric {
+    /// The mean return of the last 100 episodes.
+    Reward,
+}
+
+/// The experiment folder's checkpoints and restarts.
+#[derive(Debug, Clone, Args, Serialize)]
+#[command(rename_all = "snake_case")]
+pub struct CheckpointingConfig {
+    /// What to do when the experiment folder exists: resume from its latest checkpoint, restart
+    /// (moving it aside) or overwrite it.
+    #[arg(long, value_enum, default_value_t = RestartBehaviorArg::Resume)]
+    pub restart_behavior: RestartBehaviorArg,
+    /// Seconds between checkpoints (one more is saved when the run stops).
+    #[arg(long, default_value_t = 120.0)]
+    pub save_every_sec: f64,
+    /// Regular checkpoints kept (older ones are deleted).
+    #[arg(long, default_value_t = 2)]
+    pub keep_checkpoints: usize,
+    /// The metric of the best checkpoint.
+    #[arg(long, value_enum, default_value_t = BestMetric::Reward)]
+    pub save_best_metric: BestMetric,
+    /// No best checkpoint before this many env frames (early means are noisy).
+    #[arg(long, default_value_t = 100_000)]
+    pub save_best_after: u64,
+    /// Keep a milestone checkpoint for ever every this many env frames (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub save_milestones_env_steps: u64,
+}
+
 /// The whole configuration of a training run.
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct Config {
@@ -319,6 +385,10 @@ pub struct Config {
     #[command(flatten)]
     #[serde(flatten)]
     pub run: RunConfig,
+    /// Checkpoints and restarts.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub checkpoint: CheckpointingConfig,
 }
 
 /// The `rlfactory` command line.
@@ -338,7 +408,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Train a policy.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
+    /// Run episodes with a trained policy and print their returns.
+    Enjoy(crate::enjoy::EnjoyArgs),
+    /// Run episodes with a trained policy on many envs at once and write their returns to a CSV.
+    Eval(crate::enjoy::EvalArgs),
+    /// Write a trained policy as a PyTorch state dict (safetensors).
+    Export(crate::enjoy::ExportArgs),
 }
 
 /// `rlfactory train`.
@@ -424,6 +500,12 @@ pub fn config_file_args(text: &str, origin: &Path) -> Result<Vec<String>> {
 pub enum Invocation {
     /// Train with this resolved and validated configuration.
     Train(Box<Config>),
+    /// Run episodes with a trained policy.
+    Enjoy(crate::enjoy::EnjoyArgs),
+    /// Evaluate a trained policy on many envs.
+    Eval(crate::enjoy::EvalArgs),
+    /// Export a trained policy.
+    Export(crate::enjoy::ExportArgs),
 }
 
 /// Why a command line was not accepted.
@@ -450,7 +532,21 @@ impl From<RlfError> for CliError {
 /// Parses `args` (program name first), layers defaults, the env's shipped config, `--config FILE`
 /// and the command line (see the module doc), and validates the result.
 pub fn parse_invocation(args: &[String]) -> Result<Invocation, CliError> {
-    let Command::Train(first) = parse_cli(args)?.command;
+    let first = match parse_cli(args)?.command {
+        Command::Train(first) => first,
+        Command::Enjoy(a) => {
+            a.source.check()?;
+            return Ok(Invocation::Enjoy(a));
+        }
+        Command::Eval(a) => {
+            a.enjoy.source.check()?;
+            return Ok(Invocation::Eval(a));
+        }
+        Command::Export(a) => {
+            a.source.check()?;
+            return Ok(Invocation::Export(a));
+        }
+    };
     let head = &args[..2.min(args.len())];
     let tail = &args[head.len()..];
     let env = first.config.env.env.clone();
@@ -488,7 +584,9 @@ pub fn parse_invocation(args: &[String]) -> Result<Invocation, CliError> {
     let mut all = head.to_vec();
     all.extend(layered);
     all.extend(tail.iter().cloned());
-    let Command::Train(train) = parse_cli(&all)?.command;
+    let Command::Train(train) = parse_cli(&all)?.command else {
+        return Err(RlfError::Config("the layered arguments lost the train command".into()).into());
+    };
     train.config.validate()?;
     Ok(Invocation::Train(Box::new(train.config)))
 }
@@ -501,6 +599,7 @@ impl Config {
         args.extend(overrides.iter().map(|s| (*s).to_owned()));
         match parse_invocation(&args) {
             Ok(Invocation::Train(config)) => Ok(*config),
+            Ok(_) => Err(RlfError::Config("not a train command".into())),
             Err(CliError::Invalid(e)) => Err(e),
             Err(CliError::Clap(e)) => Err(RlfError::Config(
                 e.to_string()
@@ -537,6 +636,8 @@ impl Config {
             ("--batch_size", a.batch_size),
             ("--num_batches_per_epoch", a.num_batches_per_epoch),
             ("--num_epochs", a.num_epochs),
+            ("--policy_workers_per_policy", s.policy_workers_per_policy),
+            ("--num_batches_to_accumulate", a.num_batches_to_accumulate),
         ] {
             if value == 0 {
                 return err(format!("{name} must be at least 1"));
@@ -599,16 +700,20 @@ impl Config {
                 return err(format!("--stop_at_reward must be a finite number, got {reward}"));
             }
         }
+        if !(self.checkpoint.save_every_sec.is_finite() && self.checkpoint.save_every_sec > 0.0) {
+            return err(format!(
+                "--save_every_sec must be a positive number, got {}",
+                self.checkpoint.save_every_sec
+            ));
+        }
+        if self.checkpoint.keep_checkpoints == 0 {
+            return err("--keep_checkpoints must be at least 1".into());
+        }
         if r.num_threads < 1 {
             return err(format!("--num_threads must be at least 1, got {}", r.num_threads));
         }
         if let Err(e) = rlf_env::EnvRegistry::with_builtin().make(&self.env.env) {
             return err(format!("--env: {e}"));
-        }
-        if !r.serial_mode {
-            return err(
-                "--serial_mode=false is not available yet: run with --serial_mode (the default)".into(),
-            );
         }
         if r.device == DeviceKind::Gpu && !tch::Cuda::is_available() {
             return err("--device=gpu: no CUDA device is available to libtorch".into());

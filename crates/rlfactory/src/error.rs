@@ -48,6 +48,20 @@ pub enum RlfError {
         /// What was wrong.
         message: String,
     },
+    /// A shared-memory buffer could not be created or mapped.
+    #[error(transparent)]
+    Shm(#[from] rlf_shm::ShmError),
+    /// The experiment folder, a TensorBoard file, a checkpoint or a plot failed (names the file).
+    #[error(transparent)]
+    Experiment(#[from] rlf_experiment::Error),
+    /// A checkpoint does not hold what rlfactory saves.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint {
+        /// Its sidecar.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
     /// The event loop failed.
     #[error("event loop: {0}")]
     EventLoop(String),

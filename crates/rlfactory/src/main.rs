@@ -1,4 +1,5 @@
-//! The `rlfactory` binary: `rlfactory train --env <id> [flags]`.
+//! The `rlfactory` binary: `rlfactory train --env <id> [flags]`, and `enjoy`, `eval`, `export` of a
+//! trained experiment (see `rlfactory::enjoy`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -18,6 +19,9 @@ fn one_line(text: &str) -> String {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = rlf_signal::child_entry(rlfactory::runner::child_build) {
+        return code;
+    }
     let process_start = Instant::now();
     let args: Vec<String> = std::env::args().collect();
     let invocation = match parse_invocation(&args) {
@@ -36,7 +40,8 @@ fn main() -> ExitCode {
         }
     };
     match run(invocation, process_start) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(signal)) => ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(0))),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -44,8 +49,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(invocation: Invocation, process_start: Instant) -> anyhow::Result<()> {
-    let Invocation::Train(cfg) = invocation;
+/// Runs the command; returns the signal that interrupted a training run, if one did (the exit
+/// code is then 128 + signal, after the last checkpoint was saved).
+fn run(invocation: Invocation, process_start: Instant) -> anyhow::Result<Option<i32>> {
+    let cfg = match invocation {
+        Invocation::Train(cfg) => cfg,
+        Invocation::Enjoy(args) => return rlfactory::enjoy::enjoy(&args).map(|_| None).map_err(Into::into),
+        Invocation::Eval(args) => return rlfactory::enjoy::eval(&args).map(|_| None).map_err(Into::into),
+        Invocation::Export(args) => {
+            return rlfactory::enjoy::export(&args).map(|()| None).map_err(Into::into)
+        }
+    };
     eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
     let summary = rlfactory::runner::train(&cfg, process_start)?;
     let json = serde_json::to_string_pretty(&summary)?;
@@ -53,5 +67,5 @@ fn run(invocation: Invocation, process_start: Instant) -> anyhow::Result<()> {
     if let Some(path) = &cfg.run.summary_json {
         std::fs::write(path, &json).with_context(|| format!("writing the summary to {}", path.display()))?;
     }
-    Ok(())
+    Ok(summary.signal)
 }

@@ -10,21 +10,24 @@
 //! In serial mode (the only mode so far) every component lives on the main event loop.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rlf_signal::{App, AppBuilder, BuildError, Component, Ctx, Signal};
-use serde::Serialize;
+use rlf_shm::{SharedWeights, SharedWeightsHandle};
+use rlf_signal::{App, AppBuilder, BuildError, Component, Ctx, EmitError, Signal, WorkQueue};
+use serde::{Deserialize, Serialize};
 
 use crate::algo::appo::{Appo, Dataset};
-use crate::config::Config;
+use crate::config::{config_file_args, Config};
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
+use crate::experiment::{CheckpointRequest, Checkpointer, ExperimentRun};
 use crate::learning::{Batcher, Learner, PolicyUpdated, TrainingReport};
-use crate::model::ActorCritic;
+use crate::model::{ActorCritic, Policy};
 use crate::sampling::{
-    ActionsReady, InferenceWorker, PolicyRequest, RolloutReport, RolloutWorker, Trajectory,
+    ActionsReady, BufferReleased, InferenceWorker, PolicyRequest, RolloutReport, RolloutWorker, StepOutcome,
+    TrajectoryPool, TrajectoryPoolHandle, TrajectoryReady, TrajectoryShape,
 };
 
 /// Episodes the mean return is taken over.
@@ -40,8 +43,10 @@ pub enum StopReason {
     Seconds,
     /// `--stop_at_reward` reached.
     Reward,
-    /// A component failed, or the run was interrupted.
+    /// A component failed.
     Failed,
+    /// SIGINT or SIGTERM (a checkpoint was saved).
+    Interrupted,
 }
 
 /// The outcome of a run, written by `--summary_json`.
@@ -69,6 +74,8 @@ pub struct Summary {
     pub stop_reason: StopReason,
     /// The last training metrics.
     pub last_metrics: Vec<(String, f64)>,
+    /// The signal that interrupted the run (SIGINT = 2, SIGTERM = 15), if one did.
+    pub signal: Option<i32>,
 }
 
 /// Statistics and stop conditions.
@@ -82,6 +89,7 @@ pub struct Runner {
     env_frames: u64,
     episodes: u64,
     returns: VecDeque<f64>,
+    lengths: VecDeque<u64>,
     reached: Option<(u64, f64)>,
     version: u64,
     version_diff: f64,
@@ -103,6 +111,7 @@ impl Runner {
             env_frames: 0,
             episodes: 0,
             returns: VecDeque::with_capacity(RETURN_WINDOW),
+            lengths: VecDeque::with_capacity(RETURN_WINDOW),
             reached: None,
             version: 0,
             version_diff: 0.0,
@@ -117,6 +126,20 @@ impl Runner {
         (!self.returns.is_empty()).then(|| self.returns.iter().sum::<f64>() / self.returns.len() as f64)
     }
 
+    /// Mean length of the last 100 episodes.
+    pub fn mean_length(&self) -> Option<f64> {
+        (!self.lengths.is_empty())
+            .then(|| self.lengths.iter().sum::<u64>() as f64 / self.lengths.len() as f64)
+    }
+
+    /// Continues the counts of a resumed run: env frames, episodes and the policy version.
+    pub fn resume_from(&mut self, env_frames: u64, episodes: u64, version: u64) {
+        self.env_frames = env_frames;
+        self.episodes = episodes;
+        self.version = version;
+        self.last_line = (Instant::now(), env_frames);
+    }
+
     /// Slot of `rollout_reported`: counts frames and episodes; returns why to stop, if it is time.
     pub fn on_rollout_reported(&mut self, report: &RolloutReport) -> Option<StopReason> {
         self.env_frames += report.env_frames;
@@ -127,7 +150,22 @@ impl Runner {
             self.returns.push_back(r);
             self.episodes += 1;
         }
+        for &l in &report.episode_lengths {
+            if self.lengths.len() == RETURN_WINDOW {
+                self.lengths.pop_front();
+            }
+            self.lengths.push_back(l);
+        }
         self.check_stop()
+    }
+
+    /// What a checkpoint saved now should record.
+    pub fn checkpoint_request(&self) -> CheckpointRequest {
+        CheckpointRequest {
+            env_steps: self.env_frames,
+            episodes: self.episodes,
+            mean_return: self.mean_return(),
+        }
     }
 
     /// Slot of `training_reported`.
@@ -162,18 +200,41 @@ impl Runner {
 
     /// The progress line: frames, FPS since the last line, mean return, policy lag.
     pub fn progress_line(&mut self) -> String {
+        self.report().line
+    }
+
+    /// A progress report: the line, and the scalars for TensorBoard by Sample Factory's names
+    /// (`perf/_fps`, `reward/reward`, `len/len`, `stats/episodes`, the learner's `train/...`).
+    pub fn report(&mut self) -> Report {
         let now = Instant::now();
         let (then, frames) = self.last_line;
         let dt = now.duration_since(then).as_secs_f64().max(1e-9);
-        let fps = (self.env_frames - frames) as f64 / dt;
+        let fps = self.env_frames.saturating_sub(frames) as f64 / dt;
         self.last_line = (now, self.env_frames);
+        let mut scalars = vec![
+            ("perf/_fps".to_owned(), fps),
+            ("stats/episodes".to_owned(), self.episodes as f64),
+            ("train/policy_version".to_owned(), self.version as f64),
+        ];
+        if let Some(r) = self.mean_return() {
+            scalars.push(("reward/reward".to_owned(), r));
+        }
+        if let Some(l) = self.mean_length() {
+            scalars.push(("len/len".to_owned(), l));
+        }
+        scalars.extend(self.last_metrics.iter().cloned());
         let ret = self
             .mean_return()
             .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.1}"));
-        format!(
+        let line = format!(
             "frames {} | fps {:.0} | mean return {} ({} episodes) | policy lag {:.1} | version {}",
             self.env_frames, fps, ret, self.episodes, self.version_diff, self.version
-        )
+        );
+        Report {
+            line,
+            env_frames: self.env_frames,
+            scalars,
+        }
     }
 
     /// The summary of the run so far.
@@ -191,8 +252,20 @@ impl Runner {
             policy_version: self.version,
             stop_reason: self.stop.unwrap_or(StopReason::Failed),
             last_metrics: self.last_metrics.clone(),
+            signal: None,
         }
     }
+}
+
+/// One progress report of the [`Runner`].
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The progress line.
+    pub line: String,
+    /// Env frames (the TensorBoard step).
+    pub env_frames: u64,
+    /// Scalars by TensorBoard tag.
+    pub scalars: Vec<(String, f64)>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -207,7 +280,19 @@ struct Shared {
 
 type SharedState = Arc<Mutex<Shared>>;
 
+/// An emit into the queue of a loop that is stopping is not an error: the run is ending (a loop
+/// that died is reported by the supervisor as a fault).
+fn sent(r: Result<(), EmitError>) -> Result<(), EmitError> {
+    match r {
+        Err(EmitError::Closed { .. }) => Ok(()),
+        other => other,
+    }
+}
+
+/// Records the first error of the run; also printed, since an error in a child process has no
+/// other way out.
 fn fail(shared: &SharedState, error: &dyn std::fmt::Display) {
+    eprintln!("[rlfactory] error: {error}");
     if let Ok(mut s) = shared.lock() {
         s.error.get_or_insert_with(|| error.to_string());
     }
@@ -219,14 +304,14 @@ struct RolloutNode {
     queued: Vec<PolicyRequest>,
     scheduled: bool,
     setup: Option<Result<RolloutWorker>>,
-    policy_requested: Signal<PolicyRequest>,
-    trajectory_ready: Signal<Trajectory>,
+    policy_requested: WorkQueue<PolicyRequest>,
+    trajectory_ready: Signal<TrajectoryReady>,
     rollout_reported: Signal<RolloutReport>,
     shared: SharedState,
 }
 
 impl RolloutNode {
-    /// Queues requests for actions and emits them on the loop's next turn (a zero-delay timer)
+    /// Queues requests for actions and submits them on the loop's next turn (a zero-delay timer)
     /// rather than from inside a slot: on one loop, rollout and inference would otherwise answer
     /// each other without the loop ever turning, starving timers and stop requests.
     fn defer(&mut self, ctx: &mut Ctx<'_, Self>, requests: impl IntoIterator<Item = PolicyRequest>) {
@@ -239,37 +324,50 @@ impl RolloutNode {
 
     fn flush_requests(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.scheduled = false;
-        let requests = std::mem::take(&mut self.queued);
-        if let Err(e) = ctx.emit_many(&self.policy_requested, &requests) {
-            fail(&self.shared, &e);
-            ctx.stop_app();
+        for request in std::mem::take(&mut self.queued) {
+            if let Err(e) = sent(ctx.submit(&self.policy_requested, &request)) {
+                fail(&self.shared, &e);
+                ctx.stop_app();
+                return;
+            }
+        }
+    }
+
+    fn emit_outcome(&mut self, ctx: &mut Ctx<'_, Self>, outcome: Result<StepOutcome>) {
+        let emitted = outcome.map_err(|e| e.to_string()).and_then(|outcome| {
+            if let Some(t) = &outcome.trajectory {
+                sent(ctx.emit(&self.trajectory_ready, t)).map_err(|e| e.to_string())?;
+            }
+            if let Some(r) = &outcome.report {
+                sent(ctx.emit(&self.rollout_reported, r)).map_err(|e| e.to_string())?;
+            }
+            Ok(outcome.request)
+        });
+        match emitted {
+            Ok(request) => self.defer(ctx, request),
+            Err(e) => {
+                fail(&self.shared, &e);
+                ctx.stop_app();
+            }
         }
     }
 
     fn on_actions_ready(&mut self, ctx: &mut Ctx<'_, Self>, actions: &ActionsReady) {
         let Some(worker) = &mut self.worker else { return };
-        let outcome = match worker.on_actions_ready(actions) {
-            Ok(o) => o,
-            Err(e) => {
-                fail(&self.shared, &e);
-                ctx.stop_app();
-                return;
-            }
-        };
-        let emitted = (|| {
-            if let Some(t) = &outcome.trajectory {
-                ctx.emit(&self.trajectory_ready, t)?;
-            }
-            if let Some(r) = &outcome.report {
-                ctx.emit(&self.rollout_reported, r)?;
-            }
-            Ok::<(), rlf_signal::EmitError>(())
-        })();
-        if let Err(e) = emitted {
-            fail(&self.shared, &e);
-            ctx.stop_app();
-        }
-        self.defer(ctx, outcome.request);
+        let outcome = worker.on_actions_ready(actions);
+        self.emit_outcome(ctx, outcome);
+    }
+
+    fn on_buffer_released(&mut self, ctx: &mut Ctx<'_, Self>, released: &BufferReleased) {
+        let Some(worker) = &mut self.worker else { return };
+        let outcome = worker
+            .on_buffer_released(released.buffer)
+            .map(|(trajectory, request)| StepOutcome {
+                trajectory,
+                request,
+                report: None,
+            });
+        self.emit_outcome(ctx, outcome);
     }
 
     fn on_policy_updated(&mut self, ctx: &mut Ctx<'_, Self>, _update: &PolicyUpdated) {
@@ -303,28 +401,62 @@ impl Component for RolloutNode {
 }
 
 struct InferenceNode {
-    worker: InferenceWorker,
-    actions_ready: Signal<ActionsReady>,
+    worker: Option<InferenceWorker>,
+    setup: Option<Result<InferenceWorker>>,
+    /// Requests taken since the last forward pass (see [`InferenceNode::flush`]).
+    pending: Vec<PolicyRequest>,
+    scheduled: bool,
+    /// `actions_ready` of each rollout worker, by worker index.
+    actions_ready: Vec<Signal<ActionsReady>>,
     shared: SharedState,
 }
 
-impl Component for InferenceNode {}
+impl Component for InferenceNode {
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match self.setup.take() {
+            Some(Ok(w)) => self.worker = Some(w),
+            Some(Err(e)) => {
+                fail(&self.shared, &e);
+                ctx.stop_app();
+            }
+            None => {}
+        }
+    }
+}
 
 impl InferenceNode {
+    /// Collects the request; every request taken in this turn of the loop goes into one forward
+    /// pass on the next turn (a zero-delay timer).
     fn on_policy_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &PolicyRequest) {
-        let result = self
-            .worker
-            .on_policy_requested(request)
-            .map_err(|e| e.to_string())
-            .and_then(|a| ctx.emit(&self.actions_ready, &a).map_err(|e| e.to_string()));
-        if let Err(e) = result {
-            fail(&self.shared, &e);
-            ctx.stop_app();
+        self.pending.push(request.clone());
+        if !self.scheduled {
+            self.scheduled = true;
+            ctx.timer_once(Duration::ZERO, InferenceNode::flush);
         }
     }
 
-    fn on_policy_updated(&mut self, ctx: &mut Ctx<'_, Self>, update: &PolicyUpdated) {
-        if let Err(e) = self.worker.on_policy_updated(update) {
+    fn flush(&mut self, ctx: &mut Ctx<'_, Self>) {
+        self.scheduled = false;
+        let Some(worker) = &mut self.worker else { return };
+        let requests = std::mem::take(&mut self.pending);
+        let result = worker
+            .on_policy_requested(&requests)
+            .map_err(|e| e.to_string())
+            .and_then(|answers| {
+                for a in &answers {
+                    let signal = self.actions_ready.get(a.worker).ok_or_else(|| {
+                        format!(
+                            "inference worker: a request from unknown rollout worker {}",
+                            a.worker
+                        )
+                    })?;
+                    sent(ctx.emit(signal, a)).map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            });
+        self.pending = requests;
+        self.pending.clear();
+        if let Err(e) = result {
             fail(&self.shared, &e);
             ctx.stop_app();
         }
@@ -333,23 +465,67 @@ impl InferenceNode {
 
 struct BatcherNode {
     batcher: Batcher,
+    /// Every rollout worker's trajectory pool, by worker index.
+    pools: Vec<TrajectoryPool>,
     batch_ready: Signal<Dataset>,
+    /// `buffer_released` of each rollout worker, by worker index.
+    buffer_released: Vec<Signal<BufferReleased>>,
+    /// Datasets handed to the learner and not yet trained on.
+    in_flight: usize,
+    /// `--num_batches_to_accumulate`: past this many datasets in flight, slots are kept (the
+    /// rollout workers run out of slots and wait) until the learner catches up.
+    max_in_flight: usize,
+    held: Vec<(usize, usize)>,
     shared: SharedState,
 }
 
 impl Component for BatcherNode {}
 
 impl BatcherNode {
-    fn on_trajectory_ready(&mut self, ctx: &mut Ctx<'_, Self>, traj: &Trajectory) {
+    fn release(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<(), String> {
+        if self.in_flight >= self.max_in_flight {
+            return Ok(());
+        }
+        for (worker, buffer) in std::mem::take(&mut self.held) {
+            let signal = self
+                .buffer_released
+                .get(worker)
+                .ok_or_else(|| format!("batcher: no rollout worker {worker}"))?;
+            sent(ctx.emit(signal, &BufferReleased { buffer })).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn on_trajectory_ready(&mut self, ctx: &mut Ctx<'_, Self>, ready: &TrajectoryReady) {
         let result = self
-            .batcher
-            .on_trajectory_ready(traj)
-            .map_err(|e| e.to_string())
-            .and_then(|ready| {
-                ctx.emit_many(&self.batch_ready, &ready)
+            .pools
+            .get(ready.worker)
+            .ok_or_else(|| {
+                format!(
+                    "batcher: a trajectory from unknown rollout worker {}",
+                    ready.worker
+                )
+            })
+            .and_then(|pool| {
+                pool.read(ready.buffer, ready.worker, ready.split)
                     .map_err(|e| e.to_string())
+            })
+            .and_then(|traj| self.batcher.on_trajectory_ready(&traj).map_err(|e| e.to_string()))
+            .and_then(|datasets| {
+                self.in_flight += datasets.len();
+                self.held.push((ready.worker, ready.buffer));
+                sent(ctx.emit_many(&self.batch_ready, &datasets)).map_err(|e| e.to_string())?;
+                self.release(ctx)
             });
         if let Err(e) = result {
+            fail(&self.shared, &e);
+            ctx.stop_app();
+        }
+    }
+
+    fn on_training_reported(&mut self, ctx: &mut Ctx<'_, Self>, _report: &TrainingReport) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if let Err(e) = self.release(ctx) {
             fail(&self.shared, &e);
             ctx.stop_app();
         }
@@ -357,24 +533,25 @@ impl BatcherNode {
 }
 
 struct LearnerNode {
-    learner: Learner,
+    learner: Option<Learner>,
+    setup: Option<Result<Learner>>,
     policy_updated: Signal<PolicyUpdated>,
     training_reported: Signal<TrainingReport>,
-    save_to: Option<PathBuf>,
+    checkpointer: Option<Checkpointer>,
+    /// The runner's latest counts, for the checkpoint saved at stop.
+    progress: CheckpointRequest,
     shared: SharedState,
 }
 
 impl LearnerNode {
     fn on_batch_ready(&mut self, ctx: &mut Ctx<'_, Self>, dataset: &Dataset) {
-        let result = self
-            .learner
+        let Some(learner) = &mut self.learner else { return };
+        let result = learner
             .on_batch_ready(dataset)
             .map_err(|e| e.to_string())
             .and_then(|(update, report)| {
-                ctx.emit(&self.policy_updated, &update)
-                    .map_err(|e| e.to_string())?;
-                ctx.emit(&self.training_reported, &report)
-                    .map_err(|e| e.to_string())
+                sent(ctx.emit(&self.policy_updated, &update)).map_err(|e| e.to_string())?;
+                sent(ctx.emit(&self.training_reported, &report)).map_err(|e| e.to_string())
             });
         if let Err(e) = result {
             fail(&self.shared, &e);
@@ -383,12 +560,43 @@ impl LearnerNode {
     }
 }
 
+impl LearnerNode {
+    fn on_progress_reported(&mut self, _ctx: &mut Ctx<'_, Self>, progress: &CheckpointRequest) {
+        self.progress = *progress;
+    }
+
+    fn on_checkpoint_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &CheckpointRequest) {
+        self.progress = *request;
+        if let Err(e) = self.save_checkpoint() {
+            fail(&self.shared, &e);
+            ctx.stop_app();
+        }
+    }
+
+    fn save_checkpoint(&mut self) -> Result<()> {
+        match (&self.learner, &mut self.checkpointer) {
+            (Some(learner), Some(checkpointer)) => checkpointer.save(learner.state()?, &self.progress),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Component for LearnerNode {
-    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
-        if let Some(path) = &self.save_to {
-            if let Err(e) = self.learner.save(path) {
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match self.setup.take() {
+            Some(Ok(l)) => self.learner = Some(l),
+            Some(Err(e)) => {
                 fail(&self.shared, &e);
+                ctx.stop_app();
             }
+            None => {}
+        }
+    }
+
+    /// The last checkpoint, whatever stopped the run (the stop conditions, SIGINT, SIGTERM).
+    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        if let Err(e) = self.save_checkpoint() {
+            fail(&self.shared, &e);
         }
     }
 }
@@ -396,23 +604,67 @@ impl Component for LearnerNode {
 struct RunnerNode {
     runner: Runner,
     report_interval: Option<Duration>,
+    save_every: Option<Duration>,
+    experiment: Option<ExperimentRun>,
+    checkpoint_requested: Signal<CheckpointRequest>,
+    progress_reported: Signal<CheckpointRequest>,
     shared: SharedState,
 }
 
 impl RunnerNode {
     fn on_rollout_reported(&mut self, ctx: &mut Ctx<'_, Self>, report: &RolloutReport) {
         if self.runner.on_rollout_reported(report).is_some() {
-            ctx.stop_app();
+            self.stop(ctx);
         }
+    }
+
+    /// Stops the app after telling the learner the final counts (for its last checkpoint).
+    fn stop(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let Err(e) = sent(ctx.emit(&self.progress_reported, &self.runner.checkpoint_request())) {
+            fail(&self.shared, &e);
+        }
+        ctx.stop_app();
     }
 
     fn on_training_reported(&mut self, _ctx: &mut Ctx<'_, Self>, report: &TrainingReport) {
         self.runner.on_training_reported(report);
     }
 
+    /// The progress line to stderr and the log, the scalars to TensorBoard.
     fn print_progress(&mut self, ctx: &mut Ctx<'_, Self>) {
-        eprintln!("[rlfactory] {}", self.runner.progress_line());
+        let report = self.runner.report();
+        let written = match &mut self.experiment {
+            Some(exp) => exp
+                .log(&report.line)
+                .and_then(|()| exp.write_scalars(report.env_frames, &report.scalars)),
+            None => {
+                eprintln!("[rlfactory] {}", report.line);
+                Ok(())
+            }
+        };
+        if let Err(e) = written {
+            fail(&self.shared, &e);
+            ctx.stop_app();
+        }
         if self.runner.check_stop().is_some() {
+            self.stop(ctx);
+        } else if let Err(e) = sent(ctx.emit(&self.progress_reported, &self.runner.checkpoint_request())) {
+            fail(&self.shared, &e);
+            ctx.stop_app();
+        }
+    }
+
+    /// Every `--save_every_sec`: asks the learner for a checkpoint and redraws the learning curve.
+    fn request_checkpoint(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let request = self.runner.checkpoint_request();
+        let done = sent(ctx.emit(&self.checkpoint_requested, &request))
+            .map_err(|e| e.to_string())
+            .and_then(|()| match &self.experiment {
+                Some(exp) => exp.plot().map_err(|e| e.to_string()),
+                None => Ok(()),
+            });
+        if let Err(e) = done {
+            fail(&self.shared, &e);
             ctx.stop_app();
         }
     }
@@ -423,11 +675,29 @@ impl Component for RunnerNode {
         if let Some(period) = self.report_interval {
             ctx.timer_periodic(period, RunnerNode::print_progress);
         }
+        if let Some(period) = self.save_every {
+            ctx.timer_periodic(period, RunnerNode::request_checkpoint);
+        }
     }
 
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        let summary = self.runner.summary();
+        if let Some(exp) = &self.experiment {
+            let ret = summary
+                .mean_return
+                .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.2}"));
+            let logged = exp.plot().and_then(|()| {
+                exp.log(&format!(
+                    "stopped after {} env frames, mean return {ret}, policy version {}",
+                    summary.env_frames, summary.policy_version
+                ))
+            });
+            if let Err(e) = logged {
+                fail(&self.shared, &e);
+            }
+        }
         if let Ok(mut s) = self.shared.lock() {
-            s.summary = Some(self.runner.summary());
+            s.summary = Some(summary);
         }
     }
 }
@@ -438,6 +708,64 @@ struct Parts {
     registry: EnvRegistry,
     process_start: Instant,
     shared: SharedState,
+    plane: DataPlane,
+    /// The experiment folder (main process, `--save_experiment`).
+    experiment: Option<ExperimentRun>,
+    /// `(env frames, episodes, policy version)` of the checkpoint the run resumes from.
+    resumed: Option<(u64, u64, u64)>,
+}
+
+/// The shared-memory data plane, created by the main process and mapped by the others: the
+/// published weights and one trajectory pool per rollout worker. Handed to child processes inside
+/// the app's configuration ([`GraphSpec`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DataPlane {
+    weights: SharedWeightsHandle,
+    pools: Vec<TrajectoryPoolHandle>,
+}
+
+/// What a child process rebuilds the graph from: the resolved config (as the TOML `--config`
+/// reads) and the data plane.
+#[derive(Debug, Serialize, Deserialize)]
+struct GraphSpec {
+    env: String,
+    config_toml: String,
+    plane: DataPlane,
+}
+
+/// The regions behind a [`DataPlane`], owned (and removed at the end) by the main process.
+struct PlaneRegions {
+    _weights: SharedWeights,
+    _pools: Vec<TrajectoryPool>,
+    plane: DataPlane,
+}
+
+/// Slots per rollout worker's trajectory pool: two per split, so a split can start its next
+/// trajectory while the batcher reads the last one.
+const BUFFERS_PER_SPLIT: usize = 2;
+
+fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
+    let model = new_model(cfg, registry)?;
+    let weights = SharedWeights::create(model.weights()?.values.len())?;
+    let s = &cfg.sampling;
+    let shape = TrajectoryShape {
+        rollout: s.rollout,
+        num_envs: s.num_envs_per_worker / s.worker_num_splits,
+        obs_dim: model.obs_dim(),
+        action_dim: model.action_dim(),
+    };
+    let pools = (0..s.num_workers)
+        .map(|_| TrajectoryPool::create(shape, s.worker_num_splits * BUFFERS_PER_SPLIT))
+        .collect::<Result<Vec<_>>>()?;
+    let plane = DataPlane {
+        weights: weights.handle(),
+        pools: pools.iter().map(TrajectoryPool::handle).collect(),
+    };
+    Ok(PlaneRegions {
+        _weights: weights,
+        _pools: pools,
+        plane,
+    })
 }
 
 fn new_model(cfg: &Config, registry: &EnvRegistry) -> Result<ActorCritic> {
@@ -451,52 +779,119 @@ fn new_model(cfg: &Config, registry: &EnvRegistry) -> Result<ActorCritic> {
     )
 }
 
-/// The whole component graph and all its connections, in one place.
+fn build_error(e: &dyn std::fmt::Display) -> BuildError {
+    BuildError::Config {
+        app: "rlfactory".into(),
+        message: e.to_string(),
+    }
+}
+
+/// The build function of a child process (`rlf_signal::child_entry(rlfactory::runner::child_build)`
+/// comes first in the binary's `main`): the same graph as the parent's, from the [`GraphSpec`] in
+/// the app's configuration.
+pub fn child_build(app: &mut AppBuilder) -> Result<(), BuildError> {
+    let spec: GraphSpec = app.config()?;
+    let args = config_file_args(&spec.config_toml, Path::new("<resolved config of the parent>"))
+        .map_err(|e| build_error(&e))?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let cfg = Config::for_env(&spec.env, &args).map_err(|e| build_error(&e))?;
+    tch::set_num_threads(cfg.run.num_threads);
+    let parts = Parts {
+        cfg,
+        registry: EnvRegistry::with_builtin(),
+        process_start: Instant::now(),
+        shared: Arc::default(),
+        plane: spec.plane,
+        experiment: None,
+        resumed: None,
+    };
+    build_graph(app, parts)
+}
+
+/// The whole component graph and all its connections, in one place. Serial mode puts every loop
+/// on the main loop; otherwise each rollout worker, each inference worker and the learner (with
+/// the batcher) get a process of their own, and the runner stays on the main loop.
 fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     let Parts {
         cfg,
         registry,
         process_start,
         shared,
+        plane,
+        experiment,
+        resumed,
     } = parts;
     app.set_serial(cfg.run.serial_mode);
     let main = app.main_loop();
     app.set_queue_bytes(main, 256 << 20);
+    let s = &cfg.sampling;
 
-    // Objects.
-    let workers: Vec<_> = (0..cfg.sampling.num_workers)
-        .map(|i| app.object::<RolloutNode>(main, &format!("rollout_worker_{i}")))
+    // Loops and objects.
+    let workers: Vec<_> = (0..s.num_workers)
+        .map(|i| {
+            let l = app.process_loop(&format!("rollout_worker_{i}"));
+            app.object::<RolloutNode>(l, &format!("rollout_worker_{i}"))
+        })
         .collect();
-    let inference = app.object::<InferenceNode>(main, "inference_worker");
-    let batcher = app.object::<BatcherNode>(main, "batcher");
-    let learner = app.object::<LearnerNode>(main, "learner");
+    let inference: Vec<_> = (0..s.policy_workers_per_policy)
+        .map(|j| {
+            let l = app.process_loop(&format!("inference_worker_{j}"));
+            app.object::<InferenceNode>(l, &format!("inference_worker_{j}"))
+        })
+        .collect();
+    let learner_loop = app.process_loop("learner");
+    let batcher = app.object::<BatcherNode>(learner_loop, "batcher");
+    let learner = app.object::<LearnerNode>(learner_loop, "learner");
     let runner = app.object::<RunnerNode>(main, "runner");
 
-    // Signals.
-    let actions_ready = app.signal::<ActionsReady, _>(inference, "actions_ready");
+    // Signals and connections. Requests go through a work queue (each taken by one inference
+    // worker); actions and released slots go to the one rollout worker they concern.
+    let request_bytes = (s.num_envs_per_worker * 64 + 4096) * s.num_workers * 4;
+    let policy_requested = app.work_queue::<PolicyRequest>("policy_requested", request_bytes.max(1 << 20));
+    for &inf in &inference {
+        app.consume(policy_requested, inf, InferenceNode::on_policy_requested);
+    }
     let batch_ready = app.signal::<Dataset, _>(batcher, "batch_ready");
     let policy_updated = app.signal::<PolicyUpdated, _>(learner, "policy_updated");
     let training_reported = app.signal::<TrainingReport, _>(learner, "training_reported");
-
-    // Connections.
+    let checkpoint_requested = app.signal::<CheckpointRequest, _>(runner, "checkpoint_requested");
+    let progress_reported = app.signal::<CheckpointRequest, _>(runner, "progress_reported");
+    app.connect(
+        checkpoint_requested,
+        learner,
+        LearnerNode::on_checkpoint_requested,
+    );
+    app.connect(progress_reported, learner, LearnerNode::on_progress_reported);
     app.connect(batch_ready, learner, LearnerNode::on_batch_ready);
-    app.connect(policy_updated, inference, InferenceNode::on_policy_updated);
     app.connect(training_reported, runner, RunnerNode::on_training_reported);
+    app.connect(training_reported, batcher, BatcherNode::on_training_reported);
+    let mut actions_ready = vec![Vec::new(); inference.len()];
+    let mut buffer_released = Vec::new();
     for (i, &w) in workers.iter().enumerate() {
-        let policy_requested = app.signal::<PolicyRequest, _>(w, "policy_requested");
-        let trajectory_ready = app.signal::<Trajectory, _>(w, "trajectory_ready");
+        for (j, &inf) in inference.iter().enumerate() {
+            let signal = app.signal::<ActionsReady, _>(inf, &format!("actions_ready_{i}"));
+            app.connect(signal, w, RolloutNode::on_actions_ready);
+            actions_ready[j].push(signal);
+        }
+        let released = app.signal::<BufferReleased, _>(batcher, &format!("buffer_released_{i}"));
+        app.connect(released, w, RolloutNode::on_buffer_released);
+        buffer_released.push(released);
+        let trajectory_ready = app.signal::<TrajectoryReady, _>(w, "trajectory_ready");
         let rollout_reported = app.signal::<RolloutReport, _>(w, "rollout_reported");
-        app.connect(policy_requested, inference, InferenceNode::on_policy_requested);
-        app.connect(actions_ready, w, RolloutNode::on_actions_ready);
         app.connect(trajectory_ready, batcher, BatcherNode::on_trajectory_ready);
         app.connect(rollout_reported, runner, RunnerNode::on_rollout_reported);
         app.connect(policy_updated, w, RolloutNode::on_policy_updated);
         let (cfg, registry, shared) = (cfg.clone(), registry.clone(), Arc::clone(&shared));
+        let pool = plane.pools.get(i).cloned();
         app.construct(w, move || RolloutNode {
             worker: None,
             queued: Vec::new(),
             scheduled: false,
-            setup: Some(RolloutWorker::new(i, &cfg, &registry)),
+            setup: Some(
+                pool.ok_or_else(|| RlfError::Config(format!("no trajectory pool for rollout worker {i}")))
+                    .and_then(|h| TrajectoryPool::open(&h))
+                    .and_then(|pool| RolloutWorker::new(i, &cfg, &registry, pool)),
+            ),
             policy_requested,
             trajectory_ready,
             rollout_reported,
@@ -504,57 +899,94 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         });
     }
 
-    // Constructors: the learner's and the inference worker's networks start from the same seed,
-    // so they start identical; the learner publishes every update afterwards.
-    let model = |shared: &SharedState| {
-        new_model(&cfg, &registry).map_err(|e| {
-            fail(shared, &e);
-            BuildError::Config {
-                app: "rlfactory".into(),
-                message: e.to_string(),
+    // Constructors (each runs only in the process of its object's loop). The learner's and the
+    // inference workers' networks start from the same seed, so they start identical; the learner
+    // publishes every update into the shared weights afterwards.
+    for (&inf, signals) in inference.iter().zip(actions_ready) {
+        let (cfg, registry, shared, weights) = (
+            cfg.clone(),
+            registry.clone(),
+            Arc::clone(&shared),
+            plane.weights.clone(),
+        );
+        app.construct(inf, move || InferenceNode {
+            worker: None,
+            setup: Some(new_model(&cfg, &registry).and_then(|model| {
+                let weights = SharedWeights::open(&weights)?;
+                Ok(InferenceWorker::new(Box::new(model), weights))
+            })),
+            pending: Vec::new(),
+            scheduled: false,
+            actions_ready: signals,
+            shared,
+        });
+    }
+    let (dataset_size, rollout) = (cfg.dataset_size(), s.rollout);
+    let (pools, sh) = (plane.pools.clone(), Arc::clone(&shared));
+    let max_in_flight = cfg.appo.num_batches_to_accumulate;
+    app.construct(batcher, move || {
+        let opened = pools.iter().map(TrajectoryPool::open).collect::<Result<Vec<_>>>();
+        let pools = opened.unwrap_or_else(|e| {
+            fail(&sh, &e);
+            Vec::new()
+        });
+        BatcherNode {
+            batcher: Batcher::new(dataset_size, rollout),
+            pools,
+            batch_ready,
+            buffer_released,
+            in_flight: 0,
+            max_in_flight,
+            held: Vec::new(),
+            shared: sh,
+        }
+    });
+    let (c, r, sh, weights) = (
+        cfg.clone(),
+        registry.clone(),
+        Arc::clone(&shared),
+        plane.weights.clone(),
+    );
+    app.construct(learner, move || {
+        // With an experiment folder, the learner continues from its newest intact checkpoint.
+        let mut checkpointer = None;
+        let mut progress = CheckpointRequest::default();
+        let setup = new_model(&c, &r).and_then(|model| {
+            let appo = Appo::new(model, &c.appo, c.run.train_for_env_steps)?;
+            let mut learner = Learner::new(appo, SharedWeights::open(&weights)?);
+            if c.run.save_experiment {
+                let (opened, resumed) = Checkpointer::open_and_resume(&c, &mut learner)?;
+                checkpointer = Some(opened);
+                progress = resumed;
             }
-        })
-    };
-    let learner_model = model(&shared)?;
-    let appo =
-        Appo::new(learner_model, &cfg.appo, cfg.run.train_for_env_steps).map_err(|e| BuildError::Config {
-            app: "rlfactory".into(),
-            message: e.to_string(),
-        })?;
-    let inference_model = model(&shared)?;
-    let save_to = cfg.run.save_experiment.then(|| {
-        cfg.run
-            .train_dir
-            .join(&cfg.run.experiment)
-            .join("final.safetensors")
-    });
-    let s = Arc::clone(&shared);
-    app.construct(inference, move || InferenceNode {
-        worker: InferenceWorker::new(Box::new(inference_model)),
-        actions_ready,
-        shared: s,
-    });
-    let (batch_size, rollout) = (cfg.dataset_size(), cfg.sampling.rollout);
-    let s = Arc::clone(&shared);
-    app.construct(batcher, move || BatcherNode {
-        batcher: Batcher::new(batch_size, rollout),
-        batch_ready,
-        shared: s,
-    });
-    let s = Arc::clone(&shared);
-    app.construct(learner, move || LearnerNode {
-        learner: Learner::new(appo),
-        policy_updated,
-        training_reported,
-        save_to,
-        shared: s,
+            Ok(learner)
+        });
+        LearnerNode {
+            learner: None,
+            setup: Some(setup),
+            policy_updated,
+            training_reported,
+            checkpointer,
+            progress,
+            shared: sh,
+        }
     });
     let report_interval =
         (cfg.run.report_interval_sec > 0.0).then(|| Duration::from_secs_f64(cfg.run.report_interval_sec));
-    let run = Runner::new(&cfg, process_start);
+    let save_every = experiment
+        .is_some()
+        .then(|| Duration::from_secs_f64(cfg.checkpoint.save_every_sec));
+    let mut run = Runner::new(&cfg, process_start);
+    if let Some((frames, episodes, version)) = resumed {
+        run.resume_from(frames, episodes, version);
+    }
     app.construct(runner, move || RunnerNode {
         runner: run,
         report_interval,
+        save_every,
+        experiment,
+        checkpoint_requested,
+        progress_reported,
         shared,
     });
     Ok(())
@@ -565,40 +997,58 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
 pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
     tch::set_num_threads(cfg.run.num_threads);
     let registry = EnvRegistry::with_builtin();
-    if cfg.run.save_experiment {
-        let dir = cfg.run.train_dir.join(&cfg.run.experiment);
-        std::fs::create_dir_all(&dir).map_err(|source| RlfError::Io {
-            what: "creating the experiment folder",
-            path: dir.clone(),
-            source,
-        })?;
-        let path = dir.join("config.toml");
+    let (experiment, resumed) = if cfg.run.save_experiment {
+        let experiment = ExperimentRun::prepare(cfg)?;
+        let path = experiment.dir().join("config.toml");
         std::fs::write(&path, cfg.to_toml()?).map_err(|source| RlfError::Io {
             what: "writing",
             path,
             source,
         })?;
-    }
+        (Some(experiment), crate::experiment::resume_counts(cfg)?)
+    } else {
+        (None, None)
+    };
     let shared: SharedState = Arc::default();
+    let regions = create_plane(cfg, &registry)?;
+    let spec = GraphSpec {
+        env: cfg.env.env.clone(),
+        config_toml: cfg.to_toml()?,
+        plane: regions.plane.clone(),
+    };
     let parts = Parts {
         cfg: cfg.clone(),
         registry,
         process_start,
         shared: Arc::clone(&shared),
+        plane: regions.plane.clone(),
+        experiment,
+        resumed,
     };
-    let outcome = App::new("rlfactory").run(move |app| build_graph(app, parts));
+    let app = App::new("rlfactory")
+        .with_config(&spec)
+        .map_err(|e| RlfError::EventLoop(e.to_string()))?;
+    let outcome = app.run(move |app| build_graph(app, parts));
+    drop(regions);
     let mut state = shared
         .lock()
         .map_err(|_| RlfError::EventLoop("a component panicked".into()))?;
+    // A fault (a dead process, a panic) comes first: the errors components record after it are
+    // its consequences (queues of stopping loops are closed).
+    let outcome = outcome.map_err(|e| RlfError::EventLoop(e.to_string()))?;
+    if !outcome.faults.is_empty() {
+        return Err(RlfError::EventLoop(outcome.to_string()));
+    }
     if let Some(error) = state.error.take() {
         return Err(RlfError::EventLoop(error));
     }
-    let outcome = outcome.map_err(|e| RlfError::EventLoop(e.to_string()))?;
-    if !outcome.success() {
-        return Err(RlfError::EventLoop(outcome.to_string()));
-    }
-    state
+    let mut summary = state
         .summary
         .take()
-        .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))
+        .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))?;
+    if let Some(signal) = outcome.interrupted {
+        summary.signal = Some(signal);
+        summary.stop_reason = StopReason::Interrupted;
+    }
+    Ok(summary)
 }

@@ -15,6 +15,12 @@ fn cartpole_reaches_475_within_150k_frames_on_three_seeds() {
             "CartPole-v1",
             &[
                 &seed_flag,
+                "--serial_mode=true",
+                "--num_envs_per_worker=8",
+                "--worker_num_splits=1",
+                "--batch_size=256",
+                "--num_epochs=20",
+                "--learning_rate=0.001",
                 "--stop_at_reward=475",
                 "--train_for_env_steps=150000",
                 "--save_experiment=false",
