@@ -16,8 +16,10 @@
 
 pub mod algo;
 pub mod config;
+pub mod enjoy;
 pub mod env;
 mod error;
+pub mod experiment;
 pub mod learning;
 pub mod model;
 pub mod runner;
