@@ -255,7 +255,10 @@ pub struct Queue {
 enum Backing {
     Shm(Region),
     #[cfg(loom)]
-    Heap { _header: Box<Header>, _ring: Box<[u8]> },
+    Heap {
+        _header: Box<Header>,
+        _ring: Box<[u8]>,
+    },
 }
 
 // SAFETY: all shared state behind the raw pointers is either atomic or accessed under the process-shared lock, and
@@ -370,7 +373,10 @@ impl Queue {
         };
         Queue {
             raw,
-            _backing: Backing::Heap { _header: hdr, _ring: ring },
+            _backing: Backing::Heap {
+                _header: hdr,
+                _ring: ring,
+            },
         }
     }
 

@@ -714,7 +714,9 @@ impl EventLoop {
             self.objects
                 .invoke(id, "on_stop", &mut self.core, |obj, core| obj.stop(core, id));
         }
-        self.flush_local();
+        while !self.core.pending.is_empty() || !self.core.events.is_empty() {
+            self.flush_local();
+        }
         let stats = self.core.stats;
         if self.supervisor.is_none() {
             self.core.send_control(
@@ -735,16 +737,19 @@ impl EventLoop {
         }
     }
 
+    /// Delivers the local messages and control events queued so far, but not those their slots queue in turn:
+    /// two objects that answer each other on one loop (serial mode) must not starve timers, the inbound queue and
+    /// stop requests. What they queue is delivered on the next turn of the loop, which then does not block.
     fn flush_local(&mut self) {
-        while let Some(msg) = self.core.pending.pop_front() {
+        for _ in 0..self.core.pending.len() {
+            let Some(msg) = self.core.pending.pop_front() else {
+                break;
+            };
             self.handle(&msg);
         }
         let events = std::mem::take(&mut self.core.events);
         for c in events {
             self.on_control(c);
-        }
-        if !self.core.pending.is_empty() || !self.core.events.is_empty() {
-            self.flush_local();
         }
     }
 

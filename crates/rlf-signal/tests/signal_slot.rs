@@ -92,6 +92,7 @@ fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
         "victim" => victim::build(app, sink),
         "quiet" => quiet::build(app, sink),
         "work" => work::build(app, sink),
+        "chatter" => chatter::build(app, sink),
         other => Err(BuildError::User(format!("unknown test application {other}"))),
     }
 }
@@ -742,6 +743,93 @@ mod backpressure {
     }
 }
 
+/// Two objects on one loop that answer each other forever: the loop must still fire timers and stop.
+mod chatter {
+    use super::*;
+
+    pub struct Talker {
+        pub say: Signal<u32>,
+        pub sink: Sink,
+        pub heard: u32,
+        pub starts: bool,
+        pub quiet: bool,
+    }
+
+    impl Component for Talker {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            if self.starts {
+                ctx.emit(&self.say, &0).expect("emit");
+                ctx.timer_once(Duration::from_millis(50), Talker::enough);
+            }
+        }
+        fn on_stop(&mut self, _: &mut Ctx<Self>) {
+            record(&self.sink, "heard", i64::from(self.heard));
+        }
+    }
+    impl Talker {
+        fn on_hear(&mut self, ctx: &mut Ctx<Self>, n: &u32) {
+            self.heard += 1;
+            if !self.quiet {
+                let _ = ctx.emit(&self.say, &(n + 1));
+            }
+        }
+        /// Fires while the two still chatter (the proof that they do not starve the loop), then ends the chatter
+        /// so that the graceful stop can drain.
+        fn enough(&mut self, ctx: &mut Ctx<Self>) {
+            record(&self.sink, "timer", 1);
+            self.quiet = true;
+            ctx.stop_app();
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        cfg(app)?;
+        let main = app.main_loop();
+        let a = app.object::<Talker>(main, "a");
+        let b = app.object::<Talker>(main, "b");
+        let say_a = app.signal::<u32, _>(a, "say");
+        let say_b = app.signal::<u32, _>(b, "say");
+        app.connect(say_a, b, Talker::on_hear);
+        app.connect(say_b, a, Talker::on_hear);
+        let (sa, sb) = (sink.clone(), sink);
+        app.construct(a, move || Talker {
+            say: say_a,
+            sink: sa,
+            heard: 0,
+            starts: true,
+            quiet: false,
+        });
+        app.construct(b, move || Talker {
+            say: say_b,
+            sink: sb,
+            heard: 0,
+            starts: false,
+            quiet: false,
+        });
+        Ok(())
+    }
+
+    pub fn test() -> Result<(), Failed> {
+        let sink = Sink::default();
+        let o = run(
+            "chatter",
+            Cfg {
+                mode: Mode::Serial,
+                n: 0,
+            },
+            &sink,
+        )?;
+        expect_success(&o)?;
+        check(values(&sink, "timer") == vec![1], || {
+            format!("timer fired {:?}", values(&sink, "timer"))
+        })?;
+        let heard = values(&sink, "heard");
+        check(heard.len() == 2 && heard.iter().all(|h| *h > 100), || {
+            format!("heard {heard:?}")
+        })
+    }
+}
+
 mod panic {
     use super::*;
 
@@ -1189,6 +1277,10 @@ fn main() -> ExitCode {
     let args = Arguments::from_args();
     let mut trials = vec![
         Trial::test("graph_is_printed_and_checked", graph),
+        Trial::test(
+            "chattering_objects_on_one_loop_do_not_starve_timers",
+            chatter::test,
+        ),
         Trial::test("custom_transport_same_components", custom_transport),
         Trial::test("backpressure_blocks_then_errors_nothing_lost", backpressure::test),
         Trial::test("fault_child_sigkilled_reported_no_segments", sigkill_child),

@@ -1,0 +1,445 @@
+//! The experiment folder of real `rlfactory` runs: TensorBoard scalars read back by TensorBoard's own
+//! reader, checkpoints, resume after SIGINT (frame count and LR schedule continue), fallback from a
+//! corrupt checkpoint, enjoy / eval / export, and bad inputs. No `/dev/shm` segment of a run
+//! survives it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// A fresh folder under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("rlf_experiment_{name}_{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn assert_no_shm_left(pid: u32) {
+    let prefix = format!("rlf.{pid}.");
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "shared-memory segments left by {pid}: {left:?}");
+}
+
+/// Runs `rlfactory args` to the end; checks that it left no shared memory.
+fn run(args: &[&str]) -> Output {
+    let child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rlfactory");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait rlfactory");
+    assert_no_shm_left(pid);
+    out
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn train_args<'a>(dir: &'a Path, extra: &[&'a str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "train",
+        "--env=CartPole-v1",
+        "--experiment=exp",
+        "--report_interval_sec=0.2",
+        "--save_best_after=0",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.push(format!("--train_dir={}", dir.display()));
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+fn summary(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).expect("summary json")).expect("summary parses")
+}
+
+fn python() -> String {
+    let out = Command::new("bash")
+        .arg(format!("{REPO}/crates/rlfactory/tests/setup_python_readers.sh"))
+        .output()
+        .expect("setup python readers");
+    assert!(out.status.success(), "setup: {}", text(&out.stderr));
+    text(&out.stdout).trim().to_owned()
+}
+
+/// The sidecars of the regular checkpoints, oldest first.
+fn checkpoints(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir.join("exp/checkpoint_p0"))
+        .expect("checkpoint dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_"))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+fn sidecar(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).expect("sidecar")).expect("sidecar parses")
+}
+
+#[test]
+fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export() {
+    let python = python();
+    let tmp = TempDir::new("trained");
+    let dir = &tmp.0;
+    let summary_path = dir.join("summary.json");
+    let args = train_args(
+        dir,
+        &[
+            "--train_for_env_steps=12000",
+            "--save_every_sec=0.5",
+            &format!("--summary_json={}", summary_path.display()),
+        ],
+    );
+    let out = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "train: {}", text(&out.stderr));
+    let frames = summary(&summary_path)["env_frames"].as_u64().expect("frames");
+    let exp = dir.join("exp");
+    for file in ["config.json", "log.txt", "learning_curve_p0.png"] {
+        assert!(exp.join(file).is_file(), "{file} missing");
+    }
+    let log = std::fs::read_to_string(exp.join("log.txt")).expect("log");
+    assert!(log.contains("frames ") && log.contains("saved "), "{log}");
+
+    // TensorBoard's reader sees our tags at our steps with our values.
+    let events: Vec<PathBuf> = std::fs::read_dir(exp.join(".summary/0"))
+        .expect("summary dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let script = "import sys, json\n\
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n\
+        from tensorboard.util import tensor_util\n\
+        out = []\n\
+        for ev in EventFileLoader(sys.argv[1]).Load():\n\
+        \x20   for v in ev.summary.value:\n\
+        \x20       x = v.simple_value if v.HasField('simple_value') else float(tensor_util.make_ndarray(v.tensor))\n\
+        \x20       out.append([v.tag, ev.step, x])\n\
+        print(json.dumps(out))\n";
+    let read = Command::new(&python)
+        .args(["-c", script])
+        .arg(&events[0])
+        .output()
+        .expect("python");
+    assert!(read.status.success(), "{}", text(&read.stderr));
+    let theirs: Vec<(String, i64, f64)> = serde_json::from_slice(&read.stdout).expect("json");
+    let ours = rlf_experiment::read_scalars(&events[0]).expect("our reader");
+    assert_eq!(theirs.len(), ours.len());
+    for ((tag, step, value), (t, s, v)) in theirs.iter().zip(&ours) {
+        assert_eq!((tag, step), (t, s));
+        assert_eq!(*value as f32, *v, "{tag} at {step}");
+    }
+    for tag in [
+        "train/policy_loss",
+        "train/value_loss",
+        "train/entropy",
+        "train/kl_divergence",
+        "train/grad_norm",
+        "train/version_diff_avg",
+        "train/lr",
+        "perf/_fps",
+        "reward/reward",
+        "len/len",
+    ] {
+        assert!(theirs.iter().any(|(t, _, _)| t == tag), "no {tag}");
+    }
+    assert!(theirs.iter().all(|(_, s, _)| (0..=frames as i64).contains(s)));
+    let rewards: Vec<f64> = theirs
+        .iter()
+        .filter(|(t, _, _)| t == "reward/reward")
+        .map(|x| x.2)
+        .collect();
+    assert!(rewards.iter().all(|r| (1.0..=500.0).contains(r)), "{rewards:?}");
+
+    // Checkpoints: the last one is saved at stop with the final counts.
+    let ckpts = checkpoints(dir);
+    assert!(!ckpts.is_empty() && ckpts.len() <= 2, "{ckpts:?}");
+    let last = sidecar(ckpts.last().expect("a checkpoint"));
+    assert_eq!(last["env_steps"].as_u64(), Some(frames));
+    assert_eq!(last["extra"]["adam_moments_saved"], serde_json::json!(false));
+
+    // enjoy (latest and best), eval with a CSV.
+    let source = [
+        "--env=CartPole-v1".to_owned(),
+        "--experiment=exp".to_owned(),
+        format!("--train_dir={}", dir.display()),
+    ];
+    let with = |cmd: &str, extra: &[&str]| -> Output {
+        let mut a: Vec<&str> = vec![cmd];
+        a.extend(source.iter().map(String::as_str));
+        a.extend(extra);
+        run(&a)
+    };
+    for kind in ["latest", "best"] {
+        let out = with(
+            "enjoy",
+            &[
+                "--max_num_episodes=3",
+                "--eval_deterministic",
+                &format!("--load_checkpoint_kind={kind}"),
+            ],
+        );
+        assert!(out.status.success(), "enjoy: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            stdout.lines().filter(|l| l.starts_with("episode ")).count(),
+            3,
+            "{stdout}"
+        );
+        assert!(stdout.contains("mean return"), "{stdout}");
+    }
+    let csv = dir.join("eval.csv");
+    let out = with(
+        "eval",
+        &[
+            "--max_num_episodes=6",
+            "--num_envs=3",
+            &format!("--csv={}", csv.display()),
+        ],
+    );
+    assert!(out.status.success(), "eval: {}", text(&out.stderr));
+    let rows = std::fs::read_to_string(&csv).expect("csv");
+    let rows: Vec<&str> = rows.lines().collect();
+    assert_eq!(rows[0], "episode,env,return,length");
+    assert_eq!(rows.len(), 7);
+    for row in &rows[1..] {
+        let cols: Vec<&str> = row.split(',').collect();
+        let (ret, len): (f64, f64) = (cols[2].parse().expect("return"), cols[3].parse().expect("length"));
+        assert_eq!(ret, len, "CartPole's return is its length: {row}");
+    }
+
+    // export: Python's safetensors reads the same names, shapes and values as the checkpoint.
+    let exported = dir.join("policy.safetensors");
+    let out = with("export", &[&format!("--out={}", exported.display())]);
+    assert!(out.status.success(), "export: {}", text(&out.stderr));
+    let script = "import sys, json\n\
+        from safetensors.numpy import load_file\n\
+        print(json.dumps({k: [list(v.shape), str(v.dtype), v.ravel().tolist()] for k, v in load_file(sys.argv[1]).items()}))\n";
+    let read = Command::new(&python)
+        .args(["-c", script])
+        .arg(&exported)
+        .output()
+        .expect("python");
+    assert!(read.status.success(), "{}", text(&read.stderr));
+    let theirs: std::collections::BTreeMap<String, (Vec<usize>, String, Vec<f32>)> =
+        serde_json::from_slice(&read.stdout).expect("json");
+    let ckpt = rlf_experiment::load_checkpoint(ckpts.last().expect("a checkpoint")).expect("load");
+    assert_eq!(
+        theirs.keys().collect::<Vec<_>>(),
+        ckpt.tensors.keys().collect::<Vec<_>>()
+    );
+    for (name, (shape, dtype, values)) in &theirs {
+        let t = &ckpt.tensors[name];
+        assert_eq!((shape, dtype.as_str()), (&t.shape, "float32"), "{name}");
+        assert_eq!(Some(values.as_slice()), t.as_f32(), "{name}");
+    }
+    assert_eq!(theirs["actor_encoder.fc0.weight"].0, vec![64, 4]);
+
+    // A corrupt newest checkpoint: resuming names it and continues from the previous one.
+    let newest = ckpts.last().expect("a checkpoint").with_extension("safetensors");
+    let mut bytes = std::fs::read(&newest).expect("weights");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&newest, bytes).expect("corrupt");
+    let args = train_args(dir, &["--train_for_env_steps=20000", "--train_for_seconds=0.5"]);
+    let out = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "resume: {}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let skipped = format!("skipped a broken checkpoint: {}", newest.display());
+    assert!(stderr.contains(&skipped), "{stderr}");
+    assert!(
+        stderr.contains(&format!("resuming from {}", ckpts[0].display())),
+        "{stderr}"
+    );
+}
+
+/// Waits for `child` in a thread; its stderr lines go to `lines`.
+fn watch(mut child: Child) -> (mpsc::Receiver<String>, mpsc::Receiver<ExitStatus>) {
+    let (line_tx, lines) = mpsc::channel();
+    let (exit_tx, exited) = mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = line_tx.send(line);
+        }
+    });
+    std::thread::spawn(move || {
+        let _ = exit_tx.send(child.wait().expect("wait"));
+    });
+    (lines, exited)
+}
+
+fn lr_scalars(dir: &Path) -> Vec<(PathBuf, Vec<(i64, f32)>)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("exp/.summary/0"))
+        .expect("summary dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|f| {
+            let lr = rlf_experiment::read_scalars(&f)
+                .expect("scalars")
+                .into_iter()
+                .filter(|(t, _, _)| t == "train/lr")
+                .map(|(_, s, v)| (s, v))
+                .collect();
+            (f, lr)
+        })
+        .collect()
+}
+
+#[test]
+fn sigint_saves_a_checkpoint_and_the_resumed_run_continues_frames_and_lr_schedule() {
+    let tmp = TempDir::new("sigint");
+    let dir = &tmp.0;
+    let total = 400_000;
+    let first = dir.join("first.json");
+    let common = [
+        format!("--train_for_env_steps={total}"),
+        "--lr_schedule=linear_decay".to_owned(),
+        "--learning_rate=0.001".to_owned(),
+        "--save_every_sec=100".to_owned(),
+    ];
+    let mut args = train_args(dir, &[]);
+    args.extend(common.iter().cloned());
+    args.push(format!("--summary_json={}", first.display()));
+    let child = Command::new(BIN)
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let (lines, exited) = watch(child);
+    // Interrupt once training is under way (a progress line after the first policy update).
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a progress line");
+        if line.contains("frames ") && !line.contains("version 0") {
+            break;
+        }
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let status = exited
+        .recv_timeout(Duration::from_secs(30))
+        .expect("exits after SIGINT");
+    assert_eq!(status.code(), Some(130), "exit code 128 + SIGINT");
+    assert_no_shm_left(pid);
+    let stopped = summary(&first);
+    assert_eq!(stopped["stop_reason"], "interrupted");
+    assert_eq!(stopped["signal"], 2);
+    let frames = stopped["env_frames"].as_u64().expect("frames");
+    let version = stopped["policy_version"].as_u64().expect("version");
+    let ckpts = checkpoints(dir);
+    assert_eq!(ckpts.len(), 1, "the checkpoint saved at SIGINT: {ckpts:?}");
+    let saved = sidecar(&ckpts[0]);
+    assert_eq!(saved["env_steps"].as_u64(), Some(frames));
+    assert_eq!(saved["policy_version"].as_u64(), Some(version));
+    let saved_lr = saved["extra"]["training"]["lr"].as_f64().expect("lr");
+    let trained = saved["extra"]["training"]["frames_trained"]
+        .as_u64()
+        .expect("frames trained");
+    assert!(saved_lr < 0.001 && trained > 0 && trained <= frames);
+
+    // Resume for a second or so: counts and the schedule continue.
+    let second = dir.join("second.json");
+    let mut args = train_args(dir, &["--train_for_seconds=1"]);
+    args.extend(common.iter().cloned());
+    args.push(format!("--summary_json={}", second.display()));
+    let out = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "resume: {}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "resuming from {} (env frames {frames}, policy version {version}",
+            ckpts[0].display()
+        )),
+        "{stderr}"
+    );
+    let resumed = summary(&second);
+    assert_eq!(resumed["stop_reason"], "seconds");
+    assert!(resumed["env_frames"].as_u64().expect("frames") > frames);
+    assert!(resumed["policy_version"].as_u64().expect("version") > version);
+    let runs = lr_scalars(dir);
+    assert_eq!(runs.len(), 2, "one event file per start");
+    let after = &runs[1].1;
+    let (step, lr) = *after.first().expect("an lr scalar after resuming");
+    assert!(step as u64 > frames);
+    // Linear decay continues from the saved position, not from the base rate.
+    assert!(
+        f64::from(lr) <= saved_lr + 1e-9,
+        "lr {lr} after resuming, {saved_lr} saved"
+    );
+    let expected = 0.001 * (1.0 - trained as f64 / total as f64);
+    assert!((saved_lr - expected).abs() < 1e-4, "{saved_lr} vs {expected}");
+}
+
+#[test]
+fn bad_enjoy_inputs_are_one_clear_line_and_exit_code_2() {
+    let tmp = TempDir::new("bad");
+    let train_dir = format!("--train_dir={}", tmp.0.display());
+    for (args, needle) in [
+        (
+            vec!["enjoy", "--env=CartPole-v1", "--experiment=missing", &train_dir],
+            "no experiment at",
+        ),
+        (
+            vec!["eval", "--env=CartPole-v1", "--experiment=missing", &train_dir],
+            "no experiment at",
+        ),
+        (
+            vec![
+                "enjoy",
+                "--env=CartPole-v1",
+                "--load_checkpoint_kind=newest",
+                &train_dir,
+            ],
+            "--load_checkpoint_kind",
+        ),
+    ] {
+        let out = run(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
