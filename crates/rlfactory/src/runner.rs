@@ -609,17 +609,24 @@ struct RunnerNode {
     checkpoint_requested: Signal<CheckpointRequest>,
     progress_reported: Signal<CheckpointRequest>,
     shared: SharedState,
+    /// The final counts went to the learner and the app is stopping.
+    stopping: bool,
 }
 
 impl RunnerNode {
     fn on_rollout_reported(&mut self, ctx: &mut Ctx<'_, Self>, report: &RolloutReport) {
-        if self.runner.on_rollout_reported(report).is_some() {
+        // Rollouts that arrive while the app stops are neither trained on nor counted, so that the summary and
+        // the learner's last checkpoint hold the same counts.
+        if !self.stopping && self.runner.on_rollout_reported(report).is_some() {
             self.stop(ctx);
         }
     }
 
-    /// Stops the app after telling the learner the final counts (for its last checkpoint).
+    /// Stops the app after telling the learner the final counts (for its last checkpoint), once.
     fn stop(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if std::mem::replace(&mut self.stopping, true) {
+            return;
+        }
         if let Err(e) = sent(ctx.emit(&self.progress_reported, &self.runner.checkpoint_request())) {
             fail(&self.shared, &e);
         }
@@ -988,6 +995,7 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         checkpoint_requested,
         progress_reported,
         shared,
+        stopping: false,
     });
     Ok(())
 }
