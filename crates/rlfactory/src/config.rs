@@ -281,8 +281,8 @@ pub struct RunConfig {
     /// Stop after this many env frames.
     #[arg(long, default_value_t = 10_000_000)]
     pub train_for_env_steps: u64,
-    /// Stop after this many seconds.
-    #[arg(long, default_value_t = 1e10)]
+    /// Stop after this many seconds (with `--benchmark` and no value given: 10).
+    #[arg(long, default_value_t = UNLIMITED_SECONDS)]
     pub train_for_seconds: f64,
     /// Stop when the mean return of the last 100 episodes reaches this value.
     #[arg(long)]
@@ -302,7 +302,17 @@ pub struct RunConfig {
     /// Save the resolved config and the final weights in the experiment folder.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
     pub save_experiment: bool,
+    /// Measure throughput: no `--stop_at_reward`, no experiment folder, `--train_for_seconds`
+    /// 10 unless given; the summary's `fps` is the steady-state rate after the warm-up.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub benchmark: bool,
 }
+
+/// The default of `--train_for_seconds`: no time limit.
+pub const UNLIMITED_SECONDS: f64 = 1e10;
+
+/// `--train_for_seconds` of a `--benchmark` run that sets no other value.
+pub const BENCHMARK_SECONDS: f64 = 10.0;
 
 /// What to do with an existing experiment folder (Sample Factory's `--restart_behavior`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -587,8 +597,17 @@ pub fn parse_invocation(args: &[String]) -> Result<Invocation, CliError> {
     let Command::Train(train) = parse_cli(&all)?.command else {
         return Err(RlfError::Config("the layered arguments lost the train command".into()).into());
     };
-    train.config.validate()?;
-    Ok(Invocation::Train(Box::new(train.config)))
+    let mut config = train.config;
+    if config.run.benchmark {
+        let r = &mut config.run;
+        r.stop_at_reward = None;
+        r.save_experiment = false;
+        if r.train_for_seconds == UNLIMITED_SECONDS {
+            r.train_for_seconds = BENCHMARK_SECONDS;
+        }
+    }
+    config.validate()?;
+    Ok(Invocation::Train(Box::new(config)))
 }
 
 impl Config {

@@ -64,6 +64,12 @@ fn run(invocation: Invocation, process_start: Instant) -> anyhow::Result<Option<
     let summary = rlfactory::runner::train(&cfg, process_start)?;
     let json = serde_json::to_string_pretty(&summary)?;
     eprintln!("[rlfactory] done: {json}");
+    if cfg.run.benchmark {
+        eprintln!(
+            "[rlfactory] benchmark: steady-state fps {:.0} ({} env frames, overall fps {:.0})",
+            summary.fps, summary.env_frames, summary.fps_overall
+        );
+    }
     if let Some(path) = &cfg.run.summary_json {
         std::fs::write(path, &json).with_context(|| format!("writing the summary to {}", path.display()))?;
     }

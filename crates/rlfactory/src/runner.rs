@@ -56,8 +56,11 @@ pub struct Summary {
     pub env_frames: u64,
     /// Seconds from process start to the end of training.
     pub wall_seconds: f64,
-    /// Env frames per second of training (from the start of sampling).
+    /// Steady-state env frames per second: from the first rollout report after the warm-up
+    /// ([`warm_up`]) to the last one counted (the overall rate if no report came after the warm-up).
     pub fps: f64,
+    /// Env frames per second of training (from the start of sampling).
+    pub fps_overall: f64,
     /// Mean return of the last 100 episodes (`null` before the first episode ends).
     pub mean_return: Option<f64>,
     /// Whether `--stop_at_reward` was reached.
@@ -78,11 +81,22 @@ pub struct Summary {
     pub signal: Option<i32>,
 }
 
+/// The start-up excluded from the steady-state FPS: 2 s, or a fifth of `--train_for_seconds` if
+/// that is shorter.
+pub fn warm_up(train_for_seconds: f64) -> Duration {
+    Duration::from_secs_f64((train_for_seconds / 5.0).clamp(0.0, 2.0))
+}
+
 /// Statistics and stop conditions.
 #[derive(Debug)]
 pub struct Runner {
     process_start: Instant,
     sampling_start: Instant,
+    warm_up: Duration,
+    /// Time and env frames of the first rollout report after the warm-up.
+    steady_from: Option<(Instant, u64)>,
+    /// Time of the last rollout report counted.
+    last_report: Instant,
     max_frames: u64,
     max_seconds: f64,
     stop_at_reward: Option<f64>,
@@ -105,6 +119,9 @@ impl Runner {
         Self {
             process_start,
             sampling_start: now,
+            warm_up: warm_up(cfg.run.train_for_seconds),
+            steady_from: None,
+            last_report: now,
             max_frames: cfg.run.train_for_env_steps,
             max_seconds: cfg.run.train_for_seconds,
             stop_at_reward: cfg.run.stop_at_reward,
@@ -143,6 +160,11 @@ impl Runner {
     /// Slot of `rollout_reported`: counts frames and episodes; returns why to stop, if it is time.
     pub fn on_rollout_reported(&mut self, report: &RolloutReport) -> Option<StopReason> {
         self.env_frames += report.env_frames;
+        let now = Instant::now();
+        self.last_report = now;
+        if self.steady_from.is_none() && now.duration_since(self.sampling_start) >= self.warm_up {
+            self.steady_from = Some((now, self.env_frames));
+        }
         for &r in &report.episode_returns {
             if self.returns.len() == RETURN_WINDOW {
                 self.returns.pop_front();
@@ -240,10 +262,16 @@ impl Runner {
     /// The summary of the run so far.
     pub fn summary(&self) -> Summary {
         let elapsed = self.sampling_start.elapsed().as_secs_f64().max(1e-9);
+        let fps_overall = self.env_frames as f64 / elapsed;
+        let steady = self.steady_from.and_then(|(t, frames)| {
+            let dt = self.last_report.duration_since(t).as_secs_f64();
+            (dt > 0.0).then(|| self.env_frames.saturating_sub(frames) as f64 / dt)
+        });
         Summary {
             env_frames: self.env_frames,
             wall_seconds: self.process_start.elapsed().as_secs_f64(),
-            fps: self.env_frames as f64 / elapsed,
+            fps: steady.unwrap_or(fps_overall),
+            fps_overall,
             mean_return: self.mean_return(),
             reached_reward: self.reached.is_some(),
             frames_to_reward: self.reached.map(|r| r.0),

@@ -193,3 +193,41 @@ fn shipped_file_and_command_line_layer_in_order() {
     assert_eq!(again.to_toml().unwrap(), cfg.to_toml().unwrap());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn benchmark_reports_steady_state_fps_without_an_experiment_folder() {
+    let dir = std::env::temp_dir().join(format!("rlf-cli-benchmark-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = dir.join("summary.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_rlfactory"))
+        .current_dir(&dir)
+        .args([
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--benchmark",
+            "--train_for_seconds",
+            "2",
+        ])
+        .arg(format!("--summary_json={}", out.display()))
+        .output()
+        .expect("run rlfactory");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[rlfactory] benchmark: steady-state fps"),
+        "{stderr}"
+    );
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out).expect("summary written")).expect("summary is JSON");
+    assert!(s["fps"].as_f64().expect("fps") > 0.0, "{s}");
+    assert!(s["fps_overall"].as_f64().expect("fps_overall") > 0.0, "{s}");
+    assert!(s["env_frames"].as_u64().expect("env_frames") > 0, "{s}");
+    assert_eq!(s["stop_reason"], "seconds", "{s}");
+    assert!(
+        !dir.join("train_dir").exists(),
+        "--benchmark made an experiment folder"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
