@@ -14,16 +14,16 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rlf_shm::{SharedWeights, SharedWeightsHandle};
+use rlf_shm::{SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandle};
 use rlf_signal::{App, AppBuilder, BuildError, Component, Ctx, EmitError, Signal, WorkQueue};
 use serde::{Deserialize, Serialize};
 
-use crate::algo::appo::{Appo, Dataset};
+use crate::algo::appo::Appo;
 use crate::config::{config_file_args, Config};
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, ExperimentRun};
-use crate::learning::{Batcher, Learner, PolicyUpdated, TrainingReport};
+use crate::learning::{Batch, Batcher, Learner, PolicyUpdated, TrainingReport};
 use crate::model::{ActorCritic, Policy};
 use crate::sampling::{
     ActionsReady, BufferReleased, InferenceWorker, PolicyRequest, RolloutReport, RolloutWorker, StepOutcome,
@@ -79,6 +79,61 @@ pub struct Summary {
     pub last_metrics: Vec<(String, f64)>,
     /// The signal that interrupted the run (SIGINT = 2, SIGTERM = 15), if one did.
     pub signal: Option<i32>,
+    /// Trajectories finished by the rollout workers.
+    pub trajectories_produced: u64,
+    /// Trajectories whose last sequence the learner trained on.
+    pub trajectories_trained: u64,
+    /// Trajectories the batcher dropped as wholly older than `--max_policy_lag` versions.
+    pub trajectories_dropped: u64,
+    /// Trajectories discarded at stop: parked for a slot, signalled but unread, in the batcher,
+    /// or in datasets not trained on. Produced = trained + dropped + in flight.
+    pub trajectories_in_flight: u64,
+}
+
+/// Trajectory counters in shared memory, each written by one component when its loop stops and
+/// read by the main process after the run: per rollout worker `i`, finished and parked at
+/// `2 i` and `2 i + 1`; then the batcher's read, dropped, batched (last sequence in a dataset) and
+/// pending; then the learner's trained.
+#[derive(Debug, Clone, Copy)]
+struct CounterLayout {
+    workers: usize,
+}
+
+impl CounterLayout {
+    const READ: usize = 0;
+    const DROPPED: usize = 1;
+    const BATCHED: usize = 2;
+    const PENDING: usize = 3;
+    const TRAINED: usize = 4;
+
+    fn len(self) -> usize {
+        2 * self.workers + 5
+    }
+
+    fn worker(i: usize) -> usize {
+        2 * i
+    }
+
+    fn at(self, counter: usize) -> usize {
+        2 * self.workers + counter
+    }
+
+    /// Fills the trajectory counts of `summary` from the counters at the end of a run.
+    fn summarise(self, counters: &ShmArray<u64>, summary: &mut Summary) {
+        let mut all = vec![0; self.len()];
+        counters.copy_to_slice(0, &mut all);
+        let (produced, parked) = all[..2 * self.workers]
+            .chunks(2)
+            .fold((0, 0), |(p, k), c| (p + c[0], k + c[1]));
+        let c = |counter: usize| all[self.at(counter)];
+        let written = produced.saturating_sub(parked);
+        let unread = written.saturating_sub(c(Self::READ));
+        let untrained = c(Self::BATCHED).saturating_sub(c(Self::TRAINED));
+        summary.trajectories_produced = produced;
+        summary.trajectories_trained = c(Self::TRAINED);
+        summary.trajectories_dropped = c(Self::DROPPED);
+        summary.trajectories_in_flight = parked + unread + c(Self::PENDING) + untrained;
+    }
 }
 
 /// The start-up excluded from the steady-state FPS: 2 s, or a fifth of `--train_for_seconds` if
@@ -281,6 +336,10 @@ impl Runner {
             stop_reason: self.stop.unwrap_or(StopReason::Failed),
             last_metrics: self.last_metrics.clone(),
             signal: None,
+            trajectories_produced: 0,
+            trajectories_trained: 0,
+            trajectories_dropped: 0,
+            trajectories_in_flight: 0,
         }
     }
 }
@@ -327,11 +386,13 @@ fn fail(shared: &SharedState, error: &dyn std::fmt::Display) {
 }
 
 struct RolloutNode {
+    index: usize,
     worker: Option<RolloutWorker>,
+    counters: Option<ShmArray<u64>>,
     /// Requests waiting for the next turn of the loop (see [`RolloutNode::defer`]).
     queued: Vec<PolicyRequest>,
     scheduled: bool,
-    setup: Option<Result<RolloutWorker>>,
+    setup: Option<Result<(RolloutWorker, ShmArray<u64>)>>,
     policy_requested: WorkQueue<PolicyRequest>,
     trajectory_ready: Signal<TrajectoryReady>,
     rollout_reported: Signal<RolloutReport>,
@@ -409,14 +470,15 @@ impl RolloutNode {
 impl Component for RolloutNode {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
         let started = self.setup.take().map(|w| {
-            w.and_then(|mut w| {
+            w.and_then(|(mut w, counters)| {
                 let requests = w.start()?;
-                Ok((w, requests))
+                Ok((w, counters, requests))
             })
         });
         match started {
-            Some(Ok((worker, requests))) => {
+            Some(Ok((worker, counters, requests))) => {
                 self.worker = Some(worker);
+                self.counters = Some(counters);
                 self.defer(ctx, requests);
             }
             Some(Err(e)) => {
@@ -424,6 +486,13 @@ impl Component for RolloutNode {
                 ctx.stop_app();
             }
             None => {}
+        }
+    }
+
+    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        if let (Some(worker), Some(counters)) = (&self.worker, &self.counters) {
+            let (produced, parked) = worker.trajectory_counts();
+            counters.copy_from_slice(CounterLayout::worker(self.index), &[produced, parked]);
         }
     }
 }
@@ -495,7 +564,7 @@ struct BatcherNode {
     batcher: Batcher,
     /// Every rollout worker's trajectory pool, by worker index.
     pools: Vec<TrajectoryPool>,
-    batch_ready: Signal<Dataset>,
+    batch_ready: Signal<Batch>,
     /// `buffer_released` of each rollout worker, by worker index.
     buffer_released: Vec<Signal<BufferReleased>>,
     /// Datasets handed to the learner and not yet trained on.
@@ -504,10 +573,30 @@ struct BatcherNode {
     /// rollout workers run out of slots and wait) until the learner catches up.
     max_in_flight: usize,
     held: Vec<(usize, usize)>,
+    /// The learner's latest version and `--max_policy_lag`: trajectories wholly older are dropped.
+    version: u64,
+    max_policy_lag: u64,
+    /// Trajectories read, dropped as stale, and completed in datasets.
+    read: u64,
+    dropped: u64,
+    batched: u64,
+    counters: Option<(ShmArray<u64>, CounterLayout)>,
     shared: SharedState,
 }
 
-impl Component for BatcherNode {}
+impl Component for BatcherNode {
+    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        if let Some((counters, layout)) = &self.counters {
+            let counts = [
+                self.read,
+                self.dropped,
+                self.batched,
+                self.batcher.pending_trajectories(),
+            ];
+            counters.copy_from_slice(layout.at(CounterLayout::READ), &counts);
+        }
+    }
+}
 
 impl BatcherNode {
     fn release(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<(), String> {
@@ -538,9 +627,18 @@ impl BatcherNode {
                 pool.read(ready.buffer, ready.worker, ready.split)
                     .map_err(|e| e.to_string())
             })
-            .and_then(|traj| self.batcher.on_trajectory_ready(&traj).map_err(|e| e.to_string()))
+            .and_then(|traj| {
+                self.read += 1;
+                let newest = traj.versions.iter().copied().max().unwrap_or(self.version);
+                if self.version.saturating_sub(newest) > self.max_policy_lag {
+                    self.dropped += 1;
+                    return Ok(Vec::new());
+                }
+                self.batcher.on_trajectory_ready(&traj).map_err(|e| e.to_string())
+            })
             .and_then(|datasets| {
                 self.in_flight += datasets.len();
+                self.batched += datasets.iter().map(|b| b.trajectories).sum::<u64>();
                 self.held.push((ready.worker, ready.buffer));
                 sent(ctx.emit_many(&self.batch_ready, &datasets)).map_err(|e| e.to_string())?;
                 self.release(ctx)
@@ -551,7 +649,8 @@ impl BatcherNode {
         }
     }
 
-    fn on_training_reported(&mut self, ctx: &mut Ctx<'_, Self>, _report: &TrainingReport) {
+    fn on_training_reported(&mut self, ctx: &mut Ctx<'_, Self>, report: &TrainingReport) {
+        self.version = report.version;
         self.in_flight = self.in_flight.saturating_sub(1);
         if let Err(e) = self.release(ctx) {
             fail(&self.shared, &e);
@@ -568,16 +667,20 @@ struct LearnerNode {
     checkpointer: Option<Checkpointer>,
     /// The runner's latest counts, for the checkpoint saved at stop.
     progress: CheckpointRequest,
+    /// Trajectories completed by the datasets trained on.
+    trained: u64,
+    counters: Option<(ShmArray<u64>, CounterLayout)>,
     shared: SharedState,
 }
 
 impl LearnerNode {
-    fn on_batch_ready(&mut self, ctx: &mut Ctx<'_, Self>, dataset: &Dataset) {
+    fn on_batch_ready(&mut self, ctx: &mut Ctx<'_, Self>, batch: &Batch) {
         let Some(learner) = &mut self.learner else { return };
         let result = learner
-            .on_batch_ready(dataset)
+            .on_batch_ready(&batch.dataset)
             .map_err(|e| e.to_string())
             .and_then(|(update, report)| {
+                self.trained += batch.trajectories;
                 sent(ctx.emit(&self.policy_updated, &update)).map_err(|e| e.to_string())?;
                 sent(ctx.emit(&self.training_reported, &report)).map_err(|e| e.to_string())
             });
@@ -623,6 +726,9 @@ impl Component for LearnerNode {
 
     /// The last checkpoint, whatever stopped the run (the stop conditions, SIGINT, SIGTERM).
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        if let Some((counters, layout)) = &self.counters {
+            counters.copy_from_slice(layout.at(CounterLayout::TRAINED), &[self.trained]);
+        }
         if let Err(e) = self.save_checkpoint() {
             fail(&self.shared, &e);
         }
@@ -757,6 +863,7 @@ struct Parts {
 struct DataPlane {
     weights: SharedWeightsHandle,
     pools: Vec<TrajectoryPoolHandle>,
+    counters: ShmArrayHandle,
 }
 
 /// What a child process rebuilds the graph from: the resolved config (as the TOML `--config`
@@ -772,6 +879,7 @@ struct GraphSpec {
 struct PlaneRegions {
     _weights: SharedWeights,
     _pools: Vec<TrajectoryPool>,
+    counters: ShmArray<u64>,
     plane: DataPlane,
 }
 
@@ -792,13 +900,19 @@ fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
     let pools = (0..s.num_workers)
         .map(|_| TrajectoryPool::create(shape, s.worker_num_splits * BUFFERS_PER_SPLIT))
         .collect::<Result<Vec<_>>>()?;
+    let layout = CounterLayout {
+        workers: s.num_workers,
+    };
+    let counters = ShmArray::create(layout.len())?;
     let plane = DataPlane {
         weights: weights.handle(),
         pools: pools.iter().map(TrajectoryPool::handle).collect(),
+        counters: counters.handle(),
     };
     Ok(PlaneRegions {
         _weights: weights,
         _pools: pools,
+        counters,
         plane,
     })
 }
@@ -812,6 +926,21 @@ fn new_model(cfg: &Config, registry: &EnvRegistry) -> Result<ActorCritic> {
         &cfg.model,
         cfg.run.device,
     )
+}
+
+/// The trajectory counters of a component, or `None` after recording why they cannot be mapped.
+fn open_counters(
+    handle: &ShmArrayHandle,
+    layout: CounterLayout,
+    shared: &SharedState,
+) -> Option<(ShmArray<u64>, CounterLayout)> {
+    match ShmArray::open(handle) {
+        Ok(c) => Some((c, layout)),
+        Err(e) => {
+            fail(shared, &e);
+            None
+        }
+    }
 }
 
 fn build_error(e: &dyn std::fmt::Display) -> BuildError {
@@ -886,7 +1015,10 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     for &inf in &inference {
         app.consume(policy_requested, inf, InferenceNode::on_policy_requested);
     }
-    let batch_ready = app.signal::<Dataset, _>(batcher, "batch_ready");
+    let batch_ready = app.signal::<Batch, _>(batcher, "batch_ready");
+    let layout = CounterLayout {
+        workers: s.num_workers,
+    };
     let policy_updated = app.signal::<PolicyUpdated, _>(learner, "policy_updated");
     let training_reported = app.signal::<TrainingReport, _>(learner, "training_reported");
     let checkpoint_requested = app.signal::<CheckpointRequest, _>(runner, "checkpoint_requested");
@@ -917,15 +1049,18 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         app.connect(rollout_reported, runner, RunnerNode::on_rollout_reported);
         app.connect(policy_updated, w, RolloutNode::on_policy_updated);
         let (cfg, registry, shared) = (cfg.clone(), registry.clone(), Arc::clone(&shared));
-        let pool = plane.pools.get(i).cloned();
+        let (pool, counters) = (plane.pools.get(i).cloned(), plane.counters.clone());
         app.construct(w, move || RolloutNode {
+            index: i,
             worker: None,
+            counters: None,
             queued: Vec::new(),
             scheduled: false,
             setup: Some(
                 pool.ok_or_else(|| RlfError::Config(format!("no trajectory pool for rollout worker {i}")))
                     .and_then(|h| TrajectoryPool::open(&h))
-                    .and_then(|pool| RolloutWorker::new(i, &cfg, &registry, pool)),
+                    .and_then(|pool| RolloutWorker::new(i, &cfg, &registry, pool))
+                    .and_then(|w| Ok((w, ShmArray::open(&counters)?))),
             ),
             policy_requested,
             trajectory_ready,
@@ -957,14 +1092,15 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         });
     }
     let (dataset_size, rollout) = (cfg.dataset_size(), s.rollout);
-    let (pools, sh) = (plane.pools.clone(), Arc::clone(&shared));
-    let max_in_flight = cfg.appo.num_batches_to_accumulate;
+    let (pools, sh, counters) = (plane.pools.clone(), Arc::clone(&shared), plane.counters.clone());
+    let (max_in_flight, max_policy_lag) = (cfg.appo.num_batches_to_accumulate, cfg.appo.max_policy_lag);
     app.construct(batcher, move || {
         let opened = pools.iter().map(TrajectoryPool::open).collect::<Result<Vec<_>>>();
         let pools = opened.unwrap_or_else(|e| {
             fail(&sh, &e);
             Vec::new()
         });
+        let counters = open_counters(&counters, layout, &sh);
         BatcherNode {
             batcher: Batcher::new(dataset_size, rollout),
             pools,
@@ -973,16 +1109,24 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
             in_flight: 0,
             max_in_flight,
             held: Vec::new(),
+            version: 0,
+            max_policy_lag,
+            read: 0,
+            dropped: 0,
+            batched: 0,
+            counters,
             shared: sh,
         }
     });
-    let (c, r, sh, weights) = (
+    let (c, r, sh, weights, counters) = (
         cfg.clone(),
         registry.clone(),
         Arc::clone(&shared),
         plane.weights.clone(),
+        plane.counters.clone(),
     );
     app.construct(learner, move || {
+        let counters = open_counters(&counters, layout, &sh);
         // With an experiment folder, the learner continues from its newest intact checkpoint.
         let mut checkpointer = None;
         let mut progress = CheckpointRequest::default();
@@ -1003,6 +1147,8 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
             training_reported,
             checkpointer,
             progress,
+            trained: 0,
+            counters,
             shared: sh,
         }
     });
@@ -1065,7 +1211,9 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
         .with_config(&spec)
         .map_err(|e| RlfError::EventLoop(e.to_string()))?;
     let outcome = app.run(move |app| build_graph(app, parts));
-    drop(regions);
+    let layout = CounterLayout {
+        workers: cfg.sampling.num_workers,
+    };
     let mut state = shared
         .lock()
         .map_err(|_| RlfError::EventLoop("a component panicked".into()))?;
@@ -1082,6 +1230,8 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
         .summary
         .take()
         .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))?;
+    layout.summarise(&regions.counters, &mut summary);
+    drop(regions);
     if let Some(signal) = outcome.interrupted {
         summary.signal = Some(signal);
         summary.stop_reason = StopReason::Interrupted;

@@ -127,3 +127,33 @@ fn killing_a_rollout_worker_stops_the_run_with_its_name() {
         Vec::<String>::new()
     );
 }
+
+#[test]
+fn every_trajectory_is_trained_dropped_or_in_flight_at_stop() {
+    let dir = temp_dir("accounting");
+    let out = dir.join("summary.json");
+    let status = Command::new(BIN)
+        .args([
+            "train",
+            "--env=CartPole-v1",
+            "--save_experiment=false",
+            "--report_interval_sec=0",
+            "--num_workers=2",
+            "--max_policy_lag=1",
+            "--train_for_env_steps=200000",
+        ])
+        .arg(format!("--summary_json={}", out.display()))
+        .stderr(Stdio::null())
+        .status()
+        .expect("run");
+    assert!(status.success());
+    let s = summary(&out);
+    let count = |key: &str| s[key].as_u64().unwrap_or_else(|| panic!("{key} in {s}"));
+    let produced = count("trajectories_produced");
+    let trained = count("trajectories_trained");
+    let dropped = count("trajectories_dropped");
+    let in_flight = count("trajectories_in_flight");
+    assert!(trained >= 1, "{s}");
+    assert_eq!(produced, trained + dropped + in_flight, "{s}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 
+use super::Batch;
 use crate::algo::appo::Dataset;
 use crate::error::{Result, RlfError};
 use crate::sampling::Trajectory;
@@ -18,6 +19,8 @@ struct Sequence {
     final_obs: Vec<(usize, Vec<f32>)>,
     next_obs: Vec<f32>,
     versions: Vec<u64>,
+    /// The last sequence of its trajectory.
+    closes: bool,
 }
 
 /// Assembles datasets from trajectories.
@@ -46,8 +49,14 @@ impl Batcher {
         }
     }
 
-    /// Slot of `trajectory_ready`: adds the trajectory; returns the datasets now complete.
-    pub fn on_trajectory_ready(&mut self, traj: &Trajectory) -> Result<Vec<Dataset>> {
+    /// Trajectories with sequences still waiting for a dataset.
+    pub fn pending_trajectories(&self) -> u64 {
+        self.pending.iter().filter(|s| s.closes).count() as u64
+    }
+
+    /// Slot of `trajectory_ready`: adds the trajectory; returns the datasets now complete, each
+    /// with the trajectories whose last sequence it holds.
+    pub fn on_trajectory_ready(&mut self, traj: &Trajectory) -> Result<Vec<Batch>> {
         let (n, t) = (traj.num_envs, traj.len);
         let steps = n * t;
         let obs_dim = traj.obs.len().checked_div(steps).unwrap_or(0);
@@ -88,6 +97,7 @@ impl Batcher {
                 final_obs: Vec::new(),
                 next_obs: traj.next_obs[i * obs_dim..(i + 1) * obs_dim].to_vec(),
                 versions: (0..t).map(|k| traj.versions[at(k)]).collect(),
+                closes: i + 1 == n,
             };
             for k in 0..t {
                 seq.obs
@@ -110,7 +120,8 @@ impl Batcher {
         Ok(ready)
     }
 
-    fn release(&mut self, t: usize) -> Dataset {
+    fn release(&mut self, t: usize) -> Batch {
+        let mut trajectories = 0;
         let mut d = Dataset {
             num_sequences: self.sequences_per_dataset,
             seq_len: t,
@@ -128,7 +139,11 @@ impl Batcher {
                 .extend(seq.final_obs.into_iter().map(|(k, o)| (q * t + k, o)));
             d.next_obs.extend(seq.next_obs);
             d.versions.extend(seq.versions);
+            trajectories += u64::from(seq.closes);
         }
-        d
+        Batch {
+            dataset: d,
+            trajectories,
+        }
     }
 }

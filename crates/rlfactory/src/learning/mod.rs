@@ -6,8 +6,19 @@ mod learner;
 
 use serde::{Deserialize, Serialize};
 
+use crate::algo::appo::Dataset;
+
 pub use batcher::Batcher;
 pub use learner::Learner;
+
+/// A training dataset and the trajectories whose last sequence it holds (`batch_ready`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// The dataset.
+    pub dataset: Dataset,
+    /// Trajectories completed by this dataset.
+    pub trajectories: u64,
+}
 
 /// New weights were published into shared memory after training (`policy_updated`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

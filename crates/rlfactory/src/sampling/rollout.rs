@@ -42,6 +42,8 @@ pub struct RolloutWorker {
     rounds_per_update: Option<usize>,
     pool: TrajectoryPool,
     free: Vec<usize>,
+    /// Trajectories finished so far (written into a slot or parked).
+    produced: u64,
 }
 
 impl std::fmt::Debug for RolloutWorker {
@@ -86,6 +88,7 @@ impl RolloutWorker {
             },
             rounds_per_update,
             free: (0..pool.num_buffers()).rev().collect(),
+            produced: 0,
             pool,
         })
     }
@@ -202,6 +205,7 @@ impl RolloutWorker {
             }
             let fresh = self.fresh_trajectory(k);
             let done = std::mem::replace(&mut self.splits[k].trajectory, fresh);
+            self.produced += 1;
             outcome.trajectory = self.hand_on(k, done)?;
             let paused = self.splits[k].paused || self.splits[k].parked.is_some();
             outcome.report = Some(std::mem::replace(
@@ -217,6 +221,12 @@ impl RolloutWorker {
         }
         outcome.request = Some(self.request(k));
         Ok(outcome)
+    }
+
+    /// Trajectories finished so far, and those of them parked now for want of a free slot.
+    pub fn trajectory_counts(&self) -> (u64, u64) {
+        let parked = self.splits.iter().filter(|s| s.parked.is_some()).count();
+        (self.produced, parked as u64)
     }
 
     /// Slot of `policy_updated`: in sync mode, resumes the splits waiting for a new policy.
