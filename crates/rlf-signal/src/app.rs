@@ -3,7 +3,7 @@
 
 use crate::event_loop::{send_control, EventLoop, LoopPlan, Names, Routes};
 use crate::graph::{AppBuilder, BuildError, Placement};
-use crate::supervisor::{Control, Fault, Outcome, Supervisor};
+use crate::supervisor::{Control, Fault, LoopInfo, Outcome, SpawnFn, Supervisor};
 use crate::transport::{QueueTransport, Transport, TransportHandle};
 use serde::{Deserialize, Serialize};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -51,11 +51,13 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
 }
 
 /// What a child process is told.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct ChildSpec {
     app: String,
     config: Vec<u8>,
     loop_id: u32,
+    /// 0 for the first process of the loop, one more for each replacement.
+    incarnation: u32,
     parent: u32,
     transport: TransportHandle,
     graph: String,
@@ -146,10 +148,37 @@ impl App {
             }
         };
         let emit_timeout = b.emit_timeout;
-        let mut sup = Supervisor::new(
-            layout.physical.iter().map(|(n, p)| (n.clone(), *p)).collect(),
-            b.stop_timeout,
-        );
+        let spawn: Option<SpawnFn> = handle.map(|h| {
+            let template = ChildSpec {
+                app: self.name.clone(),
+                config: self.config.clone(),
+                loop_id: 0,
+                incarnation: 0,
+                parent: std::process::id(),
+                transport: h,
+                graph: graph.clone(),
+            };
+            let transport = Arc::clone(&transport);
+            Box::new(move |loop_id, incarnation| {
+                let spec = ChildSpec {
+                    loop_id,
+                    incarnation,
+                    ..template.clone()
+                };
+                spawn_child(&spec, &transport, emit_timeout).map_err(|e| e.to_string())
+            }) as SpawnFn
+        });
+        let infos = layout
+            .physical
+            .iter()
+            .zip(&b.loops)
+            .map(|((name, placement), decl)| LoopInfo {
+                name: name.clone(),
+                placement: *placement,
+                max_restarts: decl.max_restarts,
+            })
+            .collect();
+        let mut sup = Supervisor::new(infos, b.stop_timeout, b.heartbeat, spawn);
         let mut plans = layout.plans(&mut b, &transport);
 
         let mut signals =
@@ -165,30 +194,14 @@ impl App {
             })
             .map_err(io_err("spawning the signal thread"))?;
 
-        let mut waiters: Vec<JoinHandle<()>> = Vec::new();
         let mut threads: Vec<(u32, JoinHandle<()>)> = Vec::new();
         let main_plan = plans.remove(0);
         for plan in plans {
             let id = plan.me;
             match layout.physical[id as usize].1 {
                 Placement::Process => {
-                    let spec = handle.as_ref().map(|h| ChildSpec {
-                        app: self.name.clone(),
-                        config: self.config.clone(),
-                        loop_id: id,
-                        parent: std::process::id(),
-                        transport: h.clone(),
-                        graph: graph.clone(),
-                    });
                     drop(plan);
-                    match spec.map(|s| spawn_child(&s, &transport, emit_timeout)) {
-                        Some(Ok((pid, waiter))) => {
-                            sup.set_pid(id, pid);
-                            waiters.push(waiter);
-                        }
-                        Some(Err(e)) => sup.start_failed(id, e.to_string()),
-                        None => sup.start_failed(id, "this transport cannot reach a process".into()),
-                    }
+                    sup.spawn(id);
                 }
                 Placement::Thread | Placement::Main => {
                     let t = Arc::clone(&transport);
@@ -216,13 +229,13 @@ impl App {
         }
 
         let (stats, sup) = EventLoop::start(main_plan, Some(sup)).run();
-        let sup = sup.unwrap_or_else(|| Supervisor::new(Vec::new(), Duration::ZERO));
+        let mut sup = sup.unwrap_or_else(|| Supervisor::new(Vec::new(), Duration::ZERO, None, None));
         for (id, h) in threads {
             if !sup.abandoned(id) {
                 let _ = h.join();
             }
         }
-        for w in waiters {
+        for w in sup.take_waiters() {
             let _ = w.join();
         }
         signal_handle.close();
@@ -362,6 +375,8 @@ impl Layout {
             works: b.works.iter().map(|w| dispatchers(&*w.slots)).collect(),
             transport: Arc::clone(transport),
             emit_timeout: b.emit_timeout,
+            heartbeat: b.heartbeat,
+            incarnation: 0,
         }
     }
 }
@@ -412,7 +427,8 @@ where
         });
     }
     let transport: Arc<dyn Transport> = Arc::new(QueueTransport::open(&spec.transport)?);
-    let plan = layout.plan(&mut b, spec.loop_id, &transport);
+    let mut plan = layout.plan(&mut b, spec.loop_id, &transport);
+    plan.incarnation = spec.incarnation;
     drop(b);
 
     // Ctrl-C reaches the whole process group: the parent orchestrates the stop, so SIGINT is ignored here. SIGTERM

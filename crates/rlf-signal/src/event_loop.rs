@@ -190,6 +190,10 @@ pub(crate) struct LoopPlan {
     pub(crate) works: Vec<Option<Box<dyn Dispatch>>>,
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) emit_timeout: Duration,
+    /// Heartbeats to the main loop go out five times per interval.
+    pub(crate) heartbeat: Option<Duration>,
+    /// Which process of the loop this is (0 first; one more per replacement).
+    pub(crate) incarnation: u32,
 }
 
 type TimerCall = Arc<dyn Fn(&mut dyn Any, &mut LoopCore, u32) + Send + Sync>;
@@ -219,6 +223,7 @@ pub struct LoopCore {
     stats: LoopStats,
     /// Control messages raised on the main loop itself (faults, stop requests).
     events: Vec<Control>,
+    incarnation: u32,
 }
 
 impl std::fmt::Debug for LoopCore {
@@ -517,6 +522,12 @@ impl<'a, T: 'static> Ctx<'a, T> {
     pub fn stats(&self) -> LoopStats {
         self.core.stats
     }
+
+    /// Which process of a replaceable loop this is: 0 for the first, one more for each replacement (see
+    /// [`crate::AppBuilder::restart_on_failure`]). Always 0 on threads and in serial mode.
+    pub fn incarnation(&self) -> u32 {
+        self.core.incarnation
+    }
 }
 
 fn timer_call<T: 'static, F>(f: F) -> TimerCall
@@ -609,6 +620,8 @@ pub(crate) struct EventLoop {
     work_rr: Vec<usize>,
     state: State,
     supervisor: Option<Supervisor>,
+    /// Heartbeat period (a fifth of the interval) and when the next one is due; none on the main loop.
+    beat: Option<(Duration, Instant)>,
 }
 
 impl EventLoop {
@@ -631,6 +644,7 @@ impl EventLoop {
             work_rr: vec![0; n_works],
             stats: LoopStats::default(),
             events: Vec::new(),
+            incarnation: plan.incarnation,
         };
         let mut live: Vec<Option<Live>> = (0..core.names.objects.len()).map(|_| None).collect();
         for (id, factory) in plan.objects {
@@ -648,6 +662,10 @@ impl EventLoop {
         for id in objects.ids() {
             objects.invoke(id, "on_start", &mut core, |obj, core| obj.start(core, id));
         }
+        let beat = plan
+            .heartbeat
+            .filter(|_| supervisor.is_none())
+            .map(|h| (h / 5, Instant::now()));
         EventLoop {
             core,
             objects,
@@ -656,6 +674,7 @@ impl EventLoop {
             work_rr: vec![0; n_works],
             state: State::Running,
             supervisor,
+            beat,
         }
     }
 
@@ -666,6 +685,7 @@ impl EventLoop {
         loop {
             self.flush_local();
             if self.state == State::Running {
+                self.heartbeat();
                 self.fire_timers();
                 self.flush_local();
                 if let Some(sup) = &mut self.supervisor {
@@ -680,10 +700,11 @@ impl EventLoop {
                 Some(Instant::now())
             } else {
                 let sup_deadline = self.supervisor.as_ref().and_then(Supervisor::deadline);
-                match (self.core.next_deadline(), sup_deadline) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                }
+                let beat = self.beat.map(|(_, due)| due);
+                [self.core.next_deadline(), sup_deadline, beat]
+                    .into_iter()
+                    .flatten()
+                    .min()
             };
             let blocking = deadline.is_none_or(|d| d > Instant::now());
             let transport = Arc::clone(&self.core.transport);
@@ -728,6 +749,21 @@ impl EventLoop {
             );
         }
         (stats, self.supervisor)
+    }
+
+    /// Tells the main loop this loop is alive, when due. Never blocks: a full main queue skips the beat.
+    fn heartbeat(&mut self) {
+        let Some((period, due)) = self.beat else { return };
+        let now = Instant::now();
+        if now < due {
+            return;
+        }
+        self.beat = Some((period, now + period));
+        let beat = Control::Heartbeat {
+            loop_id: self.core.me,
+            pid: std::process::id(),
+        };
+        send_control(&*self.core.transport, 0, &beat, Duration::ZERO);
     }
 
     fn begin_drain(&mut self) {

@@ -124,6 +124,8 @@ pub(crate) struct LoopDecl {
     pub(crate) name: String,
     pub(crate) placement: Placement,
     pub(crate) queue_bytes: usize,
+    /// How many times the supervisor replaces the loop's process when it dies or hangs.
+    pub(crate) max_restarts: u32,
 }
 
 pub(crate) struct ObjectDecl {
@@ -155,6 +157,7 @@ pub struct AppBuilder {
     pub(crate) serial: bool,
     pub(crate) emit_timeout: Duration,
     pub(crate) stop_timeout: Duration,
+    pub(crate) heartbeat: Option<Duration>,
     pub(crate) loops: Vec<LoopDecl>,
     pub(crate) objects: Vec<ObjectDecl>,
     pub(crate) signals: Vec<SignalDecl>,
@@ -173,10 +176,12 @@ impl AppBuilder {
             serial: false,
             emit_timeout: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(5),
+            heartbeat: None,
             loops: vec![LoopDecl {
                 name: "main".into(),
                 placement: Placement::Main,
                 queue_bytes: DEFAULT_QUEUE_BYTES,
+                max_restarts: 0,
             }],
             objects: Vec::new(),
             signals: Vec::new(),
@@ -221,6 +226,41 @@ impl AppBuilder {
         self
     }
 
+    /// Heartbeats: every loop tells the main loop it is alive five times per `interval`, and the main loop names a
+    /// loop silent for `interval` as hung (a fault, or a replacement for loops given
+    /// [`AppBuilder::restart_on_failure`]). A loop gets `max(interval, 30 s)` to send its first heartbeat (start-up
+    /// builds its objects). Off by default; at least 10 ms.
+    pub fn set_heartbeat(&mut self, interval: Duration) -> &mut Self {
+        if interval < Duration::from_millis(10) {
+            self.errors.push(BuildError::Invalid(format!(
+                "heartbeat interval {interval:?} is below the 10 ms minimum"
+            )));
+        }
+        self.heartbeat = Some(interval);
+        self
+    }
+
+    /// The heartbeat interval, if heartbeats are on.
+    pub fn heartbeat(&self) -> Option<Duration> {
+        self.heartbeat
+    }
+
+    /// Lets the supervisor replace the process of loop `l` up to `max_restarts` times when it dies or hangs while
+    /// the application runs, instead of stopping the application: the same objects are built again in a new
+    /// process (whose [`Ctx::incarnation`] is one more), on the same inbound queue, which still holds what was sent
+    /// to the dead one. Only process loops can be replaced.
+    pub fn restart_on_failure(&mut self, l: LoopRef, max_restarts: u32) -> &mut Self {
+        match self.loops.get_mut(l.0 as usize) {
+            Some(decl) if decl.placement == Placement::Process => decl.max_restarts = max_restarts,
+            Some(decl) => self.errors.push(BuildError::Invalid(format!(
+                "loop {:?} is not a process loop: only processes can be replaced",
+                decl.name
+            ))),
+            None => self.errors.push(BuildError::Invalid(format!("no loop {}", l.0))),
+        }
+        self
+    }
+
     /// The loop that runs on the thread calling [`crate::App::run`]; it also supervises the others.
     pub fn main_loop(&self) -> LoopRef {
         LoopRef(0)
@@ -242,6 +282,7 @@ impl AppBuilder {
             name: name.into(),
             placement,
             queue_bytes: DEFAULT_QUEUE_BYTES,
+            max_restarts: 0,
         });
         LoopRef(self.loops.len() as u32 - 1)
     }
@@ -383,8 +424,8 @@ impl AppBuilder {
         for (i, l) in self.loops.iter().enumerate() {
             let _ = writeln!(
                 s,
-                "loop {} [{:?}, {} byte queue]",
-                l.name, l.placement, l.queue_bytes
+                "loop {} [{:?}, {} byte queue, {} restarts]",
+                l.name, l.placement, l.queue_bytes, l.max_restarts
             );
             for o in self.objects.iter().filter(|o| o.loop_id as usize == i) {
                 let _ = writeln!(s, "  object {}: {}", o.name, o.type_name);

@@ -105,5 +105,5 @@ pub use graph::{
     AppBuilder, BuildError, Component, LoopRef, ObjectRef, Payload, Placement, Signal, WorkQueue,
     DEFAULT_QUEUE_BYTES,
 };
-pub use supervisor::{Fault, LoopReport, LoopStats, Outcome};
+pub use supervisor::{Fault, LoopReport, LoopStats, Outcome, Restart};
 pub use transport::{Endpoint, Inbound, QueueTransport, RecvError, SendError, Transport, TransportHandle};

@@ -4,7 +4,14 @@ use crate::event_loop::{send_control, LoopCore};
 use crate::graph::Placement;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// A loop gets at least this long to send its first heartbeat: start-up builds its objects.
+const FIRST_HEARTBEAT_GRACE: Duration = Duration::from_secs(30);
+
+/// Starts the process of a loop: `(loop id, incarnation)` → the new pid and the thread waiting for its exit.
+pub(crate) type SpawnFn = Box<dyn FnMut(u32, u32) -> Result<(u32, JoinHandle<()>), String>>;
 
 /// Counters of one loop.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +67,13 @@ pub enum Fault {
         /// What was wrong.
         message: String,
     },
+    /// A loop sent no heartbeat for longer than the heartbeat interval (its process, if any, was killed).
+    Hung {
+        /// The loop.
+        loop_name: String,
+        /// How long it had been silent, in milliseconds.
+        silent_ms: u64,
+    },
     /// A loop could not be started.
     StartFailed {
         /// The loop.
@@ -87,6 +101,11 @@ impl fmt::Display for Fault {
                 status,
             } => write!(f, "loop {loop_name}: process {pid} died: {status}"),
             Fault::StopTimeout { loop_name } => write!(f, "loop {loop_name}: did not stop in time"),
+            Fault::Hung { loop_name, silent_ms } => write!(
+                f,
+                "loop {loop_name}: hung (no heartbeat for {:.1} s)",
+                *silent_ms as f64 / 1000.0
+            ),
             Fault::Malformed { loop_name, message } => write!(f, "loop {loop_name}: {message}"),
             Fault::StartFailed { loop_name, message } => {
                 write!(f, "loop {loop_name}: could not start: {message}")
@@ -115,6 +134,38 @@ pub(crate) enum Control {
     },
     /// Signal thread → main: SIGINT or SIGTERM.
     Interrupted { signal: i32 },
+    /// Loop → main: still alive (`pid` tells incarnations of a process loop apart).
+    Heartbeat { loop_id: u32, pid: u32 },
+}
+
+/// A loop's process replaced by the supervisor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restart {
+    /// The loop.
+    pub loop_name: String,
+    /// The new process's incarnation (1 for the first replacement).
+    pub incarnation: u32,
+    /// The process replaced.
+    pub old_pid: Option<u32>,
+    /// The new process (`None` if it could not be started: then a `StartFailed` fault follows).
+    pub new_pid: Option<u32>,
+    /// Why: the dead process's exit status, or the heartbeat silence.
+    pub reason: String,
+}
+
+impl fmt::Display for Restart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pid = |p: Option<u32>| p.map_or_else(|| "?".to_string(), |p| p.to_string());
+        write!(
+            f,
+            "loop {}: {}; replaced process {} by process {} (incarnation {})",
+            self.loop_name,
+            self.reason,
+            pid(self.old_pid),
+            pid(self.new_pid),
+            self.incarnation
+        )
+    }
 }
 
 /// How one loop ended.
@@ -141,6 +192,8 @@ pub struct Outcome {
     pub loops: Vec<LoopReport>,
     /// Who asked for the stop, if an object did.
     pub stopped_by: Option<String>,
+    /// Processes replaced while the application ran, in order.
+    pub restarts: Vec<Restart>,
 }
 
 impl Outcome {
@@ -172,11 +225,21 @@ impl fmt::Display for Outcome {
             (false, _, Some(sig)) => writeln!(f, "stopped by signal {sig}")?,
             (false, _, None) => writeln!(f, "stopped after {} fault(s)", self.faults.len())?,
         }
+        for restart in &self.restarts {
+            writeln!(f, "restart: {restart}")?;
+        }
         for fault in &self.faults {
             writeln!(f, "fault: {fault}")?;
         }
         Ok(())
     }
+}
+
+/// What the supervisor is told of a loop.
+pub(crate) struct LoopInfo {
+    pub(crate) name: String,
+    pub(crate) placement: Placement,
+    pub(crate) max_restarts: u32,
 }
 
 struct Watch {
@@ -186,6 +249,13 @@ struct Watch {
     stopped: Option<LoopStats>,
     exit: Option<String>,
     abandoned: bool,
+    max_restarts: u32,
+    incarnation: u32,
+    /// When the current incarnation started or last sent a heartbeat.
+    last_beat: Instant,
+    beaten: bool,
+    /// Found hung and killed: how long it had been silent (its exit is then no new fault).
+    hung: Option<Duration>,
 }
 
 impl Watch {
@@ -205,21 +275,38 @@ pub(crate) struct Supervisor {
     stopping: bool,
     stop_deadline: Option<Instant>,
     stop_timeout: Duration,
+    heartbeat: Option<Duration>,
+    next_check: Option<Instant>,
+    spawn: Option<SpawnFn>,
+    waiters: Vec<JoinHandle<()>>,
+    restarts: Vec<Restart>,
 }
 
 impl Supervisor {
-    /// `loops`: name and placement of every physical loop, main first.
-    pub(crate) fn new(loops: Vec<(String, Placement)>, stop_timeout: Duration) -> Supervisor {
+    /// `loops`: every physical loop, main first. `heartbeat`: the interval after which a silent loop is hung.
+    /// `spawn` starts process loops (none: they cannot be started).
+    pub(crate) fn new(
+        loops: Vec<LoopInfo>,
+        stop_timeout: Duration,
+        heartbeat: Option<Duration>,
+        spawn: Option<SpawnFn>,
+    ) -> Supervisor {
+        let now = Instant::now();
         Supervisor {
             loops: loops
                 .into_iter()
-                .map(|(name, placement)| Watch {
-                    name,
-                    placement,
+                .map(|l| Watch {
+                    name: l.name,
+                    placement: l.placement,
                     pid: None,
                     stopped: None,
                     exit: None,
                     abandoned: false,
+                    max_restarts: l.max_restarts,
+                    incarnation: 0,
+                    last_beat: now,
+                    beaten: false,
+                    hung: None,
                 })
                 .collect(),
             faults: Vec::new(),
@@ -228,14 +315,64 @@ impl Supervisor {
             stopping: false,
             stop_deadline: None,
             stop_timeout,
+            heartbeat,
+            next_check: heartbeat.map(|h| now + h / 5),
+            spawn,
+            waiters: Vec::new(),
+            restarts: Vec::new(),
         }
     }
 
-    /// Records the pid of a process loop.
-    pub(crate) fn set_pid(&mut self, loop_id: u32, pid: u32) {
-        if let Some(w) = self.loops.get_mut(loop_id as usize) {
-            w.pid = Some(pid);
+    /// Starts (or restarts) the process of loop `loop_id` as its current incarnation.
+    pub(crate) fn spawn(&mut self, loop_id: u32) -> Option<u32> {
+        let incarnation = self.loops.get(loop_id as usize)?.incarnation;
+        let spawned = match &mut self.spawn {
+            Some(spawn) => spawn(loop_id, incarnation),
+            None => Err("this transport cannot reach a process".into()),
+        };
+        match spawned {
+            Ok((pid, waiter)) => {
+                self.waiters.push(waiter);
+                let w = self.loops.get_mut(loop_id as usize)?;
+                w.pid = Some(pid);
+                w.last_beat = Instant::now();
+                w.beaten = false;
+                w.hung = None;
+                Some(pid)
+            }
+            Err(message) => {
+                self.start_failed(loop_id, message);
+                None
+            }
         }
+    }
+
+    /// The threads waiting for child processes, to join once the application has stopped.
+    pub(crate) fn take_waiters(&mut self) -> Vec<JoinHandle<()>> {
+        std::mem::take(&mut self.waiters)
+    }
+
+    /// Replaces the process of loop `loop_id` (its old process is dead), if it may be replaced.
+    fn restart(&mut self, loop_id: u32, reason: String) -> bool {
+        let Some(w) = self.loops.get_mut(loop_id as usize) else {
+            return false;
+        };
+        if self.stopping || w.placement != Placement::Process || w.incarnation >= w.max_restarts {
+            return false;
+        }
+        w.incarnation += 1;
+        let (loop_name, incarnation, old_pid) = (w.name.clone(), w.incarnation, w.pid);
+        let new_pid = self.spawn(loop_id);
+        let restart = Restart {
+            loop_name,
+            incarnation,
+            old_pid,
+            new_pid,
+            reason,
+        };
+        eprintln!("[rlf-signal] {restart}");
+        self.restarts.push(restart);
+        true
     }
 
     /// Records a loop that failed to start (its process could not be spawned, say) and stops the application.
@@ -274,18 +411,43 @@ impl Supervisor {
                 let Some(w) = self.loops.get_mut(loop_id as usize) else {
                     return;
                 };
-                if w.abandoned {
+                // An earlier incarnation's exit was handled when it was replaced.
+                if w.abandoned || w.pid != Some(pid) {
                     return;
                 }
-                if w.stopped.is_none() || !success {
+                let failed = w.stopped.is_none() || !success;
+                let reason = match w.hung {
+                    Some(silent) => format!("hung (no heartbeat for {:.1} s), killed", silent.as_secs_f64()),
+                    None => format!("process died ({status})"),
+                };
+                if failed && self.restart(loop_id, reason) {
+                    return;
+                }
+                let Some(w) = self.loops.get_mut(loop_id as usize) else {
+                    return;
+                };
+                if failed && w.hung.is_none() {
                     self.faults.push(Fault::LoopDied {
                         loop_name: w.name.clone(),
                         pid,
                         status: status.clone(),
                     });
+                } else if let Some(silent) = w.hung.filter(|_| failed) {
+                    self.faults.push(Fault::Hung {
+                        loop_name: w.name.clone(),
+                        silent_ms: silent.as_millis() as u64,
+                    });
                 }
                 w.exit = Some(status);
                 self.begin_stop(core);
+            }
+            Control::Heartbeat { loop_id, pid } => {
+                if let Some(w) = self.loops.get_mut(loop_id as usize) {
+                    if w.placement != Placement::Process || w.pid == Some(pid) {
+                        w.last_beat = Instant::now();
+                        w.beaten = true;
+                    }
+                }
             }
             Control::Interrupted { signal } => {
                 self.interrupted.get_or_insert(signal);
@@ -308,12 +470,60 @@ impl Supervisor {
         }
     }
 
-    /// When the main loop must wake up for the stop deadline.
+    /// When the main loop must wake up: the stop deadline, or the next heartbeat check.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         if self.finished() {
-            None
-        } else {
-            self.stop_deadline
+            return None;
+        }
+        let check = self.next_check.filter(|_| !self.stopping);
+        match (self.stop_deadline, check) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Names the loops silent for longer than the heartbeat interval: a hung process is killed (and replaced when
+    /// its exit arrives, if it may be); a hung thread is a fault.
+    fn check_heartbeats(&mut self, core: &mut LoopCore) {
+        let (Some(interval), Some(due)) = (self.heartbeat, self.next_check) else {
+            return;
+        };
+        let now = Instant::now();
+        if self.stopping || now < due {
+            return;
+        }
+        self.next_check = Some(now + interval / 5);
+        let mut faults = Vec::new();
+        for w in self.loops.iter_mut().skip(1) {
+            let limit = if w.beaten {
+                interval
+            } else {
+                interval.max(FIRST_HEARTBEAT_GRACE)
+            };
+            let silent = now.saturating_duration_since(w.last_beat);
+            if w.done() || w.hung.is_some() || silent <= limit {
+                continue;
+            }
+            w.hung = Some(silent);
+            eprintln!(
+                "[rlf-signal] loop {}: no heartbeat for {:.1} s, hung",
+                w.name,
+                silent.as_secs_f64()
+            );
+            match w.pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+                // Its exit (as killed) then replaces it or stops the application.
+                Some(pid) if w.placement == Placement::Process => {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+                _ => faults.push(Fault::Hung {
+                    loop_name: w.name.clone(),
+                    silent_ms: silent.as_millis() as u64,
+                }),
+            }
+        }
+        if !faults.is_empty() {
+            self.faults.extend(faults);
+            self.begin_stop(core);
         }
     }
 
@@ -323,6 +533,7 @@ impl Supervisor {
         if !self.stopping && !self.faults.is_empty() {
             self.begin_stop(core);
         }
+        self.check_heartbeats(core);
         if self.stop_deadline.is_none_or(|d| Instant::now() < d) {
             return;
         }
@@ -370,6 +581,7 @@ impl Supervisor {
             interrupted: self.interrupted,
             loops,
             stopped_by: self.stopped_by,
+            restarts: self.restarts,
         }
     }
 }

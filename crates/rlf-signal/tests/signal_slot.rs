@@ -93,6 +93,7 @@ fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
         "quiet" => quiet::build(app, sink),
         "work" => work::build(app, sink),
         "chatter" => chatter::build(app, sink),
+        "phoenix" => phoenix::build(app, sink),
         other => Err(BuildError::User(format!("unknown test application {other}"))),
     }
 }
@@ -1042,6 +1043,114 @@ mod work {
     }
 }
 
+/// Heartbeats and replacement: the main loop kills the worker's first process (SIGKILL) and freezes the second
+/// (SIGSTOP, so it stops sending heartbeats); each is replaced by a new process of a higher incarnation. With no
+/// replacement allowed, the frozen process is named hung and the application stops.
+mod phoenix {
+    use super::*;
+
+    pub struct Worker {
+        pub hello: Signal<(u32, u32)>,
+    }
+    pub struct Watcher {
+        pub sink: Sink,
+    }
+    impl Component for Worker {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            // From the loop's first turn, after its first heartbeat.
+            ctx.timer_once(Duration::ZERO, Worker::greet);
+        }
+    }
+    impl Worker {
+        fn greet(&mut self, ctx: &mut Ctx<Self>) {
+            let hello = (std::process::id(), ctx.incarnation());
+            ctx.emit(&self.hello, &hello).expect("emit hello");
+        }
+    }
+    impl Component for Watcher {}
+    impl Watcher {
+        fn on_hello(&mut self, ctx: &mut Ctx<Self>, &(pid, incarnation): &(u32, u32)) {
+            record(&self.sink, "incarnation", i64::from(incarnation));
+            record(&self.sink, "pid", i64::from(pid));
+            let signal = match incarnation {
+                0 => rustix::process::Signal::KILL,
+                1 => rustix::process::Signal::STOP,
+                _ => return ctx.stop_app(),
+            };
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, signal);
+            }
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c: Cfg = app.config()?;
+        app.set_heartbeat(Duration::from_millis(300));
+        let main = app.main_loop();
+        let l = app.process_loop("worker");
+        app.restart_on_failure(l, c.n);
+        let worker = app.object::<Worker>(l, "worker");
+        let watcher = app.object::<Watcher>(main, "watcher");
+        let hello = app.signal::<(u32, u32), _>(worker, "hello");
+        app.connect(hello, watcher, Watcher::on_hello);
+        app.construct(worker, move || Worker { hello });
+        app.construct(watcher, move || Watcher { sink });
+        Ok(())
+    }
+
+    pub fn test_replaced() -> Result<(), Failed> {
+        let sink = Sink::default();
+        let mode = Mode::Process;
+        let o = run("phoenix", Cfg { mode, n: 2 }, &sink)?;
+        expect_success(&o)?;
+        check(values(&sink, "incarnation") == [0, 1, 2], || {
+            format!("incarnations {:?}", values(&sink, "incarnation"))
+        })?;
+        let pids = values(&sink, "pid");
+        let reasons: Vec<&str> = o.restarts.iter().map(|r| r.reason.as_str()).collect();
+        check(
+            o.restarts.len() == 2
+                && reasons[0].contains("signal: 9")
+                && reasons[1].starts_with("hung (no heartbeat for")
+                && o.restarts
+                    .iter()
+                    .zip(&pids)
+                    .all(|(r, p)| r.old_pid.map(i64::from) == Some(*p))
+                && o.restarts
+                    .iter()
+                    .zip(&pids[1..])
+                    .all(|(r, p)| r.new_pid.map(i64::from) == Some(*p))
+                && o.restarts.iter().all(|r| r.loop_name == "worker"),
+            || format!("restarts {:?}, pids {pids:?}", o.restarts),
+        )?;
+        for pid in pids {
+            no_segments(pid as u32)?;
+        }
+        Ok(())
+    }
+
+    pub fn test_hung_stops() -> Result<(), Failed> {
+        let sink = Sink::default();
+        let mode = Mode::Process;
+        let started = Instant::now();
+        let o = run("phoenix", Cfg { mode, n: 1 }, &sink)?;
+        let took = started.elapsed();
+        check(values(&sink, "incarnation") == [0, 1], || {
+            format!("incarnations {:?}", values(&sink, "incarnation"))
+        })?;
+        check(
+            o.restarts.len() == 1
+                && o.faults.len() == 1
+                && matches!(&o.faults[0], Fault::Hung { loop_name, silent_ms } if loop_name == "worker" && *silent_ms >= 300),
+            || format!("outcome: {o}"),
+        )?;
+        check(took < Duration::from_secs(5), || {
+            format!("the hung loop was named after {took:?}")
+        })?;
+        check(o.exit_code() == 1, || format!("exit code {}", o.exit_code()))
+    }
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1284,6 +1393,11 @@ fn main() -> ExitCode {
         Trial::test("custom_transport_same_components", custom_transport),
         Trial::test("backpressure_blocks_then_errors_nothing_lost", backpressure::test),
         Trial::test("fault_child_sigkilled_reported_no_segments", sigkill_child),
+        Trial::test("dead_and_hung_processes_are_replaced", phoenix::test_replaced),
+        Trial::test(
+            "hung_process_without_replacement_is_named_and_stops_the_app",
+            phoenix::test_hung_stops,
+        ),
         Trial::test("sigint_stops_all_removes_segments", || {
             interrupt(rustix::process::Signal::INT, 130)
         }),
