@@ -306,6 +306,13 @@ pub struct RunConfig {
     /// 10 unless given; the summary's `fps` is the steady-state rate after the warm-up.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub benchmark: bool,
+    /// Seconds without a heartbeat after which a component is named hung (a hung rollout worker is
+    /// replaced, any other hung component stops the run).
+    #[arg(long, default_value_t = 20.0)]
+    pub heartbeat_interval: f64,
+    /// Times each rollout worker process is replaced when it dies or hangs before the run stops.
+    #[arg(long, default_value_t = 5)]
+    pub max_worker_restarts: u32,
 }
 
 /// The default of `--train_for_seconds`: no time limit.
@@ -701,6 +708,7 @@ impl Config {
             ("--initial_stddev", self.model.initial_stddev),
             ("--train_for_seconds", r.train_for_seconds),
             ("--lr_schedule_kl_threshold", a.lr_schedule_kl_threshold),
+            ("--heartbeat_interval", r.heartbeat_interval),
         ];
         if let Some((name, v)) = positive.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
             return err(format!("{name} must be a positive number, got {v}"));
@@ -723,6 +731,12 @@ impl Config {
             return err(format!(
                 "--save_every_sec must be a positive number, got {}",
                 self.checkpoint.save_every_sec
+            ));
+        }
+        if r.heartbeat_interval < 0.05 {
+            return err(format!(
+                "--heartbeat_interval must be at least 0.05 s, got {}",
+                r.heartbeat_interval
             ));
         }
         if self.checkpoint.keep_checkpoints == 0 {

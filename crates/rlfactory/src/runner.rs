@@ -15,19 +15,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rlf_shm::{SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandle};
-use rlf_signal::{App, AppBuilder, BuildError, Component, Ctx, EmitError, Signal, WorkQueue};
+use rlf_signal::{App, AppBuilder, BuildError, Component, Ctx, EmitError, Fault, Signal, WorkQueue};
 use serde::{Deserialize, Serialize};
 
-use crate::algo::appo::Appo;
+use crate::algo::appo::{Appo, TrainingState};
 use crate::config::{config_file_args, Config};
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, ExperimentRun};
 use crate::learning::{Batch, Batcher, Learner, PolicyUpdated, TrainingReport};
-use crate::model::{ActorCritic, Policy};
+use crate::model::{ActorCritic, Policy, PolicyWeights};
 use crate::sampling::{
-    ActionsReady, BufferReleased, InferenceWorker, PolicyRequest, RolloutReport, RolloutWorker, StepOutcome,
-    TrajectoryPool, TrajectoryPoolHandle, TrajectoryReady, TrajectoryShape,
+    ActionsReady, BufferReleased, InferenceWorker, PolicyRequest, RolloutReport, RolloutWorker,
+    SlotsReclaimed, StepOutcome, TrajectoryPool, TrajectoryPoolHandle, TrajectoryReady, TrajectoryShape,
+    WorkerCounts, WorkerStarted,
 };
 
 /// Episodes the mean return is taken over.
@@ -86,14 +87,20 @@ pub struct Summary {
     /// Trajectories the batcher dropped as wholly older than `--max_policy_lag` versions.
     pub trajectories_dropped: u64,
     /// Trajectories discarded at stop: parked for a slot, signalled but unread, in the batcher,
-    /// or in datasets not trained on. Produced = trained + dropped + in flight.
+    /// or in datasets not trained on. Produced = trained + dropped + in flight + lost.
     pub trajectories_in_flight: u64,
+    /// Trajectories finished by rollout-worker processes that died or hung before handing them on.
+    pub trajectories_lost: u64,
+    /// Env frames simulated by rollout-worker processes that died or hung and never handed on.
+    pub env_frames_lost: u64,
+    /// Rollout-worker processes replaced after they died or hung.
+    pub worker_restarts: u64,
 }
 
-/// Trajectory counters in shared memory, each written by one component when its loop stops and
-/// read by the main process after the run: per rollout worker `i`, finished and parked at
-/// `2 i` and `2 i + 1`; then the batcher's read, dropped, batched (last sequence in a dataset) and
-/// pending; then the learner's trained.
+/// Trajectory counters in shared memory, read by the main process after the run: per rollout
+/// worker, its [`WorkerCounts`] (kept current after every step, so they outlive a dead process);
+/// then the batcher's read, dropped, batched (last sequence in a dataset) and pending, and the
+/// learner's trained, written when their loop stops.
 #[derive(Debug, Clone, Copy)]
 struct CounterLayout {
     workers: usize,
@@ -107,32 +114,42 @@ impl CounterLayout {
     const TRAINED: usize = 4;
 
     fn len(self) -> usize {
-        2 * self.workers + 5
+        WorkerCounts::LEN * self.workers + 5
     }
 
     fn worker(i: usize) -> usize {
-        2 * i
+        WorkerCounts::LEN * i
     }
 
     fn at(self, counter: usize) -> usize {
-        2 * self.workers + counter
+        WorkerCounts::LEN * self.workers + counter
     }
 
     /// Fills the trajectory counts of `summary` from the counters at the end of a run.
     fn summarise(self, counters: &ShmArray<u64>, summary: &mut Summary) {
         let mut all = vec![0; self.len()];
         counters.copy_to_slice(0, &mut all);
-        let (produced, parked) = all[..2 * self.workers]
-            .chunks(2)
-            .fold((0, 0), |(p, k), c| (p + c[0], k + c[1]));
+        let workers = all[..self.at(0)]
+            .chunks_exact(WorkerCounts::LEN)
+            .filter_map(|w| Some(WorkerCounts::from_words(w.try_into().ok()?)));
+        let total = workers.fold(WorkerCounts::default(), |t, w| WorkerCounts {
+            produced: t.produced + w.produced,
+            parked: t.parked + w.parked,
+            stepped_frames: t.stepped_frames + w.stepped_frames,
+            handed_frames: t.handed_frames + w.handed_frames,
+            lost_trajectories: t.lost_trajectories + w.lost_trajectories,
+            lost_frames: t.lost_frames + w.lost_frames,
+        });
         let c = |counter: usize| all[self.at(counter)];
-        let written = produced.saturating_sub(parked);
+        let written = total.produced - total.parked - total.lost_trajectories;
         let unread = written.saturating_sub(c(Self::READ));
         let untrained = c(Self::BATCHED).saturating_sub(c(Self::TRAINED));
-        summary.trajectories_produced = produced;
+        summary.trajectories_produced = total.produced;
         summary.trajectories_trained = c(Self::TRAINED);
         summary.trajectories_dropped = c(Self::DROPPED);
-        summary.trajectories_in_flight = parked + unread + c(Self::PENDING) + untrained;
+        summary.trajectories_in_flight = total.parked + unread + c(Self::PENDING) + untrained;
+        summary.trajectories_lost = total.lost_trajectories;
+        summary.env_frames_lost = total.lost_frames;
     }
 }
 
@@ -340,6 +357,9 @@ impl Runner {
             trajectories_trained: 0,
             trajectories_dropped: 0,
             trajectories_in_flight: 0,
+            trajectories_lost: 0,
+            env_frames_lost: 0,
+            worker_restarts: 0,
         }
     }
 }
@@ -392,10 +412,15 @@ struct RolloutNode {
     /// Requests waiting for the next turn of the loop (see [`RolloutNode::defer`]).
     queued: Vec<PolicyRequest>,
     scheduled: bool,
-    setup: Option<Result<(RolloutWorker, ShmArray<u64>)>>,
+    /// The pool and the counters, mapped by the constructor; the worker is built in `on_start`,
+    /// which knows the process's incarnation.
+    setup: Option<Result<(TrajectoryPool, ShmArray<u64>)>>,
+    cfg: Config,
+    registry: EnvRegistry,
     policy_requested: WorkQueue<PolicyRequest>,
     trajectory_ready: Signal<TrajectoryReady>,
     rollout_reported: Signal<RolloutReport>,
+    worker_started: Signal<WorkerStarted>,
     shared: SharedState,
 }
 
@@ -422,7 +447,26 @@ impl RolloutNode {
         }
     }
 
+    /// The worker's counts into shared memory, where they outlive this process.
+    fn store_counts(&self) {
+        if let (Some(worker), Some(counters)) = (&self.worker, &self.counters) {
+            counters.copy_from_slice(CounterLayout::worker(self.index), &worker.counts().to_words());
+        }
+    }
+
+    fn emit_outcomes(&mut self, ctx: &mut Ctx<'_, Self>, outcomes: Result<Vec<StepOutcome>>) {
+        match outcomes {
+            Ok(outcomes) => {
+                for outcome in outcomes {
+                    self.emit_outcome(ctx, Ok(outcome));
+                }
+            }
+            Err(e) => self.emit_outcome(ctx, Err(e)),
+        }
+    }
+
     fn emit_outcome(&mut self, ctx: &mut Ctx<'_, Self>, outcome: Result<StepOutcome>) {
+        self.store_counts();
         let emitted = outcome.map_err(|e| e.to_string()).and_then(|outcome| {
             if let Some(t) = &outcome.trajectory {
                 sent(ctx.emit(&self.trajectory_ready, t)).map_err(|e| e.to_string())?;
@@ -449,14 +493,46 @@ impl RolloutNode {
 
     fn on_buffer_released(&mut self, ctx: &mut Ctx<'_, Self>, released: &BufferReleased) {
         let Some(worker) = &mut self.worker else { return };
-        let outcome = worker
-            .on_buffer_released(released.buffer)
-            .map(|(trajectory, request)| StepOutcome {
-                trajectory,
-                request,
-                report: None,
-            });
-        self.emit_outcome(ctx, outcome);
+        let outcomes = worker.on_buffer_released(released.buffer);
+        self.emit_outcomes(ctx, outcomes);
+    }
+
+    fn on_slots_reclaimed(&mut self, ctx: &mut Ctx<'_, Self>, reclaimed: &SlotsReclaimed) {
+        let Some(worker) = &mut self.worker else { return };
+        let outcomes = worker.on_slots_reclaimed(reclaimed.incarnation, &reclaimed.free);
+        self.emit_outcomes(ctx, outcomes);
+    }
+
+    /// Builds the worker as process `incarnation`, continuing the counts of its predecessors,
+    /// and says so to the batcher (which answers with the free slots) and the runner.
+    fn start(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<Vec<PolicyRequest>> {
+        let Some(setup) = self.setup.take() else {
+            return Ok(Vec::new());
+        };
+        let (pool, counters) = setup?;
+        let incarnation = ctx.incarnation();
+        let mut words = [0; WorkerCounts::LEN];
+        counters.copy_to_slice(CounterLayout::worker(self.index), &mut words);
+        let before = WorkerCounts::from_words(words);
+        let counts = if incarnation == 0 {
+            before
+        } else {
+            before.inherit()
+        };
+        let mut worker =
+            RolloutWorker::new(self.index, &self.cfg, &self.registry, pool, incarnation, counts)?;
+        let requests = worker.start()?;
+        self.worker = Some(worker);
+        self.counters = Some(counters);
+        self.store_counts();
+        let started = WorkerStarted {
+            worker: self.index,
+            incarnation,
+            lost_trajectories: counts.lost_trajectories - before.lost_trajectories,
+            lost_frames: counts.lost_frames - before.lost_frames,
+        };
+        sent(ctx.emit(&self.worker_started, &started)).map_err(|e| RlfError::EventLoop(e.to_string()))?;
+        Ok(requests)
     }
 
     fn on_policy_updated(&mut self, ctx: &mut Ctx<'_, Self>, _update: &PolicyUpdated) {
@@ -469,31 +545,17 @@ impl RolloutNode {
 
 impl Component for RolloutNode {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        let started = self.setup.take().map(|w| {
-            w.and_then(|(mut w, counters)| {
-                let requests = w.start()?;
-                Ok((w, counters, requests))
-            })
-        });
-        match started {
-            Some(Ok((worker, counters, requests))) => {
-                self.worker = Some(worker);
-                self.counters = Some(counters);
-                self.defer(ctx, requests);
-            }
-            Some(Err(e)) => {
+        match self.start(ctx) {
+            Ok(requests) => self.defer(ctx, requests),
+            Err(e) => {
                 fail(&self.shared, &e);
                 ctx.stop_app();
             }
-            None => {}
         }
     }
 
     fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
-        if let (Some(worker), Some(counters)) = (&self.worker, &self.counters) {
-            let (produced, parked) = worker.trajectory_counts();
-            counters.copy_from_slice(CounterLayout::worker(self.index), &[produced, parked]);
-        }
+        self.store_counts();
     }
 }
 
@@ -567,6 +629,8 @@ struct BatcherNode {
     batch_ready: Signal<Batch>,
     /// `buffer_released` of each rollout worker, by worker index.
     buffer_released: Vec<Signal<BufferReleased>>,
+    /// `slots_reclaimed` of each rollout worker, by worker index.
+    slots_reclaimed: Vec<Signal<SlotsReclaimed>>,
     /// Datasets handed to the learner and not yet trained on.
     in_flight: usize,
     /// `--num_batches_to_accumulate`: past this many datasets in flight, slots are kept (the
@@ -643,6 +707,31 @@ impl BatcherNode {
                 sent(ctx.emit_many(&self.batch_ready, &datasets)).map_err(|e| e.to_string())?;
                 self.release(ctx)
             });
+        if let Err(e) = result {
+            fail(&self.shared, &e);
+            ctx.stop_app();
+        }
+    }
+
+    /// A rollout worker's process started: its free slots are those this batcher does not hold.
+    /// Every trajectory a predecessor signalled was read before (one queue, in order).
+    fn on_worker_started(&mut self, ctx: &mut Ctx<'_, Self>, started: &WorkerStarted) {
+        let result = match (
+            self.pools.get(started.worker),
+            self.slots_reclaimed.get(started.worker),
+        ) {
+            (Some(pool), Some(signal)) => {
+                let free = (0..pool.num_buffers())
+                    .filter(|&b| !self.held.contains(&(started.worker, b)))
+                    .collect();
+                let reclaimed = SlotsReclaimed {
+                    incarnation: started.incarnation,
+                    free,
+                };
+                sent(ctx.emit(signal, &reclaimed)).map_err(|e| e.to_string())
+            }
+            _ => Err(format!("batcher: no rollout worker {}", started.worker)),
+        };
         if let Err(e) = result {
             fail(&self.shared, &e);
             ctx.stop_app();
@@ -771,6 +860,28 @@ impl RunnerNode {
         self.runner.on_training_reported(report);
     }
 
+    /// Logs the replacement of a rollout worker's process and what its predecessor lost.
+    fn on_worker_started(&mut self, ctx: &mut Ctx<'_, Self>, started: &WorkerStarted) {
+        if started.incarnation == 0 {
+            return;
+        }
+        let line = format!(
+            "rollout_worker_{} replaced by a new process (incarnation {}); discarded {} parked trajectories and {} env frames of the old one",
+            started.worker, started.incarnation, started.lost_trajectories, started.lost_frames
+        );
+        let logged = match &self.experiment {
+            Some(exp) => exp.log(&line),
+            None => {
+                eprintln!("[rlfactory] {line}");
+                Ok(())
+            }
+        };
+        if let Err(e) = logged {
+            fail(&self.shared, &e);
+            ctx.stop_app();
+        }
+    }
+
     /// The progress line to stderr and the log, the scalars to TensorBoard.
     fn print_progress(&mut self, ctx: &mut Ctx<'_, Self>) {
         let report = self.runner.report();
@@ -877,7 +988,7 @@ struct GraphSpec {
 
 /// The regions behind a [`DataPlane`], owned (and removed at the end) by the main process.
 struct PlaneRegions {
-    _weights: SharedWeights,
+    weights: SharedWeights,
     _pools: Vec<TrajectoryPool>,
     counters: ShmArray<u64>,
     plane: DataPlane,
@@ -910,7 +1021,7 @@ fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
         counters: counters.handle(),
     };
     Ok(PlaneRegions {
-        _weights: weights,
+        weights,
         _pools: pools,
         counters,
         plane,
@@ -986,6 +1097,7 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         resumed,
     } = parts;
     app.set_serial(cfg.run.serial_mode);
+    app.set_heartbeat(Duration::from_secs_f64(cfg.run.heartbeat_interval));
     let main = app.main_loop();
     app.set_queue_bytes(main, 256 << 20);
     let s = &cfg.sampling;
@@ -994,6 +1106,7 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     let workers: Vec<_> = (0..s.num_workers)
         .map(|i| {
             let l = app.process_loop(&format!("rollout_worker_{i}"));
+            app.restart_on_failure(l, cfg.run.max_worker_restarts);
             app.object::<RolloutNode>(l, &format!("rollout_worker_{i}"))
         })
         .collect();
@@ -1034,6 +1147,7 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     app.connect(training_reported, batcher, BatcherNode::on_training_reported);
     let mut actions_ready = vec![Vec::new(); inference.len()];
     let mut buffer_released = Vec::new();
+    let mut slots_reclaimed = Vec::new();
     for (i, &w) in workers.iter().enumerate() {
         for (j, &inf) in inference.iter().enumerate() {
             let signal = app.signal::<ActionsReady, _>(inf, &format!("actions_ready_{i}"));
@@ -1043,6 +1157,12 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         let released = app.signal::<BufferReleased, _>(batcher, &format!("buffer_released_{i}"));
         app.connect(released, w, RolloutNode::on_buffer_released);
         buffer_released.push(released);
+        let reclaimed = app.signal::<SlotsReclaimed, _>(batcher, &format!("slots_reclaimed_{i}"));
+        app.connect(reclaimed, w, RolloutNode::on_slots_reclaimed);
+        slots_reclaimed.push(reclaimed);
+        let worker_started = app.signal::<WorkerStarted, _>(w, "worker_started");
+        app.connect(worker_started, batcher, BatcherNode::on_worker_started);
+        app.connect(worker_started, runner, RunnerNode::on_worker_started);
         let trajectory_ready = app.signal::<TrajectoryReady, _>(w, "trajectory_ready");
         let rollout_reported = app.signal::<RolloutReport, _>(w, "rollout_reported");
         app.connect(trajectory_ready, batcher, BatcherNode::on_trajectory_ready);
@@ -1059,12 +1179,14 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
             setup: Some(
                 pool.ok_or_else(|| RlfError::Config(format!("no trajectory pool for rollout worker {i}")))
                     .and_then(|h| TrajectoryPool::open(&h))
-                    .and_then(|pool| RolloutWorker::new(i, &cfg, &registry, pool))
-                    .and_then(|w| Ok((w, ShmArray::open(&counters)?))),
+                    .and_then(|pool| Ok((pool, ShmArray::open(&counters)?))),
             ),
+            cfg,
+            registry,
             policy_requested,
             trajectory_ready,
             rollout_reported,
+            worker_started,
             shared,
         });
     }
@@ -1106,6 +1228,7 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
             pools,
             batch_ready,
             buffer_released,
+            slots_reclaimed,
             in_flight: 0,
             max_in_flight,
             held: Vec::new(),
@@ -1174,6 +1297,37 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     Ok(())
 }
 
+/// After the learner's process died or hung: a checkpoint of the last weights it published (with
+/// the normalisers), so that the run can resume from them. Adam starts afresh; the learning rate
+/// is the last one the learner reported.
+fn save_published(cfg: &Config, weights: &SharedWeights, summary: &Summary) -> Result<()> {
+    let mut model = new_model(cfg, &EnvRegistry::with_builtin())?;
+    let mut published = PolicyWeights {
+        values: vec![0.0; weights.len()],
+    };
+    // Nobody writes any more: a torn read means the learner died while publishing.
+    let version = weights.try_read(&mut published.values).map_err(|_| {
+        RlfError::EventLoop("the learner died while publishing its weights; they are torn".into())
+    })?;
+    model.load_weights(&published)?;
+    let lr = summary
+        .last_metrics
+        .iter()
+        .find(|(name, _)| name == "train/lr")
+        .map_or(cfg.appo.learning_rate, |(_, lr)| *lr);
+    let training = TrainingState {
+        version,
+        frames_trained: summary.env_frames,
+        lr,
+    };
+    let progress = CheckpointRequest {
+        env_steps: summary.env_frames,
+        episodes: summary.episodes,
+        mean_return: summary.mean_return,
+    };
+    Checkpointer::open(cfg)?.save((model.named_tensors()?, training), &progress)
+}
+
 /// Trains as `cfg` says and returns the summary. `process_start` is when the process started
 /// (the summary's `wall_seconds` counts from it).
 pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
@@ -1221,7 +1375,18 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
     // its consequences (queues of stopping loops are closed).
     let outcome = outcome.map_err(|e| RlfError::EventLoop(e.to_string()))?;
     if !outcome.faults.is_empty() {
-        return Err(RlfError::EventLoop(outcome.to_string()));
+        let mut message = outcome.to_string();
+        let learner_lost = outcome.faults.iter().any(|f| {
+            matches!(f, Fault::LoopDied { loop_name, .. } | Fault::Hung { loop_name, .. }
+                | Fault::StopTimeout { loop_name } if loop_name == "learner")
+        });
+        if let (true, Some(summary)) = (learner_lost && cfg.run.save_experiment, &state.summary) {
+            match save_published(cfg, &regions.weights, summary) {
+                Ok(()) => message.push_str("saved a checkpoint of the weights the learner last published"),
+                Err(e) => message.push_str(&format!("no checkpoint of the lost learner: {e}")),
+            }
+        }
+        return Err(RlfError::EventLoop(message));
     }
     if let Some(error) = state.error.take() {
         return Err(RlfError::EventLoop(error));
@@ -1232,6 +1397,11 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
         .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))?;
     layout.summarise(&regions.counters, &mut summary);
     drop(regions);
+    summary.worker_restarts = outcome
+        .restarts
+        .iter()
+        .filter(|r| r.loop_name.starts_with("rollout_worker_"))
+        .count() as u64;
     if let Some(signal) = outcome.interrupted {
         summary.signal = Some(signal);
         summary.stop_reason = StopReason::Interrupted;

@@ -1,5 +1,6 @@
 //! The parallel architecture end to end, through the real binary: rollout workers, the inference
-//! worker and the learner in processes of their own.
+//! worker and the learner in processes of their own; dead and hung processes (SIGKILL, SIGSTOP):
+//! rollout workers are replaced, the others stop the run with a checkpoint.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -77,7 +78,7 @@ fn child_of_loop(parent: u32, loop_id: u32) -> Option<u32> {
 }
 
 #[test]
-fn killing_a_rollout_worker_stops_the_run_with_its_name() {
+fn with_no_replacement_allowed_killing_a_rollout_worker_stops_the_run_with_its_name() {
     let child = Command::new(BIN)
         .args([
             "train",
@@ -85,7 +86,11 @@ fn killing_a_rollout_worker_stops_the_run_with_its_name() {
             "--save_experiment=false",
             "--report_interval_sec=0.1",
         ])
-        .args(["--num_workers=2", "--train_for_seconds=60"])
+        .args([
+            "--num_workers=2",
+            "--train_for_seconds=60",
+            "--max_worker_restarts=0",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -155,5 +160,207 @@ fn every_trajectory_is_trained_dropped_or_in_flight_at_stop() {
     let in_flight = count("trajectories_in_flight");
     assert!(trained >= 1, "{s}");
     assert_eq!(produced, trained + dropped + in_flight, "{s}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits for the first progress line with frames simulated; returns every line seen.
+fn wait_for_progress(lines: &mpsc::Receiver<String>) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no progress line ({e}):\n{}", seen.join("\n")));
+        let started = line.contains("frames ") && !line.contains("frames 0 ");
+        seen.push(line);
+        if started {
+            return seen;
+        }
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+#[test]
+fn dead_and_hung_rollout_workers_are_replaced_and_training_reaches_its_target() {
+    let dir = temp_dir("heal");
+    let out = dir.join("summary.json");
+    let child = Command::new(BIN)
+        .args([
+            "train",
+            "--env=CartPole-v1",
+            "--save_experiment=false",
+            "--report_interval_sec=0.1",
+            "--heartbeat_interval=1",
+            "--stop_at_reward=475",
+            "--train_for_env_steps=1500000",
+            "--seed=1",
+        ])
+        .arg(format!("--summary_json={}", out.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let (lines, exited) = watch(child);
+    let mut seen = wait_for_progress(&lines);
+    // Loop 1 is the (only) rollout worker: its first process is killed, its second frozen.
+    let mut victims = Vec::new();
+    for (incarnation, sig) in [(1, "-KILL"), (2, "-STOP")] {
+        let victim = child_of_loop(pid, 1).expect("the rollout worker's process");
+        signal(victim, sig);
+        victims.push(victim);
+        let replaced = format!("rollout_worker_0 replaced by a new process (incarnation {incarnation})");
+        loop {
+            let line = lines
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("no replacement ({e}):\n{}", seen.join("\n")));
+            let done = line.contains(&replaced);
+            seen.push(line);
+            if done {
+                break;
+            }
+        }
+    }
+    let status = exited
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the run ends");
+    while let Ok(line) = lines.recv_timeout(Duration::from_secs(5)) {
+        seen.push(line);
+    }
+    let log = seen.join("\n");
+    assert!(status.success(), "{status}:\n{log}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("loop rollout_worker_0: no heartbeat for")),
+        "the frozen worker is named hung:\n{log}"
+    );
+    let s = summary(&out);
+    assert_eq!(s["reached_reward"], true, "{s}\n{log}");
+    assert_eq!(s["worker_restarts"], 2, "{s}");
+    let count = |key: &str| s[key].as_u64().unwrap_or_else(|| panic!("{key} in {s}"));
+    assert!(
+        count("env_frames_lost") > 0,
+        "the dead workers' unfinished trajectories are counted: {s}"
+    );
+    assert_eq!(
+        count("trajectories_produced"),
+        count("trajectories_trained")
+            + count("trajectories_dropped")
+            + count("trajectories_in_flight")
+            + count("trajectories_lost"),
+        "{s}"
+    );
+    for p in std::iter::once(pid).chain(victims) {
+        assert_eq!(
+            rlf_shm::region::segments_of(p).expect("list /dev/shm"),
+            Vec::<String>::new()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs a training with an experiment folder, kills (or freezes) the process of `loop_id` once it
+/// makes progress, and returns the exit status, the stderr lines and the experiment folder.
+fn lose_a_component(name: &str, loop_id: u32, sig: &str) -> (ExitStatus, Vec<String>, PathBuf) {
+    let dir = temp_dir(name);
+    let child = Command::new(BIN)
+        .args([
+            "train",
+            "--env=CartPole-v1",
+            "--experiment=exp",
+            "--report_interval_sec=0.1",
+            "--heartbeat_interval=1",
+            "--train_for_seconds=60",
+        ])
+        .arg(format!("--train_dir={}", dir.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let (lines, exited) = watch(child);
+    let mut seen = wait_for_progress(&lines);
+    let victim = child_of_loop(pid, loop_id).expect("the component's process");
+    signal(victim, sig);
+    let status = exited
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the run stops");
+    while let Ok(line) = lines.recv_timeout(Duration::from_secs(5)) {
+        seen.push(line);
+    }
+    for p in [pid, victim] {
+        assert_eq!(
+            rlf_shm::region::segments_of(p).expect("list /dev/shm"),
+            Vec::<String>::new()
+        );
+    }
+    (status, seen, dir)
+}
+
+/// The newest checkpoint loads: `enjoy` runs an episode with it.
+fn assert_checkpoint_loads(dir: &Path, log: &str) {
+    let out = Command::new(BIN)
+        .args([
+            "enjoy",
+            "--env=CartPole-v1",
+            "--experiment=exp",
+            "--max_num_episodes=1",
+        ])
+        .arg(format!("--train_dir={}", dir.display()))
+        .output()
+        .expect("enjoy");
+    assert!(
+        out.status.success(),
+        "enjoy: {}\nrun:\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_hung_inference_worker_stops_the_run_with_a_checkpoint() {
+    // Loop 2 is inference_worker_0 (one rollout worker by default).
+    let (status, seen, dir) = lose_a_component("inference", 2, "-STOP");
+    let log = seen.join("\n");
+    assert!(!status.success(), "a lost inference worker is a failure:\n{log}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("loop inference_worker_0: hung (no heartbeat for")),
+        "the error names the hung inference worker:\n{log}"
+    );
+    let saved_after = seen
+        .iter()
+        .position(|l| l.contains("no heartbeat for"))
+        .is_some_and(|hung| seen[hung..].iter().any(|l| l.contains("] saved ")));
+    assert!(
+        saved_after,
+        "the learner saves a checkpoint as the run stops:\n{log}"
+    );
+    assert_checkpoint_loads(&dir, &log);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_dead_learner_stops_the_run_with_a_checkpoint_of_its_published_weights() {
+    // Loop 3 is the learner.
+    let (status, seen, dir) = lose_a_component("learner", 3, "-KILL");
+    let log = seen.join("\n");
+    assert!(!status.success(), "a dead learner is a failure:\n{log}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("loop learner: process") && l.contains("died")),
+        "the error names the dead learner:\n{log}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("saved a checkpoint of the weights the learner last published")),
+        "{log}"
+    );
+    assert_checkpoint_loads(&dir, &log);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -100,6 +100,7 @@ impl InferenceWorker {
                 ActionsReady {
                     worker: r.worker,
                     split: r.split,
+                    incarnation: r.incarnation,
                     version: self.version,
                     output,
                 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub use buffers::{TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 pub use inference::InferenceWorker;
-pub use rollout::{RolloutWorker, StepOutcome};
+pub use rollout::{RolloutWorker, StepOutcome, WorkerCounts};
 
 use crate::model::ActOutput;
 
@@ -20,6 +20,8 @@ pub struct PolicyRequest {
     pub worker: usize,
     /// The split of its envs.
     pub split: usize,
+    /// Which process of the worker asked (a replacement ignores answers to its predecessor).
+    pub incarnation: u32,
     /// One observation per env of the split.
     pub obs: Vec<f32>,
 }
@@ -31,6 +33,8 @@ pub struct ActionsReady {
     pub worker: usize,
     /// The split of its envs.
     pub split: usize,
+    /// The incarnation of the worker that asked.
+    pub incarnation: u32,
     /// The policy version.
     pub version: u64,
     /// Actions, log-probabilities and values.
@@ -87,6 +91,32 @@ pub struct TrajectoryReady {
 pub struct BufferReleased {
     /// The slot.
     pub buffer: usize,
+}
+
+/// A rollout worker's process started (`worker_started`, to the batcher and the runner). The
+/// batcher answers with [`SlotsReclaimed`]; a replacement (incarnation above 0) also says what
+/// its predecessor lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStarted {
+    /// The rollout worker.
+    pub worker: usize,
+    /// Its incarnation (0 for the first process).
+    pub incarnation: u32,
+    /// Trajectories the predecessors finished but never handed on (parked for a slot).
+    pub lost_trajectories: u64,
+    /// Env frames the predecessors simulated and never handed on (unfinished and parked trajectories).
+    pub lost_frames: u64,
+}
+
+/// The slots of a worker's pool the batcher does not hold (`slots_reclaimed`), the answer to
+/// [`WorkerStarted`]: the worker's free list. Releases the worker receives before it are already
+/// counted in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotsReclaimed {
+    /// The incarnation that asked.
+    pub incarnation: u32,
+    /// The free slots.
+    pub free: Vec<usize>,
 }
 
 /// Progress of a rollout worker (`rollout_reported`): env frames simulated and episodes finished

@@ -2,11 +2,18 @@
 //! arrive, records the step, and hands a trajectory on every `rollout` steps, through a slot of its
 //! shared-memory [`TrajectoryPool`]. A finished split with no free slot is parked until the batcher
 //! releases one (back-pressure).
+//!
+//! A worker starts with no free slot: its first message (`worker_started`) asks the batcher which
+//! slots of its pool it does not hold, and the answer (`slots_reclaimed`) is its free list. So a
+//! replacement process (after its predecessor died or hung) never writes into a slot the batcher
+//! still reads, and releases addressed to the predecessor are ignored until the answer comes.
+//! Requests carry the worker's incarnation, so answers to the predecessor's requests are ignored too.
 
 use super::{ActionsReady, PolicyRequest, RolloutReport, Trajectory, TrajectoryPool, TrajectoryReady};
 use crate::config::Config;
 use crate::env::{ActionMapper, EnvRegistry, VecBuffers, VecEnv};
 use crate::error::{Result, RlfError};
+use serde::{Deserialize, Serialize};
 
 struct Split {
     envs: VecEnv,
@@ -31,6 +38,66 @@ pub struct StepOutcome {
     pub report: Option<RolloutReport>,
 }
 
+/// A rollout worker's cumulative counts, kept in shared memory after every step so that they
+/// outlive its process: a replacement continues them ([`WorkerCounts::inherit`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCounts {
+    /// Trajectories finished (handed on or parked).
+    pub produced: u64,
+    /// Finished trajectories parked for want of a free slot.
+    pub parked: u64,
+    /// Env frames simulated.
+    pub stepped_frames: u64,
+    /// Env frames in trajectories handed on to the batcher.
+    pub handed_frames: u64,
+    /// Trajectories dead processes had parked.
+    pub lost_trajectories: u64,
+    /// Env frames dead processes had simulated but not handed on.
+    pub lost_frames: u64,
+}
+
+impl WorkerCounts {
+    /// Words in shared memory.
+    pub const LEN: usize = 6;
+
+    /// As words, in field order.
+    pub fn to_words(self) -> [u64; Self::LEN] {
+        [
+            self.produced,
+            self.parked,
+            self.stepped_frames,
+            self.handed_frames,
+            self.lost_trajectories,
+            self.lost_frames,
+        ]
+    }
+
+    /// From words, in field order.
+    pub fn from_words(w: [u64; Self::LEN]) -> Self {
+        Self {
+            produced: w[0],
+            parked: w[1],
+            stepped_frames: w[2],
+            handed_frames: w[3],
+            lost_trajectories: w[4],
+            lost_frames: w[5],
+        }
+    }
+
+    /// The counts a replacement continues from: what its predecessor had parked or not yet
+    /// finished is lost.
+    pub fn inherit(self) -> Self {
+        Self {
+            produced: self.produced,
+            parked: 0,
+            stepped_frames: self.stepped_frames,
+            handed_frames: self.stepped_frames,
+            lost_trajectories: self.lost_trajectories + self.parked,
+            lost_frames: self.lost_frames + self.stepped_frames.saturating_sub(self.handed_frames),
+        }
+    }
+}
+
 /// Simulates `num_envs_per_worker` envs for the sampler.
 pub struct RolloutWorker {
     index: usize,
@@ -42,8 +109,10 @@ pub struct RolloutWorker {
     rounds_per_update: Option<usize>,
     pool: TrajectoryPool,
     free: Vec<usize>,
-    /// Trajectories finished so far (written into a slot or parked).
-    produced: u64,
+    /// The batcher's answer to `worker_started` (the free list) arrived.
+    reclaimed: bool,
+    incarnation: u32,
+    counts: WorkerCounts,
 }
 
 impl std::fmt::Debug for RolloutWorker {
@@ -56,9 +125,17 @@ impl std::fmt::Debug for RolloutWorker {
 }
 
 impl RolloutWorker {
-    /// Rollout worker `index` of the run configured by `cfg`, with envs from `registry`.
-    /// Its trajectories go through `pool`, all of whose slots start free.
-    pub fn new(index: usize, cfg: &Config, registry: &EnvRegistry, pool: TrajectoryPool) -> Result<Self> {
+    /// Process `incarnation` of rollout worker `index` of the run configured by `cfg`, with envs
+    /// from `registry`, continuing `counts`. Its trajectories go through `pool`, whose free slots
+    /// it learns from [`on_slots_reclaimed`](Self::on_slots_reclaimed).
+    pub fn new(
+        index: usize,
+        cfg: &Config,
+        registry: &EnvRegistry,
+        pool: TrajectoryPool,
+        incarnation: u32,
+        counts: WorkerCounts,
+    ) -> Result<Self> {
         let s = &cfg.sampling;
         let per_split = s.num_envs_per_worker / s.worker_num_splits;
         let mut splits = Vec::with_capacity(s.worker_num_splits);
@@ -87,10 +164,20 @@ impl RolloutWorker {
                 ..RolloutReport::default()
             },
             rounds_per_update,
-            free: (0..pool.num_buffers()).rev().collect(),
-            produced: 0,
+            free: Vec::new(),
+            reclaimed: false,
+            incarnation,
+            counts,
             pool,
         })
+    }
+
+    /// This worker's counts so far.
+    pub fn counts(&self) -> WorkerCounts {
+        WorkerCounts {
+            parked: self.splits.iter().filter(|s| s.parked.is_some()).count() as u64,
+            ..self.counts
+        }
     }
 
     /// Writes split `k`'s finished trajectory into a free slot, or parks it when there is none.
@@ -100,6 +187,7 @@ impl RolloutWorker {
             return Ok(None);
         };
         self.pool.write(buffer, &traj)?;
+        self.counts.handed_frames += (traj.len * traj.num_envs) as u64;
         Ok(Some(TrajectoryReady {
             worker: self.index,
             split: k,
@@ -111,6 +199,7 @@ impl RolloutWorker {
         PolicyRequest {
             worker: self.index,
             split,
+            incarnation: self.incarnation,
             obs: self.splits[split].buf.obs.clone(),
         }
     }
@@ -148,7 +237,7 @@ impl RolloutWorker {
             component: "rollout worker",
             message,
         };
-        if actions.worker != self.index {
+        if actions.worker != self.index || actions.incarnation != self.incarnation {
             return Ok(StepOutcome::default());
         }
         let k = actions.split;
@@ -195,6 +284,7 @@ impl RolloutWorker {
         }
         traj.len += 1;
         self.report.env_frames += n as u64;
+        self.counts.stepped_frames += n as u64;
 
         let mut outcome = StepOutcome::default();
         if traj.len == rollout {
@@ -205,7 +295,7 @@ impl RolloutWorker {
             }
             let fresh = self.fresh_trajectory(k);
             let done = std::mem::replace(&mut self.splits[k].trajectory, fresh);
-            self.produced += 1;
+            self.counts.produced += 1;
             outcome.trajectory = self.hand_on(k, done)?;
             let paused = self.splits[k].paused || self.splits[k].parked.is_some();
             outcome.report = Some(std::mem::replace(
@@ -223,12 +313,6 @@ impl RolloutWorker {
         Ok(outcome)
     }
 
-    /// Trajectories finished so far, and those of them parked now for want of a free slot.
-    pub fn trajectory_counts(&self) -> (u64, u64) {
-        let parked = self.splits.iter().filter(|s| s.parked.is_some()).count();
-        (self.produced, parked as u64)
-    }
-
     /// Slot of `policy_updated`: in sync mode, resumes the splits waiting for a new policy.
     pub fn on_policy_updated(&mut self) -> Vec<PolicyRequest> {
         let mut resumed = Vec::new();
@@ -242,11 +326,12 @@ impl RolloutWorker {
     }
 
     /// Slot of `buffer_released`: the slot is free again; a parked split (if any) hands its
-    /// trajectory on through it and resumes unless paused for a policy update.
-    pub fn on_buffer_released(
-        &mut self,
-        buffer: usize,
-    ) -> Result<(Option<TrajectoryReady>, Option<PolicyRequest>)> {
+    /// trajectory on through it and resumes unless paused for a policy update. Ignored until the
+    /// free list came ([`on_slots_reclaimed`](Self::on_slots_reclaimed) counts it).
+    pub fn on_buffer_released(&mut self, buffer: usize) -> Result<Vec<StepOutcome>> {
+        if !self.reclaimed {
+            return Ok(Vec::new());
+        }
         if buffer >= self.pool.num_buffers() || self.free.contains(&buffer) {
             return Err(RlfError::Protocol {
                 component: "rollout worker",
@@ -254,14 +339,49 @@ impl RolloutWorker {
             });
         }
         self.free.push(buffer);
-        let Some(k) = self.splits.iter().position(|s| s.parked.is_some()) else {
-            return Ok((None, None));
-        };
-        let Some(traj) = self.splits[k].parked.take() else {
-            return Ok((None, None));
-        };
-        let ready = self.hand_on(k, traj)?;
-        let request = (!self.splits[k].paused).then(|| self.request(k));
-        Ok((ready, request))
+        self.unpark()
+    }
+
+    /// Slot of `slots_reclaimed`: the free list (slots the batcher does not hold); parked splits
+    /// hand their trajectories on through it.
+    pub fn on_slots_reclaimed(&mut self, incarnation: u32, free: &[usize]) -> Result<Vec<StepOutcome>> {
+        if incarnation != self.incarnation || self.reclaimed {
+            return Ok(Vec::new());
+        }
+        let n = self.pool.num_buffers();
+        let mut free = free.to_vec();
+        free.sort_unstable_by(|a, b| b.cmp(a));
+        free.dedup();
+        if free.iter().any(|&b| b >= n) {
+            return Err(RlfError::Protocol {
+                component: "rollout worker",
+                message: format!("worker {}: reclaimed slots {free:?} outside its {n}", self.index),
+            });
+        }
+        self.free = free;
+        self.reclaimed = true;
+        self.unpark()
+    }
+
+    /// Hands parked trajectories on while there are free slots; each split that does resumes
+    /// unless paused for a policy update.
+    fn unpark(&mut self) -> Result<Vec<StepOutcome>> {
+        let mut outcomes = Vec::new();
+        while !self.free.is_empty() {
+            let Some(k) = self.splits.iter().position(|s| s.parked.is_some()) else {
+                break;
+            };
+            let Some(traj) = self.splits[k].parked.take() else {
+                break;
+            };
+            let trajectory = self.hand_on(k, traj)?;
+            let request = (!self.splits[k].paused).then(|| self.request(k));
+            outcomes.push(StepOutcome {
+                trajectory,
+                request,
+                report: None,
+            });
+        }
+        Ok(outcomes)
     }
 }
