@@ -11,9 +11,9 @@
 //!   return (the metric of the best checkpoint) and the learner's [`TrainingState`].
 //!
 //! What a resumed run continues: the env frame count and the episode count, the weights and the
-//! normalisers, the policy version (Adam's step count) and the learning-rate schedule (its rate and
-//! its position in frames). Adam's first and second moments are **not** saved: tch's `nn::Optimizer`
-//! exposes no access to them, so they restart at zero on resume.
+//! normalisers, Adam's moments and step count (the policy version), and the learning-rate schedule
+//! (its rate and its position in frames). A checkpoint without the moments (saved from the
+//! published weights after the learner's process was lost) restarts Adam at zero, and says so.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -292,7 +292,9 @@ impl Checkpointer {
         let mut checkpointer = Self::open(cfg)?;
         let mut progress = CheckpointRequest::default();
         if let Some(state) = checkpointer.load_latest()? {
-            learner.restore(&state.tensors, state.training)?;
+            if !learner.restore(&state.tensors, state.training)? {
+                checkpointer.log("the checkpoint holds no Adam moments: Adam restarts at zero")?;
+            }
             learner.publish()?;
             progress.env_steps = state.env_steps;
             progress.episodes = state.episodes;
@@ -330,7 +332,9 @@ impl Checkpointer {
         let extra = ExtraState {
             episodes: request.episodes,
             training,
-            adam_moments_saved: false,
+            adam_moments_saved: named
+                .iter()
+                .any(|t| t.name.starts_with(crate::algo::adam::PREFIX)),
         };
         let mut ckpt = Checkpoint {
             meta: CheckpointMeta {

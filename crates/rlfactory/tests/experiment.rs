@@ -191,7 +191,7 @@ fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export()
     assert_eq!(ckpts.len(), 2, "kept checkpoints: {ckpts:?}");
     let last = sidecar(ckpts.last().expect("a checkpoint"));
     assert_eq!(last["env_steps"].as_u64(), Some(frames));
-    assert_eq!(last["extra"]["adam_moments_saved"], serde_json::json!(false));
+    assert_eq!(last["extra"]["adam_moments_saved"], serde_json::json!(true));
 
     // enjoy (latest and best), eval with a CSV.
     let source = [
@@ -258,11 +258,21 @@ fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export()
     assert!(read.status.success(), "{}", text(&read.stderr));
     let theirs: std::collections::BTreeMap<String, (Vec<usize>, String, Vec<f32>)> =
         serde_json::from_slice(&read.stdout).expect("json");
+    // The checkpoint also holds Adam's two moments of every trainable tensor; the export does not.
     let ckpt = rlf_experiment::load_checkpoint(ckpts.last().expect("a checkpoint")).expect("load");
-    assert_eq!(
-        theirs.keys().collect::<Vec<_>>(),
-        ckpt.tensors.keys().collect::<Vec<_>>()
-    );
+    let (moments, policy): (Vec<&String>, Vec<&String>) =
+        ckpt.tensors.keys().partition(|k| k.starts_with("adam."));
+    assert_eq!(theirs.keys().collect::<Vec<_>>(), policy);
+    for name in theirs
+        .keys()
+        .filter(|k| k.contains("weight") || k.contains("bias"))
+    {
+        for moment in ["exp_avg", "exp_avg_sq"] {
+            let key = format!("adam.{moment}.{name}");
+            assert!(moments.contains(&&key), "{key} in {moments:?}");
+            assert_eq!(ckpt.tensors[&key].shape, ckpt.tensors[name].shape, "{key}");
+        }
+    }
     for (name, (shape, dtype, values)) in &theirs {
         let t = &ckpt.tensors[name];
         assert_eq!((shape, dtype.as_str()), (&t.shape, "float32"), "{name}");
@@ -383,6 +393,7 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_continues_frames_and_lr_schedul
         "checkpoint {frames} frames, run {simulated}"
     );
     assert!(version > 0 && version <= stopped["policy_version"].as_u64().expect("version"));
+    assert_eq!(saved["extra"]["adam_moments_saved"], true, "{saved}");
     let saved_lr = saved["extra"]["training"]["lr"].as_f64().expect("lr");
     let trained = saved["extra"]["training"]["frames_trained"]
         .as_u64()

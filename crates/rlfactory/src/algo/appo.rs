@@ -24,7 +24,8 @@
 //!     `--value_loss_coeff`.
 //! 11. Entropy bonus: `− --exploration_loss_coeff × entropy`.
 //! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`]), then one
-//!     Adam step; the policy version increases by one per step.
+//!     Adam step ([`Adam`], whose moments go into checkpoints); the policy version increases by one
+//!     per step.
 //! 13. The learning rate follows `--lr_schedule` ([`LrSchedule`]): constant, linear decay to 0 at
 //!     `--train_for_env_steps`, or KL-adaptive per minibatch or per epoch.
 //! 14. Metrics carry Sample Factory's names: `train/policy_loss`, `train/value_loss`,
@@ -35,11 +36,13 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tch::{nn, nn::OptimizerConfig, Kind, Tensor};
+use tch::{Kind, Tensor};
+
+use super::adam::{Adam, AdamConfig};
 
 use crate::config::{AppoConfig, LrScheduleKind};
 use crate::error::{Result, RlfError};
-use crate::model::ActorCritic;
+use crate::model::{ActorCritic, NamedTensor};
 
 // ---------------------------------------------------------------------------------------------
 // 1. The data
@@ -350,8 +353,7 @@ impl LrSchedule {
 /// Metrics of one dataset, by Sample Factory's names (`train/...`).
 pub type TrainMetrics = BTreeMap<String, f64>;
 
-/// What a checkpoint keeps of the learner besides the weights. Adam's moments are not in it:
-/// tch's `nn::Optimizer` gives no access to them, so a resumed run restarts them at zero.
+/// What a checkpoint keeps of the learner besides the weights and Adam's moments.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TrainingState {
     /// The policy version (SGD steps so far; also Adam's step count).
@@ -366,7 +368,7 @@ pub struct TrainingState {
 pub struct Appo {
     cfg: AppoConfig,
     model: ActorCritic,
-    optimizer: nn::Optimizer,
+    optimizer: Adam,
     params: Vec<Tensor>,
     schedule: LrSchedule,
     version: u64,
@@ -411,14 +413,12 @@ struct Prepared {
 impl Appo {
     /// A learner training `model` with Adam, for a run of `total_frames` env frames.
     pub fn new(model: ActorCritic, cfg: &AppoConfig, total_frames: u64) -> Result<Self> {
-        let optimizer = nn::Adam {
+        let adam = AdamConfig {
             beta1: cfg.adam_beta1,
             beta2: cfg.adam_beta2,
-            wd: 0.0,
             eps: cfg.adam_eps,
-            amsgrad: false,
-        }
-        .build(model.var_store(), cfg.learning_rate)?;
+        };
+        let optimizer = Adam::new(model.trainable_named(), adam, cfg.learning_rate)?;
         let params = model.trainable_variables();
         Ok(Self {
             schedule: LrSchedule::new(
@@ -455,12 +455,20 @@ impl Appo {
         }
     }
 
-    /// Continues from a saved [`TrainingState`] (the weights are loaded separately).
-    pub fn restore_training_state(&mut self, state: TrainingState) {
+    /// Continues from a saved [`TrainingState`] and Adam's moments among `tensors` (the weights
+    /// are loaded separately). Returns whether the moments were there; without them Adam starts
+    /// afresh.
+    pub fn restore_training_state(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
         self.version = state.version;
         self.frames_trained = state.frames_trained;
         self.schedule.resume_at(state.lr);
         self.optimizer.set_lr(state.lr);
+        self.optimizer.load_state(tensors, state.version)
+    }
+
+    /// Adam's moments as named tensors.
+    pub fn optimizer_state(&self) -> Result<Vec<NamedTensor>> {
+        self.optimizer.state()
     }
 
     /// The policy version: the number of SGD steps taken.
@@ -762,11 +770,11 @@ impl Appo {
                     &self.cfg,
                     value_clip,
                 );
-                self.optimizer.zero_grad();
+                self.optimizer.zero_grad()?;
                 l.total.f_backward()?;
                 grad_norm_sum += clip_grad_norm(&self.params, self.cfg.max_grad_norm);
                 self.optimizer.set_lr(self.schedule.lr());
-                self.optimizer.step();
+                self.optimizer.step()?;
                 self.version += 1;
                 steps += 1;
                 if self.schedule.needs_kl() {

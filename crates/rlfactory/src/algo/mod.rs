@@ -1,3 +1,4 @@
 //! The math of the algorithms, one file each.
 
+pub mod adam;
 pub mod appo;

@@ -47,15 +47,18 @@ impl Learner {
         Ok((self.publish()?, report))
     }
 
-    /// What a checkpoint holds: the weights and statistics by name, and the training state.
+    /// What a checkpoint holds: the weights and statistics by name, Adam's moments (named
+    /// `adam.exp_avg.<parameter>` and `adam.exp_avg_sq.<parameter>`), and the training state.
     pub fn state(&self) -> Result<(Vec<NamedTensor>, TrainingState)> {
-        Ok((self.appo.model().named_tensors()?, self.appo.training_state()))
+        let mut tensors = self.appo.model().named_tensors()?;
+        tensors.extend(self.appo.optimizer_state()?);
+        Ok((tensors, self.appo.training_state()))
     }
 
-    /// Continues from a checkpoint's weights, statistics and training state.
-    pub fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<()> {
+    /// Continues from a checkpoint's weights, statistics, Adam's moments and training state.
+    /// Returns whether the moments were in it (without them Adam starts afresh).
+    pub fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
         self.appo.model_mut().load_named_tensors(tensors)?;
-        self.appo.restore_training_state(state);
-        Ok(())
+        self.appo.restore_training_state(tensors, state)
     }
 }

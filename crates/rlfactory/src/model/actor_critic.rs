@@ -257,6 +257,15 @@ impl ActorCritic {
         self.vs.trainable_variables()
     }
 
+    /// The trainable parameters with their names, in name order.
+    pub fn trainable_named(&self) -> Vec<(String, Tensor)> {
+        self.named
+            .iter()
+            .filter(|(_, t)| t.requires_grad())
+            .map(|(n, t)| (n.clone(), t.shallow_clone()))
+            .collect()
+    }
+
     /// The device the parameters live on.
     pub fn device(&self) -> tch::Device {
         self.vs.device()

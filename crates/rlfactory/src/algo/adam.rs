@@ -1,0 +1,295 @@
+//! Adam (Kingma & Ba, 2015), written over the model's tensors so that its moments are ours to
+//! checkpoint: tch's `nn::Optimizer` keeps them inside libtorch, out of reach, and a resumed run
+//! would restart them at zero.
+//!
+//! Per parameter `p` with gradient `g`, at step `t` (from 1):
+//! `m ← β₁ m + (1 − β₁) g`, `v ← β₂ v + (1 − β₂) g²`,
+//! `p ← p − lr / (1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)`,
+//! the same update, in the same order of operations, as PyTorch's `torch.optim.Adam`.
+
+use tch::Tensor;
+
+use crate::error::{Result, RlfError};
+use crate::model::NamedTensor;
+
+/// Prefix of the moments' names in a checkpoint.
+pub const PREFIX: &str = "adam.";
+/// Prefix of the first moments' names (`adam.exp_avg.<parameter>`).
+const EXP_AVG: &str = "adam.exp_avg.";
+/// Prefix of the second moments' names (`adam.exp_avg_sq.<parameter>`).
+const EXP_AVG_SQ: &str = "adam.exp_avg_sq.";
+
+/// Adam's hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamConfig {
+    /// β₁.
+    pub beta1: f64,
+    /// β₂.
+    pub beta2: f64,
+    /// ε.
+    pub eps: f64,
+}
+
+struct Param {
+    name: String,
+    value: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+}
+
+/// Adam over named trainable tensors.
+pub struct Adam {
+    cfg: AdamConfig,
+    params: Vec<Param>,
+    lr: f64,
+    /// Steps taken since the moments were zero (the bias corrections' `t`).
+    step: u64,
+}
+
+impl std::fmt::Debug for Adam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adam")
+            .field("lr", &self.lr)
+            .field("step", &self.step)
+            .field("params", &self.params.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Adam {
+    /// Adam over `params` (name, trainable tensor) at learning rate `lr`, moments at zero.
+    pub fn new(params: Vec<(String, Tensor)>, cfg: AdamConfig, lr: f64) -> Result<Self> {
+        let params = params
+            .into_iter()
+            .map(|(name, value)| {
+                Ok(Param {
+                    exp_avg: value.f_zeros_like()?,
+                    exp_avg_sq: value.f_zeros_like()?,
+                    name,
+                    value,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            cfg,
+            params,
+            lr,
+            step: 0,
+        })
+    }
+
+    /// Sets the learning rate of the next steps.
+    pub fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
+    /// Steps taken since the moments were zero.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+
+    /// Zeroes every parameter's gradient.
+    pub fn zero_grad(&mut self) -> Result<()> {
+        for p in &self.params {
+            let mut g = p.value.grad();
+            if g.defined() {
+                let _ = g.f_zero_()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One update from the gradients (a parameter without one is left alone, as PyTorch does).
+    pub fn step(&mut self) -> Result<()> {
+        self.step += 1;
+        let t = i32::try_from(self.step).unwrap_or(i32::MAX);
+        let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
+        let step_size = self.lr / (1.0 - b1.powi(t));
+        let bias_correction2_sqrt = (1.0 - b2.powi(t)).sqrt();
+        tch::no_grad(|| {
+            for p in &mut self.params {
+                let g = p.value.grad();
+                if !g.defined() {
+                    continue;
+                }
+                let _ = p.exp_avg.f_lerp_(&g, 1.0 - b1)?;
+                let _ = p.exp_avg_sq.f_lerp_(&g.f_square()?, 1.0 - b2)?;
+                let denom = p
+                    .exp_avg_sq
+                    .f_sqrt()?
+                    .f_div_scalar_(bias_correction2_sqrt)?
+                    .f_add_scalar_(self.cfg.eps)?;
+                let _ = p.value.f_addcdiv_(&p.exp_avg.f_mul_scalar(-step_size)?, &denom)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The moments as named tensors, for a checkpoint.
+    pub fn state(&self) -> Result<Vec<NamedTensor>> {
+        let mut out = Vec::with_capacity(2 * self.params.len());
+        for p in &self.params {
+            for (prefix, t) in [(EXP_AVG, &p.exp_avg), (EXP_AVG_SQ, &p.exp_avg_sq)] {
+                out.push(NamedTensor {
+                    name: format!("{prefix}{}", p.name),
+                    shape: t.size().iter().map(|&d| d as usize).collect(),
+                    values: Vec::<f32>::try_from(
+                        t.f_flatten(0, -1)?
+                            .f_to_kind(tch::Kind::Float)?
+                            .f_to_device(tch::Device::Cpu)?,
+                    )?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Continues from saved moments taken `steps` steps from zero: `true` if `tensors` holds
+    /// every moment; `false` (moments at zero, steps from zero) if it holds none, as a checkpoint
+    /// saved without them. Some but not all, or a wrong shape, is an error.
+    pub fn load_state(&mut self, tensors: &[NamedTensor], steps: u64) -> Result<bool> {
+        let find = |name: &str| tensors.iter().find(|t| t.name == name);
+        let found = self
+            .params
+            .iter()
+            .flat_map(|p| [format!("{EXP_AVG}{}", p.name), format!("{EXP_AVG_SQ}{}", p.name)])
+            .filter(|n| find(n).is_some())
+            .count();
+        if found == 0 {
+            for p in &mut self.params {
+                let _ = p.exp_avg.f_zero_()?;
+                let _ = p.exp_avg_sq.f_zero_()?;
+            }
+            self.step = 0;
+            return Ok(false);
+        }
+        for p in &mut self.params {
+            for (prefix, t) in [(EXP_AVG, &mut p.exp_avg), (EXP_AVG_SQ, &mut p.exp_avg_sq)] {
+                let name = format!("{prefix}{}", p.name);
+                let src = find(&name)
+                    .ok_or_else(|| RlfError::WeightMismatch(format!("no optimizer moment `{name}`")))?;
+                let shape: Vec<i64> = src.shape.iter().map(|&d| d as i64).collect();
+                if shape != t.size() || src.values.len() != t.numel() {
+                    return Err(RlfError::WeightMismatch(format!(
+                        "optimizer moment `{name}` has shape {:?}, the parameter's is {:?}",
+                        src.shape,
+                        t.size()
+                    )));
+                }
+                let loaded = Tensor::f_from_slice(&src.values)?
+                    .f_reshape(&shape)?
+                    .f_to_device(t.device())?;
+                tch::no_grad(|| t.f_copy_(&loaded))?;
+            }
+        }
+        self.step = steps;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::nn::{self, OptimizerConfig};
+
+    const CFG: AdamConfig = AdamConfig {
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+    };
+
+    /// Deterministic values (no global generator: tests run in parallel threads).
+    fn wave(shape: &[i64], phase: f64) -> Tensor {
+        let n: i64 = shape.iter().product();
+        (Tensor::arange(n, (tch::Kind::Float, tch::Device::Cpu)) * 0.7 + phase)
+            .sin()
+            .reshape(shape)
+    }
+
+    /// A small least-squares problem on two fresh parameters, the same for every `phase`.
+    fn problem(phase: f64) -> (nn::VarStore, Vec<(String, Tensor)>) {
+        let vs = nn::VarStore::new(tch::Device::Cpu);
+        let root = vs.root();
+        let w = root.var_copy("w", &wave(&[3, 4], phase));
+        let b = root.var_copy("b", &wave(&[3], phase + 1.0));
+        (vs, vec![("b".into(), b), ("w".into(), w)])
+    }
+
+    fn loss(params: &[(String, Tensor)], step: i64) -> Tensor {
+        let x = wave(&[8, 4], step as f64);
+        let y = wave(&[8, 3], 0.5 * step as f64) * 2.0;
+        let (b, w) = (&params[0].1, &params[1].1);
+        (x.matmul(&w.tr()) + b - y).square().mean(tch::Kind::Float)
+    }
+
+    fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|((_, x), (_, y))| (x - y).abs().max().double_value(&[]))
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn matches_libtorch_adam_step_for_step() {
+        let (vs, reference) = problem(0.3);
+        let mut torch = nn::Adam::default().build(&vs, 0.01).unwrap();
+        let (_vs2, ours) = problem(0.3);
+        let mut adam = Adam::new(
+            ours.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect(),
+            CFG,
+            0.01,
+        )
+        .unwrap();
+        for step in 0..50 {
+            torch.zero_grad();
+            loss(&reference, step).backward();
+            torch.step();
+            adam.zero_grad().unwrap();
+            loss(&ours, step).backward();
+            adam.step().unwrap();
+        }
+        let diff = max_diff(&reference, &ours);
+        assert!(diff < 1e-5, "parameters differ by {diff} after 50 steps");
+        assert!(max_diff(&problem(0.3).1, &ours) > 0.1, "the parameters moved");
+    }
+
+    #[test]
+    fn restored_moments_continue_exactly_and_missing_ones_restart() {
+        let named = |p: &[(String, Tensor)]| p.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect();
+        let run = |adam: &mut Adam, params: &[(String, Tensor)], steps: std::ops::Range<i64>| {
+            for step in steps {
+                adam.zero_grad().unwrap();
+                loss(params, step).backward();
+                adam.step().unwrap();
+            }
+        };
+        let (_a, original) = problem(0.1);
+        let mut adam = Adam::new(named(&original), CFG, 0.01).unwrap();
+        run(&mut adam, &original, 0..20);
+        let moments = adam.state().unwrap();
+        assert_eq!(moments.len(), 4);
+        assert!(moments.iter().all(|m| m.name.starts_with(PREFIX)));
+
+        // A second copy of the parameters at the same point, with the saved moments.
+        let (_b, resumed) = problem(2.0);
+        tch::no_grad(|| {
+            for ((_, dst), (_, src)) in resumed.iter().zip(&original) {
+                dst.shallow_clone().copy_(src);
+            }
+        });
+        let mut restored = Adam::new(named(&resumed), CFG, 0.01).unwrap();
+        assert!(restored.load_state(&moments, adam.steps()).unwrap());
+        assert_eq!(restored.steps(), 20);
+        run(&mut adam, &original, 20..40);
+        run(&mut restored, &resumed, 20..40);
+        assert_eq!(max_diff(&original, &resumed), 0.0, "resume continues exactly");
+
+        let mut fresh = Adam::new(named(&resumed), CFG, 0.01).unwrap();
+        assert!(!fresh.load_state(&[], 20).unwrap());
+        assert_eq!(fresh.steps(), 0);
+        assert!(
+            fresh.load_state(&moments[..1], 20).is_err(),
+            "some moments but not all"
+        );
+    }
+}
