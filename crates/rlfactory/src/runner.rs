@@ -78,6 +78,9 @@ pub struct Summary {
     pub stop_reason: StopReason,
     /// The last training metrics.
     pub last_metrics: Vec<(String, f64)>,
+    /// Digest of the first dataset trained on (16 hex digits; see `Dataset::digest`): runs that
+    /// train on the same first data have the same.
+    pub first_dataset_digest: Option<String>,
     /// The signal that interrupted the run (SIGINT = 2, SIGTERM = 15), if one did.
     pub signal: Option<i32>,
     /// Trajectories finished by the rollout workers.
@@ -180,6 +183,7 @@ pub struct Runner {
     version: u64,
     version_diff: f64,
     last_metrics: Vec<(String, f64)>,
+    first_dataset_digest: Option<u64>,
     last_line: (Instant, u64),
     stop: Option<StopReason>,
 }
@@ -205,6 +209,7 @@ impl Runner {
             version: 0,
             version_diff: 0.0,
             last_metrics: Vec::new(),
+            first_dataset_digest: None,
             last_line: (now, 0),
             stop: None,
         }
@@ -269,6 +274,7 @@ impl Runner {
             self.version_diff = *v;
         }
         self.last_metrics.clone_from(&report.metrics);
+        self.first_dataset_digest.get_or_insert(report.dataset_digest);
     }
 
     /// Checks the stop conditions.
@@ -352,6 +358,7 @@ impl Runner {
             policy_version: self.version,
             stop_reason: self.stop.unwrap_or(StopReason::Failed),
             last_metrics: self.last_metrics.clone(),
+            first_dataset_digest: self.first_dataset_digest.map(|d| format!("{d:016x}")),
             signal: None,
             trajectories_produced: 0,
             trajectories_trained: 0,

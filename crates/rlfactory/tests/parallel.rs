@@ -364,3 +364,41 @@ fn a_dead_learner_stops_the_run_with_a_checkpoint_of_its_published_weights() {
     assert_checkpoint_loads(&dir, &log);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The digest of the first dataset a run trains on, in sync mode with one worker of one split.
+fn first_dataset(serial: bool, seed: u64) -> String {
+    let dir = temp_dir(&format!("first-{serial}-{seed}"));
+    let out = dir.join("summary.json");
+    let status = Command::new(BIN)
+        .args([
+            "train",
+            "--env=CartPole-v1",
+            "--save_experiment=false",
+            "--report_interval_sec=0",
+            "--num_workers=1",
+            "--worker_num_splits=1",
+            "--num_envs_per_worker=8",
+            "--async_rl=false",
+            "--train_for_env_steps=4096",
+        ])
+        .arg(format!("--serial_mode={serial}"))
+        .arg(format!("--seed={seed}"))
+        .arg(format!("--summary_json={}", out.display()))
+        .stderr(Stdio::null())
+        .status()
+        .expect("run");
+    assert!(status.success());
+    let s = summary(&out);
+    let _ = std::fs::remove_dir_all(&dir);
+    s["first_dataset_digest"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a dataset was trained on: {s}"))
+        .to_owned()
+}
+
+#[test]
+fn serial_and_parallel_runs_train_on_the_same_first_dataset() {
+    let serial = first_dataset(true, 3);
+    assert_eq!(serial, first_dataset(false, 3), "same seed, same first dataset");
+    assert_ne!(serial, first_dataset(false, 4), "another seed, other data");
+}

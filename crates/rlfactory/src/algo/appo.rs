@@ -87,6 +87,39 @@ impl Dataset {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// A 64-bit FNV-1a digest of every field, bit for bit: equal datasets have equal digests, so
+    /// two runs can be checked to train on the same data.
+    pub fn digest(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |word: u64| {
+            for byte in word.to_le_bytes() {
+                h = (h ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        eat(self.num_sequences as u64);
+        eat(self.seq_len as u64);
+        for v in [
+            &self.obs,
+            &self.actions,
+            &self.log_probs,
+            &self.values,
+            &self.rewards,
+            &self.next_obs,
+        ] {
+            eat(v.len() as u64);
+            v.iter().for_each(|x| eat(u64::from(x.to_bits())));
+        }
+        for v in [&self.terminated, &self.truncated] {
+            v.iter().for_each(|&b| eat(u64::from(b)));
+        }
+        for (i, o) in &self.final_obs {
+            eat(*i as u64);
+            o.iter().for_each(|x| eat(u64::from(x.to_bits())));
+        }
+        self.versions.iter().for_each(|&v| eat(v));
+        h
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ impl Learner {
         let report = TrainingReport {
             version: self.appo.version(),
             metrics: metrics.into_iter().collect(),
+            dataset_digest: dataset.digest(),
         };
         Ok((self.publish()?, report))
     }

@@ -34,4 +34,6 @@ pub struct TrainingReport {
     pub version: u64,
     /// Metrics by name (`train/policy_loss`, ...).
     pub metrics: Vec<(String, f64)>,
+    /// [`Dataset::digest`](crate::algo::appo::Dataset::digest) of the dataset trained on.
+    pub dataset_digest: u64,
 }
