@@ -377,6 +377,7 @@ impl Layout {
             emit_timeout: b.emit_timeout,
             heartbeat: b.heartbeat,
             incarnation: 0,
+            whole_process: false,
         }
     }
 }
@@ -429,6 +430,7 @@ where
     let transport: Arc<dyn Transport> = Arc::new(QueueTransport::open(&spec.transport)?);
     let mut plan = layout.plan(&mut b, spec.loop_id, &transport);
     plan.incarnation = spec.incarnation;
+    plan.whole_process = true;
     drop(b);
 
     // Ctrl-C reaches the whole process group: the parent orchestrates the stop, so SIGINT is ignored here. SIGTERM

@@ -194,6 +194,8 @@ pub(crate) struct LoopPlan {
     pub(crate) heartbeat: Option<Duration>,
     /// Which process of the loop this is (0 first; one more per replacement).
     pub(crate) incarnation: u32,
+    /// The loop has a process of its own (its CPU time is the process's).
+    pub(crate) whole_process: bool,
 }
 
 type TimerCall = Arc<dyn Fn(&mut dyn Any, &mut LoopCore, u32) + Send + Sync>;
@@ -429,6 +431,12 @@ impl LoopCore {
     }
 }
 
+/// The time of a CPU clock.
+fn cpu_time(clock: rustix::time::ClockId) -> Duration {
+    let t = rustix::time::clock_gettime(clock);
+    Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
 /// Encodes and sends a control message, ignoring a closed or missing endpoint (the loop is gone).
 pub(crate) fn send_control(t: &dyn Transport, to: u32, c: &Control, timeout: Duration) {
     let mut msg = CONTROL.to_le_bytes().to_vec();
@@ -622,6 +630,8 @@ pub(crate) struct EventLoop {
     supervisor: Option<Supervisor>,
     /// Heartbeat period (a fifth of the interval) and when the next one is due; none on the main loop.
     beat: Option<(Duration, Instant)>,
+    /// The CPU clock the loop's `cpu_micros` reads, and its value at the start.
+    cpu_clock: (rustix::time::ClockId, Duration),
 }
 
 impl EventLoop {
@@ -662,6 +672,12 @@ impl EventLoop {
         for id in objects.ids() {
             objects.invoke(id, "on_start", &mut core, |obj, core| obj.start(core, id));
         }
+        let clock = if plan.whole_process {
+            rustix::time::ClockId::ProcessCPUTime
+        } else {
+            rustix::time::ClockId::ThreadCPUTime
+        };
+        let cpu_clock = (clock, cpu_time(clock));
         let beat = plan
             .heartbeat
             .filter(|_| supervisor.is_none())
@@ -675,6 +691,7 @@ impl EventLoop {
             state: State::Running,
             supervisor,
             beat,
+            cpu_clock,
         }
     }
 
@@ -738,6 +755,8 @@ impl EventLoop {
         while !self.core.pending.is_empty() || !self.core.events.is_empty() {
             self.flush_local();
         }
+        let (clock, start) = self.cpu_clock;
+        self.core.stats.cpu_micros = cpu_time(clock).saturating_sub(start).as_micros() as u64;
         let stats = self.core.stats;
         if self.supervisor.is_none() {
             self.core.send_control(

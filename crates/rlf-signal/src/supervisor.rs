@@ -30,6 +30,9 @@ pub struct LoopStats {
     pub timers_fired: u64,
     /// Times the loop returned from a blocking wait on its queue.
     pub wakeups: u64,
+    /// CPU time used, in microseconds, by the loop's process (process loops: every thread of
+    /// it) or by its thread (the main loop and thread loops), from its start to its stop.
+    pub cpu_micros: u64,
 }
 
 /// Something that went wrong, with the names needed to find it.

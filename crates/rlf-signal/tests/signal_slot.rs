@@ -201,7 +201,9 @@ mod pingpong {
             .loop_report("main")
             .and_then(|l| l.stats)
             .ok_or("no main stats")?;
-        check(main.timers_fired >= 20, || format!("main stats {main:?}"))
+        check(main.timers_fired >= 20 && main.cpu_micros > 0, || {
+            format!("main stats {main:?}")
+        })
     }
 }
 
@@ -599,6 +601,10 @@ mod idle {
         let s = values(&sink, "switches");
         check(s.len() == 1 && s[0] <= 1, || {
             format!("idle loop thread switched context {s:?} times in 1 s")
+        })?;
+        let cpu = o.loop_report("idle").and_then(|l| l.stats).map(|s| s.cpu_micros);
+        check(cpu.is_some_and(|c| c < 100_000), || {
+            format!("the idle loop used {cpu:?} µs of CPU in 1.1 s")
         })
     }
 }

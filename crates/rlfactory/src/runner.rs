@@ -98,6 +98,10 @@ pub struct Summary {
     pub env_frames_lost: u64,
     /// Rollout-worker processes replaced after they died or hung.
     pub worker_restarts: u64,
+    /// CPU seconds of each event loop: a component's process (rollout and inference workers, the
+    /// learner with the batcher; for a replaced worker, its last process) or, for `main` (the
+    /// runner, and every component in serial mode), the main thread.
+    pub cpu_seconds: std::collections::BTreeMap<String, f64>,
 }
 
 /// Trajectory counters in shared memory, read by the main process after the run: per rollout
@@ -367,6 +371,7 @@ impl Runner {
             trajectories_lost: 0,
             env_frames_lost: 0,
             worker_restarts: 0,
+            cpu_seconds: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -1404,6 +1409,11 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
         .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))?;
     layout.summarise(&regions.counters, &mut summary);
     drop(regions);
+    summary.cpu_seconds = outcome
+        .loops
+        .iter()
+        .filter_map(|l| Some((l.name.clone(), l.stats?.cpu_micros as f64 / 1e6)))
+        .collect();
     summary.worker_restarts = outcome
         .restarts
         .iter()
