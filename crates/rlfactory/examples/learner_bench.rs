@@ -1,7 +1,12 @@
 //! Learner step time: rlfactory's APPO learner against the same PPO step written directly on
 //! libtorch (same network 4→64→64 actor and critic, tanh; batch 1024; Adam; gradient clipping).
 //!
-//! `cargo run --release -p rlfactory --example learner_bench -- [--json]`
+//! `cargo run --release -p rlfactory --example learner_bench -- [--json] [--steps N] [--only raw|1|10]`
+//!
+//! `--only` times one of the three (raw libtorch, rlfactory with 1 or 10 epochs per dataset) and
+//! `--steps` sets how many timed steps (200): `scripts/bench_learner.sh` runs each under
+//! callgrind with 0 and N steps, so that the difference counts the instructions of N steps alone,
+//! a figure that the machine's load does not move.
 
 use std::time::Instant;
 
@@ -15,7 +20,6 @@ use tch::{Kind, Tensor};
 const BATCH: usize = 1024;
 const SEQ: usize = 32;
 const WARMUP: usize = 20;
-const STEPS: usize = 200;
 
 fn dataset(obs_dim: usize) -> Dataset {
     let n = BATCH;
@@ -99,36 +103,59 @@ impl Raw {
     }
 }
 
-fn time_per_step(mut f: impl FnMut() -> anyhow::Result<()>, steps_per_call: usize) -> anyhow::Result<f64> {
+fn time_per_step(
+    mut f: impl FnMut() -> anyhow::Result<()>,
+    steps: usize,
+    steps_per_call: usize,
+) -> anyhow::Result<f64> {
     for _ in 0..WARMUP {
         f()?;
     }
     let start = Instant::now();
-    for _ in 0..STEPS {
+    for _ in 0..steps {
         f()?;
     }
-    Ok(start.elapsed().as_secs_f64() / (STEPS * steps_per_call) as f64)
+    Ok(start.elapsed().as_secs_f64() / (steps.max(1) * steps_per_call) as f64)
+}
+
+/// The value after `flag` on the command line.
+fn arg(flag: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn main() -> anyhow::Result<()> {
     let json = std::env::args().any(|a| a == "--json");
+    let steps: usize = arg("--steps").map_or(Ok(200), |s| s.parse())?;
+    let only = arg("--only");
+    let wanted = |what: &str| only.as_deref().is_none_or(|o| o == what);
     tch::set_num_threads(1);
     tch::manual_seed(0);
     let env = EnvRegistry::with_builtin().make("CartPole-v1")?;
     let obs_dim = env.observation_space().flat_dim();
 
     let mut raw = Raw::new(obs_dim as i64)?;
-    let raw_step = time_per_step(
-        || {
-            raw.step();
-            Ok(())
-        },
-        1,
-    )?;
+    let raw_step = if wanted("raw") {
+        time_per_step(
+            || {
+                raw.step();
+                Ok(())
+            },
+            steps,
+            1,
+        )?
+    } else {
+        f64::NAN
+    };
 
     let data = dataset(obs_dim);
     let mut results = Vec::new();
     for epochs in [1usize, 10] {
+        if !wanted(&epochs.to_string()) {
+            continue;
+        }
         let cfg = Config::for_env(
             "CartPole-v1",
             &[
@@ -146,7 +173,11 @@ fn main() -> anyhow::Result<()> {
             cfg.run.device,
         )?;
         let mut appo = Appo::new(model, &cfg.appo, u64::MAX)?;
-        let step = time_per_step(|| appo.train(&data).map(drop).map_err(Into::into), epochs)?;
+        let step = time_per_step(
+            || appo.train(&data).map(drop).map_err(Into::into),
+            steps / epochs,
+            epochs,
+        )?;
         results.push((epochs, step));
     }
 

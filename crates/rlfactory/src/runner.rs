@@ -768,6 +768,8 @@ struct LearnerNode {
     checkpointer: Option<Checkpointer>,
     /// The runner's latest counts, for the checkpoint saved at stop.
     progress: CheckpointRequest,
+    /// The policy version of the last checkpoint saved.
+    saved_version: Option<u64>,
     /// Trajectories completed by the datasets trained on.
     trained: u64,
     counters: Option<(ShmArray<u64>, CounterLayout)>,
@@ -797,8 +799,14 @@ impl LearnerNode {
         self.progress = *progress;
     }
 
+    /// Every `--save_every_sec`: saves, unless no SGD step was taken since the last checkpoint
+    /// (requests that queued while the learner was busy then cost nothing).
     fn on_checkpoint_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &CheckpointRequest) {
         self.progress = *request;
+        let version = self.learner.as_ref().map(Learner::version);
+        if version.is_some() && version == self.saved_version {
+            return;
+        }
         if let Err(e) = self.save_checkpoint() {
             fail(&self.shared, &e);
             ctx.stop_app();
@@ -807,7 +815,11 @@ impl LearnerNode {
 
     fn save_checkpoint(&mut self) -> Result<()> {
         match (&self.learner, &mut self.checkpointer) {
-            (Some(learner), Some(checkpointer)) => checkpointer.save(learner.state()?, &self.progress),
+            (Some(learner), Some(checkpointer)) => {
+                checkpointer.save(learner.state()?, &self.progress)?;
+                self.saved_version = Some(learner.version());
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -1282,6 +1294,7 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
             training_reported,
             checkpointer,
             progress,
+            saved_version: None,
             trained: 0,
             counters,
             shared: sh,

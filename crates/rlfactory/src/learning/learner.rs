@@ -22,6 +22,11 @@ impl Learner {
         Self { appo, weights }
     }
 
+    /// The policy version (SGD steps taken).
+    pub fn version(&self) -> u64 {
+        self.appo.version()
+    }
+
     /// Publishes the current weights and their version.
     pub fn publish(&self) -> Result<PolicyUpdated> {
         let version = self.appo.version();
