@@ -148,7 +148,11 @@ impl CounterLayout {
             lost_frames: t.lost_frames + w.lost_frames,
         });
         let c = |counter: usize| all[self.at(counter)];
-        let written = total.produced - total.parked - total.lost_trajectories;
+        // Counts written by processes that may have died mid-write: never trusted to add up.
+        let written = total
+            .produced
+            .saturating_sub(total.parked)
+            .saturating_sub(total.lost_trajectories);
         let unread = written.saturating_sub(c(Self::READ));
         let untrained = c(Self::BATCHED).saturating_sub(c(Self::TRAINED));
         summary.trajectories_produced = total.produced;

@@ -37,6 +37,21 @@ fn watch(mut child: Child) -> (mpsc::Receiver<String>, mpsc::Receiver<ExitStatus
     (lines, exited)
 }
 
+/// `rlfactory train --env=CartPole-v1 --report_interval_sec=0.1 <args>`, started with its pid,
+/// stderr lines and exit status watched.
+fn spawn_train(args: &[String]) -> (u32, mpsc::Receiver<String>, mpsc::Receiver<ExitStatus>) {
+    let child = Command::new(BIN)
+        .args(["train", "--env=CartPole-v1", "--report_interval_sec=0.1"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let (lines, exited) = watch(child);
+    (pid, lines, exited)
+}
+
 #[test]
 fn the_default_parallel_configuration_learns_cartpole() {
     let dir = temp_dir("learn");
@@ -79,42 +94,16 @@ fn child_of_loop(parent: u32, loop_id: u32) -> Option<u32> {
 
 #[test]
 fn with_no_replacement_allowed_killing_a_rollout_worker_stops_the_run_with_its_name() {
-    let child = Command::new(BIN)
-        .args([
-            "train",
-            "--env=CartPole-v1",
-            "--save_experiment=false",
-            "--report_interval_sec=0.1",
-        ])
-        .args([
-            "--num_workers=2",
-            "--train_for_seconds=60",
-            "--max_worker_restarts=0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (lines, exited) = watch(child);
-    let mut seen = Vec::new();
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("a progress line");
-        let started = line.contains("frames ") && !line.contains("frames 0 ");
-        seen.push(line);
-        if started {
-            break;
-        }
-    }
+    let (pid, lines, exited) = spawn_train(&[
+        "--save_experiment=false".into(),
+        "--num_workers=2".into(),
+        "--train_for_seconds=60".into(),
+        "--max_worker_restarts=0".into(),
+    ]);
+    let mut seen = wait_for_progress(&lines);
     // Loop 1 is the first declared process loop: rollout_worker_0.
     let victim = child_of_loop(pid, 1).expect("the rollout worker's process");
-    let status = Command::new("kill")
-        .args(["-9", &victim.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    signal(victim, "-KILL");
     let status = exited
         .recv_timeout(Duration::from_secs(20))
         .expect("the run stops after the kill");
@@ -190,24 +179,14 @@ fn signal(pid: u32, sig: &str) {
 fn dead_and_hung_rollout_workers_are_replaced_and_training_reaches_its_target() {
     let dir = temp_dir("heal");
     let out = dir.join("summary.json");
-    let child = Command::new(BIN)
-        .args([
-            "train",
-            "--env=CartPole-v1",
-            "--save_experiment=false",
-            "--report_interval_sec=0.1",
-            "--heartbeat_interval=1",
-            "--stop_at_reward=475",
-            "--train_for_env_steps=1500000",
-            "--seed=1",
-        ])
-        .arg(format!("--summary_json={}", out.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (lines, exited) = watch(child);
+    let (pid, lines, exited) = spawn_train(&[
+        "--save_experiment=false".into(),
+        "--heartbeat_interval=1".into(),
+        "--stop_at_reward=475".into(),
+        "--train_for_env_steps=1500000".into(),
+        "--seed=1".into(),
+        format!("--summary_json={}", out.display()),
+    ]);
     let mut seen = wait_for_progress(&lines);
     // Loop 1 is the (only) rollout worker: its first process is killed, its second frozen.
     let mut victims = Vec::new();
@@ -269,22 +248,12 @@ fn dead_and_hung_rollout_workers_are_replaced_and_training_reaches_its_target() 
 /// makes progress, and returns the exit status, the stderr lines and the experiment folder.
 fn lose_a_component(name: &str, loop_id: u32, sig: &str) -> (ExitStatus, Vec<String>, PathBuf) {
     let dir = temp_dir(name);
-    let child = Command::new(BIN)
-        .args([
-            "train",
-            "--env=CartPole-v1",
-            "--experiment=exp",
-            "--report_interval_sec=0.1",
-            "--heartbeat_interval=1",
-            "--train_for_seconds=60",
-        ])
-        .arg(format!("--train_dir={}", dir.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (lines, exited) = watch(child);
+    let (pid, lines, exited) = spawn_train(&[
+        "--experiment=exp".into(),
+        "--heartbeat_interval=1".into(),
+        "--train_for_seconds=60".into(),
+        format!("--train_dir={}", dir.display()),
+    ]);
     let mut seen = wait_for_progress(&lines);
     let victim = child_of_loop(pid, loop_id).expect("the component's process");
     signal(victim, sig);
