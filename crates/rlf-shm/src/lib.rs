@@ -1,4 +1,5 @@
-//! Shared memory for rlfactory: named regions, a crash-safe multi-process MPMC byte queue, and typed channels.
+//! Shared memory for rlfactory: named regions, a crash-safe multi-process MPMC byte queue, and typed channels
+//! (and the one process-wide allocator setting, [`process`], that also needs a raw OS call).
 //!
 //! This is the only crate of the workspace allowed `unsafe`; every block states its invariant.
 //!
@@ -37,6 +38,7 @@
 
 pub mod array;
 pub mod channel;
+pub mod process;
 pub mod queue;
 pub mod region;
 mod sync;

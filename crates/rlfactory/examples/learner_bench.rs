@@ -127,6 +127,8 @@ fn arg(flag: &str) -> Option<String> {
 }
 
 fn main() -> anyhow::Result<()> {
+    // As the rlfactory binary does, for both the raw and our steps.
+    rlf_shm::process::keep_freed_memory();
     let json = std::env::args().any(|a| a == "--json");
     let steps: usize = arg("--steps").map_or(Ok(200), |s| s.parse())?;
     let only = arg("--only");

@@ -19,6 +19,7 @@ fn one_line(text: &str) -> String {
 }
 
 fn main() -> ExitCode {
+    rlf_shm::process::keep_freed_memory();
     if let Some(code) = rlf_signal::child_entry(rlfactory::runner::child_build) {
         return code;
     }
