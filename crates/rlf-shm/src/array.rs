@@ -165,6 +165,38 @@ impl<T: Pod> ShmArray<T> {
     }
 }
 
+#[cfg(feature = "tch")]
+impl ShmArray<f32> {
+    /// A float tensor of `shape` (row-major) viewing the elements from `offset`, without a copy:
+    /// reads see what other processes wrote. Only an array that is never unmapped can be viewed:
+    /// one leaked for the rest of the process (`Box::leak`; its creator still removes the region). Writing through it is the caller's business under
+    /// the protocol on top (as for [`copy_from_slice`](Self::copy_from_slice)). Errors if the
+    /// shape has a negative size or does not fit.
+    pub fn tensor(&'static self, offset: usize, shape: &[i64]) -> Result<tch::Tensor, ShmError> {
+        let n = shape.iter().try_fold(1usize, |n, &d| {
+            usize::try_from(d).ok().and_then(|d| n.checked_mul(d))
+        });
+        let Some(n) = n.filter(|&n| offset.checked_add(n).is_some_and(|end| end <= self.len)) else {
+            return Err(ShmError::Config(format!(
+                "a tensor of shape {shape:?} at element {offset} does not fit an array of {}",
+                self.len
+            )));
+        };
+        if n == 0 {
+            return tch::Tensor::f_zeros(shape, (tch::Kind::Float, tch::Device::Cpu))
+                .map_err(|e| ShmError::Config(e.to_string()));
+        }
+        // SAFETY: the elements offset..offset+n are in bounds (checked above) of a mapping that is never unmapped
+        // (`&'static self`: the array was leaked), aligned for f32 (page-aligned region), and every bit pattern is
+        // a valid f32; the tensor gets the default (contiguous) strides of `shape`, covering exactly those elements.
+        unsafe {
+            let data = self.region.as_ptr().cast::<f32>().add(offset).cast::<u8>();
+            tch::Tensor::f_from_blob(data, shape, &[], tch::Kind::Float, tch::Device::Cpu)
+        }
+        .map_err(|e| ShmError::Config(e.to_string()))
+    }
+}
+
 /// A read overlapped a write (or the writer died mid-write): keep the previous copy and read again later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the shared weights were being written during the read")]
@@ -311,6 +343,22 @@ mod tests {
         b.copy_to_slice(0, &mut out);
         assert_eq!(out, [0, 10, 20, 30, 0]);
         assert_eq!(b.len(), 5);
+    }
+
+    #[cfg(feature = "tch")]
+    #[test]
+    fn a_tensor_views_the_shared_array_without_a_copy() {
+        let a = ShmArray::<f32>::create(6).unwrap();
+        let view: &'static ShmArray<f32> = Box::leak(Box::new(ShmArray::open(&a.handle()).unwrap()));
+        let t = view.tensor(2, &[2, 2]).unwrap();
+        a.copy_from_slice(0, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(
+            Vec::<f32>::try_from(t.reshape([-1])).unwrap(),
+            [3.0, 4.0, 5.0, 6.0]
+        );
+        assert!(view.tensor(3, &[2, 2]).is_err());
+        assert!(view.tensor(0, &[-1, 2]).is_err());
+        assert_eq!(view.tensor(6, &[0, 4]).unwrap().size(), [0, 4]);
     }
 
     #[test]

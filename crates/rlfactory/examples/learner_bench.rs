@@ -23,24 +23,27 @@ const WARMUP: usize = 20;
 
 fn dataset(obs_dim: usize) -> Dataset {
     let n = BATCH;
-    let mut d = Dataset {
+    let column = |v: Vec<f32>| Tensor::from_slice(&v);
+    let obs: Vec<f32> = (0..n)
+        .flat_map(|i| (0..obs_dim).map(move |k| ((i * 7 + k * 13) % 17) as f32 / 17.0 - 0.5))
+        .collect();
+    let terminated = (0..n).map(|i| f32::from(u8::from(i % 97 == 0))).collect();
+    let d = obs_dim as i64;
+    Dataset {
         num_sequences: n / SEQ,
         seq_len: SEQ,
-        ..Dataset::default()
-    };
-    for i in 0..n {
-        d.obs
-            .extend((0..obs_dim).map(|k| ((i * 7 + k * 13) % 17) as f32 / 17.0 - 0.5));
-        d.actions.push((i % 2) as f32);
-        d.log_probs.push(-std::f32::consts::LN_2);
-        d.values.push(0.1);
-        d.rewards.push(1.0);
-        d.terminated.push(i % 97 == 0);
-        d.truncated.push(false);
-        d.versions.push(0);
+        obs: column(obs).reshape([-1, d]),
+        actions: column((0..n).map(|i| (i % 2) as f32).collect()).reshape([-1, 1]),
+        log_probs: column(vec![-std::f32::consts::LN_2; n]),
+        values: column(vec![0.1; n]),
+        rewards: column(vec![1.0; n]),
+        terminated: column(terminated),
+        truncated: column(vec![0.0; n]),
+        has_final: column(vec![0.0; n]),
+        final_obs: Tensor::zeros([n as i64, d], (Kind::Float, tch::Device::Cpu)),
+        next_obs: Tensor::zeros([(n / SEQ) as i64, d], (Kind::Float, tch::Device::Cpu)),
+        versions: vec![0; n],
     }
-    d.next_obs = vec![0.0; (n / SEQ) * obs_dim];
-    d
 }
 
 /// One PPO step written directly on libtorch.

@@ -89,12 +89,10 @@ pub struct Summary {
     pub trajectories_trained: u64,
     /// Trajectories the batcher dropped as wholly older than `--max_policy_lag` versions.
     pub trajectories_dropped: u64,
-    /// Trajectories discarded at stop: parked for a slot, signalled but unread, in the batcher,
-    /// or in datasets not trained on. Produced = trained + dropped + in flight + lost.
+    /// Trajectories discarded at stop: signalled but unread, in the batcher, or in datasets not
+    /// trained on. Produced = trained + dropped + in flight.
     pub trajectories_in_flight: u64,
-    /// Trajectories finished by rollout-worker processes that died or hung before handing them on.
-    pub trajectories_lost: u64,
-    /// Env frames simulated by rollout-worker processes that died or hung and never handed on.
+    /// Env frames of unfinished trajectories of rollout-worker processes that died or hung.
     pub env_frames_lost: u64,
     /// Rollout-worker processes replaced after they died or hung.
     pub worker_restarts: u64,
@@ -141,25 +139,18 @@ impl CounterLayout {
             .filter_map(|w| Some(WorkerCounts::from_words(w.try_into().ok()?)));
         let total = workers.fold(WorkerCounts::default(), |t, w| WorkerCounts {
             produced: t.produced + w.produced,
-            parked: t.parked + w.parked,
             stepped_frames: t.stepped_frames + w.stepped_frames,
             handed_frames: t.handed_frames + w.handed_frames,
-            lost_trajectories: t.lost_trajectories + w.lost_trajectories,
             lost_frames: t.lost_frames + w.lost_frames,
         });
         let c = |counter: usize| all[self.at(counter)];
         // Counts written by processes that may have died mid-write: never trusted to add up.
-        let written = total
-            .produced
-            .saturating_sub(total.parked)
-            .saturating_sub(total.lost_trajectories);
-        let unread = written.saturating_sub(c(Self::READ));
+        let unread = total.produced.saturating_sub(c(Self::READ));
         let untrained = c(Self::BATCHED).saturating_sub(c(Self::TRAINED));
         summary.trajectories_produced = total.produced;
         summary.trajectories_trained = c(Self::TRAINED);
         summary.trajectories_dropped = c(Self::DROPPED);
-        summary.trajectories_in_flight = total.parked + unread + c(Self::PENDING) + untrained;
-        summary.trajectories_lost = total.lost_trajectories;
+        summary.trajectories_in_flight = unread + c(Self::PENDING) + untrained;
         summary.env_frames_lost = total.lost_frames;
     }
 }
@@ -282,7 +273,9 @@ impl Runner {
             self.version_diff = *v;
         }
         self.last_metrics.clone_from(&report.metrics);
-        self.first_dataset_digest.get_or_insert(report.dataset_digest);
+        if self.first_dataset_digest.is_none() {
+            self.first_dataset_digest = report.dataset_digest;
+        }
     }
 
     /// Checks the stop conditions.
@@ -372,7 +365,6 @@ impl Runner {
             trajectories_trained: 0,
             trajectories_dropped: 0,
             trajectories_in_flight: 0,
-            trajectories_lost: 0,
             env_frames_lost: 0,
             worker_restarts: 0,
             cpu_seconds: std::collections::BTreeMap::new(),
@@ -470,17 +462,6 @@ impl RolloutNode {
         }
     }
 
-    fn emit_outcomes(&mut self, ctx: &mut Ctx<'_, Self>, outcomes: Result<Vec<StepOutcome>>) {
-        match outcomes {
-            Ok(outcomes) => {
-                for outcome in outcomes {
-                    self.emit_outcome(ctx, Ok(outcome));
-                }
-            }
-            Err(e) => self.emit_outcome(ctx, Err(e)),
-        }
-    }
-
     fn emit_outcome(&mut self, ctx: &mut Ctx<'_, Self>, outcome: Result<StepOutcome>) {
         self.store_counts();
         let emitted = outcome.map_err(|e| e.to_string()).and_then(|outcome| {
@@ -490,7 +471,7 @@ impl RolloutNode {
             if let Some(r) = &outcome.report {
                 sent(ctx.emit(&self.rollout_reported, r)).map_err(|e| e.to_string())?;
             }
-            Ok(outcome.request)
+            Ok(outcome.requests)
         });
         match emitted {
             Ok(request) => self.defer(ctx, request),
@@ -509,21 +490,29 @@ impl RolloutNode {
 
     fn on_buffer_released(&mut self, ctx: &mut Ctx<'_, Self>, released: &BufferReleased) {
         let Some(worker) = &mut self.worker else { return };
-        let outcomes = worker.on_buffer_released(released.buffer);
-        self.emit_outcomes(ctx, outcomes);
+        let requests = worker.on_buffer_released(released.buffer);
+        self.emit_requests(ctx, requests);
     }
 
     fn on_slots_reclaimed(&mut self, ctx: &mut Ctx<'_, Self>, reclaimed: &SlotsReclaimed) {
         let Some(worker) = &mut self.worker else { return };
-        let outcomes = worker.on_slots_reclaimed(reclaimed.incarnation, &reclaimed.free);
-        self.emit_outcomes(ctx, outcomes);
+        let requests = worker.on_slots_reclaimed(reclaimed.incarnation, &reclaimed.free);
+        self.emit_requests(ctx, requests);
+    }
+
+    fn emit_requests(&mut self, ctx: &mut Ctx<'_, Self>, requests: Result<Vec<PolicyRequest>>) {
+        let requests = requests.map(|requests| StepOutcome {
+            requests,
+            ..StepOutcome::default()
+        });
+        self.emit_outcome(ctx, requests);
     }
 
     /// Builds the worker as process `incarnation`, continuing the counts of its predecessors,
     /// and says so to the batcher (which answers with the free slots) and the runner.
-    fn start(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<Vec<PolicyRequest>> {
+    fn start(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<()> {
         let Some(setup) = self.setup.take() else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let (pool, counters) = setup?;
         let incarnation = ctx.incarnation();
@@ -537,36 +526,31 @@ impl RolloutNode {
         };
         let mut worker =
             RolloutWorker::new(self.index, &self.cfg, &self.registry, pool, incarnation, counts)?;
-        let requests = worker.start()?;
+        worker.start()?;
         self.worker = Some(worker);
         self.counters = Some(counters);
         self.store_counts();
         let started = WorkerStarted {
             worker: self.index,
             incarnation,
-            lost_trajectories: counts.lost_trajectories - before.lost_trajectories,
             lost_frames: counts.lost_frames - before.lost_frames,
         };
-        sent(ctx.emit(&self.worker_started, &started)).map_err(|e| RlfError::EventLoop(e.to_string()))?;
-        Ok(requests)
+        sent(ctx.emit(&self.worker_started, &started)).map_err(|e| RlfError::EventLoop(e.to_string()))
     }
 
     fn on_policy_updated(&mut self, ctx: &mut Ctx<'_, Self>, _update: &PolicyUpdated) {
         if let Some(worker) = &mut self.worker {
             let requests = worker.on_policy_updated();
-            self.defer(ctx, requests);
+            self.emit_requests(ctx, requests);
         }
     }
 }
 
 impl Component for RolloutNode {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        match self.start(ctx) {
-            Ok(requests) => self.defer(ctx, requests),
-            Err(e) => {
-                fail(&self.shared, &e);
-                ctx.stop_app();
-            }
+        if let Err(e) = self.start(ctx) {
+            fail(&self.shared, &e);
+            ctx.stop_app();
         }
     }
 
@@ -603,7 +587,7 @@ impl InferenceNode {
     /// Collects the request; every request taken in this turn of the loop goes into one forward
     /// pass on the next turn (a zero-delay timer).
     fn on_policy_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &PolicyRequest) {
-        self.pending.push(request.clone());
+        self.pending.push(*request);
         if !self.scheduled {
             self.scheduled = true;
             ctx.timer_once(Duration::ZERO, InferenceNode::flush);
@@ -647,12 +631,9 @@ struct BatcherNode {
     buffer_released: Vec<Signal<BufferReleased>>,
     /// `slots_reclaimed` of each rollout worker, by worker index.
     slots_reclaimed: Vec<Signal<SlotsReclaimed>>,
-    /// Datasets handed to the learner and not yet trained on.
-    in_flight: usize,
-    /// `--num_batches_to_accumulate`: past this many datasets in flight, slots are kept (the
-    /// rollout workers run out of slots and wait) until the learner catches up.
-    max_in_flight: usize,
-    held: Vec<(usize, usize)>,
+    /// Datasets handed to the learner and not yet trained on, oldest first, each with the slots
+    /// it closes (free once it is trained on: the learner trains in order).
+    in_flight: VecDeque<Vec<(usize, usize)>>,
     /// The learner's latest version and `--max_policy_lag`: trajectories wholly older are dropped.
     version: u64,
     max_policy_lag: u64,
@@ -679,20 +660,16 @@ impl Component for BatcherNode {
 }
 
 impl BatcherNode {
-    fn release(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<(), String> {
-        if self.in_flight >= self.max_in_flight {
-            return Ok(());
-        }
-        for (worker, buffer) in std::mem::take(&mut self.held) {
-            let signal = self
-                .buffer_released
-                .get(worker)
-                .ok_or_else(|| format!("batcher: no rollout worker {worker}"))?;
-            sent(ctx.emit(signal, &BufferReleased { buffer })).map_err(|e| e.to_string())?;
-        }
-        Ok(())
+    fn release(&self, ctx: &mut Ctx<'_, Self>, worker: usize, buffer: usize) -> Result<(), String> {
+        let signal = self
+            .buffer_released
+            .get(worker)
+            .ok_or_else(|| format!("batcher: no rollout worker {worker}"))?;
+        sent(ctx.emit(signal, &BufferReleased { buffer })).map_err(|e| e.to_string())
     }
 
+    /// A trajectory is in its slot: dropped (and the slot released) if wholly older than
+    /// `--max_policy_lag` versions, otherwise cut into datasets, which go to the learner.
     fn on_trajectory_ready(&mut self, ctx: &mut Ctx<'_, Self>, ready: &TrajectoryReady) {
         let result = self
             .pools
@@ -704,24 +681,25 @@ impl BatcherNode {
                 )
             })
             .and_then(|pool| {
-                pool.read(ready.buffer, ready.worker, ready.split)
-                    .map_err(|e| e.to_string())
+                let versions = pool.versions(ready.buffer).map_err(|e| e.to_string())?;
+                Ok((versions, pool.shape().num_envs))
             })
-            .and_then(|traj| {
+            .and_then(|(versions, num_envs)| {
                 self.read += 1;
-                let newest = traj.versions.iter().copied().max().unwrap_or(self.version);
+                let newest = versions.iter().copied().max().unwrap_or(self.version);
                 if self.version.saturating_sub(newest) > self.max_policy_lag {
                     self.dropped += 1;
-                    return Ok(Vec::new());
+                    return self.release(ctx, ready.worker, ready.buffer);
                 }
-                self.batcher.on_trajectory_ready(&traj).map_err(|e| e.to_string())
-            })
-            .and_then(|datasets| {
-                self.in_flight += datasets.len();
-                self.batched += datasets.iter().map(|b| b.trajectories).sum::<u64>();
-                self.held.push((ready.worker, ready.buffer));
-                sent(ctx.emit_many(&self.batch_ready, &datasets)).map_err(|e| e.to_string())?;
-                self.release(ctx)
+                let datasets = self
+                    .batcher
+                    .on_trajectory_ready(ready.worker, ready.buffer, num_envs);
+                for d in &datasets {
+                    self.batched += d.trajectories();
+                    let closes = d.parts.iter().filter(|p| p.closes).map(|p| (p.worker, p.buffer));
+                    self.in_flight.push_back(closes.collect());
+                }
+                sent(ctx.emit_many(&self.batch_ready, &datasets)).map_err(|e| e.to_string())
             });
         if let Err(e) = result {
             fail(&self.shared, &e);
@@ -732,21 +710,20 @@ impl BatcherNode {
     /// A rollout worker's process started: its free slots are those this batcher does not hold.
     /// Every trajectory a predecessor signalled was read before (one queue, in order).
     fn on_worker_started(&mut self, ctx: &mut Ctx<'_, Self>, started: &WorkerStarted) {
-        let result = match (
-            self.pools.get(started.worker),
-            self.slots_reclaimed.get(started.worker),
-        ) {
+        let w = started.worker;
+        let result = match (self.pools.get(w), self.slots_reclaimed.get(w)) {
             (Some(pool), Some(signal)) => {
-                let free = (0..pool.num_buffers())
-                    .filter(|&b| !self.held.contains(&(started.worker, b)))
-                    .collect();
+                let held = |b: usize| {
+                    self.batcher.holds(w, b) || self.in_flight.iter().flatten().any(|&slot| slot == (w, b))
+                };
+                let free = (0..pool.num_buffers()).filter(|&b| !held(b)).collect();
                 let reclaimed = SlotsReclaimed {
                     incarnation: started.incarnation,
                     free,
                 };
                 sent(ctx.emit(signal, &reclaimed)).map_err(|e| e.to_string())
             }
-            _ => Err(format!("batcher: no rollout worker {}", started.worker)),
+            _ => Err(format!("batcher: no rollout worker {w}")),
         };
         if let Err(e) = result {
             fail(&self.shared, &e);
@@ -754,10 +731,14 @@ impl BatcherNode {
         }
     }
 
+    /// The learner trained on the oldest dataset in flight: the slots it closes are free.
     fn on_training_reported(&mut self, ctx: &mut Ctx<'_, Self>, report: &TrainingReport) {
         self.version = report.version;
-        self.in_flight = self.in_flight.saturating_sub(1);
-        if let Err(e) = self.release(ctx) {
+        let closed = self.in_flight.pop_front().unwrap_or_default();
+        let result = closed
+            .into_iter()
+            .try_for_each(|(worker, buffer)| self.release(ctx, worker, buffer));
+        if let Err(e) = result {
             fail(&self.shared, &e);
             ctx.stop_app();
         }
@@ -784,10 +765,10 @@ impl LearnerNode {
     fn on_batch_ready(&mut self, ctx: &mut Ctx<'_, Self>, batch: &Batch) {
         let Some(learner) = &mut self.learner else { return };
         let result = learner
-            .on_batch_ready(&batch.dataset)
+            .on_batch_ready(batch)
             .map_err(|e| e.to_string())
             .and_then(|(update, report)| {
-                self.trained += batch.trajectories;
+                self.trained += batch.trajectories();
                 sent(ctx.emit(&self.policy_updated, &update)).map_err(|e| e.to_string())?;
                 sent(ctx.emit(&self.training_reported, &report)).map_err(|e| e.to_string())
             });
@@ -894,8 +875,8 @@ impl RunnerNode {
             return;
         }
         let line = format!(
-            "rollout_worker_{} replaced by a new process (incarnation {}); discarded {} parked trajectories and {} env frames of the old one",
-            started.worker, started.incarnation, started.lost_trajectories, started.lost_frames
+            "rollout_worker_{} replaced by a new process (incarnation {}); discarded {} env frames of the old one's unfinished trajectories",
+            started.worker, started.incarnation, started.lost_frames
         );
         let logged = match &self.experiment {
             Some(exp) => exp.log(&line),
@@ -1022,9 +1003,18 @@ struct PlaneRegions {
     plane: DataPlane,
 }
 
-/// Slots per rollout worker's trajectory pool: two per split, so a split can start its next
-/// trajectory while the batcher reads the last one.
-const BUFFERS_PER_SPLIT: usize = 2;
+/// Slots per rollout worker's trajectory pool: per split, one to fill and its share of the
+/// slots that `--num_batches_to_accumulate` + 1 datasets hold (a slot stays with the batcher and
+/// the learner until the dataset closing it is trained on). When the learner falls that far
+/// behind, the workers run out of slots and wait: sampling stops.
+fn buffers_per_worker(cfg: &Config) -> usize {
+    let s = &cfg.sampling;
+    let splits = s.worker_num_splits;
+    let per_split = s.num_envs_per_worker / splits;
+    let per_dataset = cfg.dataset_size().div_ceil(s.rollout * per_split);
+    let held = (per_dataset * (cfg.appo.num_batches_to_accumulate + 1)).div_ceil(s.num_workers * splits);
+    splits * (1 + held.max(1))
+}
 
 fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
     let model = new_model(cfg, registry)?;
@@ -1037,7 +1027,7 @@ fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
         action_dim: model.action_dim(),
     };
     let pools = (0..s.num_workers)
-        .map(|_| TrajectoryPool::create(shape, s.worker_num_splits * BUFFERS_PER_SPLIT))
+        .map(|_| TrajectoryPool::create(shape, buffers_per_worker(cfg)))
         .collect::<Result<Vec<_>>>()?;
     let layout = CounterLayout {
         workers: s.num_workers,
@@ -1151,8 +1141,7 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
 
     // Signals and connections. Requests go through a work queue (each taken by one inference
     // worker); actions and released slots go to the one rollout worker they concern.
-    let request_bytes = (s.num_envs_per_worker * 64 + 4096) * s.num_workers * 4;
-    let policy_requested = app.work_queue::<PolicyRequest>("policy_requested", request_bytes.max(1 << 20));
+    let policy_requested = app.work_queue::<PolicyRequest>("policy_requested", 1 << 20);
     for &inf in &inference {
         app.consume(policy_requested, inf, InferenceNode::on_policy_requested);
     }
@@ -1223,17 +1212,22 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     // inference workers' networks start from the same seed, so they start identical; the learner
     // publishes every update into the shared weights afterwards.
     for (&inf, signals) in inference.iter().zip(actions_ready) {
-        let (cfg, registry, shared, weights) = (
+        let (cfg, registry, shared, weights, pools) = (
             cfg.clone(),
             registry.clone(),
             Arc::clone(&shared),
             plane.weights.clone(),
+            plane.pools.clone(),
         );
         app.construct(inf, move || InferenceNode {
             worker: None,
             setup: Some(new_model(&cfg, &registry).and_then(|model| {
                 let weights = SharedWeights::open(&weights)?;
-                Ok(InferenceWorker::new(Box::new(model), weights))
+                let pools = pools
+                    .iter()
+                    .map(TrajectoryPool::open)
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(InferenceWorker::new(Box::new(model), weights, pools))
             })),
             pending: Vec::new(),
             scheduled: false,
@@ -1243,7 +1237,7 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     }
     let (dataset_size, rollout) = (cfg.dataset_size(), s.rollout);
     let (pools, sh, counters) = (plane.pools.clone(), Arc::clone(&shared), plane.counters.clone());
-    let (max_in_flight, max_policy_lag) = (cfg.appo.num_batches_to_accumulate, cfg.appo.max_policy_lag);
+    let max_policy_lag = cfg.appo.max_policy_lag;
     app.construct(batcher, move || {
         let opened = pools.iter().map(TrajectoryPool::open).collect::<Result<Vec<_>>>();
         let pools = opened.unwrap_or_else(|e| {
@@ -1257,9 +1251,7 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
             batch_ready,
             buffer_released,
             slots_reclaimed,
-            in_flight: 0,
-            max_in_flight,
-            held: Vec::new(),
+            in_flight: VecDeque::new(),
             version: 0,
             max_policy_lag,
             read: 0,
@@ -1269,12 +1261,13 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
             shared: sh,
         }
     });
-    let (c, r, sh, weights, counters) = (
+    let (c, r, sh, weights, counters, pools) = (
         cfg.clone(),
         registry.clone(),
         Arc::clone(&shared),
         plane.weights.clone(),
         plane.counters.clone(),
+        plane.pools.clone(),
     );
     app.construct(learner, move || {
         let counters = open_counters(&counters, layout, &sh);
@@ -1283,7 +1276,11 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         let mut progress = CheckpointRequest::default();
         let setup = new_model(&c, &r).and_then(|model| {
             let appo = Appo::new(model, &c.appo, c.run.train_for_env_steps)?;
-            let mut learner = Learner::new(appo, SharedWeights::open(&weights)?);
+            let pools = pools
+                .iter()
+                .map(TrajectoryPool::open)
+                .collect::<Result<Vec<_>>>()?;
+            let mut learner = Learner::new(appo, SharedWeights::open(&weights)?, pools);
             if c.run.save_experiment {
                 let (opened, resumed) = Checkpointer::open_and_resume(&c, &mut learner)?;
                 checkpointer = Some(opened);

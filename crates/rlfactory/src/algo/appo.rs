@@ -2,7 +2,8 @@
 //!
 //! Implementation details, in the order they happen on each training dataset:
 //! 1. The dataset is `S` sequences of `T` steps (one env's trajectory each), recorded with the
-//!    policy version that acted ([`Dataset`]).
+//!    policy version that acted ([`Dataset`]): tensors that view the rollout workers' shared
+//!    trajectory slots, time-major as the slots are.
 //! 2. Observation statistics (when `--normalize_input`) are updated with the dataset's observations.
 //! 3. Bootstrap values are computed with the current network: for the observation after the last
 //!    step of each sequence, and for the last observation of every truncated episode (a time
@@ -47,32 +48,35 @@ use crate::model::{ActorCritic, NamedTensor};
 // ---------------------------------------------------------------------------------------------
 // 1. The data
 
-/// A training dataset: `num_sequences` sequences of `seq_len` steps, sequence-major (step `t` of
-/// sequence `s` is at index `s * seq_len + t`).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+/// A training dataset: `num_sequences` sequences of `seq_len` steps, time-major: row
+/// `t * num_sequences + s` is step `t` of sequence `s` (as in the trajectory slots, which the
+/// tensors view without a copy when the dataset is one slot).
+#[derive(Debug)]
 pub struct Dataset {
     /// Number of sequences `S`.
     pub num_sequences: usize,
     /// Steps per sequence `T`.
     pub seq_len: usize,
-    /// Observations before each step, `S * T * obs_dim`.
-    pub obs: Vec<f32>,
-    /// Raw actions, `S * T * action_dim`.
-    pub actions: Vec<f32>,
-    /// Log-probabilities under the acting policy, `S * T`.
-    pub log_probs: Vec<f32>,
-    /// Values under the acting policy, `S * T`.
-    pub values: Vec<f32>,
-    /// Rewards, `S * T`.
-    pub rewards: Vec<f32>,
-    /// The step ended its episode in a terminal state, `S * T`.
-    pub terminated: Vec<bool>,
-    /// The step ended its episode by truncation, `S * T`.
-    pub truncated: Vec<bool>,
-    /// The observation after the last step of each sequence, `S * obs_dim`.
-    pub next_obs: Vec<f32>,
-    /// The last observation of each truncated episode: (step index, observation).
-    pub final_obs: Vec<(usize, Vec<f32>)>,
+    /// Observations before each step, `[S * T, obs_dim]`.
+    pub obs: Tensor,
+    /// Raw actions, `[S * T, action_dim]`.
+    pub actions: Tensor,
+    /// Log-probabilities under the acting policy, `[S * T]`.
+    pub log_probs: Tensor,
+    /// Values under the acting policy, `[S * T]`.
+    pub values: Tensor,
+    /// Rewards, `[S * T]`.
+    pub rewards: Tensor,
+    /// 1 where the step ended its episode in a terminal state, `[S * T]`.
+    pub terminated: Tensor,
+    /// 1 where the step ended its episode by truncation, `[S * T]`.
+    pub truncated: Tensor,
+    /// 1 where `final_obs` holds the last observation of a truncated episode, `[S * T]`.
+    pub has_final: Tensor,
+    /// The last observation of each truncated episode, `[S * T, obs_dim]`.
+    pub final_obs: Tensor,
+    /// The observation after the last step of each sequence, `[S, obs_dim]`.
+    pub next_obs: Tensor,
     /// Policy version that chose each action, `S * T`.
     pub versions: Vec<u64>,
 }
@@ -90,7 +94,7 @@ impl Dataset {
 
     /// A 64-bit FNV-1a digest of every field, bit for bit: equal datasets have equal digests, so
     /// two runs can be checked to train on the same data.
-    pub fn digest(&self) -> u64 {
+    pub fn digest(&self) -> Result<u64> {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut eat = |word: u64| {
             for byte in word.to_le_bytes() {
@@ -99,27 +103,30 @@ impl Dataset {
         };
         eat(self.num_sequences as u64);
         eat(self.seq_len as u64);
-        for v in [
+        for t in [
             &self.obs,
             &self.actions,
             &self.log_probs,
             &self.values,
             &self.rewards,
+            &self.terminated,
+            &self.truncated,
+            &self.has_final,
+            &self.final_obs,
             &self.next_obs,
         ] {
+            let v = to_vec(t)?;
             eat(v.len() as u64);
             v.iter().for_each(|x| eat(u64::from(x.to_bits())));
         }
-        for v in [&self.terminated, &self.truncated] {
-            v.iter().for_each(|&b| eat(u64::from(b)));
-        }
-        for (i, o) in &self.final_obs {
-            eat(*i as u64);
-            o.iter().for_each(|x| eat(u64::from(x.to_bits())));
-        }
         self.versions.iter().for_each(|&v| eat(v));
-        h
+        Ok(h)
     }
+}
+
+/// Sequence `q` of a time-major `[T * S]` array, as a vector of `T` values.
+fn sequence<X: Copy>(v: &[X], s: usize, t: usize, q: usize) -> Vec<X> {
+    (0..t).map(|j| v[j * s + q]).collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -421,9 +428,12 @@ fn tensor_f32(values: &[f32], device: tch::Device) -> Result<Tensor> {
     Ok(Tensor::f_from_slice(values)?.f_to_device(device)?)
 }
 
+/// Every value of `t`, flattened.
 fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
     Ok(Vec::<f32>::try_from(
-        t.f_to_kind(Kind::Float)?.f_to_device(tch::Device::Cpu)?,
+        t.f_to_kind(Kind::Float)?
+            .f_to_device(tch::Device::Cpu)?
+            .f_reshape([-1])?,
     )?)
 }
 
@@ -437,10 +447,13 @@ struct Prepared {
     /// GAE only: advantages and normalised targets.
     advantages: Tensor,
     targets_norm: Tensor,
-    /// V-trace only: per-step next values in return units with the in-sequence ones left at 0,
-    /// and whether the next value is a bootstrap (end of episode or of sequence).
+    /// V-trace only, sequence-major (step `t` of sequence `q` at `q * T + t`): per-step next
+    /// values in return units with the in-sequence ones left at 0, whether the next value is a
+    /// bootstrap (end of episode or of sequence), rewards and episode ends.
     next_values: Vec<f32>,
     bootstrapped: Vec<bool>,
+    rewards: Vec<f32>,
+    ends: Vec<bool>,
 }
 
 impl Appo {
@@ -509,42 +522,49 @@ impl Appo {
         self.version
     }
 
-    /// Checks a dataset's array sizes against the model.
+    /// Checks a dataset's tensor shapes against the model.
     fn check(&self, data: &Dataset) -> Result<()> {
-        let n = data.len();
-        let obs_dim = crate::model::Policy::obs_dim(&self.model);
-        let action_dim = crate::model::Policy::action_dim(&self.model);
-        let sizes = [
-            ("obs", data.obs.len(), n * obs_dim),
-            ("actions", data.actions.len(), n * action_dim),
-            ("log_probs", data.log_probs.len(), n),
-            ("values", data.values.len(), n),
-            ("rewards", data.rewards.len(), n),
-            ("terminated", data.terminated.len(), n),
-            ("truncated", data.truncated.len(), n),
-            ("versions", data.versions.len(), n),
-            ("next_obs", data.next_obs.len(), data.num_sequences * obs_dim),
+        let protocol = |message: String| RlfError::Protocol {
+            component: "learner",
+            message,
+        };
+        let n = data.len() as i64;
+        let obs_dim = crate::model::Policy::obs_dim(&self.model) as i64;
+        let action_dim = crate::model::Policy::action_dim(&self.model) as i64;
+        let shapes = [
+            ("obs", &data.obs, vec![n, obs_dim]),
+            ("actions", &data.actions, vec![n, action_dim]),
+            ("log_probs", &data.log_probs, vec![n]),
+            ("values", &data.values, vec![n]),
+            ("rewards", &data.rewards, vec![n]),
+            ("terminated", &data.terminated, vec![n]),
+            ("truncated", &data.truncated, vec![n]),
+            ("has_final", &data.has_final, vec![n]),
+            ("final_obs", &data.final_obs, vec![n, obs_dim]),
+            (
+                "next_obs",
+                &data.next_obs,
+                vec![data.num_sequences as i64, obs_dim],
+            ),
         ];
-        if let Some((name, got, want)) = sizes.iter().find(|(_, got, want)| got != want) {
-            return Err(RlfError::Protocol {
-                component: "learner",
-                message: format!("dataset field {name} has {got} values, expected {want}"),
-            });
+        if let Some((name, t, want)) = shapes
+            .iter()
+            .find(|(_, t, want)| t.size() != *want || t.kind() != Kind::Float)
+        {
+            return Err(protocol(format!(
+                "dataset field {name} is {:?} {:?}, expected Float {want:?}",
+                t.kind(),
+                t.size()
+            )));
+        }
+        if data.versions.len() != data.len() {
+            return Err(protocol(format!(
+                "dataset field versions has {} values, expected {n}",
+                data.versions.len()
+            )));
         }
         if n == 0 {
-            return Err(RlfError::Protocol {
-                component: "learner",
-                message: "empty dataset".into(),
-            });
-        }
-        if let Some((i, o)) = data.final_obs.iter().find(|(i, o)| *i >= n || o.len() != obs_dim) {
-            return Err(RlfError::Protocol {
-                component: "learner",
-                message: format!(
-                    "final observation at step {i} has {} values, expected {obs_dim}",
-                    o.len()
-                ),
-            });
+            return Err(protocol("empty dataset".into()));
         }
         Ok(())
     }
@@ -553,32 +573,47 @@ impl Appo {
     fn prepare(&mut self, data: &Dataset, metrics: &mut TrainMetrics) -> Result<Prepared> {
         let device = self.model.device();
         let (s, t) = (data.num_sequences, data.seq_len);
-        let obs = self.model.obs_tensor(&data.obs)?;
+        let n = s * t;
+        let obs = data.obs.f_to_device(device)?;
         self.model.update_obs_stats(&obs);
 
+        // The per-step numbers, sequence-major for the recursions along each sequence.
+        let flags = |x: &Tensor| -> Result<Vec<bool>> { Ok(to_vec(x)?.iter().map(|&v| v != 0.0).collect()) };
+        let truncated_rows = flags(&data.truncated)?;
+        let (rewards, values) = (to_vec(&data.rewards)?, to_vec(&data.values)?);
+        let (terminated, truncated) = (flags(&data.terminated)?, truncated_rows.clone());
+        let seq_major = |v: &[f32]| (0..s).flat_map(|q| sequence(v, s, t, q)).collect::<Vec<_>>();
+        let (rewards, values) = (seq_major(&rewards), seq_major(&values));
+        let ends: Vec<bool> = (0..s)
+            .flat_map(|q| {
+                let (a, b) = (sequence(&terminated, s, t, q), sequence(&truncated, s, t, q));
+                a.into_iter().zip(b).map(|(a, b)| a || b).collect::<Vec<_>>()
+            })
+            .collect();
+
         // Bootstrap values: after each sequence, and the last observation of truncated episodes.
-        let tail = to_vec(&self.model.values(&self.model.obs_tensor(&data.next_obs)?))?;
-        let mut next_values = vec![0.0_f32; s * t];
-        let mut bootstrapped = vec![false; s * t];
+        let tail = to_vec(&self.model.values(&data.next_obs.f_to_device(device)?))?;
+        let mut next_values = vec![0.0_f32; n];
+        let mut bootstrapped = vec![false; n];
         for (i, (nv, b)) in next_values.iter_mut().zip(bootstrapped.iter_mut()).enumerate() {
-            if data.terminated[i] || data.truncated[i] {
+            if ends[i] {
                 *b = true;
             } else if i % t == t - 1 {
                 *nv = tail[i / t];
                 *b = true;
             }
         }
-        if !data.final_obs.is_empty() {
-            let flat: Vec<f32> = data
-                .final_obs
-                .iter()
-                .flat_map(|(_, o)| o.iter().copied())
-                .collect();
-            let finals = to_vec(&self.model.values(&self.model.obs_tensor(&flat)?))?;
-            for ((i, _), v) in data.final_obs.iter().zip(finals) {
-                if data.truncated[*i] {
-                    next_values[*i] = v;
-                }
+        let has_final = to_vec(&data.has_final)?;
+        let rows: Vec<i64> = (0..n)
+            .filter(|&r| has_final[r] != 0.0 && truncated_rows[r])
+            .map(|r| r as i64)
+            .collect();
+        if !rows.is_empty() {
+            let idx = Tensor::f_from_slice(&rows)?.f_to_device(device)?;
+            let finals = data.final_obs.f_to_device(device)?.f_index_select(0, &idx)?;
+            for (&r, v) in rows.iter().zip(to_vec(&self.model.values(&finals))?) {
+                let r = r as usize;
+                next_values[(r % s) * t + r / s] = v;
             }
         }
 
@@ -592,10 +627,9 @@ impl Appo {
             .iter()
             .map(|&l| if l <= self.cfg.max_policy_lag { 1.0 } else { 0.0 })
             .collect();
-        let n = lags.len() as f64;
         metrics.insert(
             "train/version_diff_avg".into(),
-            lags.iter().sum::<u64>() as f64 / n,
+            lags.iter().sum::<u64>() as f64 / n as f64,
         );
         metrics.insert(
             "train/version_diff_max".into(),
@@ -603,57 +637,55 @@ impl Appo {
         );
         metrics.insert(
             "train/valids_fraction".into(),
-            valid.iter().map(|&v| f64::from(v)).sum::<f64>() / n,
+            valid.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64,
         );
 
-        // GAE from the behaviour values.
-        let ends: Vec<bool> = data
-            .terminated
-            .iter()
-            .zip(&data.truncated)
-            .map(|(a, b)| *a || *b)
-            .collect();
-        let (mut advantages, mut targets) = (Vec::new(), Vec::new());
+        // GAE from the behaviour values, back in row order.
+        let (mut advantages, mut targets) = (vec![0.0; n], vec![0.0; n]);
         if !self.cfg.with_vtrace {
-            let full_next: Vec<f32> = (0..s * t)
-                .map(|i| {
-                    if bootstrapped[i] {
-                        next_values[i]
-                    } else {
-                        data.values[i + 1]
-                    }
-                })
-                .collect();
             for q in 0..s {
                 let r = q * t..(q + 1) * t;
+                let next: Vec<f32> = r
+                    .clone()
+                    .map(|i| {
+                        if bootstrapped[i] {
+                            next_values[i]
+                        } else {
+                            values[i + 1]
+                        }
+                    })
+                    .collect();
                 let adv = gae(
-                    &data.rewards[r.clone()],
-                    &data.values[r.clone()],
-                    &full_next[r.clone()],
+                    &rewards[r.clone()],
+                    &values[r.clone()],
+                    &next,
                     &ends[r.clone()],
                     self.cfg.gamma as f32,
                     self.cfg.gae_lambda as f32,
                 );
-                targets.extend(adv.iter().zip(&data.values[r]).map(|(a, v)| a + v));
-                advantages.extend(adv);
+                for (j, a) in adv.into_iter().enumerate() {
+                    advantages[j * s + q] = a;
+                    targets[j * s + q] = a + values[q * t + j];
+                }
             }
         }
-        let old_values = tensor_f32(&data.values, device)?;
+        let old_values = data.values.f_to_device(device)?;
         let targets = tensor_f32(&targets, device)?;
         if !self.cfg.with_vtrace {
             self.model.update_return_stats(&targets);
         }
-        let action_dim = crate::model::Policy::action_dim(&self.model) as i64;
         Ok(Prepared {
             obs,
-            actions: tensor_f32(&data.actions, device)?.f_view([-1, action_dim])?,
-            old_log_probs: tensor_f32(&data.log_probs, device)?,
+            actions: data.actions.f_to_device(device)?,
+            old_log_probs: data.log_probs.f_to_device(device)?,
             old_values_norm: tch::no_grad(|| self.model.scale_value(&old_values)),
             mask: tensor_f32(&valid, device)?,
             advantages: tensor_f32(&advantages, device)?,
             targets_norm: tch::no_grad(|| self.model.scale_value(&targets)),
             next_values,
             bootstrapped,
+            rewards,
+            ends,
         })
     }
 
@@ -669,7 +701,7 @@ impl Appo {
         let t = data.seq_len;
         let (current, log_rhos) = tch::no_grad(|| -> Result<_> {
             let current = to_vec(&self.model.unscale_value(values_norm))?;
-            let idx = self.index(seqs, t)?;
+            let idx = self.index(seqs, data)?;
             let log_rhos = to_vec(&(log_probs - p.old_log_probs.index_select(0, &idx)))?;
             Ok((current, log_rhos))
         })?;
@@ -690,15 +722,11 @@ impl Appo {
                     }
                 })
                 .collect();
-            let ends: Vec<bool> = src
-                .clone()
-                .map(|i| data.terminated[i] || data.truncated[i])
-                .collect();
             let (vs, adv) = vtrace(
-                &data.rewards[src],
+                &p.rewards[src.clone()],
                 &current[dst.clone()],
                 &next,
-                &ends,
+                &p.ends[src],
                 &log_rhos[dst],
                 VtraceParams {
                     gamma: self.cfg.gamma as f32,
@@ -716,11 +744,12 @@ impl Appo {
         Ok((tensor_f32(&advantages, device)?, targets_norm))
     }
 
-    /// Indices of the transitions of sequences `seqs`.
-    fn index(&self, seqs: &[usize], t: usize) -> Result<Tensor> {
+    /// Rows of the transitions of sequences `seqs`, sequence by sequence.
+    fn index(&self, seqs: &[usize], data: &Dataset) -> Result<Tensor> {
+        let (s, t) = (data.num_sequences, data.seq_len);
         let idx: Vec<i64> = seqs
             .iter()
-            .flat_map(|&q| (q * t..(q + 1) * t).map(|i| i as i64))
+            .flat_map(|&q| (0..t).map(move |j| (j * s + q) as i64))
             .collect();
         Ok(Tensor::f_from_slice(&idx)?.f_to_device(self.model.device())?)
     }
@@ -766,7 +795,7 @@ impl Appo {
                             .iter()
                             .map(|&q| q as usize)
                             .collect();
-                        (Some(self.index(&seqs, t)?), seqs)
+                        (Some(self.index(&seqs, data)?), seqs)
                     }
                     Some(order) => {
                         let part = &order[mb * mb_size..((mb + 1) * mb_size).min(n)];

@@ -1,42 +1,17 @@
 //! The batcher: cuts trajectories into per-env sequences and releases a training dataset once it
-//! holds `batch_size * num_batches_per_epoch` transitions.
+//! holds `batch_size * num_batches_per_epoch` transitions. It moves no data: a dataset is a list
+//! of column ranges of trajectory slots ([`Part`]), which the learner views as tensors.
 
 use std::collections::VecDeque;
 
-use super::Batch;
-use crate::algo::appo::Dataset;
-use crate::error::{Result, RlfError};
-use crate::sampling::Trajectory;
-
-struct Sequence {
-    obs: Vec<f32>,
-    actions: Vec<f32>,
-    log_probs: Vec<f32>,
-    values: Vec<f32>,
-    rewards: Vec<f32>,
-    terminated: Vec<bool>,
-    truncated: Vec<bool>,
-    final_obs: Vec<(usize, Vec<f32>)>,
-    next_obs: Vec<f32>,
-    versions: Vec<u64>,
-    /// The last sequence of its trajectory.
-    closes: bool,
-}
+use super::{Batch, Part};
 
 /// Assembles datasets from trajectories.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Batcher {
     sequences_per_dataset: usize,
-    pending: VecDeque<Sequence>,
-}
-
-impl std::fmt::Debug for Batcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batcher")
-            .field("sequences_per_dataset", &self.sequences_per_dataset)
-            .field("pending", &self.pending.len())
-            .finish()
-    }
+    /// Columns of trajectories still waiting for a dataset, oldest first.
+    pending: VecDeque<Part>,
 }
 
 impl Batcher {
@@ -51,99 +26,96 @@ impl Batcher {
 
     /// Trajectories with sequences still waiting for a dataset.
     pub fn pending_trajectories(&self) -> u64 {
-        self.pending.iter().filter(|s| s.closes).count() as u64
+        self.pending.len() as u64
     }
 
-    /// Slot of `trajectory_ready`: adds the trajectory; returns the datasets now complete, each
-    /// with the trajectories whose last sequence it holds.
-    pub fn on_trajectory_ready(&mut self, traj: &Trajectory) -> Result<Vec<Batch>> {
-        let (n, t) = (traj.num_envs, traj.len);
-        let steps = n * t;
-        let obs_dim = traj.obs.len().checked_div(steps).unwrap_or(0);
-        let action_dim = traj.actions.len().checked_div(steps).unwrap_or(0);
-        let bad = [
-            traj.obs.len() != steps * obs_dim,
-            traj.actions.len() != steps * action_dim,
-            traj.log_probs.len() != steps,
-            traj.values.len() != steps,
-            traj.rewards.len() != steps,
-            traj.terminated.len() != steps,
-            traj.truncated.len() != steps,
-            traj.versions.len() != steps,
-            traj.next_obs.len() != n * obs_dim,
-            traj.final_obs
-                .iter()
-                .any(|(i, o)| *i >= steps || o.len() != obs_dim),
-        ];
-        if steps == 0 || bad.iter().any(|&b| b) {
-            return Err(RlfError::Protocol {
-                component: "batcher",
-                message: format!(
-                    "trajectory of worker {} split {} has inconsistent sizes",
-                    traj.worker, traj.split
-                ),
+    /// Whether slot `buffer` of `worker` has sequences waiting for a dataset.
+    pub fn holds(&self, worker: usize, buffer: usize) -> bool {
+        self.pending
+            .iter()
+            .any(|p| (p.worker, p.buffer) == (worker, buffer))
+    }
+
+    /// Slot of `trajectory_ready`: adds the `num_envs` sequences of slot `buffer` of `worker`;
+    /// returns the datasets now complete, in order.
+    pub fn on_trajectory_ready(&mut self, worker: usize, buffer: usize, num_envs: usize) -> Vec<Batch> {
+        if num_envs > 0 {
+            self.pending.push_back(Part {
+                worker,
+                buffer,
+                first_env: 0,
+                num_envs,
+                closes: true,
             });
         }
-        for i in 0..n {
-            let at = |k: usize| k * n + i;
-            let mut seq = Sequence {
-                obs: Vec::with_capacity(t * obs_dim),
-                actions: Vec::with_capacity(t * action_dim),
-                log_probs: (0..t).map(|k| traj.log_probs[at(k)]).collect(),
-                values: (0..t).map(|k| traj.values[at(k)]).collect(),
-                rewards: (0..t).map(|k| traj.rewards[at(k)]).collect(),
-                terminated: (0..t).map(|k| traj.terminated[at(k)]).collect(),
-                truncated: (0..t).map(|k| traj.truncated[at(k)]).collect(),
-                final_obs: Vec::new(),
-                next_obs: traj.next_obs[i * obs_dim..(i + 1) * obs_dim].to_vec(),
-                versions: (0..t).map(|k| traj.versions[at(k)]).collect(),
-                closes: i + 1 == n,
-            };
-            for k in 0..t {
-                seq.obs
-                    .extend_from_slice(&traj.obs[at(k) * obs_dim..(at(k) + 1) * obs_dim]);
-                seq.actions
-                    .extend_from_slice(&traj.actions[at(k) * action_dim..(at(k) + 1) * action_dim]);
-            }
-            seq.final_obs = traj
-                .final_obs
-                .iter()
-                .filter(|(idx, _)| idx % n == i)
-                .map(|(idx, o)| (idx / n, o.clone()))
-                .collect();
-            self.pending.push_back(seq);
-        }
         let mut ready = Vec::new();
-        while self.pending.len() >= self.sequences_per_dataset {
-            ready.push(self.release(t));
+        while self.pending.iter().map(|p| p.num_envs).sum::<usize>() >= self.sequences_per_dataset {
+            ready.push(self.release());
         }
-        Ok(ready)
+        ready
     }
 
-    fn release(&mut self, t: usize) -> Batch {
-        let mut trajectories = 0;
-        let mut d = Dataset {
-            num_sequences: self.sequences_per_dataset,
-            seq_len: t,
-            ..Dataset::default()
-        };
-        for (q, seq) in self.pending.drain(..self.sequences_per_dataset).enumerate() {
-            d.obs.extend(seq.obs);
-            d.actions.extend(seq.actions);
-            d.log_probs.extend(seq.log_probs);
-            d.values.extend(seq.values);
-            d.rewards.extend(seq.rewards);
-            d.terminated.extend(seq.terminated);
-            d.truncated.extend(seq.truncated);
-            d.final_obs
-                .extend(seq.final_obs.into_iter().map(|(k, o)| (q * t + k, o)));
-            d.next_obs.extend(seq.next_obs);
-            d.versions.extend(seq.versions);
-            trajectories += u64::from(seq.closes);
+    fn release(&mut self) -> Batch {
+        let mut parts = Vec::new();
+        let mut missing = self.sequences_per_dataset;
+        while missing > 0 {
+            let Some(front) = self.pending.front_mut() else {
+                break;
+            };
+            if front.num_envs <= missing {
+                missing -= front.num_envs;
+                parts.extend(self.pending.pop_front());
+            } else {
+                parts.push(Part {
+                    num_envs: missing,
+                    closes: false,
+                    ..*front
+                });
+                front.first_env += missing;
+                front.num_envs -= missing;
+                missing = 0;
+            }
         }
-        Batch {
-            dataset: d,
-            trajectories,
+        Batch { parts }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(worker: usize, buffer: usize, first_env: usize, num_envs: usize, closes: bool) -> Part {
+        Part {
+            worker,
+            buffer,
+            first_env,
+            num_envs,
+            closes,
         }
+    }
+
+    #[test]
+    fn trajectories_are_cut_into_datasets_of_whole_sequences_in_order() {
+        // Datasets of 6 sequences of 4 steps from trajectories of 4 envs.
+        let mut b = Batcher::new(24, 4);
+        assert!(b.on_trajectory_ready(0, 1, 4).is_empty());
+        assert!(b.holds(0, 1));
+        let ready = b.on_trajectory_ready(1, 0, 4);
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].parts, [part(0, 1, 0, 4, true), part(1, 0, 0, 2, false)]);
+        assert_eq!(ready[0].trajectories(), 1);
+        assert!(!b.holds(0, 1) && b.holds(1, 0));
+        let ready = b.on_trajectory_ready(0, 2, 4);
+        assert_eq!(ready[0].parts, [part(1, 0, 2, 2, true), part(0, 2, 0, 4, true)]);
+        assert_eq!(b.pending_trajectories(), 0);
+    }
+
+    #[test]
+    fn one_trajectory_can_fill_several_datasets() {
+        let mut b = Batcher::new(8, 4);
+        let ready = b.on_trajectory_ready(0, 0, 5);
+        assert_eq!(ready.len(), 2);
+        assert_eq!(ready[1].parts, [part(0, 0, 2, 2, false)]);
+        assert_eq!(b.pending_trajectories(), 1);
     }
 }

@@ -1,25 +1,121 @@
 //! The learner: trains APPO on each dataset and publishes the new weights with their version into
 //! shared memory (a seqlock the inference workers read between batches); `policy_updated` then
 //! carries only the version.
+//!
+//! A dataset arrives as the trajectory slots it is made of ([`Batch`]); the learner trains on
+//! tensors that view those slots in shared memory. A dataset that is one whole slot is not copied
+//! at all; one made of several slots (or parts of them) is gathered with one copy per field.
 
 use rlf_shm::SharedWeights;
+use tch::Tensor;
 
-use super::{PolicyUpdated, TrainingReport};
+use super::{Batch, PolicyUpdated, TrainingReport};
 use crate::algo::appo::{Appo, Dataset, TrainingState};
-use crate::error::Result;
+use crate::error::{Result, RlfError};
 use crate::model::{NamedTensor, Policy};
+use crate::sampling::{Field, TrajectoryPool};
 
 /// Owns the training state (network, optimiser, version).
 #[derive(Debug)]
 pub struct Learner {
     appo: Appo,
     weights: SharedWeights,
+    /// Every rollout worker's trajectory pool, by worker index, mapped for the rest of the
+    /// process (the tensors viewing them do not keep them mapped).
+    pools: Vec<&'static TrajectoryPool>,
+    /// The first dataset's digest was reported.
+    digested: bool,
 }
 
 impl Learner {
-    /// A learner around an APPO state, publishing into `weights`.
-    pub fn new(appo: Appo, weights: SharedWeights) -> Self {
-        Self { appo, weights }
+    /// A learner around an APPO state, publishing into `weights`, reading trajectories from
+    /// `pools` (by worker index).
+    pub fn new(appo: Appo, weights: SharedWeights, pools: Vec<TrajectoryPool>) -> Self {
+        let pools = pools.into_iter().map(|p| &*Box::leak(Box::new(p))).collect();
+        Self {
+            appo,
+            weights,
+            pools,
+            digested: false,
+        }
+    }
+
+    /// The dataset made of `batch`'s parts, time-major (row `t * S + s`, sequences in the order
+    /// of the parts).
+    pub fn dataset(&self, batch: &Batch) -> Result<Dataset> {
+        let protocol = |message: String| RlfError::Protocol {
+            component: "learner",
+            message,
+        };
+        let mut shape = None;
+        let mut parts = Vec::with_capacity(batch.parts.len());
+        for p in &batch.parts {
+            let pool = *self.pools.get(p.worker).ok_or_else(|| {
+                protocol(format!("a dataset part from unknown rollout worker {}", p.worker))
+            })?;
+            let sh = pool.shape();
+            if p.num_envs == 0 || p.first_env + p.num_envs > sh.num_envs || shape.is_some_and(|s| s != sh) {
+                return Err(protocol(format!(
+                    "dataset part {p:?} does not fit the slots of worker {} ({} envs)",
+                    p.worker, sh.num_envs
+                )));
+            }
+            shape = Some(sh);
+            parts.push((pool, p));
+        }
+        let Some(sh) = shape else {
+            return Err(protocol("a dataset with no part".into()));
+        };
+        let (s, t) = (parts.iter().map(|(_, p)| p.num_envs).sum::<usize>(), sh.rollout);
+        let rows = |field: Field| -> Result<Tensor> {
+            let views = parts
+                .iter()
+                .map(|(pool, p)| {
+                    let dim = if field == Field::NextObs { 0 } else { 1 };
+                    Ok(pool
+                        .tensor(p.buffer, field)?
+                        .f_narrow(dim, p.first_env as i64, p.num_envs as i64)?)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let whole = match views.as_slice() {
+                [one] => one.shallow_clone(),
+                _ => Tensor::f_cat(&views, if field == Field::NextObs { 0 } else { 1 })?,
+            };
+            let width = sh.width(field) as i64;
+            let shaped = match field {
+                Field::Obs | Field::Actions | Field::FinalObs | Field::NextObs => {
+                    whole.f_reshape([-1, width])?
+                }
+                _ => whole.f_reshape([-1])?,
+            };
+            Ok(shaped)
+        };
+        let mut versions = vec![0; s * t];
+        let mut column = 0;
+        for (pool, p) in &parts {
+            let v = pool.versions(p.buffer)?;
+            for step in 0..t {
+                for i in 0..p.num_envs {
+                    versions[step * s + column + i] = v[step * sh.num_envs + p.first_env + i];
+                }
+            }
+            column += p.num_envs;
+        }
+        Ok(Dataset {
+            num_sequences: s,
+            seq_len: t,
+            obs: rows(Field::Obs)?,
+            actions: rows(Field::Actions)?,
+            log_probs: rows(Field::LogProbs)?,
+            values: rows(Field::Values)?,
+            rewards: rows(Field::Rewards)?,
+            terminated: rows(Field::Terminated)?,
+            truncated: rows(Field::Truncated)?,
+            has_final: rows(Field::HasFinal)?,
+            final_obs: rows(Field::FinalObs)?,
+            next_obs: rows(Field::NextObs)?,
+            versions,
+        })
     }
 
     /// The policy version (SGD steps taken).
@@ -43,12 +139,20 @@ impl Learner {
     }
 
     /// Slot of `batch_ready`: trains on the dataset; returns the new weights and the metrics.
-    pub fn on_batch_ready(&mut self, dataset: &Dataset) -> Result<(PolicyUpdated, TrainingReport)> {
-        let metrics = self.appo.train(dataset)?;
+    pub fn on_batch_ready(&mut self, batch: &Batch) -> Result<(PolicyUpdated, TrainingReport)> {
+        let dataset = self.dataset(batch)?;
+        // Only the run's first dataset is digested (the digest reads every value).
+        let dataset_digest = if self.digested {
+            None
+        } else {
+            self.digested = true;
+            Some(dataset.digest()?)
+        };
+        let metrics = self.appo.train(&dataset)?;
         let report = TrainingReport {
             version: self.appo.version(),
             metrics: metrics.into_iter().collect(),
-            dataset_digest: dataset.digest(),
+            dataset_digest,
         };
         Ok((self.publish()?, report))
     }

@@ -6,18 +6,38 @@ mod learner;
 
 use serde::{Deserialize, Serialize};
 
-use crate::algo::appo::Dataset;
-
 pub use batcher::Batcher;
 pub use learner::Learner;
 
-/// A training dataset and the trajectories whose last sequence it holds (`batch_ready`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Sequences `first_env..first_env + num_envs` (env columns) of the trajectory in slot `buffer`
+/// of rollout worker `worker`'s pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    /// The rollout worker (owner of the pool).
+    pub worker: usize,
+    /// The slot.
+    pub buffer: usize,
+    /// The first env column.
+    pub first_env: usize,
+    /// Env columns.
+    pub num_envs: usize,
+    /// The part holds the trajectory's last columns: once this dataset is trained on, the slot
+    /// is free.
+    pub closes: bool,
+}
+
+/// A training dataset as the slots it is made of (`batch_ready`): the learner views them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Batch {
-    /// The dataset.
-    pub dataset: Dataset,
-    /// Trajectories completed by this dataset.
-    pub trajectories: u64,
+    /// The parts, in order.
+    pub parts: Vec<Part>,
+}
+
+impl Batch {
+    /// Trajectories whose last sequences this dataset holds.
+    pub fn trajectories(&self) -> u64 {
+        self.parts.iter().filter(|p| p.closes).count() as u64
+    }
 }
 
 /// New weights were published into shared memory after training (`policy_updated`).
@@ -34,6 +54,7 @@ pub struct TrainingReport {
     pub version: u64,
     /// Metrics by name (`train/policy_loss`, ...).
     pub metrics: Vec<(String, f64)>,
-    /// [`Dataset::digest`](crate::algo::appo::Dataset::digest) of the dataset trained on.
-    pub dataset_digest: u64,
+    /// [`Dataset::digest`](crate::algo::appo::Dataset::digest) of the dataset trained on, for the
+    /// learner's first dataset.
+    pub dataset_digest: Option<u64>,
 }

@@ -1,22 +1,31 @@
-//! Trajectory buffers in shared memory: the data plane between rollout workers and the batcher.
+//! Trajectory buffers in shared memory: the data plane between rollout workers, inference workers
+//! and the learner.
 //!
-//! Each rollout worker owns a [`TrajectoryPool`] of `num_buffers` slots, each holding one trajectory of `rollout`
-//! steps of one split (time-major, step `t` of env `i` at `t * num_envs + i`). Who may touch a slot is decided by the
-//! signals that carry its index:
-//! 1. the worker takes a free index from its free list, writes the trajectory and emits `trajectory_ready` with the
-//!    index (the signal's queue orders the writes before the batcher's reads);
-//! 2. the batcher copies the slot out and emits `buffer_released` back to that worker alone, which puts the index on
-//!    its free list again. A worker with no free slot parks the finished split until a slot comes back
-//!    (back-pressure, no polling).
+//! Each rollout worker owns a [`TrajectoryPool`] of `num_buffers` slots; a slot holds one
+//! trajectory of `rollout` steps of one split, field by field, time-major (step `t` of env `i` at
+//! `t * num_envs + i`). A trajectory is written where it will be read, never copied between
+//! processes; who may touch a slot is decided by the signals that carry its index:
+//! 1. a split takes a free slot when it starts a trajectory. At each step the rollout worker
+//!    writes the observations at step `t` and asks for actions with the slot and the step; the
+//!    inference worker reads those observations and writes the actions, log-probabilities, values
+//!    and its policy version at the same step; the rollout worker reads the actions, steps its
+//!    envs and writes the rewards and episode ends. After the last step it writes the next
+//!    observations and emits `trajectory_ready` with the slot (the signal's queue orders every
+//!    write before the batcher's reads);
+//! 2. the learner trains on tensors that view the slot ([`TrajectoryPool::tensor`]); once every
+//!    dataset holding part of it is trained on, the batcher emits `buffer_released` back to that
+//!    worker alone, which puts the slot on its free list again. A split with no free slot waits
+//!    for one (back-pressure, no polling).
 //!
-//! Floats and flags live in one `f32` array, policy versions in a `u64` array. Copies between the slots and the
-//! process-local vectors are memcpys of a few hundred KB at most per trajectory.
+//! Floats and flags live in one `f32` array, policy versions in a `u64` array; one more word
+//! holds the incarnation of the worker process that owns the pool, so an inference worker can
+//! skip requests of a dead predecessor.
 
 use serde::{Deserialize, Serialize};
+use tch::Tensor;
 
 use rlf_shm::{ShmArray, ShmArrayHandle};
 
-use super::Trajectory;
 use crate::error::{Result, RlfError};
 
 /// The shape of every slot of a pool.
@@ -32,16 +41,85 @@ pub struct TrajectoryShape {
     pub action_dim: usize,
 }
 
+/// A field of a trajectory slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// Observations before each step (rollout worker).
+    Obs,
+    /// Raw actions (inference worker).
+    Actions,
+    /// Log-probabilities of the actions (inference worker).
+    LogProbs,
+    /// Values of the observations (inference worker).
+    Values,
+    /// Rewards (rollout worker).
+    Rewards,
+    /// 1 where the step ended its episode in a terminal state (rollout worker).
+    Terminated,
+    /// 1 where the step ended its episode by truncation (rollout worker).
+    Truncated,
+    /// 1 where [`Field::FinalObs`] holds the episode's last observation (rollout worker).
+    HasFinal,
+    /// The last observation of an episode that ended at the step (rollout worker).
+    FinalObs,
+    /// Observations after the last step, one per env, no time axis (rollout worker).
+    NextObs,
+}
+
+impl Field {
+    const ALL: [Field; 10] = [
+        Field::Obs,
+        Field::Actions,
+        Field::LogProbs,
+        Field::Values,
+        Field::Rewards,
+        Field::Terminated,
+        Field::Truncated,
+        Field::HasFinal,
+        Field::FinalObs,
+        Field::NextObs,
+    ];
+}
+
 impl TrajectoryShape {
     fn steps(&self) -> usize {
         self.rollout * self.num_envs
     }
 
-    /// `f32` values per slot: obs, actions, log-probs, values, rewards, terminated, truncated, has-final flags,
-    /// final observations, next observations.
+    /// Values per env per step of `field`.
+    pub fn width(&self, field: Field) -> usize {
+        match field {
+            Field::Obs | Field::FinalObs | Field::NextObs => self.obs_dim,
+            Field::Actions => self.action_dim,
+            _ => 1,
+        }
+    }
+
+    /// Steps of `field` (its time axis; 1 for [`Field::NextObs`]).
+    fn field_steps(&self, field: Field) -> usize {
+        if field == Field::NextObs {
+            1
+        } else {
+            self.rollout
+        }
+    }
+
+    fn field_len(&self, field: Field) -> usize {
+        self.field_steps(field) * self.num_envs * self.width(field)
+    }
+
+    /// Offset of `field` within a slot.
+    fn field_offset(&self, field: Field) -> usize {
+        Field::ALL
+            .iter()
+            .take_while(|&&f| f != field)
+            .map(|&f| self.field_len(f))
+            .sum()
+    }
+
+    /// `f32` values per slot.
     fn floats(&self) -> usize {
-        let s = self.steps();
-        s * (2 * self.obs_dim + self.action_dim + 6) + self.num_envs * self.obs_dim
+        Field::ALL.iter().map(|&f| self.field_len(f)).sum()
     }
 }
 
@@ -60,11 +138,8 @@ pub struct TrajectoryPool {
     shape: TrajectoryShape,
     num_buffers: usize,
     floats: ShmArray<f32>,
+    /// Policy versions of every slot, then the owner's incarnation.
     versions: ShmArray<u64>,
-}
-
-fn bools(v: &[bool]) -> Vec<f32> {
-    v.iter().map(|&b| f32::from(u8::from(b))).collect()
 }
 
 impl TrajectoryPool {
@@ -74,7 +149,7 @@ impl TrajectoryPool {
             shape,
             num_buffers,
             floats: ShmArray::create(shape.floats() * num_buffers)?,
-            versions: ShmArray::create(shape.steps() * num_buffers)?,
+            versions: ShmArray::create(shape.steps() * num_buffers + 1)?,
         })
     }
 
@@ -87,7 +162,7 @@ impl TrajectoryPool {
             versions: ShmArray::open(&handle.versions)?,
         };
         if pool.floats.len() < handle.shape.floats() * handle.num_buffers
-            || pool.versions.len() < handle.shape.steps() * handle.num_buffers
+            || pool.versions.len() < handle.shape.steps() * handle.num_buffers + 1
         {
             return Err(RlfError::Protocol {
                 component: "trajectory pool",
@@ -112,103 +187,86 @@ impl TrajectoryPool {
         self.num_buffers
     }
 
-    fn check(&self, buffer: usize, traj: Option<&Trajectory>) -> Result<()> {
+    /// The shape of every slot.
+    pub fn shape(&self) -> TrajectoryShape {
+        self.shape
+    }
+
+    /// The element range of step `t` of `field` in slot `buffer`, if both exist and `len` fits it.
+    fn range(&self, buffer: usize, field: Field, t: usize, len: usize) -> Result<usize> {
         let sh = &self.shape;
-        let fits = traj.is_none_or(|t| {
-            let s = sh.steps();
-            t.len == sh.rollout
-                && t.num_envs == sh.num_envs
-                && t.obs.len() == s * sh.obs_dim
-                && t.actions.len() == s * sh.action_dim
-                && [t.log_probs.len(), t.values.len(), t.rewards.len()] == [s; 3]
-                && [t.terminated.len(), t.truncated.len(), t.versions.len()] == [s; 3]
-                && t.next_obs.len() == sh.num_envs * sh.obs_dim
-                && t.final_obs.iter().all(|(i, o)| *i < s && o.len() == sh.obs_dim)
-        });
-        if buffer >= self.num_buffers || !fits {
+        let per_step = sh.num_envs * sh.width(field);
+        if buffer >= self.num_buffers || t >= sh.field_steps(field) || len != per_step {
             return Err(RlfError::Protocol {
                 component: "trajectory pool",
                 message: format!(
-                    "buffer {buffer} of {}: trajectory does not fit the slot",
+                    "slot {buffer} of {}, {field:?} at step {t}: {len} values do not fit (a step holds {per_step})",
                     self.num_buffers
                 ),
             });
         }
+        Ok(buffer * sh.floats() + sh.field_offset(field) + t * per_step)
+    }
+
+    /// Writes step `t` of `field` (every env of the split) in slot `buffer`.
+    pub fn put(&self, buffer: usize, field: Field, t: usize, values: &[f32]) -> Result<()> {
+        let at = self.range(buffer, field, t, values.len())?;
+        self.floats.copy_from_slice(at, values);
         Ok(())
     }
 
-    /// Writes `traj` into slot `buffer`.
-    pub fn write(&self, buffer: usize, traj: &Trajectory) -> Result<()> {
-        self.check(buffer, Some(traj))?;
-        let (sh, s) = (&self.shape, self.shape.steps());
-        let mut at = buffer * sh.floats();
-        let mut put = |v: &[f32]| {
-            self.floats.copy_from_slice(at, v);
-            at += v.len();
-        };
-        put(&traj.obs);
-        put(&traj.actions);
-        put(&traj.log_probs);
-        put(&traj.values);
-        put(&traj.rewards);
-        put(&bools(&traj.terminated));
-        put(&bools(&traj.truncated));
-        let mut has_final = vec![0.0; s];
-        let mut final_obs = vec![0.0; s * sh.obs_dim];
-        for (i, o) in &traj.final_obs {
-            has_final[*i] = 1.0;
-            final_obs[i * sh.obs_dim..(i + 1) * sh.obs_dim].copy_from_slice(o);
-        }
-        put(&has_final);
-        put(&final_obs);
-        put(&traj.next_obs);
-        self.versions.copy_from_slice(buffer * s, &traj.versions);
+    /// Reads step `t` of `field` (every env of the split) of slot `buffer` into `out`.
+    pub fn get(&self, buffer: usize, field: Field, t: usize, out: &mut [f32]) -> Result<()> {
+        let at = self.range(buffer, field, t, out.len())?;
+        self.floats.copy_to_slice(at, out);
         Ok(())
     }
 
-    /// Reads slot `buffer` as the trajectory of `worker`'s `split`.
-    pub fn read(&self, buffer: usize, worker: usize, split: usize) -> Result<Trajectory> {
-        self.check(buffer, None)?;
-        let (sh, s) = (&self.shape, self.shape.steps());
-        let mut at = buffer * sh.floats();
-        let mut take = |n: usize| {
-            let mut v = vec![0.0; n];
-            self.floats.copy_to_slice(at, &mut v);
-            at += n;
-            v
+    /// Records that `version` chose the actions of step `t` of slot `buffer`.
+    pub fn put_version(&self, buffer: usize, t: usize, version: u64) -> Result<()> {
+        let n = self.shape.num_envs;
+        self.range(buffer, Field::LogProbs, t, n)?;
+        let at = (buffer * self.shape.rollout + t) * n;
+        self.versions.copy_from_slice(at, &vec![version; n]);
+        Ok(())
+    }
+
+    /// The policy version of every step of slot `buffer`, time-major.
+    pub fn versions(&self, buffer: usize) -> Result<Vec<u64>> {
+        self.range(buffer, Field::LogProbs, 0, self.shape.num_envs)?;
+        let s = self.shape.steps();
+        let mut out = vec![0; s];
+        self.versions.copy_to_slice(buffer * s, &mut out);
+        Ok(out)
+    }
+
+    /// Records the incarnation of the worker process that now owns the pool.
+    pub fn set_owner(&self, incarnation: u32) {
+        self.versions
+            .copy_from_slice(self.shape.steps() * self.num_buffers, &[u64::from(incarnation)]);
+    }
+
+    /// The incarnation of the worker process that owns the pool.
+    pub fn owner(&self) -> u64 {
+        let mut w = [0];
+        self.versions
+            .copy_to_slice(self.shape.steps() * self.num_buffers, &mut w);
+        w[0]
+    }
+
+    /// A tensor viewing `field` of slot `buffer` without a copy: `[rollout, num_envs, width]`
+    /// (`[num_envs, width]` for [`Field::NextObs`]). The pool must live for the rest of the
+    /// process (`Box::leak`), since the tensor does not keep it mapped.
+    pub fn tensor(&'static self, buffer: usize, field: Field) -> Result<Tensor> {
+        let sh = &self.shape;
+        let at = self.range(buffer, field, 0, sh.num_envs * sh.width(field))?;
+        let dims = [sh.num_envs as i64, sh.width(field) as i64];
+        let shape: Vec<i64> = if field == Field::NextObs {
+            dims.to_vec()
+        } else {
+            [&[sh.rollout as i64][..], &dims].concat()
         };
-        let obs = take(s * sh.obs_dim);
-        let actions = take(s * sh.action_dim);
-        let log_probs = take(s);
-        let values = take(s);
-        let rewards = take(s);
-        let terminated = take(s).into_iter().map(|x| x != 0.0).collect();
-        let truncated = take(s).into_iter().map(|x| x != 0.0).collect();
-        let has_final = take(s);
-        let final_dense = take(s * sh.obs_dim);
-        let next_obs = take(sh.num_envs * sh.obs_dim);
-        let final_obs = (0..s)
-            .filter(|&i| has_final[i] != 0.0)
-            .map(|i| (i, final_dense[i * sh.obs_dim..(i + 1) * sh.obs_dim].to_vec()))
-            .collect();
-        let mut versions = vec![0; s];
-        self.versions.copy_to_slice(buffer * s, &mut versions);
-        Ok(Trajectory {
-            worker,
-            split,
-            num_envs: sh.num_envs,
-            len: sh.rollout,
-            obs,
-            actions,
-            log_probs,
-            values,
-            rewards,
-            terminated,
-            truncated,
-            final_obs,
-            next_obs,
-            versions,
-        })
+        Ok(self.floats.tensor(at, &shape)?)
     }
 }
 
@@ -216,35 +274,55 @@ impl TrajectoryPool {
 mod tests {
     use super::*;
 
+    const SHAPE: TrajectoryShape = TrajectoryShape {
+        rollout: 3,
+        num_envs: 2,
+        obs_dim: 4,
+        action_dim: 1,
+    };
+
     #[test]
-    fn a_trajectory_round_trips_through_a_slot() {
-        let shape = TrajectoryShape {
-            rollout: 3,
-            num_envs: 2,
-            obs_dim: 4,
-            action_dim: 1,
-        };
-        let pool = TrajectoryPool::create(shape, 2).unwrap();
-        let other = TrajectoryPool::open(&pool.handle()).unwrap();
-        let f = |n: usize, k: f32| (0..n).map(|i| i as f32 * k).collect::<Vec<_>>();
-        let traj = Trajectory {
-            worker: 1,
-            split: 0,
-            num_envs: 2,
-            len: 3,
-            obs: f(24, 0.5),
-            actions: f(6, 1.0),
-            log_probs: f(6, -0.1),
-            values: f(6, 2.0),
-            rewards: f(6, 1.0),
-            terminated: vec![false, true, false, false, false, false],
-            truncated: vec![false, false, false, true, false, false],
-            final_obs: vec![(3, vec![9.0; 4])],
-            next_obs: f(8, 3.0),
-            versions: vec![1, 2, 3, 4, 5, 6],
-        };
-        pool.write(1, &traj).unwrap();
-        assert_eq!(other.read(1, 1, 0).unwrap(), traj);
-        assert!(pool.write(2, &traj).is_err());
+    fn steps_written_by_one_mapping_are_read_and_viewed_through_another() {
+        let pool = TrajectoryPool::create(SHAPE, 2).unwrap();
+        let other: &'static TrajectoryPool =
+            Box::leak(Box::new(TrajectoryPool::open(&pool.handle()).unwrap()));
+        let view = other.tensor(1, Field::Obs).unwrap();
+        for t in 0..3 {
+            let obs: Vec<f32> = (0..8).map(|i| (t * 8 + i) as f32).collect();
+            pool.put(1, Field::Obs, t, &obs).unwrap();
+            pool.put(1, Field::Rewards, t, &[t as f32, 1.0]).unwrap();
+            pool.put_version(1, t, 10 + t as u64).unwrap();
+        }
+        pool.put(1, Field::NextObs, 0, &[9.0; 8]).unwrap();
+        let mut rewards = [0.0; 2];
+        other.get(1, Field::Rewards, 2, &mut rewards).unwrap();
+        assert_eq!(rewards, [2.0, 1.0]);
+        assert_eq!(view.size(), [3, 2, 4]);
+        assert_eq!(view.double_value(&[2, 1, 3]), 23.0);
+        assert_eq!(other.tensor(1, Field::NextObs).unwrap().size(), [2, 4]);
+        assert_eq!(other.versions(1).unwrap(), [10, 10, 11, 11, 12, 12]);
+        // Slot 0 is untouched by slot 1's writes.
+        assert_eq!(
+            other
+                .tensor(0, Field::Obs)
+                .unwrap()
+                .abs()
+                .sum(tch::Kind::Float)
+                .double_value(&[]),
+            0.0
+        );
+        pool.set_owner(3);
+        assert_eq!(other.owner(), 3);
+    }
+
+    #[test]
+    fn out_of_range_slots_steps_and_sizes_are_errors() {
+        let pool = TrajectoryPool::create(SHAPE, 2).unwrap();
+        assert!(pool.put(2, Field::Obs, 0, &[0.0; 8]).is_err());
+        assert!(pool.put(0, Field::Obs, 3, &[0.0; 8]).is_err());
+        assert!(pool.put(0, Field::Obs, 0, &[0.0; 7]).is_err());
+        assert!(pool.put(0, Field::NextObs, 1, &[0.0; 8]).is_err());
+        assert!(pool.put_version(0, 3, 1).is_err());
+        assert!(pool.versions(2).is_err());
     }
 }

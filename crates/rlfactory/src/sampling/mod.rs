@@ -7,14 +7,13 @@ mod rollout;
 
 use serde::{Deserialize, Serialize};
 
-pub use buffers::{TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
+pub use buffers::{Field, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 pub use inference::InferenceWorker;
 pub use rollout::{RolloutWorker, StepOutcome, WorkerCounts};
 
-use crate::model::ActOutput;
-
-/// Observations of one split of a rollout worker, waiting for actions (`policy_requested`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A split of a rollout worker wrote its observations at step `step` of slot `buffer` of its
+/// pool and waits for actions (`policy_requested`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyRequest {
     /// The rollout worker.
     pub worker: usize,
@@ -22,12 +21,15 @@ pub struct PolicyRequest {
     pub split: usize,
     /// Which process of the worker asked (a replacement ignores answers to its predecessor).
     pub incarnation: u32,
-    /// One observation per env of the split.
-    pub obs: Vec<f32>,
+    /// The slot of the worker's pool.
+    pub buffer: usize,
+    /// The step of the trajectory.
+    pub step: usize,
 }
 
-/// Actions for one split (`actions_ready`), with the version of the policy that chose them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The actions of a split are in its slot (`actions_ready`), written by an inference worker with
+/// their log-probabilities, values and policy version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionsReady {
     /// The rollout worker.
     pub worker: usize,
@@ -35,44 +37,6 @@ pub struct ActionsReady {
     pub split: usize,
     /// The incarnation of the worker that asked.
     pub incarnation: u32,
-    /// The policy version.
-    pub version: u64,
-    /// Actions, log-probabilities and values.
-    pub output: ActOutput,
-}
-
-/// A trajectory of `len` steps of the `num_envs` envs of one split (`trajectory_ready`), time-major:
-/// step `t` of env `i` is at index `t * num_envs + i`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Trajectory {
-    /// The rollout worker.
-    pub worker: usize,
-    /// The split.
-    pub split: usize,
-    /// Envs in the split.
-    pub num_envs: usize,
-    /// Steps.
-    pub len: usize,
-    /// Observations before each step.
-    pub obs: Vec<f32>,
-    /// Raw actions.
-    pub actions: Vec<f32>,
-    /// Log-probabilities of the actions.
-    pub log_probs: Vec<f32>,
-    /// Values of the observations.
-    pub values: Vec<f32>,
-    /// Rewards.
-    pub rewards: Vec<f32>,
-    /// Terminal steps.
-    pub terminated: Vec<bool>,
-    /// Truncated steps.
-    pub truncated: Vec<bool>,
-    /// The last observation of each truncated episode: (index, observation).
-    pub final_obs: Vec<(usize, Vec<f32>)>,
-    /// Observations after the last step, one per env.
-    pub next_obs: Vec<f32>,
-    /// Policy version of each step.
-    pub versions: Vec<u64>,
 }
 
 /// A finished trajectory waiting in slot `buffer` of `worker`'s [`TrajectoryPool`] (`trajectory_ready`).
@@ -102,9 +66,7 @@ pub struct WorkerStarted {
     pub worker: usize,
     /// Its incarnation (0 for the first process).
     pub incarnation: u32,
-    /// Trajectories the predecessors finished but never handed on (parked for a slot).
-    pub lost_trajectories: u64,
-    /// Env frames the predecessors simulated and never handed on (unfinished and parked trajectories).
+    /// Env frames the predecessors simulated and never handed on (unfinished trajectories).
     pub lost_frames: u64,
 }
 

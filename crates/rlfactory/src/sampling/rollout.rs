@@ -1,15 +1,18 @@
 //! The rollout worker: envs in `worker_num_splits` groups; each group steps when its actions
-//! arrive, records the step, and hands a trajectory on every `rollout` steps, through a slot of its
-//! shared-memory [`TrajectoryPool`]. A finished split with no free slot is parked until the batcher
-//! releases one (back-pressure).
+//! arrive. A split writes its trajectory straight into a slot of the worker's shared-memory
+//! [`TrajectoryPool`], step by step (see [`super::buffers`]): observations before asking for
+//! actions, which the inference worker writes into the same slot, then rewards and episode ends.
+//! After `rollout` steps the slot is handed on and the split takes a free one; with none free it
+//! waits until the batcher releases one (back-pressure).
 //!
 //! A worker starts with no free slot: its first message (`worker_started`) asks the batcher which
 //! slots of its pool it does not hold, and the answer (`slots_reclaimed`) is its free list. So a
 //! replacement process (after its predecessor died or hung) never writes into a slot the batcher
 //! still reads, and releases addressed to the predecessor are ignored until the answer comes.
-//! Requests carry the worker's incarnation, so answers to the predecessor's requests are ignored too.
+//! Requests carry the worker's incarnation (also recorded in the pool), so requests and answers
+//! of the predecessor are ignored too.
 
-use super::{ActionsReady, PolicyRequest, RolloutReport, Trajectory, TrajectoryPool, TrajectoryReady};
+use super::{ActionsReady, Field, PolicyRequest, RolloutReport, TrajectoryPool, TrajectoryReady};
 use crate::config::Config;
 use crate::env::{ActionMapper, EnvRegistry, VecBuffers, VecEnv};
 use crate::error::{Result, RlfError};
@@ -19,20 +22,25 @@ struct Split {
     envs: VecEnv,
     buf: VecBuffers,
     mapper: ActionMapper,
-    trajectory: Trajectory,
+    /// The slot the current trajectory is written into (none: waiting for a free one).
+    slot: Option<usize>,
+    /// Steps of the current trajectory done.
+    t: usize,
     /// Trajectories handed on since the last policy update (sync mode pauses at `rounds_per_update`).
     since_update: usize,
     paused: bool,
-    /// A finished trajectory waiting for a free slot.
-    parked: Option<Trajectory>,
+    /// Scratch for one step: actions read from the slot, flags and final observations to write.
+    actions: Vec<f32>,
+    flags: Vec<f32>,
+    final_obs: Vec<f32>,
 }
 
 /// What a rollout worker emits after a step.
 #[derive(Debug, Default)]
 pub struct StepOutcome {
-    /// The next request for actions (none while paused in sync mode).
-    pub request: Option<PolicyRequest>,
-    /// A finished trajectory, written into the pool.
+    /// Requests for actions (none while paused in sync mode or waiting for a slot).
+    pub requests: Vec<PolicyRequest>,
+    /// A finished trajectory, in its slot.
     pub trajectory: Option<TrajectoryReady>,
     /// Progress since the last report, sent with each trajectory.
     pub report: Option<RolloutReport>,
@@ -42,32 +50,26 @@ pub struct StepOutcome {
 /// outlive its process: a replacement continues them ([`WorkerCounts::inherit`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerCounts {
-    /// Trajectories finished (handed on or parked).
+    /// Trajectories finished and handed on.
     pub produced: u64,
-    /// Finished trajectories parked for want of a free slot.
-    pub parked: u64,
     /// Env frames simulated.
     pub stepped_frames: u64,
     /// Env frames in trajectories handed on to the batcher.
     pub handed_frames: u64,
-    /// Trajectories dead processes had parked.
-    pub lost_trajectories: u64,
-    /// Env frames dead processes had simulated but not handed on.
+    /// Env frames dead processes had simulated but not handed on (unfinished trajectories).
     pub lost_frames: u64,
 }
 
 impl WorkerCounts {
     /// Words in shared memory.
-    pub const LEN: usize = 6;
+    pub const LEN: usize = 4;
 
     /// As words, in field order.
     pub fn to_words(self) -> [u64; Self::LEN] {
         [
             self.produced,
-            self.parked,
             self.stepped_frames,
             self.handed_frames,
-            self.lost_trajectories,
             self.lost_frames,
         ]
     }
@@ -76,23 +78,18 @@ impl WorkerCounts {
     pub fn from_words(w: [u64; Self::LEN]) -> Self {
         Self {
             produced: w[0],
-            parked: w[1],
-            stepped_frames: w[2],
-            handed_frames: w[3],
-            lost_trajectories: w[4],
-            lost_frames: w[5],
+            stepped_frames: w[1],
+            handed_frames: w[2],
+            lost_frames: w[3],
         }
     }
 
-    /// The counts a replacement continues from: what its predecessor had parked or not yet
-    /// finished is lost.
+    /// The counts a replacement continues from: what its predecessor had not yet finished is lost.
     pub fn inherit(self) -> Self {
         Self {
             produced: self.produced,
-            parked: 0,
             stepped_frames: self.stepped_frames,
             handed_frames: self.stepped_frames,
-            lost_trajectories: self.lost_trajectories + self.parked,
             lost_frames: self.lost_frames + self.stepped_frames.saturating_sub(self.handed_frames),
         }
     }
@@ -124,10 +121,16 @@ impl std::fmt::Debug for RolloutWorker {
     }
 }
 
+fn flags(dst: &mut [f32], src: &[bool]) {
+    for (d, &b) in dst.iter_mut().zip(src) {
+        *d = f32::from(u8::from(b));
+    }
+}
+
 impl RolloutWorker {
     /// Process `incarnation` of rollout worker `index` of the run configured by `cfg`, with envs
-    /// from `registry`, continuing `counts`. Its trajectories go through `pool`, whose free slots
-    /// it learns from [`on_slots_reclaimed`](Self::on_slots_reclaimed).
+    /// from `registry`, continuing `counts`. Its trajectories go into `pool` (which it marks as
+    /// its own), whose free slots it learns from [`on_slots_reclaimed`](Self::on_slots_reclaimed).
     pub fn new(
         index: usize,
         cfg: &Config,
@@ -142,18 +145,31 @@ impl RolloutWorker {
         for _ in 0..s.worker_num_splits {
             let envs = VecEnv::from_registry(registry, &cfg.env.env, per_split)?;
             let mapper = ActionMapper::new(envs.action_space(), cfg.model.continuous_action_mode)?;
+            let shape = pool.shape();
+            if shape.num_envs != per_split || shape.obs_dim != envs.obs_dim() || shape.rollout != s.rollout {
+                return Err(RlfError::Protocol {
+                    component: "rollout worker",
+                    message: format!(
+                        "worker {index}: the trajectory pool's slots do not fit {per_split} envs"
+                    ),
+                });
+            }
             splits.push(Split {
                 buf: VecBuffers::new(per_split, envs.obs_dim()),
+                actions: vec![0.0; per_split * shape.action_dim],
+                flags: vec![0.0; per_split],
+                final_obs: vec![0.0; per_split * envs.obs_dim()],
                 envs,
                 mapper,
-                trajectory: Trajectory::default(),
+                slot: None,
+                t: 0,
                 since_update: 0,
                 paused: false,
-                parked: None,
             });
         }
         let rounds_per_update =
             (!cfg.run.async_rl).then(|| cfg.dataset_size() / (cfg.total_envs() * s.rollout));
+        pool.set_owner(incarnation);
         Ok(Self {
             index,
             rollout: s.rollout,
@@ -174,107 +190,96 @@ impl RolloutWorker {
 
     /// This worker's counts so far.
     pub fn counts(&self) -> WorkerCounts {
-        WorkerCounts {
-            parked: self.splits.iter().filter(|s| s.parked.is_some()).count() as u64,
-            ..self.counts
-        }
+        self.counts
     }
 
-    /// Writes split `k`'s finished trajectory into a free slot, or parks it when there is none.
-    fn hand_on(&mut self, k: usize, traj: Trajectory) -> Result<Option<TrajectoryReady>> {
-        let Some(buffer) = self.free.pop() else {
-            self.splits[k].parked = Some(traj);
-            return Ok(None);
+    /// Writes split `k`'s observations at its current step and asks for actions.
+    fn request(&self, k: usize) -> Result<PolicyRequest> {
+        let split = &self.splits[k];
+        let Some(buffer) = split.slot else {
+            return Err(RlfError::Protocol {
+                component: "rollout worker",
+                message: format!("worker {} split {k}: a request without a slot", self.index),
+            });
         };
-        self.pool.write(buffer, &traj)?;
-        self.counts.handed_frames += (traj.len * traj.num_envs) as u64;
-        Ok(Some(TrajectoryReady {
+        self.pool.put(buffer, Field::Obs, split.t, &split.buf.obs)?;
+        Ok(PolicyRequest {
             worker: self.index,
             split: k,
-            buffer,
-        }))
-    }
-
-    fn request(&self, split: usize) -> PolicyRequest {
-        PolicyRequest {
-            worker: self.index,
-            split,
             incarnation: self.incarnation,
-            obs: self.splits[split].buf.obs.clone(),
-        }
+            buffer,
+            step: split.t,
+        })
     }
 
-    fn fresh_trajectory(&self, split: usize) -> Trajectory {
-        let s = &self.splits[split];
-        Trajectory {
-            worker: self.index,
-            split,
-            num_envs: s.envs.num_envs(),
-            ..Trajectory::default()
+    /// Splits without a slot that may run (not paused) take a free slot, if any, and ask for
+    /// actions for their first step.
+    fn resume(&mut self) -> Result<Vec<PolicyRequest>> {
+        let mut requests = Vec::new();
+        for k in 0..self.splits.len() {
+            let split = &self.splits[k];
+            if split.slot.is_some() || split.paused {
+                continue;
+            }
+            let Some(buffer) = self.free.pop() else {
+                break;
+            };
+            let split = &mut self.splits[k];
+            split.slot = Some(buffer);
+            split.t = 0;
+            requests.push(self.request(k)?);
         }
+        Ok(requests)
     }
 
-    /// Resets every env (env `i` of the worker seeded `seed + i`) and returns the first requests.
-    pub fn start(&mut self) -> Result<Vec<PolicyRequest>> {
+    /// Resets every env (env `i` of the worker seeded `seed + i`). The first requests go out
+    /// once the free slots are known ([`on_slots_reclaimed`](Self::on_slots_reclaimed)).
+    pub fn start(&mut self) -> Result<()> {
         let mut offset = self.seed;
-        for (k, split) in self.splits.iter_mut().enumerate() {
+        for split in &mut self.splits {
             split.envs.reset(Some(offset), &mut split.buf.obs)?;
             offset += split.envs.num_envs() as u64;
-            split.trajectory = Trajectory {
-                worker: self.index,
-                split: k,
-                num_envs: split.envs.num_envs(),
-                ..Trajectory::default()
-            };
         }
-        Ok((0..self.splits.len()).map(|k| self.request(k)).collect())
+        Ok(())
     }
 
-    /// Slot of `actions_ready`: records the step of the split the actions are for, steps its envs,
-    /// and says what to emit.
+    /// Slot of `actions_ready`: reads the actions of the split from its slot, steps its envs,
+    /// records the step, and says what to emit.
     pub fn on_actions_ready(&mut self, actions: &ActionsReady) -> Result<StepOutcome> {
-        let protocol = |message: String| RlfError::Protocol {
-            component: "rollout worker",
-            message,
-        };
         if actions.worker != self.index || actions.incarnation != self.incarnation {
             return Ok(StepOutcome::default());
         }
         let k = actions.split;
-        let rollout = self.rollout;
-        let Some(split) = self.splits.get_mut(k) else {
-            return Err(protocol(format!("worker {}: no split {k}", self.index)));
+        let (index, rollout) = (self.index, self.rollout);
+        let protocol = |message: String| RlfError::Protocol {
+            component: "rollout worker",
+            message: format!("worker {index} split {k}: {message}"),
         };
+        let Some(split) = self.splits.get_mut(k) else {
+            return Err(protocol("no such split".into()));
+        };
+        let Some(buffer) = split.slot else {
+            return Err(protocol("actions for a split without a slot".into()));
+        };
+        let t = split.t;
         let n = split.envs.num_envs();
-        let out = &actions.output;
-        if out.actions.len() != n * split.envs.action_dim()
-            || out.log_probs.len() != n
-            || out.values.len() != n
-        {
-            return Err(protocol(format!(
-                "worker {} split {k}: actions for {} envs do not fit {n} envs",
-                self.index,
-                out.log_probs.len()
-            )));
-        }
-        let t = split.trajectory.len;
-        let traj = &mut split.trajectory;
-        traj.obs.extend_from_slice(&split.buf.obs);
-        traj.actions.extend_from_slice(&out.actions);
-        traj.log_probs.extend_from_slice(&out.log_probs);
-        traj.values.extend_from_slice(&out.values);
-        traj.versions.extend(std::iter::repeat_n(actions.version, n));
-
-        let env_actions = split.mapper.map(&out.actions);
+        self.pool.get(buffer, Field::Actions, t, &mut split.actions)?;
+        let env_actions = split.mapper.map(&split.actions);
         split.envs.step(env_actions, split.buf.view())?;
 
-        traj.rewards.extend_from_slice(&split.buf.rewards);
-        traj.terminated.extend_from_slice(&split.buf.terminated);
-        traj.truncated.extend_from_slice(&split.buf.truncated);
+        self.pool.put(buffer, Field::Rewards, t, &split.buf.rewards)?;
+        flags(&mut split.flags, &split.buf.terminated);
+        self.pool.put(buffer, Field::Terminated, t, &split.flags)?;
+        flags(&mut split.flags, &split.buf.truncated);
+        self.pool.put(buffer, Field::Truncated, t, &split.flags)?;
+        let obs_dim = split.buf.obs.len() / n.max(1);
+        split.flags.fill(0.0);
+        split.final_obs.fill(0.0);
         for i in 0..n {
             if split.buf.truncated[i] {
                 if let Some(last) = split.envs.final_observation(i) {
-                    traj.final_obs.push((t * n + i, last.to_vec()));
+                    split.flags[i] = 1.0;
+                    split.final_obs[i * obs_dim..(i + 1) * obs_dim].copy_from_slice(last);
                 }
             }
             if let Some(ep) = split.envs.infos()[i].episode {
@@ -282,69 +287,73 @@ impl RolloutWorker {
                 self.report.episode_lengths.push(ep.length);
             }
         }
-        traj.len += 1;
+        self.pool.put(buffer, Field::HasFinal, t, &split.flags)?;
+        self.pool.put(buffer, Field::FinalObs, t, &split.final_obs)?;
+        split.t += 1;
         self.report.env_frames += n as u64;
         self.counts.stepped_frames += n as u64;
 
         let mut outcome = StepOutcome::default();
-        if traj.len == rollout {
-            traj.next_obs = split.buf.obs.clone();
-            split.since_update += 1;
-            if self.rounds_per_update.is_some_and(|r| split.since_update >= r) {
-                split.paused = true;
-            }
-            let fresh = self.fresh_trajectory(k);
-            let done = std::mem::replace(&mut self.splits[k].trajectory, fresh);
-            self.counts.produced += 1;
-            outcome.trajectory = self.hand_on(k, done)?;
-            let paused = self.splits[k].paused || self.splits[k].parked.is_some();
-            outcome.report = Some(std::mem::replace(
-                &mut self.report,
-                RolloutReport {
-                    worker: self.index,
-                    ..RolloutReport::default()
-                },
-            ));
-            if paused {
-                return Ok(outcome);
-            }
+        if split.t < rollout {
+            outcome.requests.push(self.request(k)?);
+            return Ok(outcome);
         }
-        outcome.request = Some(self.request(k));
+        self.pool.put(buffer, Field::NextObs, 0, &split.buf.obs)?;
+        split.slot = None;
+        split.since_update += 1;
+        if self.rounds_per_update.is_some_and(|r| split.since_update >= r) {
+            split.paused = true;
+        }
+        self.counts.produced += 1;
+        self.counts.handed_frames += (rollout * n) as u64;
+        outcome.trajectory = Some(TrajectoryReady {
+            worker: self.index,
+            split: k,
+            buffer,
+        });
+        outcome.report = Some(std::mem::replace(
+            &mut self.report,
+            RolloutReport {
+                worker: self.index,
+                ..RolloutReport::default()
+            },
+        ));
+        outcome.requests = self.resume()?;
         Ok(outcome)
     }
 
     /// Slot of `policy_updated`: in sync mode, resumes the splits waiting for a new policy.
-    pub fn on_policy_updated(&mut self) -> Vec<PolicyRequest> {
-        let mut resumed = Vec::new();
-        for (k, split) in self.splits.iter_mut().enumerate() {
+    pub fn on_policy_updated(&mut self) -> Result<Vec<PolicyRequest>> {
+        for split in &mut self.splits {
             split.since_update = 0;
-            if std::mem::take(&mut split.paused) && split.parked.is_none() {
-                resumed.push(k);
-            }
+            split.paused = false;
         }
-        resumed.into_iter().map(|k| self.request(k)).collect()
-    }
-
-    /// Slot of `buffer_released`: the slot is free again; a parked split (if any) hands its
-    /// trajectory on through it and resumes unless paused for a policy update. Ignored until the
-    /// free list came ([`on_slots_reclaimed`](Self::on_slots_reclaimed) counts it).
-    pub fn on_buffer_released(&mut self, buffer: usize) -> Result<Vec<StepOutcome>> {
         if !self.reclaimed {
             return Ok(Vec::new());
         }
-        if buffer >= self.pool.num_buffers() || self.free.contains(&buffer) {
+        self.resume()
+    }
+
+    /// Slot of `buffer_released`: the slot is free again; a split waiting for one takes it.
+    /// Ignored until the free list came ([`on_slots_reclaimed`](Self::on_slots_reclaimed) counts it).
+    pub fn on_buffer_released(&mut self, buffer: usize) -> Result<Vec<PolicyRequest>> {
+        if !self.reclaimed {
+            return Ok(Vec::new());
+        }
+        let in_use = self.splits.iter().any(|s| s.slot == Some(buffer));
+        if buffer >= self.pool.num_buffers() || self.free.contains(&buffer) || in_use {
             return Err(RlfError::Protocol {
                 component: "rollout worker",
                 message: format!("worker {}: buffer {buffer} released but not in use", self.index),
             });
         }
         self.free.push(buffer);
-        self.unpark()
+        self.resume()
     }
 
-    /// Slot of `slots_reclaimed`: the free list (slots the batcher does not hold); parked splits
-    /// hand their trajectories on through it.
-    pub fn on_slots_reclaimed(&mut self, incarnation: u32, free: &[usize]) -> Result<Vec<StepOutcome>> {
+    /// Slot of `slots_reclaimed`: the free list (slots the batcher does not hold); the splits
+    /// take their first slots from it.
+    pub fn on_slots_reclaimed(&mut self, incarnation: u32, free: &[usize]) -> Result<Vec<PolicyRequest>> {
         if incarnation != self.incarnation || self.reclaimed {
             return Ok(Vec::new());
         }
@@ -360,28 +369,6 @@ impl RolloutWorker {
         }
         self.free = free;
         self.reclaimed = true;
-        self.unpark()
-    }
-
-    /// Hands parked trajectories on while there are free slots; each split that does resumes
-    /// unless paused for a policy update.
-    fn unpark(&mut self) -> Result<Vec<StepOutcome>> {
-        let mut outcomes = Vec::new();
-        while !self.free.is_empty() {
-            let Some(k) = self.splits.iter().position(|s| s.parked.is_some()) else {
-                break;
-            };
-            let Some(traj) = self.splits[k].parked.take() else {
-                break;
-            };
-            let trajectory = self.hand_on(k, traj)?;
-            let request = (!self.splits[k].paused).then(|| self.request(k));
-            outcomes.push(StepOutcome {
-                trajectory,
-                request,
-                report: None,
-            });
-        }
-        Ok(outcomes)
+        self.resume()
     }
 }
