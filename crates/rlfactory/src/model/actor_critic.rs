@@ -85,6 +85,14 @@ struct Mlp {
     nonlinearity: Nonlinearity,
 }
 
+/// tanh(z) as 2σ(2z) − 1. ATen's `tanh` on CPU calls MKL's high-accuracy vector tanh, which
+/// on this AMD EPYC takes ~2 ns per element (a fifth of a CartPole PPO step); ATen's own
+/// vectorised sigmoid and three element-wise ops cost about half as much (a PPO step at batch
+/// 1024: 2.45 ms -> 2.23 ms). Same function, within 1e-6.
+fn tanh(z: &Tensor) -> Tensor {
+    (z * 2.0).sigmoid() * 2.0 - 1.0
+}
+
 impl Mlp {
     fn forward(&self, x: &Tensor) -> Tensor {
         let mut h = x.shallow_clone();
@@ -93,7 +101,7 @@ impl Mlp {
             h = match self.nonlinearity {
                 Nonlinearity::Elu => z.elu(),
                 Nonlinearity::Relu => z.relu(),
-                Nonlinearity::Tanh => z.tanh(),
+                Nonlinearity::Tanh => tanh(&z),
             };
         }
         h
@@ -507,5 +515,17 @@ impl Policy for ActorCritic {
             path: path.to_owned(),
             source: std::io::Error::other(e.to_string()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::{Kind, Tensor};
+
+    #[test]
+    fn tanh_through_sigmoid_is_tanh() {
+        let z = Tensor::linspace(-20.0, 20.0, 100_001, (Kind::Float, tch::Device::Cpu));
+        let err = (super::tanh(&z) - z.tanh()).abs().max().double_value(&[]);
+        assert!(err < 1e-6, "max error {err}");
     }
 }
