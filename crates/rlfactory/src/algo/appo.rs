@@ -31,8 +31,8 @@
 //!     `--train_for_env_steps`, or KL-adaptive per minibatch or per epoch.
 //! 14. Metrics carry Sample Factory's names: `train/policy_loss`, `train/value_loss`,
 //!     `train/exploration_loss`, `train/entropy`, `train/kl_divergence`, `train/grad_norm`,
-//!     `train/fraction_clipped`, `train/adv_mean`, `train/adv_std`, `train/version_diff_avg`,
-//!     `train/version_diff_max`, `train/valids_fraction`, `train/lr`, `train/loss`.
+//!     `train/fraction_clipped`, `train/adv_mean`, `train/adv_std`, `train/version_diff_min`,
+//!     `train/version_diff_avg`, `train/version_diff_max`, `train/valids_fraction`, `train/lr`, `train/loss`.
 
 use std::collections::BTreeMap;
 
@@ -297,8 +297,13 @@ pub fn losses(inp: &LossInputs<'_>, cfg: &AppoConfig, value_clip: f64) -> Losses
 /// Scales the gradients of `params` so that their global L2 norm is at most `max_norm`; returns
 /// the norm before clipping.
 pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> f64 {
+    let grads: Vec<Tensor> = params.iter().map(Tensor::grad).filter(Tensor::defined).collect();
+    clip_grad_norm_of(&grads, max_norm)
+}
+
+/// [`clip_grad_norm`] of the gradients `grads` themselves (scaled in place).
+pub(crate) fn clip_grad_norm_of(grads: &[Tensor], max_norm: f64) -> f64 {
     tch::no_grad(|| {
-        let grads: Vec<Tensor> = params.iter().map(Tensor::grad).filter(Tensor::defined).collect();
         if grads.is_empty() {
             return 0.0;
         }
@@ -306,8 +311,8 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> f64 {
         let total = f64::try_from(Tensor::stack(&norms, 0).norm()).unwrap_or(f64::NAN);
         let coef = max_norm / (total + 1e-6);
         if coef < 1.0 {
-            for mut g in grads {
-                let _ = g.f_mul_scalar_(coef);
+            for g in grads {
+                let _ = g.shallow_clone().f_mul_scalar_(coef);
             }
         }
         total
@@ -409,7 +414,6 @@ pub struct Appo {
     cfg: AppoConfig,
     model: ActorCritic,
     optimizer: Adam,
-    params: Vec<Tensor>,
     schedule: LrSchedule,
     version: u64,
     frames_trained: u64,
@@ -465,7 +469,6 @@ impl Appo {
             eps: cfg.adam_eps,
         };
         let optimizer = Adam::new(model.trainable_named(), adam, cfg.learning_rate)?;
-        let params = model.trainable_variables();
         Ok(Self {
             schedule: LrSchedule::new(
                 cfg.lr_schedule,
@@ -476,7 +479,6 @@ impl Appo {
             cfg: cfg.clone(),
             model,
             optimizer,
-            params,
             version: 0,
             frames_trained: 0,
         })
@@ -630,6 +632,10 @@ impl Appo {
         metrics.insert(
             "train/version_diff_avg".into(),
             lags.iter().sum::<u64>() as f64 / n as f64,
+        );
+        metrics.insert(
+            "train/version_diff_min".into(),
+            lags.iter().copied().min().unwrap_or(0) as f64,
         );
         metrics.insert(
             "train/version_diff_max".into(),
@@ -834,9 +840,8 @@ impl Appo {
                 );
                 self.optimizer.zero_grad()?;
                 l.total.f_backward()?;
-                grad_norm_sum += clip_grad_norm(&self.params, self.cfg.max_grad_norm);
                 self.optimizer.set_lr(self.schedule.lr());
-                self.optimizer.step()?;
+                grad_norm_sum += self.optimizer.clip_and_step(self.cfg.max_grad_norm)?;
                 self.version += 1;
                 steps += 1;
                 if self.schedule.needs_kl() {

@@ -260,11 +260,6 @@ impl ActorCritic {
         &self.vs
     }
 
-    /// The trainable parameters.
-    pub fn trainable_variables(&self) -> Vec<Tensor> {
-        self.vs.trainable_variables()
-    }
-
     /// The trainable parameters with their names, in name order.
     pub fn trainable_named(&self) -> Vec<(String, Tensor)> {
         self.named
