@@ -39,6 +39,7 @@ fn dataset(obs_dim: usize) -> Dataset {
         rewards: column(vec![1.0; n]),
         terminated: column(terminated),
         truncated: column(vec![0.0; n]),
+        valid: column(vec![1.0; n]),
         has_final: column(vec![0.0; n]),
         final_obs: Tensor::zeros([n as i64, d], (Kind::Float, tch::Device::Cpu)),
         next_obs: Tensor::zeros([(n / SEQ) as i64, d], (Kind::Float, tch::Device::Cpu)),

@@ -1,12 +1,16 @@
 //! APPO's math against independent references: GAE and V-trace from the papers' sum formulas
 //! (with episode ends and truncations inside a rollout), the loss on a tiny batch computed by
-//! hand, gradient clipping, learning-rate schedules.
+//! hand, gradient clipping, learning-rate schedules, steps the slots mark invalid.
 
 // The references index by time step exactly as the papers' sums do.
 #![allow(clippy::needless_range_loop)]
 
-use rlfactory::algo::appo::{clip_grad_norm, gae, losses, vtrace, LossInputs, LrSchedule, VtraceParams};
+use rlf_env::EnvRegistry;
+use rlfactory::algo::appo::{
+    clip_grad_norm, gae, losses, vtrace, Appo, Dataset, LossInputs, LrSchedule, VtraceParams,
+};
 use rlfactory::config::{Config, LrScheduleKind};
+use rlfactory::model::{ActorCritic, Policy};
 use tch::{Kind, Tensor};
 
 /// A rollout of 7 steps: an episode terminates after step 2, one is truncated after step 4
@@ -325,4 +329,100 @@ fn learning_rate_schedules() {
     assert_eq!(epoch.lr(), 1e-3);
     epoch.on_epoch(1.0);
     assert!((epoch.lr() - 1e-3 / 1.5).abs() < 1e-12);
+}
+
+/// A CartPole-shaped dataset of 8 sequences of 16 steps, `valid` per transition (row order).
+fn cartpole_dataset(valid: &[f32]) -> Dataset {
+    let (s, t, d) = (8_usize, 16_usize, 4_i64);
+    let n = s * t;
+    assert_eq!(valid.len(), n);
+    let column = |f: &dyn Fn(usize) -> f32| Tensor::from_slice(&(0..n).map(f).collect::<Vec<_>>());
+    let obs: Vec<f32> = (0..n * 4).map(|i| ((i * 7) % 19) as f32 / 19.0 - 0.5).collect();
+    Dataset {
+        num_sequences: s,
+        seq_len: t,
+        obs: Tensor::from_slice(&obs).reshape([-1, d]),
+        actions: column(&|i| (i % 2) as f32).reshape([-1, 1]),
+        log_probs: column(&|i| -0.5 - (i % 3) as f32 * 0.1),
+        values: column(&|i| (i % 5) as f32 * 0.2),
+        rewards: column(&|_| 1.0),
+        terminated: column(&|i| f32::from(u8::from(i % 37 == 36))),
+        truncated: column(&|_| 0.0),
+        valid: Tensor::from_slice(valid),
+        has_final: column(&|_| 0.0),
+        final_obs: Tensor::zeros([n as i64, d], (Kind::Float, tch::Device::Cpu)),
+        next_obs: Tensor::ones([s as i64, d], (Kind::Float, tch::Device::Cpu)),
+        versions: vec![0; n],
+    }
+}
+
+/// Weights and statistics of an APPO learner (normalised inputs and returns) after training
+/// once on `data`, with the dataset's metrics.
+fn train_once(data: &Dataset, vtrace: bool) -> (Vec<f32>, Vec<f32>, f64) {
+    tch::manual_seed(3);
+    let cfg = Config::for_env(
+        "CartPole-v1",
+        &[
+            "--normalize_input=true",
+            "--normalize_returns=true",
+            &format!("--with_vtrace={vtrace}"),
+            "--batch_size=64",
+            "--num_batches_per_epoch=2",
+        ],
+    )
+    .unwrap();
+    let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
+    let model = ActorCritic::new(
+        env.observation_space(),
+        env.action_space(),
+        &cfg.model,
+        cfg.run.device,
+    )
+    .unwrap();
+    let mut appo = Appo::new(model, &cfg.appo, 1_000_000).unwrap();
+    let before = appo.model().weights().unwrap().values;
+    let metrics = appo.train(data).unwrap();
+    let after = appo.model().weights().unwrap().values;
+    (before, after, metrics["train/valids_fraction"])
+}
+
+fn differing(a: &[f32], b: &[f32]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| x != y).count()
+}
+
+#[test]
+fn steps_the_slots_mark_invalid_are_masked_out_of_training() {
+    for vtrace in [false, true] {
+        // Nothing valid: no loss, no statistics, so nothing moves.
+        let (before, after, fraction) = train_once(&cartpole_dataset(&[0.0; 128]), vtrace);
+        assert_eq!(fraction, 0.0);
+        assert!(
+            before == after,
+            "vtrace {vtrace}: an all-invalid dataset changed {} values of the model",
+            differing(&before, &after)
+        );
+
+        // Everything valid: the model moves.
+        let (before, after, fraction) = train_once(&cartpole_dataset(&[1.0; 128]), vtrace);
+        assert_eq!(fraction, 1.0);
+        assert!(
+            differing(&before, &after) > 0,
+            "vtrace {vtrace}: a valid dataset trained nothing"
+        );
+
+        // The odd sequences invalid: half the transitions count, and whatever the invalid steps
+        // hold (here their observations), the result is the same.
+        let half: Vec<f32> = (0..128).map(|r| f32::from(u8::from(r % 2 == 0))).collect();
+        let data = cartpole_dataset(&half);
+        let (_, a, fraction) = train_once(&data, vtrace);
+        assert_eq!(fraction, 0.5);
+        let odd = Tensor::from_slice(&(0..64).map(|k| 2 * k + 1).collect::<Vec<i64>>());
+        let noisy = data.obs.index_fill(0, &odd, 1e3);
+        let (_, b, _) = train_once(&Dataset { obs: noisy, ..data }, vtrace);
+        assert!(
+            a == b,
+            "vtrace {vtrace}: invalid steps' observations changed {} values of the model",
+            differing(&a, &b)
+        );
+    }
 }

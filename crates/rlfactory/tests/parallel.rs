@@ -1,6 +1,7 @@
 //! The parallel architecture end to end, through the real binary: rollout workers, the inference
 //! worker and the learner in processes of their own; dead and hung processes (SIGKILL, SIGSTOP):
-//! rollout workers are replaced, the others stop the run with a checkpoint.
+//! rollout workers are replaced, the others stop the run with a checkpoint; workers left without
+//! work (the learner stopped) make no wake-ups.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -267,6 +268,88 @@ fn lose_a_component(name: &str, loop_id: u32, sig: &str) -> (ExitStatus, Vec<Str
         );
     }
     (status, seen, dir)
+}
+
+/// Context switches, voluntary and not, of every thread of process `pid` so far.
+fn context_switches(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
+    tasks
+        .map(|task| {
+            let status =
+                std::fs::read_to_string(task.expect("thread").path().join("status")).expect("thread status");
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .map(|l| {
+                    l.split_whitespace()
+                        .last()
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .expect("a count")
+                })
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+#[test]
+fn workers_with_nothing_to_do_make_no_wake_ups() {
+    // Stopping the learner starves the rollout worker of slots and the inference worker of
+    // requests. With heartbeats a minute apart, neither has a timer due in the window measured.
+    let (pid, lines, exited) = spawn_train(&[
+        "--save_experiment=false".into(),
+        "--heartbeat_interval=60".into(),
+        "--train_for_seconds=60".into(),
+    ]);
+    let mut seen = wait_for_progress(&lines);
+    let [worker, inference, learner] =
+        [1, 2, 3].map(|loop_id| child_of_loop(pid, loop_id).expect("the component's process"));
+    signal(learner, "-STOP");
+    // Time for the slots in flight to reach the stopped learner's queue.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = [context_switches(worker), context_switches(inference)];
+    std::thread::sleep(Duration::from_secs(3));
+    let after = [context_switches(worker), context_switches(inference)];
+    for ((name, b), a) in ["rollout worker", "inference worker"]
+        .iter()
+        .zip(before)
+        .zip(after)
+    {
+        assert!(
+            a - b <= 2,
+            "the idle {name} switched context {} times in 3 s",
+            a - b
+        );
+    }
+    // Idle, not dead: the learner trains again once it runs.
+    let version = |line: &str| -> Option<u64> { line.rsplit("version ").next()?.trim().parse().ok() };
+    seen.extend(lines.try_iter());
+    let paused_at = seen
+        .iter()
+        .filter_map(|l| version(l))
+        .max()
+        .expect("a version so far");
+    signal(learner, "-CONT");
+    loop {
+        let line = lines.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|e| {
+            panic!(
+                "no training after the learner resumed ({e}):\n{}",
+                seen.join("\n")
+            )
+        });
+        let resumed = version(&line).is_some_and(|v| v > paused_at);
+        seen.push(line);
+        if resumed {
+            break;
+        }
+    }
+    signal(pid, "-INT");
+    exited
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the run stops on SIGINT");
+    assert_eq!(
+        rlf_shm::region::segments_of(pid).expect("list /dev/shm"),
+        Vec::<String>::new()
+    );
 }
 
 /// The newest checkpoint loads: `enjoy` runs an episode with it.

@@ -10,7 +10,8 @@
 //!    limit is not a terminal state: its successor keeps its value). A terminated step's successor
 //!    is worth 0.
 //! 4. Each transition's policy lag (`learner version − acting version`) is measured; transitions
-//!    lagging more than `--max_policy_lag` are masked out of every loss (`train/valids_fraction`).
+//!    lagging more than `--max_policy_lag`, and those the slot marks invalid (an inactive agent),
+//!    are masked out of every loss (`train/valids_fraction`).
 //! 5. Without V-trace: GAE(γ, λ) advantages from the behaviour values ([`gae`]); value targets are
 //!    advantages + behaviour values. Return statistics (when `--normalize_returns`) are updated
 //!    with the targets, and the critic learns targets in normalised units.
@@ -71,6 +72,9 @@ pub struct Dataset {
     pub terminated: Tensor,
     /// 1 where the step ended its episode by truncation, `[S * T]`.
     pub truncated: Tensor,
+    /// 1 where the step is the agent's own experience, 0 where it is masked out of every loss
+    /// (an inactive agent), `[S * T]`.
+    pub valid: Tensor,
     /// 1 where `final_obs` holds the last observation of a truncated episode, `[S * T]`.
     pub has_final: Tensor,
     /// The last observation of each truncated episode, `[S * T, obs_dim]`.
@@ -111,6 +115,7 @@ impl Dataset {
             &self.rewards,
             &self.terminated,
             &self.truncated,
+            &self.valid,
             &self.has_final,
             &self.final_obs,
             &self.next_obs,
@@ -224,7 +229,7 @@ pub struct LossInputs<'a> {
     pub targets: &'a Tensor,
     /// Entropy of the action distribution per transition (with gradient).
     pub entropy: &'a Tensor,
-    /// 1 for transitions in the loss, 0 for masked ones (too much policy lag).
+    /// 1 for transitions in the loss, 0 for masked ones (invalid, or too much policy lag).
     pub mask: &'a Tensor,
 }
 
@@ -448,6 +453,8 @@ struct Prepared {
     old_log_probs: Tensor,
     old_values_norm: Tensor,
     mask: Tensor,
+    /// Whether the slots mark each transition valid, row order.
+    slot_valid: Vec<bool>,
     /// GAE only: advantages and normalised targets.
     advantages: Tensor,
     targets_norm: Tensor,
@@ -541,6 +548,7 @@ impl Appo {
             ("rewards", &data.rewards, vec![n]),
             ("terminated", &data.terminated, vec![n]),
             ("truncated", &data.truncated, vec![n]),
+            ("valid", &data.valid, vec![n]),
             ("has_final", &data.has_final, vec![n]),
             ("final_obs", &data.final_obs, vec![n, obs_dim]),
             (
@@ -571,13 +579,30 @@ impl Appo {
         Ok(())
     }
 
-    /// Steps 2–5 of the module doc: statistics, bootstrap values, lag mask, GAE.
+    /// Steps 2–5 of the module doc: statistics, bootstrap values, validity and lag mask, GAE.
     fn prepare(&mut self, data: &Dataset, metrics: &mut TrainMetrics) -> Result<Prepared> {
         let device = self.model.device();
         let (s, t) = (data.num_sequences, data.seq_len);
         let n = s * t;
         let obs = data.obs.f_to_device(device)?;
-        self.model.update_obs_stats(&obs);
+        // Statistics learn from the steps the slots mark valid, and from none when there are none.
+        let slot_valid = to_vec(&data.valid)?;
+        let valid_rows: Option<Tensor> = if slot_valid.iter().all(|&v| v != 0.0) {
+            None
+        } else {
+            let rows: Vec<i64> = (0..n as i64).filter(|&r| slot_valid[r as usize] != 0.0).collect();
+            Some(Tensor::f_from_slice(&rows)?.f_to_device(device)?)
+        };
+        let of_valid = |x: &Tensor| -> Result<Option<Tensor>> {
+            Ok(match &valid_rows {
+                None => Some(x.shallow_clone()),
+                Some(rows) if rows.numel() == 0 => None,
+                Some(rows) => Some(x.f_index_select(0, rows)?),
+            })
+        };
+        if let Some(obs) = of_valid(&obs)? {
+            self.model.update_obs_stats(&obs);
+        }
 
         // The per-step numbers, sequence-major for the recursions along each sequence.
         let flags = |x: &Tensor| -> Result<Vec<bool>> { Ok(to_vec(x)?.iter().map(|&v| v != 0.0).collect()) };
@@ -627,7 +652,14 @@ impl Appo {
             .collect();
         let valid: Vec<f32> = lags
             .iter()
-            .map(|&l| if l <= self.cfg.max_policy_lag { 1.0 } else { 0.0 })
+            .zip(&slot_valid)
+            .map(|(&l, &v)| {
+                if l <= self.cfg.max_policy_lag && v != 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
             .collect();
         metrics.insert(
             "train/version_diff_avg".into(),
@@ -678,7 +710,9 @@ impl Appo {
         let old_values = data.values.f_to_device(device)?;
         let targets = tensor_f32(&targets, device)?;
         if !self.cfg.with_vtrace {
-            self.model.update_return_stats(&targets);
+            if let Some(targets) = of_valid(&targets)? {
+                self.model.update_return_stats(&targets);
+            }
         }
         Ok(Prepared {
             obs,
@@ -686,6 +720,7 @@ impl Appo {
             old_log_probs: data.log_probs.f_to_device(device)?,
             old_values_norm: tch::no_grad(|| self.model.scale_value(&old_values)),
             mask: tensor_f32(&valid, device)?,
+            slot_valid: slot_valid.iter().map(|&v| v != 0.0).collect(),
             advantages: tensor_f32(&advantages, device)?,
             targets_norm: tch::no_grad(|| self.model.scale_value(&targets)),
             next_values,
@@ -744,8 +779,19 @@ impl Appo {
             advantages.extend(adv);
         }
         let device = self.model.device();
+        let mut valid_targets = Vec::with_capacity(targets.len());
+        for (k, &q) in seqs.iter().enumerate() {
+            for j in 0..t {
+                if p.slot_valid[j * data.num_sequences + q] {
+                    valid_targets.push(targets[k * t + j]);
+                }
+            }
+        }
+        if !valid_targets.is_empty() {
+            self.model
+                .update_return_stats(&tensor_f32(&valid_targets, device)?);
+        }
         let targets = tensor_f32(&targets, device)?;
-        self.model.update_return_stats(&targets);
         let targets_norm = tch::no_grad(|| self.model.scale_value(&targets));
         Ok((tensor_f32(&advantages, device)?, targets_norm))
     }

@@ -111,6 +111,7 @@ impl Learner {
             rewards: rows(Field::Rewards)?,
             terminated: rows(Field::Terminated)?,
             truncated: rows(Field::Truncated)?,
+            valid: rows(Field::Valid)?,
             has_final: rows(Field::HasFinal)?,
             final_obs: rows(Field::FinalObs)?,
             next_obs: rows(Field::NextObs)?,

@@ -9,9 +9,9 @@
 //!    writes the observations at step `t` and asks for actions with the slot and the step; the
 //!    inference worker reads those observations and writes the actions, log-probabilities, values
 //!    and its policy version at the same step; the rollout worker reads the actions, steps its
-//!    envs and writes the rewards and episode ends. After the last step it writes the next
-//!    observations and emits `trajectory_ready` with the slot (the signal's queue orders every
-//!    write before the batcher's reads);
+//!    envs and writes the rewards, episode ends and valid flags. After the last step it writes
+//!    the next observations and emits `trajectory_ready` with the slot (the signal's queue
+//!    orders every write before the batcher's reads);
 //! 2. the learner trains on tensors that view the slot ([`TrajectoryPool::tensor`]); once every
 //!    dataset holding part of it is trained on, the batcher emits `buffer_released` back to that
 //!    worker alone, which puts the slot on its free list again. A split with no free slot waits
@@ -58,6 +58,10 @@ pub enum Field {
     Terminated,
     /// 1 where the step ended its episode by truncation (rollout worker).
     Truncated,
+    /// 1 where the step is the agent's own experience, 0 where it only fills the slot (rollout
+    /// worker). Every step of a single-agent env is valid; an agent of a multi-agent env is not
+    /// while it is inactive. The learner masks invalid steps out of every loss.
+    Valid,
     /// 1 where [`Field::FinalObs`] holds the episode's last observation (rollout worker).
     HasFinal,
     /// The last observation of an episode that ended at the step (rollout worker).
@@ -67,7 +71,7 @@ pub enum Field {
 }
 
 impl Field {
-    const ALL: [Field; 10] = [
+    const ALL: [Field; 11] = [
         Field::Obs,
         Field::Actions,
         Field::LogProbs,
@@ -75,6 +79,7 @@ impl Field {
         Field::Rewards,
         Field::Terminated,
         Field::Truncated,
+        Field::Valid,
         Field::HasFinal,
         Field::FinalObs,
         Field::NextObs,

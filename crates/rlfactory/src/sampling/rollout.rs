@@ -272,6 +272,8 @@ impl RolloutWorker {
         self.pool.put(buffer, Field::Terminated, t, &split.flags)?;
         flags(&mut split.flags, &split.buf.truncated);
         self.pool.put(buffer, Field::Truncated, t, &split.flags)?;
+        split.flags.fill(1.0);
+        self.pool.put(buffer, Field::Valid, t, &split.flags)?;
         let obs_dim = split.buf.obs.len() / n.max(1);
         split.flags.fill(0.0);
         split.final_obs.fill(0.0);
