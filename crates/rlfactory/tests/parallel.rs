@@ -294,10 +294,11 @@ fn context_switches(pid: u32) -> u64 {
 #[test]
 fn workers_with_nothing_to_do_make_no_wake_ups() {
     // Stopping the learner starves the rollout worker of slots and the inference worker of
-    // requests. With heartbeats a minute apart, neither has a timer due in the window measured.
+    // requests. Heartbeats go out every minute (a fifth of the interval): no timer is due in the
+    // window measured.
     let (pid, lines, exited) = spawn_train(&[
         "--save_experiment=false".into(),
-        "--heartbeat_interval=60".into(),
+        "--heartbeat_interval=300".into(),
         "--train_for_seconds=60".into(),
     ]);
     let mut seen = wait_for_progress(&lines);
