@@ -1,5 +1,7 @@
 //! Process-wide settings that need a raw OS call.
 
+use std::time::Duration;
+
 /// Keeps freed heap memory in the process instead of returning it to the kernel.
 ///
 /// libtorch frees and reallocates the same few hundred KB of activations and gradients at every
@@ -26,8 +28,51 @@ pub fn keep_freed_memory() -> bool {
     }
 }
 
+/// How long ago the kernel started this process: unlike an `Instant` taken in `main`, this counts
+/// the dynamic loader and the static constructors that run before it (libtorch registers its
+/// operators there: about a quarter of a second). `None` without `/proc`. Resolution: a clock
+/// tick (10 ms).
+pub fn age() -> Option<Duration> {
+    let started = crate::region::process_start_time(std::process::id())?;
+    // SAFETY: sysconf reads a system constant; it has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks_per_second <= 0 {
+        return None;
+    }
+    // Seconds since boot, on the same clock as the start time.
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs_f64(
+        (uptime - started as f64 / ticks_per_second as f64).max(0.0),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn age_counts_from_the_process_start() {
+        let test_start = Instant::now();
+        let first = super::age().expect("/proc");
+        std::thread::sleep(Duration::from_millis(100));
+        let second = super::age().expect("/proc");
+        // Two clock ticks of tolerance: start time and uptime are each truncated to a tick.
+        let tick = Duration::from_millis(20);
+        assert!(
+            second + tick >= first + Duration::from_millis(100),
+            "{first:?} then {second:?}"
+        );
+        assert!(
+            second + tick >= test_start.elapsed(),
+            "{second:?} is less than this test's age"
+        );
+    }
+
     #[test]
     fn glibc_accepts_the_thresholds() {
         assert_eq!(

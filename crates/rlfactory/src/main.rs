@@ -23,7 +23,11 @@ fn main() -> ExitCode {
     if let Some(code) = rlf_signal::child_entry(rlfactory::runner::child_build) {
         return code;
     }
-    let process_start = Instant::now();
+    // Timings (`seconds_to_reward`, `wall_seconds`) count from the kernel's start of the process.
+    let now = Instant::now();
+    let process_start = rlf_shm::process::age()
+        .and_then(|age| now.checked_sub(age))
+        .unwrap_or(now);
     let args: Vec<String> = std::env::args().collect();
     let invocation = match parse_invocation(&args) {
         Ok(i) => i,
