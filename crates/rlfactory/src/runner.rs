@@ -55,7 +55,7 @@ pub enum StopReason {
 pub struct Summary {
     /// Env frames simulated.
     pub env_frames: u64,
-    /// Seconds from process start to the end of training.
+    /// Seconds from the kernel's start of the process (before `main`) to the end of training.
     pub wall_seconds: f64,
     /// Steady-state env frames per second: from the first rollout report after the warm-up
     /// ([`warm_up`]) to the last one counted (the overall rate if no report came after the warm-up).
@@ -68,7 +68,7 @@ pub struct Summary {
     pub reached_reward: bool,
     /// Env frames when the reward was reached.
     pub frames_to_reward: Option<u64>,
-    /// Seconds from process start when the reward was reached.
+    /// Seconds from the kernel's start of the process when the reward was reached.
     pub seconds_to_reward: Option<f64>,
     /// Episodes finished.
     pub episodes: u64,
