@@ -356,8 +356,8 @@ fn cartpole_dataset(valid: &[f32]) -> Dataset {
     }
 }
 
-/// Weights and statistics of an APPO learner (normalised inputs and returns) after training
-/// once on `data`, with the dataset's metrics.
+/// The weights and statistics of an APPO learner (normalised inputs and returns) before and
+/// after training once on `data`, and the dataset's `train/valids_fraction`.
 fn train_once(data: &Dataset, vtrace: bool) -> (Vec<f32>, Vec<f32>, f64) {
     tch::manual_seed(3);
     let cfg = Config::for_env(
