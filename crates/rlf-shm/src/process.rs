@@ -1,4 +1,4 @@
-//! Process-wide settings that need a raw OS call.
+//! Process-wide settings and process operations that need a raw OS call.
 
 use std::time::Duration;
 
@@ -51,6 +51,38 @@ pub fn age() -> Option<Duration> {
     ))
 }
 
+/// Which side of a [`fork_if_single_threaded`] this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forked {
+    /// The original process; the new one has this pid.
+    Parent(u32),
+    /// The new process: a copy of the caller, with only the calling thread.
+    Child,
+}
+
+/// Forks this process when it has a single thread (the caller), and returns `None` otherwise.
+///
+/// A child forked from a multithreaded process can find a lock (the allocator's, stdout's, a
+/// library's) taken by a thread that does not exist there and wait for it forever; with one thread
+/// there is no such lock. The count cannot change between the check and the fork: only the caller
+/// could start a thread. What fork makes for free, a copy of a process whose libraries are already
+/// loaded and initialised, saves a re-executed binary its whole start-up (libtorch's static
+/// constructors take about a quarter of a second). The child must leave by
+/// [`std::process::exit`], never by returning into code that assumes it is the parent.
+pub fn fork_if_single_threaded() -> std::io::Result<Option<Forked>> {
+    if std::fs::read_dir("/proc/self/task")?.count() != 1 {
+        return Ok(None);
+    }
+    // SAFETY: the process has one thread, checked just above, so the child inherits no lock held by
+    // another thread; fork has no other precondition.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => Ok(Some(Forked::Child)),
+        pid => Ok(Some(Forked::Parent(pid as u32))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
@@ -71,6 +103,16 @@ mod tests {
             second + tick >= test_start.elapsed(),
             "{second:?} is less than this test's age"
         );
+    }
+
+    #[test]
+    fn a_multithreaded_process_is_not_forked() {
+        // The test harness runs this test on a thread of its own besides the main one.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let helper = std::thread::spawn(move || rx.recv());
+        assert_eq!(super::fork_if_single_threaded().expect("/proc"), None);
+        drop(tx);
+        let _ = helper.join();
     }
 
     #[test]

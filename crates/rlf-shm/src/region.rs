@@ -3,7 +3,7 @@
 //! A region is a POSIX shared-memory object (`/dev/shm/rlf.<pid>.<start>.<random>`) created with mode 0600 and
 //! `O_EXCL`, sized with `ftruncate` (so it starts zero-filled) and mapped read-write. Its [`RegionHandle`] is a
 //! small serialisable value another process uses to [`Region::open`] it. The creator unlinks the name when its
-//! `Region` drops; processes that still have it mapped keep their mapping.
+//! `Region` drops (a forked copy of it does not); processes that still have it mapped keep their mapping.
 //!
 //! The name records the creator's pid and the kernel's start time of that process, so a segment whose creator has
 //! died (a SIGKILLed run never runs its destructors) is recognisable even after the pid was reused:
@@ -59,7 +59,9 @@ pub struct Region {
     ptr: NonNull<u8>,
     len: usize,
     name: String,
-    owner: bool,
+    /// The pid of the process that created the segment (`None`: opened). A child forked from the
+    /// creator inherits the `Region` but is not its owner.
+    creator: Option<u32>,
 }
 
 // SAFETY: the region is plain memory mapped into the process; what is stored in it is synchronised by the types
@@ -91,7 +93,7 @@ impl Region {
                 ptr,
                 len,
                 name,
-                owner: true,
+                creator: Some(std::process::id()),
             }),
             Err(e) => {
                 let _ = rustix::shm::unlink(name.as_str());
@@ -126,7 +128,7 @@ impl Region {
             ptr,
             len: handle.len,
             name,
-            owner: false,
+            creator: None,
         })
     }
 
@@ -158,9 +160,9 @@ impl Region {
         self.len == 0
     }
 
-    /// Whether this handle created the segment (and unlinks it on drop).
+    /// Whether this process created the segment through this handle (and unlinks it on drop).
     pub fn is_owner(&self) -> bool {
-        self.owner
+        self.creator == Some(std::process::id())
     }
 }
 
@@ -171,7 +173,7 @@ impl Drop for Region {
         unsafe {
             let _ = rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len);
         }
-        if self.owner {
+        if self.is_owner() {
             let _ = rustix::shm::unlink(self.name.as_str());
         }
     }

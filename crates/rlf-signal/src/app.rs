@@ -5,11 +5,14 @@ use crate::event_loop::{send_control, EventLoop, LoopPlan, Names, Routes};
 use crate::graph::{AppBuilder, BuildError, Placement};
 use crate::supervisor::{Control, Fault, LoopInfo, Outcome, SpawnFn, Supervisor};
 use crate::transport::{QueueTransport, Transport, TransportHandle};
+use rlf_shm::process::Forked;
 use serde::{Deserialize, Serialize};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
+use std::ffi::CString;
+use std::os::unix::process::ExitStatusExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, ExitStatus};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -148,6 +151,11 @@ impl App {
             }
         };
         let emit_timeout = b.emit_timeout;
+        // Forked before this process starts any thread (the signal thread, the waiters, thread loops).
+        let forked = match &handle {
+            Some(h) if b.fork => fork_process_loops(&mut b, &layout, h),
+            _ => Vec::new(),
+        };
         let spawn: Option<SpawnFn> = handle.map(|h| {
             let template = ChildSpec {
                 app: self.name.clone(),
@@ -179,6 +187,12 @@ impl App {
             })
             .collect();
         let mut sup = Supervisor::new(infos, b.stop_timeout, b.heartbeat, spawn);
+        for &(id, pid) in &forked {
+            match wait_for_forked(pid, id, &transport, emit_timeout) {
+                Ok(waiter) => sup.adopt(id, pid, waiter),
+                Err(e) => sup.start_failed(id, e.to_string()),
+            }
+        }
         let mut plans = layout.plans(&mut b, &transport);
 
         let mut signals =
@@ -201,7 +215,9 @@ impl App {
             match layout.physical[id as usize].1 {
                 Placement::Process => {
                     drop(plan);
-                    sup.spawn(id);
+                    if !forked.iter().any(|&(f, _)| f == id) {
+                        sup.spawn(id);
+                    }
                 }
                 Placement::Thread | Placement::Main => {
                     let t = Arc::clone(&transport);
@@ -280,6 +296,90 @@ fn spawn_child(
         })
         .map_err(io_err("spawning a child-wait thread"))?;
     Ok((pid, waiter))
+}
+
+/// Forks the process of every process loop while this process has a single thread: the `(loop, pid)` of each
+/// child. It stops at the first loop it cannot fork (this process has threads, or fork failed): those loops are
+/// started by re-executing the binary.
+fn fork_process_loops(b: &mut AppBuilder, layout: &Layout, handle: &TransportHandle) -> Vec<(u32, u32)> {
+    let parent = std::process::id();
+    let mut forked = Vec::new();
+    for (id, (_, placement)) in layout.physical.iter().enumerate().skip(1) {
+        if *placement != Placement::Process {
+            continue;
+        }
+        match rlf_shm::process::fork_if_single_threaded() {
+            Ok(Some(Forked::Child)) => std::process::exit(run_forked(b, layout, id as u32, handle, parent)),
+            Ok(Some(Forked::Parent(pid))) => forked.push((id as u32, pid)),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    forked
+}
+
+/// The life of a forked child: the loop `loop_id` with the objects the parent's build function declared. Returns
+/// the exit code; the caller exits with it at once (nothing of the parent's stack may run here).
+fn run_forked(
+    b: &mut AppBuilder,
+    layout: &Layout,
+    loop_id: u32,
+    handle: &TransportHandle,
+    parent: u32,
+) -> i32 {
+    let run = catch_unwind(AssertUnwindSafe(|| -> Result<(), RunError> {
+        become_child(parent, loop_id)?;
+        let transport: Arc<dyn Transport> = Arc::new(QueueTransport::open(handle)?);
+        let mut plan = layout.plan(b, loop_id, &transport);
+        plan.whole_process = true;
+        run_loop_process(plan, transport)
+    }));
+    match run {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            eprintln!("rlf-signal child process {}: {e}", std::process::id());
+            2
+        }
+        Err(_) => 101,
+    }
+}
+
+/// A thread that waits for the forked child `pid` of loop `loop_id` and tells the main loop when it exits.
+fn wait_for_forked(
+    pid: u32,
+    loop_id: u32,
+    transport: &Arc<dyn Transport>,
+    timeout: Duration,
+) -> Result<JoinHandle<()>, RunError> {
+    let t = Arc::clone(transport);
+    std::thread::Builder::new()
+        .name(format!("rlf-wait-{pid}"))
+        .spawn(move || {
+            let waited = loop {
+                match rustix::process::waitpid(
+                    rustix::process::Pid::from_raw(pid as i32),
+                    rustix::process::WaitOptions::empty(),
+                ) {
+                    Err(rustix::io::Errno::INTR) => continue,
+                    other => break other,
+                }
+            };
+            let (status, success) = match waited {
+                Ok(Some((_, s))) => {
+                    let s = ExitStatus::from_raw(s.as_raw());
+                    (s.to_string(), s.success())
+                }
+                Ok(None) => ("wait returned no status".to_string(), false),
+                Err(e) => (format!("wait failed: {e}"), false),
+            };
+            let c = Control::Exited {
+                loop_id,
+                pid,
+                status,
+                success,
+            };
+            send_control(&*t, 0, &c, timeout);
+        })
+        .map_err(io_err("spawning a child-wait thread"))
 }
 
 /// Physical loops (serial mode folds every loop into the main one), names and routes.
@@ -407,12 +507,7 @@ where
     F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
 {
     let spec: ChildSpec = serde_json::from_str(json).map_err(|e| RunError::Role(e.to_string()))?;
-    // Die with the parent: a SIGTERM then makes this loop drain and stop.
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
-        .map_err(|e| io_err("setting the parent-death signal")(e.into()))?;
-    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(spec.parent) {
-        return Err(RunError::Role(format!("parent process {} is gone", spec.parent)));
-    }
+    become_child(spec.parent, spec.loop_id)?;
     let mut b = AppBuilder::new(&spec.app, spec.config.clone());
     build(&mut b)?;
     b.validate()?;
@@ -432,14 +527,30 @@ where
     plan.incarnation = spec.incarnation;
     plan.whole_process = true;
     drop(b);
+    run_loop_process(plan, transport)
+}
 
+/// A child's first steps: it dies with its parent (a SIGTERM then makes its loop drain and stop), checks that the
+/// parent is still there, and names its main thread `rlf-loop-<id>` (`/proc/<pid>/comm`, `ps`, `top`).
+fn become_child(parent: u32, loop_id: u32) -> Result<(), RunError> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+        .map_err(|e| io_err("setting the parent-death signal")(e.into()))?;
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(parent) {
+        return Err(RunError::Role(format!("parent process {parent} is gone")));
+    }
+    let name = CString::new(format!("rlf-loop-{loop_id}")).map_err(|e| RunError::Role(e.to_string()))?;
+    rustix::thread::set_name(&name).map_err(|e| io_err("naming the process")(e.into()))
+}
+
+/// Runs the loop of a child process on this thread, with its signal handling, until it stops.
+fn run_loop_process(plan: LoopPlan, transport: Arc<dyn Transport>) -> Result<(), RunError> {
     // Ctrl-C reaches the whole process group: the parent orchestrates the stop, so SIGINT is ignored here. SIGTERM
     // (sent to this process alone, or on the parent's death) stops this loop gracefully.
     let mut signals =
         Signals::new([SIGINT, SIGTERM]).map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
     let signal_handle = signals.handle();
     let t = Arc::clone(&transport);
-    let me = spec.loop_id;
+    let me = plan.me;
     let emit_timeout = plan.emit_timeout;
     let signal_thread = std::thread::Builder::new()
         .name("rlf-signals".into())

@@ -158,6 +158,7 @@ pub struct AppBuilder {
     pub(crate) emit_timeout: Duration,
     pub(crate) stop_timeout: Duration,
     pub(crate) heartbeat: Option<Duration>,
+    pub(crate) fork: bool,
     pub(crate) loops: Vec<LoopDecl>,
     pub(crate) objects: Vec<ObjectDecl>,
     pub(crate) signals: Vec<SignalDecl>,
@@ -177,6 +178,7 @@ impl AppBuilder {
             emit_timeout: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(5),
             heartbeat: None,
+            fork: false,
             loops: vec![LoopDecl {
                 name: "main".into(),
                 placement: Placement::Main,
@@ -212,6 +214,18 @@ impl AppBuilder {
     /// Whether serial mode is on.
     pub fn is_serial(&self) -> bool {
         self.serial
+    }
+
+    /// Starts the first process of every process loop by forking the application's process instead of
+    /// re-executing its binary, when that process has a single thread at [`App::run`](crate::App::run) (otherwise
+    /// the binary is re-executed as usual). A forked child skips the program's start-up: the dynamic loader and
+    /// static constructors (libtorch's take a quarter of a second), and the build function. Its objects come
+    /// from the factories declared here. Replacements are always re-executed, since the application's process
+    /// has threads by then. Leave it off when the process holds state a fork does not carry over intact (an
+    /// embedded Python interpreter). Off by default.
+    pub fn set_fork(&mut self, fork: bool) -> &mut Self {
+        self.fork = fork;
+        self
     }
 
     /// How long an emit waits for room in a full receiver queue before it returns an error (default 10 s).

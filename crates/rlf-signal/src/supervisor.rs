@@ -335,18 +335,25 @@ impl Supervisor {
         };
         match spawned {
             Ok((pid, waiter)) => {
-                self.waiters.push(waiter);
-                let w = self.loops.get_mut(loop_id as usize)?;
-                w.pid = Some(pid);
-                w.last_beat = Instant::now();
-                w.beaten = false;
-                w.hung = None;
+                self.adopt(loop_id, pid, waiter);
                 Some(pid)
             }
             Err(message) => {
                 self.start_failed(loop_id, message);
                 None
             }
+        }
+    }
+
+    /// Watches the process `pid`, started (forked, or spawned) as the current incarnation of loop `loop_id`;
+    /// `waiter` reports its exit.
+    pub(crate) fn adopt(&mut self, loop_id: u32, pid: u32, waiter: JoinHandle<()>) {
+        self.waiters.push(waiter);
+        if let Some(w) = self.loops.get_mut(loop_id as usize) {
+            w.pid = Some(pid);
+            w.last_beat = Instant::now();
+            w.beaten = false;
+            w.hung = None;
         }
     }
 

@@ -1115,6 +1115,9 @@ fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
         resumed,
     } = parts;
     app.set_serial(cfg.run.serial_mode);
+    // Worker processes start as forks of this one, without libtorch's start-up again, unless an
+    // embedded Python interpreter (Gymnasium's envs) would have to survive the fork.
+    app.set_fork(!cfg.env.env.starts_with(rlf_env::GYM_PREFIX));
     app.set_heartbeat(Duration::from_secs_f64(cfg.run.heartbeat_interval));
     let main = app.main_loop();
     app.set_queue_bytes(main, 256 << 20);

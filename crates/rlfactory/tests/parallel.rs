@@ -80,17 +80,24 @@ fn the_default_parallel_configuration_learns_cartpole() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The process of `loop_id` among the children of `parent` (rlf-signal tells each its role in the environment).
+/// The process of `loop_id` among the children of `parent` (rlf-signal names each child's main
+/// thread `rlf-loop-<id>`).
 fn child_of_loop(parent: u32, loop_id: u32) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
     children
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .find(|pid: &u32| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .map(|env| String::from_utf8_lossy(&env).contains(&format!("\"loop_id\":{loop_id},")))
-                .unwrap_or(false)
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == format!("rlf-loop-{loop_id}"))
         })
+}
+
+/// Whether `pid` is a fork of its parent rather than a re-executed binary: only the latter is told
+/// its role in its environment (`/proc/<pid>/environ` is the one the program was executed with).
+fn forked(pid: u32) -> bool {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).expect("the child's environment");
+    !String::from_utf8_lossy(&env).contains("RLF_SIGNAL_CHILD=")
 }
 
 #[test]
@@ -193,6 +200,8 @@ fn dead_and_hung_rollout_workers_are_replaced_and_training_reaches_its_target() 
     let mut victims = Vec::new();
     for (incarnation, sig) in [(1, "-KILL"), (2, "-STOP")] {
         let victim = child_of_loop(pid, 1).expect("the rollout worker's process");
+        // The first process is forked from the runner's; replacements re-execute the binary.
+        assert_eq!(forked(victim), incarnation == 1, "process {victim}");
         signal(victim, sig);
         victims.push(victim);
         let replaced = format!("rollout_worker_0 replaced by a new process (incarnation {incarnation})");
