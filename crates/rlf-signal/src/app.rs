@@ -1,5 +1,5 @@
-//! Starting an application: queues, threads, child processes (this binary re-executed with a role), supervision,
-//! signals, and the child side of it.
+//! Starting an application: queues, threads, child processes (forks of this one, or this binary re-executed with a
+//! role), supervision, signals, and the child side of it.
 
 use crate::event_loop::{send_control, EventLoop, LoopPlan, Names, Routes};
 use crate::graph::{AppBuilder, BuildError, Placement};

@@ -285,7 +285,7 @@ impl AppBuilder {
         self.add_loop(name, Placement::Thread)
     }
 
-    /// Declares a loop in a new process (this program's binary, re-executed).
+    /// Declares a loop in a new process (this program's binary re-executed, or a fork: [`AppBuilder::set_fork`]).
     pub fn process_loop(&mut self, name: &str) -> LoopRef {
         self.add_loop(name, Placement::Process)
     }

@@ -3,7 +3,8 @@
 //! An application is a set of **event loops**, each on a thread or in a process of its own; **components** live on
 //! loops; a component **emits signals** (typed values) and other components' **slots** (ordinary methods) receive
 //! them, wherever they live. All of it is declared in one build function, which the parent and every child process
-//! run alike (child processes are this program's binary re-executed with a role, see [`child_entry`]).
+//! run alike (child processes are this program's binary re-executed with a role, see [`child_entry`], or, with
+//! [`AppBuilder::set_fork`], forks of the parent that keep its build).
 //!
 //! # Ping-pong
 //! ```

@@ -1,7 +1,7 @@
 //! Behaviour of loops, signals, slots, work queues and supervision on one loop (serial mode), across threads and
 //! across processes. Process loops re-run this test binary: `main` calls `rlf_signal::child_entry` first. Tests that
-//! need a whole application in a process of its own (SIGKILL of a child, SIGINT, SIGTERM) re-run it with
-//! `RLF_SIGNAL_TEST_PARENT` set.
+//! need a whole application in a process of its own (SIGKILL of a child, SIGINT, SIGTERM, a single-threaded parent
+//! that forks its children) re-run it with `RLF_SIGNAL_TEST_PARENT` set.
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use rlf_signal::{
@@ -94,6 +94,7 @@ fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
         "work" => work::build(app, sink),
         "chatter" => chatter::build(app, sink),
         "phoenix" => phoenix::build(app, sink),
+        "forked" => forked::build(app, sink),
         other => Err(BuildError::User(format!("unknown test application {other}"))),
     }
 }
@@ -1157,6 +1158,138 @@ mod phoenix {
     }
 }
 
+/// Process loops forked from the application's process (`AppBuilder::set_fork`) run the objects its own build
+/// function made; a process with threads cannot fork safely, and re-executes the binary instead.
+mod forked {
+    use super::*;
+
+    /// What a child process tells the main loop about itself.
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct Hello {
+        pid: u32,
+        /// The process whose build function made this object.
+        built_by: u32,
+        /// Whether the environment names this process's role (only a re-executed binary is told).
+        told_role: bool,
+        /// Whether the process is named `rlf-loop-<id>`.
+        named: bool,
+    }
+
+    pub struct Greeter {
+        hello: Signal<Hello>,
+        built_by: u32,
+        loop_id: u32,
+    }
+    pub struct Collector {
+        sink: Sink,
+        expected: usize,
+        seen: usize,
+    }
+
+    impl Component for Greeter {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+            let hello = Hello {
+                pid: std::process::id(),
+                built_by: self.built_by,
+                told_role: std::env::var_os(rlf_signal::CHILD_ENV).is_some(),
+                named: comm.trim_end() == format!("rlf-loop-{}", self.loop_id),
+            };
+            ctx.emit(&self.hello, &hello).expect("emit hello");
+        }
+    }
+    impl Component for Collector {}
+    impl Collector {
+        fn on_hello(&mut self, ctx: &mut Ctx<Self>, hello: &Hello) {
+            record(&self.sink, "pid", i64::from(hello.pid));
+            record(&self.sink, "built_by", i64::from(hello.built_by));
+            record(&self.sink, "told_role", i64::from(hello.told_role));
+            record(&self.sink, "named", i64::from(hello.named));
+            self.seen += 1;
+            if self.seen == self.expected {
+                ctx.stop_app();
+            }
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        app.set_fork(true);
+        let main = app.main_loop();
+        let collector = app.object::<Collector>(main, "collector");
+        let built_by = std::process::id();
+        for i in 0..2 {
+            let l = app.process_loop(&format!("child_{i}"));
+            let greeter = app.object::<Greeter>(l, &format!("greeter_{i}"));
+            let hello = app.signal::<Hello, _>(greeter, "hello");
+            app.connect(hello, collector, Collector::on_hello);
+            // Loop 0 is the main loop.
+            let loop_id = i + 1;
+            app.construct(greeter, move || Greeter {
+                hello,
+                built_by,
+                loop_id,
+            });
+        }
+        app.construct(collector, move || Collector {
+            sink,
+            expected: 2,
+            seen: 0,
+        });
+        Ok(())
+    }
+
+    /// The values of `key` among a parent role's `SINK <key> <value>` lines.
+    fn sunk(lines: &[String], key: &str) -> Vec<i64> {
+        let prefix = format!("SINK {key} ");
+        lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+            .collect()
+    }
+
+    pub fn test_single_threaded() -> Result<(), Failed> {
+        let (child, lines) = spawn_parent("forked")?;
+        let parent = child.id();
+        let status = wait_for(child, Duration::from_secs(30))?;
+        let lines = all_lines(&lines, Duration::from_secs(10));
+        check(status.success(), || format!("{status}: {lines:?}"))?;
+        let pids = sunk(&lines, "pid");
+        check(
+            pids.len() == 2 && pids[0] != pids[1] && !pids.contains(&i64::from(parent)),
+            || format!("children {pids:?} of {parent}"),
+        )?;
+        check(sunk(&lines, "built_by") == [i64::from(parent); 2], || {
+            format!("the children's objects were not the parent's: {lines:?}")
+        })?;
+        check(sunk(&lines, "told_role") == [0, 0], || {
+            format!("a child was re-executed: {lines:?}")
+        })?;
+        check(sunk(&lines, "named") == [1, 1], || format!("names: {lines:?}"))?;
+        no_segments(parent)
+    }
+
+    pub fn test_with_threads() -> Result<(), Failed> {
+        // A thread besides this one, whatever the harness runs tests on.
+        let (tx, rx) = mpsc::channel::<()>();
+        let helper = std::thread::spawn(move || rx.recv());
+        let sink = Sink::default();
+        let s = sink.clone();
+        let o = App::new("forked").run(move |b| build(b, s));
+        drop(tx);
+        let _ = helper.join();
+        expect_success(&o?)?;
+        let pids = values(&sink, "pid");
+        check(pids.len() == 2, || format!("children {pids:?}"))?;
+        check(values(&sink, "built_by") == pids, || {
+            format!("each child builds its own objects: {sink:?}")
+        })?;
+        check(values(&sink, "told_role") == [1, 1], || {
+            format!("children not re-executed: {sink:?}")
+        })?;
+        check(values(&sink, "named") == [1, 1], || format!("names: {sink:?}"))
+    }
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1178,6 +1311,9 @@ fn parent_role(name: &str) -> ExitCode {
             }
             for k in values(&sink, "killed_at_ms") {
                 println!("KILL_TO_RETURN_MS {}", now_ms() - k);
+            }
+            for (key, value) in sink.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                println!("SINK {key} {value}");
             }
             ExitCode::from(o.exit_code())
         }
@@ -1400,6 +1536,14 @@ fn main() -> ExitCode {
         Trial::test("backpressure_blocks_then_errors_nothing_lost", backpressure::test),
         Trial::test("fault_child_sigkilled_reported_no_segments", sigkill_child),
         Trial::test("dead_and_hung_processes_are_replaced", phoenix::test_replaced),
+        Trial::test(
+            "single_threaded_parent_forks_its_children",
+            forked::test_single_threaded,
+        ),
+        Trial::test(
+            "parent_with_threads_reexecutes_its_children",
+            forked::test_with_threads,
+        ),
         Trial::test(
             "hung_process_without_replacement_is_named_and_stops_the_app",
             phoenix::test_hung_stops,
