@@ -188,7 +188,7 @@ impl App {
             .collect();
         let mut sup = Supervisor::new(infos, b.stop_timeout, b.heartbeat, spawn);
         for &(id, pid) in &forked {
-            match wait_for_forked(pid, id, &transport, emit_timeout) {
+            match wait_for_child(pid, id, &transport, emit_timeout) {
                 Ok(waiter) => sup.adopt(id, pid, waiter),
                 Err(e) => sup.start_failed(id, e.to_string()),
             }
@@ -268,7 +268,7 @@ fn spawn_child(
 ) -> Result<(u32, JoinHandle<()>), RunError> {
     let exe = std::env::current_exe().map_err(io_err("locating this program's binary"))?;
     let json = serde_json::to_string(spec).map_err(|e| RunError::Role(e.to_string()))?;
-    let mut child = Command::new(&exe)
+    let child = Command::new(&exe)
         .env(CHILD_ENV, json)
         .spawn()
         .map_err(io_err(format!(
@@ -276,25 +276,9 @@ fn spawn_child(
             exe.display(),
             spec.loop_id
         )))?;
+    // The waiter reaps it by pid, as it does forked children.
     let pid = child.id();
-    let t = Arc::clone(transport);
-    let loop_id = spec.loop_id;
-    let waiter = std::thread::Builder::new()
-        .name(format!("rlf-wait-{pid}"))
-        .spawn(move || {
-            let (status, success) = match child.wait() {
-                Ok(s) => (s.to_string(), s.success()),
-                Err(e) => (format!("wait failed: {e}"), false),
-            };
-            let c = Control::Exited {
-                loop_id,
-                pid,
-                status,
-                success,
-            };
-            send_control(&*t, 0, &c, timeout);
-        })
-        .map_err(io_err("spawning a child-wait thread"))?;
+    let waiter = wait_for_child(pid, spec.loop_id, transport, timeout)?;
     Ok((pid, waiter))
 }
 
@@ -343,8 +327,8 @@ fn run_forked(
     }
 }
 
-/// A thread that waits for the forked child `pid` of loop `loop_id` and tells the main loop when it exits.
-fn wait_for_forked(
+/// A thread that waits for the child process `pid` of loop `loop_id` and tells the main loop when it exits.
+fn wait_for_child(
     pid: u32,
     loop_id: u32,
     transport: &Arc<dyn Transport>,
