@@ -6,9 +6,11 @@
 //! - Crash: 200+ rounds in which one producer or consumer is SIGKILLed at a random moment (often while it holds the
 //!   queue's lock, mid-copy) while the others go on: no hang, no torn or duplicated message, and every message a
 //!   producer saw committed is received (but those a killed consumer had already taken).
+//! - Fork: a forked copy of a segment's creator shares the segment and never unlinks it.
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use rlf_shm::{Batch, GetError, Queue, QueueConfig, QueueHandle};
+use rlf_shm::process::Forked;
+use rlf_shm::{Batch, GetError, Queue, QueueConfig, QueueHandle, ShmArray};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::io::Write;
@@ -42,6 +44,8 @@ enum Role {
         size: usize,
         log: PathBuf,
     },
+    /// A single-threaded process that forks and lets the child drop its copy of a segment the parent created.
+    ForkedCopy,
 }
 
 /// A large message: its sequence number, then a byte derived from it repeated.
@@ -94,6 +98,7 @@ fn id(p: u32, seq: u32) -> u32 {
 fn run_role(role: Role) -> Result<(), String> {
     match role {
         Role::BigProducer { .. } | Role::BigConsumer { .. } => run_big_role(role),
+        Role::ForkedCopy => forked_copy(),
         Role::Producer {
             queue,
             id: p,
@@ -206,6 +211,47 @@ fn spawn(role: &Role) -> Result<Child, Failed> {
         .env(ROLE_VAR, json)
         .spawn()
         .map_err(|e| format!("spawn: {e}"))?)
+}
+
+/// A fork of a segment's creator shares the segment, and dropping its copy leaves the segment in place: only the
+/// creator unlinks it.
+fn forked_copy() -> Result<(), String> {
+    let me = std::process::id();
+    let array = ShmArray::<u64>::create(1).map_err(|e| e.to_string())?;
+    let forked = rlf_shm::process::fork_if_single_threaded().map_err(|e| e.to_string())?;
+    let child = match forked {
+        Some(Forked::Child) => {
+            array.copy_from_slice(0, &[42]);
+            drop(array);
+            std::process::exit(0);
+        }
+        Some(Forked::Parent(pid)) => pid,
+        None => return Err("a process with one thread was not forked".into()),
+    };
+    let pid = rustix::process::Pid::from_raw(child as i32).ok_or("pid 0")?;
+    let (_, status) = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
+        .map_err(|e| e.to_string())?
+        .ok_or("no status")?;
+    if status.exit_status() != Some(0) {
+        return Err(format!("the child exited with {status:?}"));
+    }
+    let mut seen = [0u64];
+    array.copy_to_slice(0, &mut seen);
+    if seen != [42] {
+        return Err(format!(
+            "the child's write is not in the shared segment: {seen:?}"
+        ));
+    }
+    let segments = |what| rlf_shm::region::segments_of(me).map_err(|e| format!("{what}: {e}"));
+    if segments("after the child")?.len() != 1 {
+        return Err("the child's drop unlinked its parent's segment".into());
+    }
+    drop(array);
+    let left = segments("after the creator's drop")?;
+    if !left.is_empty() {
+        return Err(format!("the creator's drop left {left:?}"));
+    }
+    Ok(())
 }
 
 /// Waits for a child until `deadline` (blocking in a helper thread); kills it and fails past it.
@@ -581,6 +627,15 @@ fn main() {
         }),
         Trial::test("crash_kill9_mid_copy_until_30_in_lock", || {
             crash_mid_copy(30, 5000, 0x1234_5678_9abc_def1)
+        }),
+        Trial::test("a_forked_copy_never_unlinks_its_creators_segment", || {
+            let child = spawn(&Role::ForkedCopy)?;
+            let status = wait_deadline(child, Instant::now() + Duration::from_secs(30), "forked copy")?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(format!("the forking process failed: {status}").into())
+            }
         }),
     ];
     libtest_mimic::run(&args, trials).exit();

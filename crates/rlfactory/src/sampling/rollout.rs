@@ -374,3 +374,32 @@ impl RolloutWorker {
         self.resume()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::WorkerCounts;
+
+    #[test]
+    fn a_replacement_counts_its_predecessors_unfinished_frames_as_lost() {
+        let dead = WorkerCounts {
+            produced: 7,
+            stepped_frames: 1000,
+            handed_frames: 896,
+            lost_frames: 40,
+        };
+        let next = dead.inherit();
+        assert_eq!(
+            next,
+            WorkerCounts {
+                produced: 7,
+                stepped_frames: 1000,
+                handed_frames: 1000,
+                lost_frames: 144,
+            }
+        );
+        // A predecessor that had handed on everything it stepped (every split waiting for a slot)
+        // lost nothing, and a second replacement adds only what the first left unfinished.
+        assert_eq!(next.inherit(), next);
+        assert_eq!(WorkerCounts::from_words(next.to_words()), next);
+    }
+}
