@@ -7,7 +7,7 @@
 #
 # The venv lives at <repo>/.venv. It is created with the interpreter that rlf-env links against
 # (`python3` on PATH, or $RLFACTORY_PYTHON), which must be built with --enable-shared.
-# gymnasium is pinned to the version that recorded shared/golden/classic_control_public.jsonl.
+# gymnasium is pinned to the version that recorded crates/rlf-env/tests/data/classic_control_public.jsonl.
 
 GYMNASIUM_VERSION="0.29.1"
 # gymnasium 0.29.1 predates NumPy 2 (its Acrobot uses `np.float_`, removed in NumPy 2.0).

@@ -1,7 +1,7 @@
 //! Native classic control against trajectories recorded from Gymnasium.
 //!
-//! Reads `shared/golden/classic_control_public.jsonl` beside the repository (or the file named by
-//! `RLFACTORY_GOLDEN`) and fails when it is missing. Every episode starts from the recorded
+//! Reads `tests/data/classic_control_public.jsonl` (a copy of the public reference file kept in the
+//! repository) or the file named by `RLFACTORY_GOLDEN`, and fails when it is missing. Every episode starts from the recorded
 //! internal state and is fed the recorded actions; every step must match: flags exactly,
 //! observations and rewards to `f32` precision. Envs come from the registry, so truncation comes from
 //! the registered time limits.
@@ -40,8 +40,7 @@ struct Episode {
 fn golden_path() -> PathBuf {
     match std::env::var_os("RLFACTORY_GOLDEN") {
         Some(path) => PathBuf::from(path),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/golden/classic_control_public.jsonl"),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/classic_control_public.jsonl"),
     }
 }
 

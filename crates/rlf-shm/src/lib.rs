@@ -1,4 +1,4 @@
-//! Shared memory for rlfactory: named regions, a crash-safe multi-process MPMC byte queue, and typed channels
+//! Shared memory for rlfactory: named regions, a crash-safe multi-process MPMC byte queue, shared arrays
 //! (and the one process-wide allocator setting, [`process`], that also needs a raw OS call).
 //!
 //! This is the only crate of the workspace allowed `unsafe`; every block states its invariant.
@@ -24,20 +24,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! # Typed channels
-//! ```
-//! use rlf_shm::channel;
-//!
-//! let (tx, rx) = channel::shared::<(u32, String)>(Default::default())?; // or channel::local(capacity)
-//! tx.send((7, "seven".into()))?;
-//! assert_eq!(rx.recv()?, (7, "seven".to_string()));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-//!
 //! See [`queue`] for the protocol and what happens when a process dies mid-operation.
 
 pub mod array;
-pub mod channel;
 pub mod process;
 pub mod queue;
 pub mod region;

@@ -512,6 +512,21 @@ impl<'a, T: 'static> Ctx<'a, T> {
         self.core.report(Control::StopRequested { by });
     }
 
+    /// Reports that this object cannot go on: a [`Fault::Component`] naming its loop, the object
+    /// and `error` (on one line) reaches the main loop, which stops the application; the fault is
+    /// in the [`Outcome`](crate::Outcome), whatever process the object runs in. Hooks and slots
+    /// still run while the application stops (an `on_stop` can save what it holds).
+    pub fn fail(&mut self, error: impl std::fmt::Display) {
+        let message = error.to_string();
+        let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+        let fault = Fault::Component {
+            loop_name: self.loop_name().to_string(),
+            object: self.object_name().to_string(),
+            message,
+        };
+        self.core.report(Control::Fault(fault));
+    }
+
     /// This object's name.
     pub fn object_name(&self) -> &str {
         self.core

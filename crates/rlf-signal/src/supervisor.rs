@@ -77,6 +77,15 @@ pub enum Fault {
         /// How long it had been silent, in milliseconds.
         silent_ms: u64,
     },
+    /// An object gave up with an error ([`Ctx::fail`](crate::Ctx::fail)): the application stops.
+    Component {
+        /// The loop the object lives on.
+        loop_name: String,
+        /// The object.
+        object: String,
+        /// The error, on one line.
+        message: String,
+    },
     /// A loop could not be started.
     StartFailed {
         /// The loop.
@@ -110,6 +119,11 @@ impl fmt::Display for Fault {
                 *silent_ms as f64 / 1000.0
             ),
             Fault::Malformed { loop_name, message } => write!(f, "loop {loop_name}: {message}"),
+            Fault::Component {
+                loop_name,
+                object,
+                message,
+            } => write!(f, "loop {loop_name}: object {object}: {message}"),
             Fault::StartFailed { loop_name, message } => {
                 write!(f, "loop {loop_name}: could not start: {message}")
             }

@@ -89,6 +89,7 @@ fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
         "idle" => idle::build(app, sink),
         "backpressure" => backpressure::build(app, sink),
         "panic" => panic::build(app, sink),
+        "failing" => failing::build(app, sink),
         "victim" => victim::build(app, sink),
         "quiet" => quiet::build(app, sink),
         "work" => work::build(app, sink),
@@ -887,6 +888,81 @@ mod panic {
     }
 }
 
+mod failing {
+    use super::*;
+
+    pub struct Feeder {
+        pub item: Signal<u32>,
+        pub sink: Sink,
+    }
+    pub struct Checker {
+        pub seen: Signal<u32>,
+    }
+
+    impl Component for Feeder {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            for i in 0..6 {
+                ctx.emit(&self.item, &i).expect("emit");
+            }
+        }
+    }
+    impl Feeder {
+        fn on_seen(&mut self, _: &mut Ctx<Self>, n: &u32) {
+            record(&self.sink, "seen", i64::from(*n));
+        }
+    }
+    impl Component for Checker {}
+    impl Checker {
+        /// Gives up on item 3 with a two-line error; the items before it reach the feeder.
+        fn on_item(&mut self, ctx: &mut Ctx<Self>, n: &u32) {
+            if *n == 3 {
+                ctx.fail(format!("item {n} is bad\n  (three)"));
+            } else if *n < 3 {
+                ctx.emit(&self.seen, n).expect("emit seen");
+            }
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let main = app.main_loop();
+        let l = place(app, &c, "worker");
+        let feeder = app.object::<Feeder>(main, "feeder");
+        let checker = app.object::<Checker>(l, "checker");
+        let item = app.signal::<u32, _>(feeder, "item");
+        let seen = app.signal::<u32, _>(checker, "seen");
+        app.connect(item, checker, Checker::on_item);
+        app.connect(seen, feeder, Feeder::on_seen);
+        app.construct(feeder, move || Feeder { item, sink });
+        app.construct(checker, move || Checker { seen });
+        Ok(())
+    }
+
+    /// `Ctx::fail` in any loop reaches the outcome as one fault naming the loop and the object,
+    /// on one line, and stops the application with exit code 1.
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let sink = Sink::default();
+        let o = run("failing", Cfg { mode, n: 0 }, &sink)?;
+        let expected_loop = if mode == Mode::Serial { "main" } else { "worker" };
+        check(!o.success() && o.exit_code() == 1, || format!("outcome {o}"))?;
+        let expected = Fault::Component {
+            loop_name: expected_loop.into(),
+            object: "checker".into(),
+            message: "item 3 is bad (three)".into(),
+        };
+        check(o.faults == [expected.clone()], || {
+            format!("faults {:?}", o.faults)
+        })?;
+        check(
+            expected.to_string() == format!("loop {expected_loop}: object checker: item 3 is bad (three)"),
+            || expected.to_string(),
+        )?;
+        check(values(&sink, "seen") == [0, 1, 2], || {
+            format!("{:?}", values(&sink, "seen"))
+        })
+    }
+}
+
 mod victim {
     use super::*;
 
@@ -1572,6 +1648,9 @@ fn main() -> ExitCode {
         }));
         trials.push(Trial::test(format!("fault_slot_panic_{tag}"), move || {
             panic::test(mode)
+        }));
+        trials.push(Trial::test(format!("fault_component_fails_{tag}"), move || {
+            failing::test(mode)
         }));
         trials.push(Trial::test(format!("work_queue_exactly_once_{tag}"), move || {
             work::test(mode)

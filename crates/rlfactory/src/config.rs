@@ -1,23 +1,26 @@
-//! Typed configuration: one struct per component, composed by [`Config`], from which the CLI is
-//! generated (clap derive). Flag names follow Sample Factory's.
+//! Typed configuration: one struct per component, each with `Default` set to the reference
+//! values, composed by [`Config`]; the CLI is generated from the same structs (clap derive, see
+//! [`crate::cli`]). Flag names follow Sample Factory's.
 //!
 //! # Where values come from, later ones winning
-//! 1. each field's default (the reference value),
+//! 1. [`Config::default`] (the reference values),
 //! 2. the shipped defaults for the env (`configs/<env>.toml`, see [`shipped_config`]),
 //! 3. the file given with `--config FILE`,
-//! 4. the command line.
+//! 4. the values given on the command line.
 //!
-//! Config files are flat TOML tables whose keys are flag names (`rollout = 32`,
-//! `encoder_mlp_layers = [64, 64]`, `with_vtrace = false`); [`Config`] serialises to the same form,
-//! so a saved resolved config can be fed back with `--config`.
+//! Config files are flat tables whose keys are flag names (`rollout = 32`,
+//! `encoder_mlp_layers = [64, 64]`, `with_vtrace = false`), in TOML, or in JSON for a `.json`
+//! file: the `config.json` an experiment folder holds is the resolved config, and
+//! [`Config::from_file`] (or `--config`) reads it back.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use serde::Serialize;
+use clap::{ArgAction, Args, ValueEnum};
+use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 
 /// Parses a boolean the way Sample Factory users type it: `true`/`false`, `True`/`False`, `1`/`0`.
@@ -29,10 +32,27 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-/// Hidden layer sizes of an MLP, written `64,64` on the command line and `[64, 64]` in files.
+/// Hidden layer sizes of an MLP, written `64,64` on the command line and `[64, 64]` (or `"64,64"`)
+/// in files.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
 pub struct Layers(pub Vec<i64>);
+
+impl<'de> Deserialize<'de> for Layers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            List(Vec<i64>),
+            Text(String),
+        }
+        let text = match Written::deserialize(deserializer)? {
+            Written::Text(text) => text,
+            Written::List(sizes) => sizes.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
+        };
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 impl FromStr for Layers {
     type Err = String;
@@ -61,8 +81,9 @@ impl fmt::Display for Layers {
 }
 
 /// The environment and the seeds.
-#[derive(Debug, Clone, Args, Serialize)]
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
+#[serde(default)]
 pub struct EnvConfig {
     /// Environment id (a native classic-control env such as CartPole-v1, or gym:<id>).
     #[arg(long)]
@@ -72,9 +93,20 @@ pub struct EnvConfig {
     pub seed: u64,
 }
 
+/// The reference values (the command line's defaults; `--env` CartPole-v1).
+impl Default for EnvConfig {
+    fn default() -> Self {
+        Self {
+            env: "CartPole-v1".to_owned(),
+            seed: 0,
+        }
+    }
+}
+
 /// Rollout and inference workers.
-#[derive(Debug, Clone, Args, Serialize)]
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
+#[serde(default)]
 pub struct SamplingConfig {
     /// Number of rollout workers.
     #[arg(long, default_value_t = 1)]
@@ -93,8 +125,21 @@ pub struct SamplingConfig {
     pub policy_workers_per_policy: usize,
 }
 
+/// The reference values (the command line's defaults).
+impl Default for SamplingConfig {
+    fn default() -> Self {
+        Self {
+            num_workers: 1,
+            num_envs_per_worker: 8,
+            worker_num_splits: 1,
+            rollout: 32,
+            policy_workers_per_policy: 1,
+        }
+    }
+}
+
 /// Nonlinearity of the MLP layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum Nonlinearity {
@@ -107,7 +152,7 @@ pub enum Nonlinearity {
 }
 
 /// How a Gaussian action is mapped into a Box action space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum ContinuousActionMode {
@@ -118,7 +163,7 @@ pub enum ContinuousActionMode {
 }
 
 /// Weight initialisation of the linear layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum PolicyInitialization {
@@ -129,8 +174,9 @@ pub enum PolicyInitialization {
 }
 
 /// The network.
-#[derive(Debug, Clone, Args, Serialize)]
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
+#[serde(default)]
 pub struct ModelConfig {
     /// Hidden layer sizes of the MLP encoder.
     #[arg(long, default_value = "64,64")]
@@ -161,8 +207,25 @@ pub struct ModelConfig {
     pub normalize_returns: bool,
 }
 
+/// The reference values (the command line's defaults).
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            encoder_mlp_layers: Layers(vec![64, 64]),
+            nonlinearity: Nonlinearity::Tanh,
+            actor_critic_share_weights: false,
+            policy_initialization: PolicyInitialization::Orthogonal,
+            adaptive_stddev: false,
+            initial_stddev: 1.0,
+            continuous_action_mode: ContinuousActionMode::Clip,
+            normalize_input: false,
+            normalize_returns: false,
+        }
+    }
+}
+
 /// Learning-rate schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum LrScheduleKind {
@@ -178,8 +241,9 @@ pub enum LrScheduleKind {
 }
 
 /// APPO: advantages, losses, optimiser and the epoch / minibatch loop.
-#[derive(Debug, Clone, Args, Serialize)]
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
+#[serde(default)]
 pub struct AppoConfig {
     /// Discount factor.
     #[arg(long, default_value_t = 0.99)]
@@ -250,8 +314,38 @@ pub struct AppoConfig {
     pub num_batches_to_accumulate: usize,
 }
 
+/// The reference values (the command line's defaults).
+impl Default for AppoConfig {
+    fn default() -> Self {
+        Self {
+            gamma: 0.99,
+            gae_lambda: 0.95,
+            with_vtrace: false,
+            vtrace_rho: 1.0,
+            vtrace_c: 1.0,
+            ppo_clip_ratio: 0.2,
+            ppo_clip_value: 1.0,
+            value_loss_coeff: 0.5,
+            exploration_loss_coeff: 0.003,
+            max_grad_norm: 4.0,
+            normalize_advantage: true,
+            learning_rate: 1e-4,
+            lr_schedule: LrScheduleKind::Constant,
+            lr_schedule_kl_threshold: 0.008,
+            adam_eps: 1e-6,
+            adam_beta1: 0.9,
+            adam_beta2: 0.999,
+            num_epochs: 1,
+            num_batches_per_epoch: 1,
+            batch_size: 1024,
+            max_policy_lag: 1000,
+            num_batches_to_accumulate: 2,
+        }
+    }
+}
+
 /// Device the learner and inference run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum DeviceKind {
@@ -262,8 +356,9 @@ pub enum DeviceKind {
 }
 
 /// The run: experiment folder, mode, stop conditions, reporting.
-#[derive(Debug, Clone, Args, Serialize)]
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
+#[serde(default)]
 pub struct RunConfig {
     /// Experiment name (a folder under `train_dir`).
     #[arg(long, default_value = "default_experiment")]
@@ -296,9 +391,14 @@ pub struct RunConfig {
     /// libtorch intra-op threads per process.
     #[arg(long, default_value_t = 1)]
     pub num_threads: i32,
-    /// Seconds between progress lines (0: none).
+    /// Seconds between progress lines (0: none; scalars, checkpoints and stop rules go on).
     #[arg(long, default_value_t = 1.0)]
     pub report_interval_sec: f64,
+    /// Env frames between TensorBoard scalars of each kind (episode statistics, training
+    /// metrics); 0: after every rollout report and every dataset. The first episode's and the
+    /// last values are always written.
+    #[arg(long, default_value_t = 5_000)]
+    pub summary_every_env_steps: u64,
     /// Save the resolved config and the final weights in the experiment folder.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
     pub save_experiment: bool,
@@ -315,6 +415,30 @@ pub struct RunConfig {
     pub max_worker_restarts: u32,
 }
 
+/// The reference values (the command line's defaults).
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            experiment: "default_experiment".to_owned(),
+            train_dir: PathBuf::from("train_dir"),
+            serial_mode: false,
+            async_rl: true,
+            train_for_env_steps: 10_000_000,
+            train_for_seconds: UNLIMITED_SECONDS,
+            stop_at_reward: None,
+            summary_json: None,
+            device: DeviceKind::Cpu,
+            num_threads: 1,
+            report_interval_sec: 1.0,
+            summary_every_env_steps: 5_000,
+            save_experiment: true,
+            benchmark: false,
+            heartbeat_interval: 20.0,
+            max_worker_restarts: 5,
+        }
+    }
+}
+
 /// The default of `--train_for_seconds`: no time limit.
 pub const UNLIMITED_SECONDS: f64 = 1e10;
 
@@ -322,7 +446,7 @@ pub const UNLIMITED_SECONDS: f64 = 1e10;
 pub const BENCHMARK_SECONDS: f64 = 10.0;
 
 /// What to do with an existing experiment folder (Sample Factory's `--restart_behavior`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum RestartBehaviorArg {
@@ -335,7 +459,7 @@ pub enum RestartBehaviorArg {
 }
 
 /// Which checkpoint to load (Sample Factory's `--load_checkpoint_kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum CheckpointKind {
@@ -346,7 +470,7 @@ pub enum CheckpointKind {
 }
 
 /// The metric that picks the best checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum BestMetric {
@@ -355,8 +479,9 @@ pub enum BestMetric {
 }
 
 /// The experiment folder's checkpoints and restarts.
-#[derive(Debug, Clone, Args, Serialize)]
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
+#[serde(default)]
 pub struct CheckpointingConfig {
     /// What to do when the experiment folder exists: resume from its latest checkpoint, restart
     /// (moving it aside) or overwrite it.
@@ -379,8 +504,64 @@ pub struct CheckpointingConfig {
     pub save_milestones_env_steps: u64,
 }
 
+/// The reference values (the command line's defaults).
+impl Default for CheckpointingConfig {
+    fn default() -> Self {
+        Self {
+            restart_behavior: RestartBehaviorArg::Resume,
+            save_every_sec: 120.0,
+            keep_checkpoints: 2,
+            save_best_metric: BestMetric::Reward,
+            save_best_after: 100_000,
+            save_milestones_env_steps: 0,
+        }
+    }
+}
+
+/// The shipped default settings for `env`, as TOML, if there are any.
+pub fn shipped_config(env: &str) -> Option<&'static str> {
+    match env {
+        "CartPole-v1" => Some(include_str!("../configs/CartPole-v1.toml")),
+        "Acrobot-v1" => Some(include_str!("../configs/Acrobot-v1.toml")),
+        "MountainCar-v0" => Some(include_str!("../configs/MountainCar-v0.toml")),
+        "MountainCarContinuous-v0" => Some(include_str!("../configs/MountainCarContinuous-v0.toml")),
+        "Pendulum-v1" => Some(include_str!("../configs/Pendulum-v1.toml")),
+        _ => None,
+    }
+}
+
+/// A flat table of settings, keys named as the flags (see the module doc).
+pub type Settings = toml::Table;
+
+/// Parses settings written in TOML; `origin` names the file in errors.
+pub fn parse_settings(text: &str, origin: &Path) -> Result<Settings> {
+    text.parse().map_err(|e: toml::de::Error| RlfError::ConfigFile {
+        path: origin.to_owned(),
+        message: e.message().to_owned(),
+    })
+}
+
+/// Reads a settings file: JSON when its name ends in `.json` (`null` values are left out),
+/// TOML otherwise.
+pub fn read_settings(path: &Path) -> Result<Settings> {
+    let file_error = |message: String| RlfError::ConfigFile {
+        path: path.to_owned(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
+    if path.extension().is_some_and(|e| e == "json") {
+        let mut json: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&text).map_err(|e| file_error(e.to_string()))?;
+        json.retain(|_, v| !v.is_null());
+        Settings::try_from(json).map_err(|e| file_error(e.to_string()))
+    } else {
+        parse_settings(&text, path)
+    }
+}
+
 /// The whole configuration of a training run.
-#[derive(Debug, Clone, Args, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Args, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Config {
     /// Environment and seeds.
     #[command(flatten)]
@@ -408,234 +589,68 @@ pub struct Config {
     pub checkpoint: CheckpointingConfig,
 }
 
-/// The `rlfactory` command line.
-#[derive(Debug, Parser)]
-#[command(
-    name = "rlfactory",
-    version,
-    about = "High-throughput asynchronous reinforcement learning"
-)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// Subcommands.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Train a policy.
-    Train(Box<TrainArgs>),
-    /// Run episodes with a trained policy and print their returns.
-    Enjoy(crate::enjoy::EnjoyArgs),
-    /// Run episodes with a trained policy on many envs at once and write their returns to a CSV.
-    Eval(crate::enjoy::EvalArgs),
-    /// Write a trained policy as a PyTorch state dict (safetensors).
-    Export(crate::enjoy::ExportArgs),
-}
-
-/// `rlfactory train`.
-#[derive(Debug, Args)]
-pub struct TrainArgs {
-    /// A TOML file of settings (keys are flag names), applied over the env's shipped defaults.
-    #[arg(long = "config", value_name = "FILE")]
-    pub config_file: Option<PathBuf>,
-    /// The configuration.
-    #[command(flatten)]
-    pub config: Config,
-}
-
-/// The shipped default settings for `env`, as TOML, if there are any.
-pub fn shipped_config(env: &str) -> Option<&'static str> {
-    match env {
-        "CartPole-v1" => Some(include_str!("../configs/CartPole-v1.toml")),
-        "Acrobot-v1" => Some(include_str!("../configs/Acrobot-v1.toml")),
-        "MountainCar-v0" => Some(include_str!("../configs/MountainCar-v0.toml")),
-        "MountainCarContinuous-v0" => Some(include_str!("../configs/MountainCarContinuous-v0.toml")),
-        "Pendulum-v1" => Some(include_str!("../configs/Pendulum-v1.toml")),
-        _ => None,
-    }
-}
-
-fn cli_command() -> clap::Command {
-    Cli::command()
-        .args_override_self(true)
-        .mut_subcommand("train", |c| c.allow_negative_numbers(true))
-}
-
-fn parse_cli(args: &[String]) -> Result<Cli, clap::Error> {
-    let matches = cli_command().try_get_matches_from(args)?;
-    Cli::from_arg_matches(&matches)
-}
-
-fn toml_value_to_arg(value: &toml::Value) -> Option<String> {
-    match value {
-        toml::Value::String(s) => Some(s.clone()),
-        toml::Value::Integer(i) => Some(i.to_string()),
-        toml::Value::Float(f) => Some(f.to_string()),
-        toml::Value::Boolean(b) => Some(b.to_string()),
-        toml::Value::Array(items) => {
-            let parts: Option<Vec<String>> = items.iter().map(toml_value_to_arg).collect();
-            parts.map(|p| p.join(","))
-        }
-        toml::Value::Datetime(_) | toml::Value::Table(_) => None,
-    }
-}
-
-/// Turns a flat TOML table of settings into `--key=value` arguments, checking every key against
-/// the flags of `rlfactory train`. `origin` names the file in errors.
-pub fn config_file_args(text: &str, origin: &Path) -> Result<Vec<String>> {
-    let file_error = |message: String| RlfError::ConfigFile {
-        path: origin.to_owned(),
-        message,
-    };
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| file_error(e.message().to_owned()))?;
-    let command = cli_command();
-    let train = command
-        .find_subcommand("train")
-        .ok_or_else(|| file_error("the CLI has no train command".into()))?;
-    let known: Vec<&str> = train.get_arguments().filter_map(|a| a.get_long()).collect();
-    let mut args = Vec::with_capacity(table.len());
-    for (key, value) in &table {
-        if key == "config" || !known.contains(&key.as_str()) {
-            return Err(file_error(format!("unknown key `{key}`")));
-        }
-        let value = toml_value_to_arg(value).ok_or_else(|| {
-            file_error(format!(
-                "key `{key}`: expected a string, number, boolean or array"
-            ))
-        })?;
-        args.push(format!("--{key}={value}"));
-    }
-    Ok(args)
-}
-
-/// How a command line was understood.
-#[derive(Debug)]
-pub enum Invocation {
-    /// Train with this resolved and validated configuration.
-    Train(Box<Config>),
-    /// Run episodes with a trained policy.
-    Enjoy(crate::enjoy::EnjoyArgs),
-    /// Evaluate a trained policy on many envs.
-    Eval(crate::enjoy::EvalArgs),
-    /// Export a trained policy.
-    Export(crate::enjoy::ExportArgs),
-}
-
-/// Why a command line was not accepted.
-#[derive(Debug)]
-pub enum CliError {
-    /// clap's own outcome: a usage error, or `--help` / `--version` to print.
-    Clap(clap::Error),
-    /// A bad config file or an impossible combination of values.
-    Invalid(RlfError),
-}
-
-impl From<clap::Error> for CliError {
-    fn from(e: clap::Error) -> Self {
-        CliError::Clap(e)
-    }
-}
-
-impl From<RlfError> for CliError {
-    fn from(e: RlfError) -> Self {
-        CliError::Invalid(e)
-    }
-}
-
-/// Parses `args` (program name first), layers defaults, the env's shipped config, `--config FILE`
-/// and the command line (see the module doc), and validates the result.
-pub fn parse_invocation(args: &[String]) -> Result<Invocation, CliError> {
-    let first = match parse_cli(args)?.command {
-        Command::Train(first) => first,
-        Command::Enjoy(a) => {
-            a.source.check()?;
-            return Ok(Invocation::Enjoy(a));
-        }
-        Command::Eval(a) => {
-            a.enjoy.source.check()?;
-            return Ok(Invocation::Eval(a));
-        }
-        Command::Export(a) => {
-            a.source.check()?;
-            return Ok(Invocation::Export(a));
-        }
-    };
-    let head = &args[..2.min(args.len())];
-    let tail = &args[head.len()..];
-    let env = first.config.env.env.clone();
-    let mut layered: Vec<String> = Vec::new();
-    let check_file = |text: &str, origin: &Path| -> Result<Vec<String>, CliError> {
-        let file_args = config_file_args(text, origin)?;
-        let mut alone: Vec<String> = head.to_vec();
-        alone.extend(file_args.iter().cloned());
-        alone.push(format!("--env={env}"));
-        if let Err(e) = parse_cli(&alone) {
-            let message = e.to_string();
-            let line = message
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .trim_start_matches("error: ");
-            return Err(RlfError::ConfigFile {
-                path: origin.to_owned(),
-                message: line.to_owned(),
-            }
-            .into());
-        }
-        Ok(file_args)
-    };
-    if let Some(text) = shipped_config(&env) {
-        layered.extend(check_file(text, Path::new(&format!("configs/{env}.toml")))?);
-    }
-    if let Some(path) = &first.config_file {
-        let text = std::fs::read_to_string(path).map_err(|e| RlfError::ConfigFile {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        layered.extend(check_file(&text, path)?);
-    }
-    let mut all = head.to_vec();
-    all.extend(layered);
-    all.extend(tail.iter().cloned());
-    let Command::Train(train) = parse_cli(&all)?.command else {
-        return Err(RlfError::Config("the layered arguments lost the train command".into()).into());
-    };
-    let mut config = train.config;
-    if config.run.benchmark {
-        let r = &mut config.run;
-        r.stop_at_reward = None;
-        r.save_experiment = false;
-        if r.train_for_seconds == UNLIMITED_SECONDS {
-            r.train_for_seconds = BENCHMARK_SECONDS;
-        }
-    }
-    config.validate()?;
-    Ok(Invocation::Train(Box::new(config)))
-}
-
 impl Config {
-    /// A configuration for `env` from defaults and the env's shipped config, with `overrides`
-    /// (`--flag=value` strings) applied last, validated.
-    pub fn for_env(env: &str, overrides: &[&str]) -> Result<Config> {
-        let mut args = vec!["rlfactory".to_owned(), "train".to_owned(), format!("--env={env}")];
-        args.extend(overrides.iter().map(|s| (*s).to_owned()));
-        match parse_invocation(&args) {
-            Ok(Invocation::Train(config)) => Ok(*config),
-            Ok(_) => Err(RlfError::Config("not a train command".into())),
-            Err(CliError::Invalid(e)) => Err(e),
-            Err(CliError::Clap(e)) => Err(RlfError::Config(
-                e.to_string()
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-                    .trim_start_matches("error: ")
-                    .to_owned(),
-            )),
+    /// The defaults for `env`: the reference values, then the env's shipped config.
+    pub fn for_env_defaults(env: &str) -> Result<Config> {
+        let mut config = Config {
+            env: EnvConfig {
+                env: env.to_owned(),
+                ..EnvConfig::default()
+            },
+            ..Config::default()
+        };
+        if let Some(text) = shipped_config(env) {
+            let origin = PathBuf::from(format!("configs/{env}.toml"));
+            config.apply(&parse_settings(text, &origin)?, &origin)?;
         }
+        Ok(config)
+    }
+
+    /// The configuration in a file (an experiment's `config.json`, or a TOML file of settings):
+    /// its values over [`Config::default`]. Not validated (see [`Config::validate`]).
+    pub fn from_file(path: &Path) -> Result<Config> {
+        let mut config = Config::default();
+        config.apply(&read_settings(path)?, path)?;
+        Ok(config)
+    }
+
+    /// The keys a settings file may hold: the flags of `rlfactory train` but `--config`.
+    pub fn keys() -> Vec<String> {
+        Config::augment_args(clap::Command::new("keys"))
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_owned))
+            .collect()
+    }
+
+    /// Applies `settings` over this configuration; an unknown key or a value of the wrong type
+    /// is an error naming `origin` and the key.
+    pub fn apply(&mut self, settings: &Settings, origin: &Path) -> Result<()> {
+        let file_error = |message: String| RlfError::ConfigFile {
+            path: origin.to_owned(),
+            message,
+        };
+        let keys = Config::keys();
+        let mut table = self.to_settings()?;
+        for (key, value) in settings {
+            if !keys.contains(key) {
+                return Err(file_error(format!("unknown key `{key}`")));
+            }
+            let mut alone = table.clone();
+            alone.insert(key.clone(), value.clone());
+            alone
+                .try_into::<Config>()
+                .map_err(|e| file_error(format!("key `{key}`: {}", e.message())))?;
+            table.insert(key.clone(), value.clone());
+        }
+        *self = table
+            .try_into()
+            .map_err(|e: toml::de::Error| file_error(e.message().to_owned()))?;
+        Ok(())
+    }
+
+    /// This configuration as a flat table of settings.
+    pub fn to_settings(&self) -> Result<Settings> {
+        Settings::try_from(self).map_err(|e| RlfError::Config(format!("cannot serialise the config: {e}")))
     }
 
     /// Transitions in one training dataset.
@@ -648,8 +663,14 @@ impl Config {
         self.sampling.num_workers * self.sampling.num_envs_per_worker
     }
 
-    /// Rejects impossible values and combinations, with a message naming the flags.
+    /// Rejects impossible values and combinations, with a message naming the flags; the env
+    /// must be a built-in one (or `gym:`).
     pub fn validate(&self) -> Result<()> {
+        self.validate_for(&EnvRegistry::with_builtin())
+    }
+
+    /// As [`validate`](Self::validate), with the envs of `registry`.
+    pub fn validate_for(&self, registry: &EnvRegistry) -> Result<()> {
         let err = |m: String| Err(RlfError::Config(m));
         let s = &self.sampling;
         let a = &self.appo;
@@ -745,7 +766,7 @@ impl Config {
         if r.num_threads < 1 {
             return err(format!("--num_threads must be at least 1, got {}", r.num_threads));
         }
-        if let Err(e) = rlf_env::EnvRegistry::with_builtin().make(&self.env.env) {
+        if let Err(e) = registry.make(&self.env.env) {
             return err(format!("--env: {e}"));
         }
         if r.device == DeviceKind::Gpu && !tch::Cuda::is_available() {

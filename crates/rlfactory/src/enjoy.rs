@@ -131,6 +131,26 @@ pub struct ExportArgs {
     pub out: PathBuf,
 }
 
+impl EnjoyArgs {
+    /// Checks the experiment folder and the episode count (bad-input errors).
+    pub fn check(&self) -> Result<()> {
+        if self.max_num_episodes == 0 {
+            return Err(RlfError::Config("--max_num_episodes must be at least 1".into()));
+        }
+        self.source.check()
+    }
+}
+
+impl EvalArgs {
+    /// Checks what `enjoy` checks and the number of envs (bad-input errors).
+    pub fn check(&self) -> Result<()> {
+        if self.num_envs == 0 {
+            return Err(RlfError::Config("--num_envs must be at least 1".into()));
+        }
+        self.enjoy.check()
+    }
+}
+
 impl CheckpointSource {
     fn dir(&self) -> PathBuf {
         self.train_dir.join(&self.experiment)
@@ -150,51 +170,22 @@ impl CheckpointSource {
         }
     }
 
-    /// The experiment's saved config, rebuilt through the command line's layering and validation.
-    pub fn config(&self) -> Result<Config> {
-        let path = self.dir().join("config.json");
-        let text = std::fs::read(&path).map_err(|source| RlfError::Io {
-            what: "reading",
-            path: path.clone(),
-            source,
-        })?;
-        let file_error = |message: String| RlfError::ConfigFile {
-            path: path.clone(),
-            message,
-        };
-        let json: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_slice(&text).map_err(|e| file_error(e.to_string()))?;
-        let mut args = Vec::with_capacity(json.len());
-        for (key, value) in &json {
-            if key == "env" {
-                let trained = value.as_str().unwrap_or_default();
-                if trained != self.env {
-                    return Err(RlfError::Config(format!(
-                        "--env {}: experiment {} was trained on {trained}",
-                        self.env, self.experiment
-                    )));
-                }
-                continue;
-            }
-            let arg = match value {
-                serde_json::Value::Null => continue,
-                serde_json::Value::String(s) => s.clone(),
-                serde_json::Value::Array(items) => items
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-                other => other.to_string(),
-            };
-            args.push(format!("--{key}={arg}"));
+    /// The experiment's saved config (`config.json`), validated; it must be for `--env`.
+    pub fn config(&self, registry: &EnvRegistry) -> Result<Config> {
+        let cfg = Config::from_file(&self.dir().join("config.json"))?;
+        if cfg.env.env != self.env {
+            return Err(RlfError::Config(format!(
+                "--env {}: experiment {} was trained on {}",
+                self.env, self.experiment, cfg.env.env
+            )));
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Config::for_env(&self.env, &args).map_err(|e| file_error(e.to_string()))
+        cfg.validate_for(registry)?;
+        Ok(cfg)
     }
 
     /// The trained network with the checkpoint's weights and statistics, and its config.
-    pub fn load(&self) -> Result<(Config, ActorCritic)> {
-        let cfg = self.config()?;
+    pub fn load(&self, registry: &EnvRegistry) -> Result<(Config, ActorCritic)> {
+        let cfg = self.config(registry)?;
         let store = experiment::open_store(&self.train_dir, &self.experiment)?;
         let state: RestoredState = experiment::load(&store, self.load_checkpoint_kind)?.ok_or_else(|| {
             RlfError::Config(format!(
@@ -209,7 +200,7 @@ impl CheckpointSource {
         for skipped in &state.skipped {
             eprintln!("[rlfactory] skipped a broken checkpoint: {skipped}");
         }
-        let probe = EnvRegistry::with_builtin().make(&cfg.env.env)?;
+        let probe = registry.make(&cfg.env.env)?;
         let mut model = ActorCritic::new(
             probe.observation_space(),
             probe.action_space(),
@@ -238,18 +229,17 @@ pub struct Episode {
     pub length: u64,
 }
 
-/// Runs `episodes` episodes of `policy` on `num_envs` envs of `cfg`'s env stepped together, in the
+/// Runs `episodes` episodes of `policy` on `envs` (of `cfg`'s env) stepped together, in the
 /// order they finish; `on_episode` sees each one.
 pub fn run_episodes(
     cfg: &Config,
+    mut envs: VecEnv,
     policy: &mut dyn Policy,
-    num_envs: usize,
     episodes: usize,
     deterministic: bool,
     seed: u64,
     mut on_episode: impl FnMut(usize, &Episode) -> Result<()>,
 ) -> Result<Vec<Episode>> {
-    let mut envs = VecEnv::from_registry(&EnvRegistry::with_builtin(), &cfg.env.env, num_envs.max(1))?;
     let mut mapper = ActionMapper::new(envs.action_space(), cfg.model.continuous_action_mode)?;
     let mut buf = VecBuffers::new(envs.num_envs(), envs.obs_dim());
     ActorCritic::seed(seed);
@@ -280,12 +270,13 @@ fn mean_return(episodes: &[Episode]) -> f64 {
 }
 
 /// `rlfactory enjoy`: prints each episode's return and length, then the mean; returns the episodes.
-pub fn enjoy(args: &EnjoyArgs) -> Result<Vec<Episode>> {
-    let (cfg, mut model) = args.source.load()?;
+pub fn enjoy(args: &EnjoyArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
+    let (cfg, mut model) = args.source.load(registry)?;
+    let envs = VecEnv::from_registry(registry, &cfg.env.env, 1)?;
     let episodes = run_episodes(
         &cfg,
+        envs,
         &mut model,
-        1,
         args.max_num_episodes,
         args.eval_deterministic,
         args.seed,
@@ -303,13 +294,14 @@ pub fn enjoy(args: &EnjoyArgs) -> Result<Vec<Episode>> {
 }
 
 /// `rlfactory eval`: as [`enjoy`] on `--num_envs` envs, writing the CSV if asked.
-pub fn eval(args: &EvalArgs) -> Result<Vec<Episode>> {
-    let (cfg, mut model) = args.enjoy.source.load()?;
+pub fn eval(args: &EvalArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
+    let (cfg, mut model) = args.enjoy.source.load(registry)?;
     let mut csv = args.csv.as_deref().map(Csv::create).transpose()?;
+    let envs = VecEnv::from_registry(registry, &cfg.env.env, args.num_envs)?;
     let episodes = run_episodes(
         &cfg,
+        envs,
         &mut model,
-        args.num_envs,
         args.enjoy.max_num_episodes,
         args.enjoy.eval_deterministic,
         args.enjoy.seed,
@@ -336,8 +328,8 @@ pub fn eval(args: &EvalArgs) -> Result<Vec<Episode>> {
 }
 
 /// `rlfactory export`: writes the policy's state dict (see the module doc).
-pub fn export(args: &ExportArgs) -> Result<()> {
-    let (_, model) = args.source.load()?;
+pub fn export(args: &ExportArgs, registry: &EnvRegistry) -> Result<()> {
+    let (_, model) = args.source.load(registry)?;
     model.save(&args.out)?;
     eprintln!("[rlfactory] wrote {}", args.out.display());
     Ok(())

@@ -62,9 +62,15 @@ pub enum RlfError {
         /// What was wrong.
         reason: String,
     },
+    /// A signal could not be delivered (a receiver's queue stayed full, a message too large).
+    #[error(transparent)]
+    Emit(#[from] rlf_signal::EmitError),
     /// The event loop failed.
     #[error("event loop: {0}")]
     EventLoop(String),
+    /// A component of the run failed (the faults, on one line, each naming its loop and object).
+    #[error("{0}")]
+    Component(String),
 }
 
 impl From<tch::TchError> for RlfError {

@@ -100,13 +100,30 @@ pub fn resume_counts(cfg: &Config) -> Result<Option<(u64, u64, u64)>> {
     Ok(load(&store, CheckpointKind::Latest)?.map(|s| (s.env_steps, s.episodes, s.training.version)))
 }
 
-/// Loads the newest intact checkpoint of `kind` from `store` (`None`: there is none).
+/// Loads the newest intact checkpoint of `kind` from `store`, falling back to the other kind
+/// (latest → best, best → latest) when there is none of `kind` or every one is broken; the
+/// broken ones are listed in [`RestoredState::skipped`]. `None`: there is no checkpoint at all.
 pub fn load(store: &CheckpointStore, kind: CheckpointKind) -> Result<Option<RestoredState>> {
-    let loaded = match kind {
-        CheckpointKind::Latest => store.load_latest()?,
-        CheckpointKind::Best => store.load_best()?,
+    let load_kind = |kind: CheckpointKind| match kind {
+        CheckpointKind::Latest => store.load_latest(),
+        CheckpointKind::Best => store.load_best(),
     };
-    loaded.map(restored).transpose()
+    let other = match kind {
+        CheckpointKind::Latest => CheckpointKind::Best,
+        CheckpointKind::Best => CheckpointKind::Latest,
+    };
+    match load_kind(kind) {
+        Ok(Some(loaded)) => restored(loaded).map(Some),
+        Ok(None) => load_kind(other)?.map(restored).transpose(),
+        Err(broken) => match load_kind(other) {
+            Ok(Some(loaded)) => {
+                let mut state = restored(loaded)?;
+                state.skipped.insert(0, broken.to_string());
+                Ok(Some(state))
+            }
+            _ => Err(broken.into()),
+        },
+    }
 }
 
 fn restored(loaded: Loaded) -> Result<RestoredState> {
@@ -196,8 +213,8 @@ impl ExperimentRun {
         Ok(self.exp.log(line)?)
     }
 
-    /// Writes one progress report's scalars at step `env_steps` and adds its mean return to the
-    /// learning curve.
+    /// Records scalars at step `env_steps` (buffered until [`flush`](Self::flush)) and adds a
+    /// mean return to the learning curve.
     pub fn write_scalars(&mut self, env_steps: u64, scalars: &[(String, f64)]) -> Result<()> {
         let step = i64::try_from(env_steps).unwrap_or(i64::MAX);
         for (tag, value) in scalars {
@@ -206,6 +223,11 @@ impl ExperimentRun {
                 self.curve.push((env_steps, *value));
             }
         }
+        Ok(())
+    }
+
+    /// Writes the buffered scalars to the event file.
+    pub fn flush(&mut self) -> Result<()> {
         Ok(self.summary.flush()?)
     }
 

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod algo;
+pub mod cli;
 pub mod config;
 pub mod enjoy;
 pub mod env;

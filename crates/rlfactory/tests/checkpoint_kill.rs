@@ -13,6 +13,8 @@
 //! weights without a sidecar was left) are counted, so the output shows that kills landed mid-write.
 //! `RLF_CKPT_KILL_SEED` replays the kill delays of a failed run (its seed is in every message).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rlfactory::config::CheckpointKind;
 use rlfactory::experiment;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
+use common::BIN;
 /// Rounds run, at least; more follow (up to `MAX_ROUNDS`) until `MIN_CUT_SHORT` kills have cut a write short.
 const ROUNDS: usize = 50;
 const MAX_ROUNDS: usize = 200;
@@ -51,24 +53,6 @@ const COMMON: [&str; 11] = [
     "--report_interval_sec=0.5",
     "--save_best_after=0",
 ];
-
-/// A fresh folder under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("rlf_checkpoint_kill_{name}_{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// xorshift64: the kill delays, reproducible from the seed.
 struct XorShift(u64);
@@ -338,9 +322,9 @@ fn sigkill_during_checkpoint_writes_keeps_the_previous_checkpoint_and_resume_con
                 .map_or(1, |d| d.as_nanos() as u64)
         });
     let mut rng = XorShift::new(seed);
-    let tmp = TempDir::new("rounds");
-    let train_dir = tmp.0.join("train");
-    let scratch = tmp.0.join("inspect");
+    let tmp = common::temp_dir("checkpoint-kill");
+    let train_dir = tmp.path().join("train");
+    let scratch = tmp.path().join("inspect");
     let checkpoints = train_dir.join("exp/checkpoint_p0");
     let args = |extra: &[&str]| -> Vec<String> {
         let mut args: Vec<String> = COMMON.iter().map(|s| (*s).to_owned()).collect();
@@ -478,7 +462,7 @@ fn sigkill_during_checkpoint_writes_keeps_the_previous_checkpoint_and_resume_con
     // An uninterrupted run resumes from the newest intact checkpoint and trains on.
     let ctx = format!("final run (seed {seed})");
     let last = previous.expect("rounds ran");
-    let summary_path = tmp.0.join("summary.json");
+    let summary_path = tmp.path().join("summary.json");
     let mut run = Run::start(&args(&[
         "--save_every_sec=120",
         "--train_for_seconds=1",

@@ -3,7 +3,8 @@
 
 use std::process::Command;
 
-use rlfactory::config::{parse_invocation, Config, Invocation};
+use rlfactory::cli::{parse_invocation, Invocation};
+use rlfactory::config::Config;
 
 fn run(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_rlfactory"))
@@ -127,7 +128,7 @@ fn bad_config_files_name_the_file_and_key() {
 fn parse(args: &[&str]) -> Config {
     let mut all = vec!["rlfactory".to_owned(), "train".to_owned()];
     all.extend(args.iter().map(|s| (*s).to_owned()));
-    match parse_invocation(&all) {
+    match parse_invocation(&all, &rlf_env::EnvRegistry::with_builtin()) {
         Ok(Invocation::Train(cfg)) => *cfg,
         Ok(other) => panic!("{args:?}: not a train command: {other:?}"),
         Err(e) => panic!("{args:?}: {e:?}"),
@@ -187,11 +188,18 @@ fn shipped_file_and_command_line_layer_in_order() {
     );
     let cfg = parse(&["--env=CartPole-v1", "--config", path, "--num_epochs=5"]);
     assert_eq!((cfg.sampling.rollout, cfg.appo.num_epochs), (16, 5));
-    // The resolved config round-trips through --config.
+    // The resolved config round-trips through --config, as TOML and as an experiment's JSON.
     let saved = dir.join("resolved.toml");
     std::fs::write(&saved, cfg.to_toml().unwrap()).unwrap();
     let again = parse(&["--env=CartPole-v1", "--config", saved.to_str().unwrap()]);
-    assert_eq!(again.to_toml().unwrap(), cfg.to_toml().unwrap());
+    assert_eq!(again, cfg);
+    let json = dir.join("config.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    assert_eq!(Config::from_file(&json).unwrap(), cfg);
+    assert_eq!(
+        parse(&["--env=CartPole-v1", "--config", json.to_str().unwrap()]),
+        cfg
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

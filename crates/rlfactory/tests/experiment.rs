@@ -3,61 +3,15 @@
 //! corrupt checkpoint, enjoy / eval / export, and bad inputs. No `/dev/shm` segment of a run
 //! survives it.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
+use common::{assert_no_segments, run, spawn, summary, temp_dir, text, BIN};
+
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-
-/// A fresh folder under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("rlf_experiment_{name}_{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn assert_no_shm_left(pid: u32) {
-    let prefix = format!("rlf.{pid}.");
-    let left: Vec<String> = std::fs::read_dir("/dev/shm")
-        .expect("/dev/shm")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    assert!(left.is_empty(), "shared-memory segments left by {pid}: {left:?}");
-}
-
-/// Runs `rlfactory args` to the end; checks that it left no shared memory.
-fn run(args: &[&str]) -> Output {
-    let child = Command::new(BIN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rlfactory");
-    let pid = child.id();
-    let out = child.wait_with_output().expect("wait rlfactory");
-    assert_no_shm_left(pid);
-    out
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn train_args<'a>(dir: &'a Path, extra: &[&'a str]) -> Vec<String> {
     let mut args: Vec<String> = [
@@ -73,10 +27,6 @@ fn train_args<'a>(dir: &'a Path, extra: &[&'a str]) -> Vec<String> {
     args.push(format!("--train_dir={}", dir.display()));
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     args
-}
-
-fn summary(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).expect("summary json")).expect("summary parses")
 }
 
 fn python() -> String {
@@ -108,11 +58,93 @@ fn sidecar(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).expect("sidecar")).expect("sidecar parses")
 }
 
+/// Every scalar of an event file as TensorBoard's own reader sees it: `(tag, step, value)`.
+fn tensorboard_scalars(python: &str, events: &Path) -> Vec<(String, i64, f64)> {
+    let script = "import sys, json\n\
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n\
+        from tensorboard.util import tensor_util\n\
+        out = []\n\
+        for ev in EventFileLoader(sys.argv[1]).Load():\n\
+        \x20   for v in ev.summary.value:\n\
+        \x20       x = v.simple_value if v.HasField('simple_value') else float(tensor_util.make_ndarray(v.tensor))\n\
+        \x20       out.append([v.tag, ev.step, x])\n\
+        print(json.dumps(out))\n";
+    let read = Command::new(python)
+        .args(["-c", script])
+        .arg(events)
+        .output()
+        .expect("python");
+    assert!(read.status.success(), "{}", text(&read.stderr));
+    serde_json::from_slice(&read.stdout).expect("json")
+}
+
+/// The event files of the experiment `exp` in `dir`.
+fn event_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("exp/.summary/0"))
+        .expect("summary dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_half_second_run_records_its_learning_from_the_first_episode() {
+    let python = python();
+    let tmp = temp_dir("short");
+    let dir = tmp.path();
+    let summary_path = dir.join("summary.json");
+    // No progress line: scalars, the curve and the summary do not depend on it.
+    let args = train_args(
+        dir,
+        &[
+            "--train_for_seconds=0.5",
+            "--report_interval_sec=0",
+            &format!("--summary_json={}", summary_path.display()),
+        ],
+    );
+    let out = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "train: {}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        !stderr.contains("| fps "),
+        "a progress line with --report_interval_sec 0: {stderr}"
+    );
+    let frames = summary(&summary_path)["env_frames"].as_u64().expect("frames");
+    let events = event_files(dir);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let theirs = tensorboard_scalars(&python, &events[0]);
+    let steps = |tag: &str| -> Vec<i64> { theirs.iter().filter(|(t, _, _)| t == tag).map(|x| x.1).collect() };
+    let returns = steps("reward/reward");
+    let losses = steps("train/policy_loss");
+    assert!(
+        returns.len() >= 3 && losses.len() >= 3,
+        "returns at {returns:?}, losses at {losses:?}"
+    );
+    // The first episodes end within the first few rollout reports (2,048 frames each).
+    assert!(returns[0] <= 8_192, "first return at frame {}", returns[0]);
+    assert!(returns.windows(2).all(|w| w[0] < w[1]), "{returns:?}");
+    // The last values are those of the end of the run.
+    assert_eq!(
+        returns.last().copied(),
+        Some(frames as i64),
+        "{returns:?} vs {frames} frames"
+    );
+    // The curve is drawn from the same `reward/reward` points (`ExperimentRun::write_scalars`): not empty.
+    let png = std::fs::read(dir.join("exp/learning_curve_p0.png")).expect("learning curve");
+    assert_eq!(&png[1..4], b"PNG");
+    let empty = dir.join("empty.png");
+    rlf_experiment::plot_curve(&empty, &[], "CartPole-v1").expect("empty plot");
+    let empty = std::fs::read(&empty).expect("empty plot");
+    assert_ne!(png, empty, "the learning curve is an empty plot");
+}
+
 #[test]
 fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export() {
     let python = python();
-    let tmp = TempDir::new("trained");
-    let dir = &tmp.0;
+    let tmp = temp_dir("trained");
+    let dir = tmp.path();
     let summary_path = dir.join("summary.json");
     let args = train_args(
         dir,
@@ -136,28 +168,9 @@ fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export()
     assert!(log.contains("frames ") && log.contains("saved "), "{log}");
 
     // TensorBoard's reader sees our tags at our steps with our values.
-    let events: Vec<PathBuf> = std::fs::read_dir(exp.join(".summary/0"))
-        .expect("summary dir")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let events = event_files(dir);
     assert_eq!(events.len(), 1, "{events:?}");
-    let script = "import sys, json\n\
-        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n\
-        from tensorboard.util import tensor_util\n\
-        out = []\n\
-        for ev in EventFileLoader(sys.argv[1]).Load():\n\
-        \x20   for v in ev.summary.value:\n\
-        \x20       x = v.simple_value if v.HasField('simple_value') else float(tensor_util.make_ndarray(v.tensor))\n\
-        \x20       out.append([v.tag, ev.step, x])\n\
-        print(json.dumps(out))\n";
-    let read = Command::new(&python)
-        .args(["-c", script])
-        .arg(&events[0])
-        .output()
-        .expect("python");
-    assert!(read.status.success(), "{}", text(&read.stderr));
-    let theirs: Vec<(String, i64, f64)> = serde_json::from_slice(&read.stdout).expect("json");
+    let theirs = tensorboard_scalars(&python, &events[0]);
     let ours = rlf_experiment::read_scalars(&events[0]).expect("our reader");
     assert_eq!(theirs.len(), ours.len());
     for ((tag, step, value), (t, s, v)) in theirs.iter().zip(&ours) {
@@ -252,7 +265,7 @@ fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export()
     let script = "import sys, json\n\
         from safetensors.numpy import load_file\n\
         print(json.dumps({k: [list(v.shape), str(v.dtype), v.ravel().tolist()] for k, v in load_file(sys.argv[1]).items()}))\n";
-    let read = Command::new(&python)
+    let read = Command::new(python)
         .args(["-c", script])
         .arg(&exported)
         .output()
@@ -298,22 +311,22 @@ fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export()
         stderr.contains(&format!("resuming from {}", ckpts[0].display())),
         "{stderr}"
     );
-}
 
-/// Waits for `child` in a thread; its stderr lines go to `lines`.
-fn watch(mut child: Child) -> (mpsc::Receiver<String>, mpsc::Receiver<ExitStatus>) {
-    let (line_tx, lines) = mpsc::channel();
-    let (exit_tx, exited) = mpsc::channel();
-    let stderr = child.stderr.take().expect("stderr");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = line_tx.send(line);
-        }
-    });
-    std::thread::spawn(move || {
-        let _ = exit_tx.send(child.wait().expect("wait"));
-    });
-    (lines, exited)
+    // Every regular checkpoint corrupt: --load_checkpoint_kind=latest falls back to the best one.
+    for sidecar in checkpoints(dir) {
+        // Truncated (flipping a byte again would repair the one corrupted above).
+        let weights = sidecar.with_extension("safetensors");
+        let bytes = std::fs::read(&weights).expect("weights");
+        std::fs::write(&weights, &bytes[..bytes.len() / 2]).expect("corrupt");
+    }
+    let out = with(
+        "enjoy",
+        &["--max_num_episodes=1", "--load_checkpoint_kind=latest"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "enjoy: {stderr}");
+    assert!(stderr.contains("skipped a broken checkpoint"), "{stderr}");
+    assert!(stderr.contains("loaded ") && stderr.contains("best_"), "{stderr}");
 }
 
 fn lr_scalars(dir: &Path) -> Vec<(PathBuf, Vec<(i64, f32)>)> {
@@ -339,8 +352,8 @@ fn lr_scalars(dir: &Path) -> Vec<(PathBuf, Vec<(i64, f32)>)> {
 
 #[test]
 fn sigint_saves_a_checkpoint_and_the_resumed_run_continues_frames_and_lr_schedule() {
-    let tmp = TempDir::new("sigint");
-    let dir = &tmp.0;
+    let tmp = temp_dir("sigint");
+    let dir = tmp.path();
     let total = 400_000;
     let first = dir.join("first.json");
     let common = [
@@ -352,14 +365,7 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_continues_frames_and_lr_schedul
     let mut args = train_args(dir, &[]);
     args.extend(common.iter().cloned());
     args.push(format!("--summary_json={}", first.display()));
-    let child = Command::new(BIN)
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (lines, exited) = watch(child);
+    let common::Watched { pid, lines, exited } = spawn(Command::new(BIN).args(&args));
     // Interrupt once training is under way (a progress line after the first policy update).
     loop {
         let line = lines
@@ -378,7 +384,7 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_continues_frames_and_lr_schedul
         .recv_timeout(Duration::from_secs(30))
         .expect("exits after SIGINT");
     assert_eq!(status.code(), Some(130), "exit code 128 + SIGINT");
-    assert_no_shm_left(pid);
+    assert_no_segments(pid);
     let stopped = summary(&first);
     assert_eq!(stopped["stop_reason"], "interrupted");
     assert_eq!(stopped["signal"], 2);
@@ -437,8 +443,8 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_continues_frames_and_lr_schedul
 
 #[test]
 fn bad_enjoy_inputs_are_one_clear_line_and_exit_code_2() {
-    let tmp = TempDir::new("bad");
-    let train_dir = format!("--train_dir={}", tmp.0.display());
+    let tmp = temp_dir("bad");
+    let train_dir = format!("--train_dir={}", tmp.path().display());
     for (args, needle) in [
         (
             vec!["enjoy", "--env=CartPole-v1", "--experiment=missing", &train_dir],

@@ -3,54 +3,29 @@
 //! rollout workers are replaced, the others stop the run with a checkpoint; workers left without
 //! work (the learner stopped) make no wake-ups.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
+use common::{assert_no_segments, spawn, summary, BIN};
 
+/// A temp dir for a run, kept as a plain path (the test removes it at its end).
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rlf-parallel-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-fn summary(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).expect("summary written")).expect("summary is JSON")
-}
-
-/// Stderr lines and the exit status of `child`, each from a thread blocked on it.
-fn watch(mut child: Child) -> (mpsc::Receiver<String>, mpsc::Receiver<ExitStatus>) {
-    let (line_tx, lines) = mpsc::channel();
-    let (exit_tx, exited) = mpsc::channel();
-    let stderr = child.stderr.take().expect("stderr");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = line_tx.send(line);
-        }
-    });
-    std::thread::spawn(move || {
-        let _ = exit_tx.send(child.wait().expect("wait"));
-    });
-    (lines, exited)
+    common::temp_dir(&format!("parallel-{name}")).keep()
 }
 
 /// `rlfactory train --env=CartPole-v1 --report_interval_sec=0.1 <args>`, started with its pid,
 /// stderr lines and exit status watched.
 fn spawn_train(args: &[String]) -> (u32, mpsc::Receiver<String>, mpsc::Receiver<ExitStatus>) {
-    let child = Command::new(BIN)
-        .args(["train", "--env=CartPole-v1", "--report_interval_sec=0.1"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (lines, exited) = watch(child);
-    (pid, lines, exited)
+    let run = spawn(
+        Command::new(BIN)
+            .args(["train", "--env=CartPole-v1", "--report_interval_sec=0.1"])
+            .args(args),
+    );
+    (run.pid, run.lines, run.exited)
 }
 
 #[test]
@@ -124,10 +99,7 @@ fn with_no_replacement_allowed_killing_a_rollout_worker_stops_the_run_with_its_n
         "the message names the dead worker:\n{}",
         seen.join("\n")
     );
-    assert_eq!(
-        rlf_shm::region::segments_of(pid).expect("list /dev/shm"),
-        Vec::<String>::new()
-    );
+    assert_no_segments(pid);
 }
 
 #[test]
@@ -254,10 +226,7 @@ fn dead_and_hung_rollout_workers_are_replaced_and_training_reaches_its_target() 
         "{s}"
     );
     for p in std::iter::once(pid).chain(victims) {
-        assert_eq!(
-            rlf_shm::region::segments_of(p).expect("list /dev/shm"),
-            Vec::<String>::new()
-        );
+        assert_no_segments(p);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -282,10 +251,7 @@ fn lose_a_component(name: &str, loop_id: u32, sig: &str) -> (ExitStatus, Vec<Str
         seen.push(line);
     }
     for p in [pid, victim] {
-        assert_eq!(
-            rlf_shm::region::segments_of(p).expect("list /dev/shm"),
-            Vec::<String>::new()
-        );
+        assert_no_segments(p);
     }
     (status, seen, dir)
 }
@@ -367,10 +333,7 @@ fn workers_with_nothing_to_do_make_no_wake_ups() {
     exited
         .recv_timeout(Duration::from_secs(30))
         .expect("the run stops on SIGINT");
-    assert_eq!(
-        rlf_shm::region::segments_of(pid).expect("list /dev/shm"),
-        Vec::<String>::new()
-    );
+    assert_no_segments(pid);
 }
 
 /// The newest checkpoint loads: `enjoy` runs an episode with it.

@@ -6,7 +6,7 @@ mod learner;
 
 use serde::{Deserialize, Serialize};
 
-pub use batcher::Batcher;
+pub use batcher::{Assembled, Batcher, BatcherCounts, Slot};
 pub use learner::Learner;
 
 /// Sequences `first_env..first_env + num_envs` (env columns) of the trajectory in slot `buffer`
@@ -24,6 +24,16 @@ pub struct Part {
     /// The part holds the trajectory's last columns: once this dataset is trained on, the slot
     /// is free.
     pub closes: bool,
+}
+
+impl Part {
+    /// The slot the part is taken from.
+    pub fn slot(&self) -> Slot {
+        Slot {
+            worker: self.worker,
+            buffer: self.buffer,
+        }
+    }
 }
 
 /// A training dataset as the slots it is made of (`batch_ready`): the learner views them.

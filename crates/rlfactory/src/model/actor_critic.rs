@@ -255,11 +255,6 @@ impl ActorCritic {
         &self.head
     }
 
-    /// The variable store (for optimisers).
-    pub fn var_store(&self) -> &nn::VarStore {
-        &self.vs
-    }
-
     /// The trainable parameters with their names, in name order.
     pub fn trainable_named(&self) -> Vec<(String, Tensor)> {
         self.named

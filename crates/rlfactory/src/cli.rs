@@ -1,0 +1,268 @@
+//! The `rlfactory` command line: subcommands, and how `train`'s flags are layered over the
+//! defaults and config files (see [`crate::config`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use crate::config::{read_settings, Config, BENCHMARK_SECONDS, UNLIMITED_SECONDS};
+use crate::enjoy::{EnjoyArgs, EvalArgs, ExportArgs};
+use crate::env::EnvRegistry;
+use crate::error::RlfError;
+use crate::runner;
+
+/// The `rlfactory` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rlfactory",
+    version,
+    about = "High-throughput asynchronous reinforcement learning"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Train a policy.
+    Train(Box<TrainArgs>),
+    /// Run episodes with a trained policy and print their returns.
+    Enjoy(EnjoyArgs),
+    /// Run episodes with a trained policy on many envs at once and write their returns to a CSV.
+    Eval(EvalArgs),
+    /// Write a trained policy as a PyTorch state dict (safetensors).
+    Export(ExportArgs),
+}
+
+/// `rlfactory train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// A file of settings (TOML, or an experiment's config.json; keys are flag names), applied
+    /// over the env's shipped defaults.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+    /// The configuration.
+    #[command(flatten)]
+    pub config: Config,
+}
+
+/// How a command line was understood.
+#[derive(Debug)]
+pub enum Invocation {
+    /// Train with this resolved and validated configuration.
+    Train(Box<Config>),
+    /// Run episodes with a trained policy.
+    Enjoy(EnjoyArgs),
+    /// Evaluate a trained policy on many envs.
+    Eval(EvalArgs),
+    /// Export a trained policy.
+    Export(ExportArgs),
+}
+
+/// Why a command line was not accepted.
+#[derive(Debug)]
+pub enum CliError {
+    /// clap's own outcome: a usage error, or `--help` / `--version` to print.
+    Clap(clap::Error),
+    /// A bad config file or an impossible combination of values.
+    Invalid(RlfError),
+}
+
+impl From<clap::Error> for CliError {
+    fn from(e: clap::Error) -> Self {
+        CliError::Clap(e)
+    }
+}
+
+impl From<RlfError> for CliError {
+    fn from(e: RlfError) -> Self {
+        CliError::Invalid(e)
+    }
+}
+
+fn cli_command() -> clap::Command {
+    Cli::command()
+        .args_override_self(true)
+        .mut_subcommand("train", |c| c.allow_negative_numbers(true))
+}
+
+/// Parses `args` (program name first). For `train`: the defaults, the env's shipped config,
+/// `--config FILE` and the values given on the command line, in that order (see
+/// [`crate::config`]), then `--benchmark`'s implications, then validation.
+pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invocation, CliError> {
+    let matches = cli_command().try_get_matches_from(args)?;
+    let train = match Cli::from_arg_matches(&matches)?.command {
+        Command::Train(train) => train,
+        Command::Enjoy(a) => {
+            a.check()?;
+            return Ok(Invocation::Enjoy(a));
+        }
+        Command::Eval(a) => {
+            a.check()?;
+            return Ok(Invocation::Eval(a));
+        }
+        Command::Export(a) => {
+            a.source.check()?;
+            return Ok(Invocation::Export(a));
+        }
+    };
+    let given = matches
+        .subcommand_matches("train")
+        .ok_or_else(|| RlfError::Config("the command line lost the train command".into()))?;
+    let mut config = Config::for_env_defaults(&train.config.env.env)?;
+    if let Some(path) = &train.config_file {
+        config.apply(&read_settings(path)?, path)?;
+    }
+    let typed = train.config.to_settings()?;
+    let mut table = config.to_settings()?;
+    for id in given.ids() {
+        let key = id.as_str();
+        if given.value_source(key) == Some(ValueSource::CommandLine) {
+            if let Some(value) = typed.get(key) {
+                table.insert(key.to_owned(), value.clone());
+            }
+        }
+    }
+    let mut config: Config = table
+        .try_into()
+        .map_err(|e: toml::de::Error| RlfError::Config(e.message().to_owned()))?;
+    if config.run.benchmark {
+        let r = &mut config.run;
+        r.stop_at_reward = None;
+        r.save_experiment = false;
+        if r.train_for_seconds == UNLIMITED_SECONDS {
+            r.train_for_seconds = BENCHMARK_SECONDS;
+        }
+    }
+    config.validate_for(registry)?;
+    Ok(Invocation::Train(Box::new(config)))
+}
+
+impl Config {
+    /// A configuration for `env` from defaults and the env's shipped config, with `overrides`
+    /// (command-line flags, `--flag=value`) applied last, validated.
+    pub fn for_env(env: &str, overrides: &[&str]) -> Result<Config, RlfError> {
+        let mut args = vec!["rlfactory".to_owned(), "train".to_owned(), format!("--env={env}")];
+        args.extend(overrides.iter().map(|s| (*s).to_owned()));
+        match parse_invocation(&args, &EnvRegistry::with_builtin()) {
+            Ok(Invocation::Train(config)) => Ok(*config),
+            Ok(_) => Err(RlfError::Config("not a train command".into())),
+            Err(CliError::Invalid(e)) => Err(e),
+            Err(CliError::Clap(e)) => Err(RlfError::Config(one_line(&e.to_string()))),
+        }
+    }
+}
+
+/// The whole `rlfactory` program over the envs of `registry`: a binary of your own with your own
+/// native envs is `fn main() -> ExitCode { rlfactory::cli::main(my_registry()) }`. Worker
+/// processes re-entering the binary build their part of the graph first thing. Exit codes: 0, 2
+/// for a usage or config error, 1 for a failure at run time (the error on one line), 128 +
+/// signal for a run stopped by SIGINT or SIGTERM (after its last checkpoint).
+pub fn main(registry: EnvRegistry) -> ExitCode {
+    rlf_shm::process::keep_freed_memory();
+    let child_registry = registry.clone();
+    if let Some(code) = rlf_signal::child_entry(move |app| runner::child_build_with(app, child_registry)) {
+        return code;
+    }
+    // Timings (`seconds_to_reward`, `wall_seconds`) count from the kernel's start of the process.
+    let now = Instant::now();
+    let process_start = rlf_shm::process::age()
+        .and_then(|age| now.checked_sub(age))
+        .unwrap_or(now);
+    let args: Vec<String> = std::env::args().collect();
+    let invocation = match parse_invocation(&args, &registry) {
+        Ok(i) => i,
+        Err(CliError::Clap(e)) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(CliError::Clap(e)) => {
+            eprintln!("error: {}", one_line(&e.to_string()));
+            return ExitCode::from(2);
+        }
+        Err(CliError::Invalid(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(invocation, &registry, process_start) {
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(signal)) => ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(0))),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the command; returns the signal that interrupted a training run, if one did.
+fn run(
+    invocation: Invocation,
+    registry: &EnvRegistry,
+    process_start: Instant,
+) -> Result<Option<i32>, RlfError> {
+    let cfg = match invocation {
+        Invocation::Train(cfg) => cfg,
+        Invocation::Enjoy(args) => return crate::enjoy::enjoy(&args, registry).map(|_| None),
+        Invocation::Eval(args) => return crate::enjoy::eval(&args, registry).map(|_| None),
+        Invocation::Export(args) => return crate::enjoy::export(&args, registry).map(|()| None),
+    };
+    eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
+    let summary = runner::train_with(&cfg, registry, process_start)?;
+    let json = serde_json::to_string_pretty(&summary)
+        .map_err(|e| RlfError::Config(format!("cannot serialise the summary: {e}")))?;
+    eprintln!("[rlfactory] done: {json}");
+    if cfg.run.benchmark {
+        eprintln!(
+            "[rlfactory] benchmark: steady-state fps {:.0} ({} env frames, overall fps {:.0})",
+            summary.fps, summary.env_frames, summary.fps_overall
+        );
+    }
+    if let Some(path) = &cfg.run.summary_json {
+        std::fs::write(path, &json).map_err(|source| RlfError::Io {
+            what: "writing the summary to",
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(summary.signal)
+}
+
+/// clap's error as one line: its message without the usage and tips.
+pub fn one_line(text: &str) -> String {
+    let parts: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| !l.is_empty() && !l.starts_with("tip:"))
+        .collect();
+    parts.join(" ").trim_start_matches("error: ").to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_default_equals_the_command_lines_defaults() {
+        let cli = Cli::try_parse_from(["rlfactory", "train", "--env", "CartPole-v1"]).expect("parse");
+        let Command::Train(train) = cli.command else {
+            panic!("not train")
+        };
+        assert_eq!(train.config, Config::default());
+    }
+
+    #[test]
+    fn every_key_of_a_saved_config_is_a_flag() {
+        let keys = Config::keys();
+        for key in Config::default().to_settings().expect("settings").keys() {
+            assert!(keys.contains(key), "{key}");
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! [`InferenceWorker`] on its loop.
+
+use std::time::Duration;
+
+use rlf_shm::SharedWeights;
+use rlf_signal::{Component, Ctx, Signal};
+
+use super::{or_fail, sent};
+use crate::config::Config;
+use crate::env::EnvRegistry;
+use crate::error::{Result, RlfError};
+use crate::runner::plane::{new_model, DataPlane};
+use crate::sampling::{ActionsReady, InferenceWorker, PolicyRequest};
+
+pub(in crate::runner) struct InferenceNode {
+    worker: Option<InferenceWorker>,
+    setup: Option<Result<InferenceWorker>>,
+    /// Requests taken since the last forward pass (see [`InferenceNode::flush`]).
+    pending: Vec<PolicyRequest>,
+    scheduled: bool,
+    /// `actions_ready` of each rollout worker, by worker index.
+    actions_ready: Vec<Signal<ActionsReady>>,
+}
+
+impl InferenceNode {
+    /// An inference worker, in its loop's process: the network starts from the learner's seed,
+    /// then follows the weights the learner publishes.
+    pub fn new(
+        cfg: &Config,
+        registry: &EnvRegistry,
+        plane: &DataPlane,
+        actions_ready: Vec<Signal<ActionsReady>>,
+    ) -> Self {
+        let setup = new_model(cfg, registry).and_then(|model| {
+            let weights = SharedWeights::open(&plane.weights)?;
+            Ok(InferenceWorker::new(
+                Box::new(model),
+                weights,
+                plane.open_pools()?,
+            ))
+        });
+        Self {
+            worker: None,
+            setup: Some(setup),
+            pending: Vec::new(),
+            scheduled: false,
+            actions_ready,
+        }
+    }
+
+    /// Collects the request; every request taken in this turn of the loop goes into one forward
+    /// pass on the next turn (a zero-delay timer).
+    pub fn on_policy_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &PolicyRequest) {
+        self.pending.push(*request);
+        if !self.scheduled {
+            self.scheduled = true;
+            ctx.timer_once(Duration::ZERO, InferenceNode::flush);
+        }
+    }
+
+    fn flush(&mut self, ctx: &mut Ctx<'_, Self>) {
+        self.scheduled = false;
+        let Some(worker) = &mut self.worker else { return };
+        let requests = std::mem::take(&mut self.pending);
+        let result = worker.on_policy_requested(&requests).and_then(|answers| {
+            answers.iter().try_for_each(|a| {
+                let signal = self
+                    .actions_ready
+                    .get(a.worker)
+                    .ok_or_else(|| RlfError::Protocol {
+                        component: "inference worker",
+                        message: format!("a request from unknown rollout worker {}", a.worker),
+                    })?;
+                sent(ctx.emit(signal, a))
+            })
+        });
+        // The vector's allocation is reused by the next batch.
+        self.pending = requests;
+        self.pending.clear();
+        or_fail(ctx, result);
+    }
+}
+
+impl Component for InferenceNode {
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        match self.setup.take() {
+            Some(Ok(w)) => self.worker = Some(w),
+            Some(Err(e)) => ctx.fail(e),
+            None => {}
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! [`RolloutWorker`] on its loop.
+
+use std::time::Duration;
+
+use rlf_shm::ShmArray;
+use rlf_signal::{Component, Ctx, Signal, WorkQueue};
+
+use super::{or_fail, sent};
+use crate::config::Config;
+use crate::env::EnvRegistry;
+use crate::error::{Result, RlfError};
+use crate::learning::PolicyUpdated;
+use crate::runner::counters::CounterLayout;
+use crate::runner::plane::DataPlane;
+use crate::sampling::{
+    ActionsReady, BufferReleased, PolicyRequest, RolloutReport, RolloutWorker, SlotsReclaimed, StepOutcome,
+    TrajectoryPool, TrajectoryReady, WorkerStarted,
+};
+
+/// What a rollout worker emits.
+#[derive(Clone, Copy)]
+pub(in crate::runner) struct RolloutSignals {
+    pub policy_requested: WorkQueue<PolicyRequest>,
+    pub trajectory_ready: Signal<TrajectoryReady>,
+    pub rollout_reported: Signal<RolloutReport>,
+    pub worker_started: Signal<WorkerStarted>,
+}
+
+pub(in crate::runner) struct RolloutNode {
+    index: usize,
+    worker: Option<RolloutWorker>,
+    counters: Option<ShmArray<u64>>,
+    /// Requests waiting for the next turn of the loop (see [`RolloutNode::defer`]).
+    queued: Vec<PolicyRequest>,
+    scheduled: bool,
+    /// The pool and the counters, mapped by the constructor; the worker is built in `on_start`,
+    /// which knows the process's incarnation.
+    setup: Option<Result<(TrajectoryPool, ShmArray<u64>)>>,
+    cfg: Config,
+    registry: EnvRegistry,
+    signals: RolloutSignals,
+}
+
+impl RolloutNode {
+    /// Rollout worker `index`, in its loop's process.
+    pub fn new(
+        index: usize,
+        cfg: Config,
+        registry: EnvRegistry,
+        plane: &DataPlane,
+        signals: RolloutSignals,
+    ) -> Self {
+        let setup = plane
+            .pools
+            .get(index)
+            .ok_or_else(|| RlfError::Config(format!("no trajectory pool for rollout worker {index}")))
+            .and_then(TrajectoryPool::open)
+            .and_then(|pool| Ok((pool, ShmArray::open(&plane.counters)?)));
+        Self {
+            index,
+            worker: None,
+            counters: None,
+            queued: Vec::new(),
+            scheduled: false,
+            setup: Some(setup),
+            cfg,
+            registry,
+            signals,
+        }
+    }
+
+    /// Builds the worker as process `incarnation`, continuing the counts of its predecessors,
+    /// and says so to the batcher (which answers with the free slots) and the runner.
+    fn start(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<()> {
+        let Some(setup) = self.setup.take() else {
+            return Ok(());
+        };
+        let (pool, counters) = setup?;
+        let incarnation = ctx.incarnation();
+        let before = CounterLayout::load_worker(&counters, self.index);
+        let counts = if incarnation == 0 {
+            before
+        } else {
+            before.inherit()
+        };
+        let mut worker =
+            RolloutWorker::new(self.index, &self.cfg, &self.registry, pool, incarnation, counts)?;
+        worker.start()?;
+        self.worker = Some(worker);
+        self.counters = Some(counters);
+        self.store_counts();
+        let started = WorkerStarted {
+            worker: self.index,
+            incarnation,
+            lost_frames: counts.lost_frames - before.lost_frames,
+        };
+        sent(ctx.emit(&self.signals.worker_started, &started))
+    }
+
+    /// Queues requests for actions and submits them on the loop's next turn (a zero-delay timer)
+    /// rather than from inside a slot: on one loop, rollout and inference would otherwise answer
+    /// each other without the loop ever turning, starving timers and stop requests.
+    fn defer(&mut self, ctx: &mut Ctx<'_, Self>, requests: impl IntoIterator<Item = PolicyRequest>) {
+        self.queued.extend(requests);
+        if !self.scheduled && !self.queued.is_empty() {
+            self.scheduled = true;
+            ctx.timer_once(Duration::ZERO, RolloutNode::flush_requests);
+        }
+    }
+
+    fn flush_requests(&mut self, ctx: &mut Ctx<'_, Self>) {
+        self.scheduled = false;
+        let queued = std::mem::take(&mut self.queued);
+        let submitted = queued
+            .iter()
+            .try_for_each(|request| sent(ctx.submit(&self.signals.policy_requested, request)));
+        or_fail(ctx, submitted);
+    }
+
+    /// The worker's counts into shared memory, where they outlive this process.
+    fn store_counts(&self) {
+        if let (Some(worker), Some(counters)) = (&self.worker, &self.counters) {
+            CounterLayout::store_worker(counters, self.index, worker.counts());
+        }
+    }
+
+    fn emit_outcome(&mut self, ctx: &mut Ctx<'_, Self>, outcome: Result<StepOutcome>) {
+        self.store_counts();
+        let emitted = outcome.and_then(|outcome| {
+            if let Some(t) = &outcome.trajectory {
+                sent(ctx.emit(&self.signals.trajectory_ready, t))?;
+            }
+            if let Some(r) = &outcome.report {
+                sent(ctx.emit(&self.signals.rollout_reported, r))?;
+            }
+            Ok(outcome.requests)
+        });
+        match emitted {
+            Ok(requests) => self.defer(ctx, requests),
+            Err(e) => ctx.fail(e),
+        }
+    }
+
+    fn emit_requests(&mut self, ctx: &mut Ctx<'_, Self>, requests: Result<Vec<PolicyRequest>>) {
+        let outcome = requests.map(|requests| StepOutcome {
+            requests,
+            ..StepOutcome::default()
+        });
+        self.emit_outcome(ctx, outcome);
+    }
+
+    pub fn on_actions_ready(&mut self, ctx: &mut Ctx<'_, Self>, actions: &ActionsReady) {
+        let Some(worker) = &mut self.worker else { return };
+        let outcome = worker.on_actions_ready(actions);
+        self.emit_outcome(ctx, outcome);
+    }
+
+    pub fn on_buffer_released(&mut self, ctx: &mut Ctx<'_, Self>, released: &BufferReleased) {
+        let Some(worker) = &mut self.worker else { return };
+        let requests = worker.on_buffer_released(released.buffer);
+        self.emit_requests(ctx, requests);
+    }
+
+    pub fn on_slots_reclaimed(&mut self, ctx: &mut Ctx<'_, Self>, reclaimed: &SlotsReclaimed) {
+        let Some(worker) = &mut self.worker else { return };
+        let requests = worker.on_slots_reclaimed(reclaimed.incarnation, &reclaimed.free);
+        self.emit_requests(ctx, requests);
+    }
+
+    pub fn on_policy_updated(&mut self, ctx: &mut Ctx<'_, Self>, _update: &PolicyUpdated) {
+        let Some(worker) = &mut self.worker else { return };
+        let requests = worker.on_policy_updated();
+        self.emit_requests(ctx, requests);
+    }
+}
+
+impl Component for RolloutNode {
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let started = self.start(ctx);
+        or_fail(ctx, started);
+    }
+
+    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        self.store_counts();
+    }
+}

@@ -1,0 +1,209 @@
+//! The whole component graph and all its connections, in one place ([`build_graph`]).
+
+use std::time::{Duration, Instant};
+
+use rlf_signal::{AppBuilder, BuildError};
+
+use super::adapters::{
+    BatcherNode, BatcherSignals, InferenceNode, LearnerNode, LearnerSignals, RolloutNode, RolloutSignals,
+    RunnerNode, RunnerSignals, SummarySlot,
+};
+use super::counters::CounterLayout;
+use super::plane::DataPlane;
+use super::stats::Runner;
+use crate::config::Config;
+use crate::env::EnvRegistry;
+use crate::experiment::{CheckpointRequest, ExperimentRun};
+use crate::learning::{Batch, Batcher, PolicyUpdated, TrainingReport};
+use crate::sampling::{
+    ActionsReady, BufferReleased, PolicyRequest, RolloutReport, SlotsReclaimed, TrajectoryReady,
+    WorkerStarted,
+};
+
+/// Everything the components are built from.
+pub(super) struct Parts {
+    pub cfg: Config,
+    pub registry: EnvRegistry,
+    pub process_start: Instant,
+    pub plane: DataPlane,
+    /// Where the runner leaves the summary (main process).
+    pub summary: SummarySlot,
+    /// The experiment folder (main process, `--save_experiment`).
+    pub experiment: Option<ExperimentRun>,
+    /// `(env frames, episodes, policy version)` of the checkpoint the run resumes from.
+    pub resumed: Option<(u64, u64, u64)>,
+}
+
+/// The component graph:
+///
+/// ```text
+/// RolloutWorker ──policy_requested──▶ InferenceWorker ──actions_ready──▶ RolloutWorker
+/// RolloutWorker ──trajectory_ready──▶ Batcher ──batch_ready──▶ Learner
+/// Batcher ──buffer_released, slots_reclaimed──▶ RolloutWorker ──worker_started──▶ Batcher, Runner
+/// Learner ──policy_updated──▶ InferenceWorker, RolloutWorker (sync mode resumes)
+/// Learner ──training_reported──▶ Batcher (frees slots), Runner
+/// RolloutWorker ──rollout_reported──▶ Runner ──checkpoint_requested, progress_reported──▶ Learner
+/// ```
+///
+/// Serial mode puts every loop on the main loop; otherwise each rollout worker, each inference
+/// worker and the learner (with the batcher) get a process of their own, and the runner stays on
+/// the main loop. Each constructor runs only in the process of its object's loop.
+pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
+    let Parts {
+        cfg,
+        registry,
+        process_start,
+        plane,
+        summary,
+        experiment,
+        resumed,
+    } = parts;
+    let s = &cfg.sampling;
+    app.set_serial(cfg.run.serial_mode);
+    // Worker processes start as forks of this one, without libtorch's start-up again, unless an
+    // embedded Python interpreter (Gymnasium's envs) would have to survive the fork.
+    app.set_fork(!cfg.env.env.starts_with(rlf_env::GYM_PREFIX));
+    app.set_heartbeat(Duration::from_secs_f64(cfg.run.heartbeat_interval));
+    let main = app.main_loop();
+    app.set_queue_bytes(main, 256 << 20);
+
+    // Loops and objects.
+    let workers: Vec<_> = (0..s.num_workers)
+        .map(|i| {
+            let l = app.process_loop(&format!("rollout_worker_{i}"));
+            app.restart_on_failure(l, cfg.run.max_worker_restarts);
+            app.object::<RolloutNode>(l, &format!("rollout_worker_{i}"))
+        })
+        .collect();
+    let inference: Vec<_> = (0..s.policy_workers_per_policy)
+        .map(|j| {
+            let l = app.process_loop(&format!("inference_worker_{j}"));
+            app.object::<InferenceNode>(l, &format!("inference_worker_{j}"))
+        })
+        .collect();
+    let learner_loop = app.process_loop("learner");
+    let batcher = app.object::<BatcherNode>(learner_loop, "batcher");
+    let learner = app.object::<LearnerNode>(learner_loop, "learner");
+    let runner = app.object::<RunnerNode>(main, "runner");
+
+    // Signals of the single components. Requests go through a work queue, each taken by one
+    // inference worker.
+    let policy_requested = app.work_queue::<PolicyRequest>("policy_requested", 1 << 20);
+    let batch_ready = app.signal::<Batch, _>(batcher, "batch_ready");
+    let learner_signals = LearnerSignals {
+        policy_updated: app.signal::<PolicyUpdated, _>(learner, "policy_updated"),
+        training_reported: app.signal::<TrainingReport, _>(learner, "training_reported"),
+    };
+    let runner_signals = RunnerSignals {
+        checkpoint_requested: app.signal::<CheckpointRequest, _>(runner, "checkpoint_requested"),
+        progress_reported: app.signal::<CheckpointRequest, _>(runner, "progress_reported"),
+    };
+
+    // Connections among them.
+    for &inf in &inference {
+        app.consume(policy_requested, inf, InferenceNode::on_policy_requested);
+    }
+    app.connect(batch_ready, learner, LearnerNode::on_batch_ready);
+    app.connect(
+        learner_signals.training_reported,
+        batcher,
+        BatcherNode::on_training_reported,
+    );
+    app.connect(
+        learner_signals.training_reported,
+        runner,
+        RunnerNode::on_training_reported,
+    );
+    app.connect(
+        runner_signals.checkpoint_requested,
+        learner,
+        LearnerNode::on_checkpoint_requested,
+    );
+    app.connect(
+        runner_signals.progress_reported,
+        learner,
+        LearnerNode::on_progress_reported,
+    );
+
+    // Each rollout worker's signals and connections: actions and released slots go to the one
+    // worker they concern.
+    let mut actions_ready = vec![Vec::new(); inference.len()];
+    let mut buffer_released = Vec::new();
+    let mut slots_reclaimed = Vec::new();
+    let mut worker_signals = Vec::new();
+    for (i, &w) in workers.iter().enumerate() {
+        for (j, &inf) in inference.iter().enumerate() {
+            let actions = app.signal::<ActionsReady, _>(inf, &format!("actions_ready_{i}"));
+            app.connect(actions, w, RolloutNode::on_actions_ready);
+            actions_ready[j].push(actions);
+        }
+        let released = app.signal::<BufferReleased, _>(batcher, &format!("buffer_released_{i}"));
+        app.connect(released, w, RolloutNode::on_buffer_released);
+        buffer_released.push(released);
+        let reclaimed = app.signal::<SlotsReclaimed, _>(batcher, &format!("slots_reclaimed_{i}"));
+        app.connect(reclaimed, w, RolloutNode::on_slots_reclaimed);
+        slots_reclaimed.push(reclaimed);
+        let signals = RolloutSignals {
+            policy_requested,
+            trajectory_ready: app.signal::<TrajectoryReady, _>(w, "trajectory_ready"),
+            rollout_reported: app.signal::<RolloutReport, _>(w, "rollout_reported"),
+            worker_started: app.signal::<WorkerStarted, _>(w, "worker_started"),
+        };
+        app.connect(
+            signals.trajectory_ready,
+            batcher,
+            BatcherNode::on_trajectory_ready,
+        );
+        app.connect(signals.rollout_reported, runner, RunnerNode::on_rollout_reported);
+        app.connect(signals.worker_started, batcher, BatcherNode::on_worker_started);
+        app.connect(signals.worker_started, runner, RunnerNode::on_worker_started);
+        app.connect(learner_signals.policy_updated, w, RolloutNode::on_policy_updated);
+        worker_signals.push(signals);
+    }
+
+    // Constructors. The learner's and the inference workers' networks start from the same seed,
+    // so they start identical; the learner publishes every update into the shared weights.
+    for ((i, &w), signals) in workers.iter().enumerate().zip(worker_signals) {
+        let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
+        app.construct(w, move || RolloutNode::new(i, cfg, registry, &plane, signals));
+    }
+    for (&inf, signals) in inference.iter().zip(actions_ready) {
+        let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
+        app.construct(inf, move || InferenceNode::new(&cfg, &registry, &plane, signals));
+    }
+    let layout = CounterLayout {
+        workers: s.num_workers,
+    };
+    let batcher_signals = BatcherSignals {
+        batch_ready,
+        buffer_released,
+        slots_reclaimed,
+    };
+    let assembler = Batcher::new(cfg.dataset_size(), s.rollout, cfg.appo.max_policy_lag);
+    let batcher_plane = plane.clone();
+    app.construct(batcher, move || {
+        BatcherNode::new(assembler, &batcher_plane, layout, batcher_signals)
+    });
+    let (learner_cfg, learner_registry) = (cfg.clone(), registry);
+    app.construct(learner, move || {
+        LearnerNode::new(&learner_cfg, &learner_registry, &plane, layout, learner_signals)
+    });
+    let mut stats = Runner::new(&cfg, process_start);
+    if let Some((frames, episodes, version)) = resumed {
+        stats.resume_from(frames, episodes, version);
+    }
+    let report_interval =
+        (cfg.run.report_interval_sec > 0.0).then(|| Duration::from_secs_f64(cfg.run.report_interval_sec));
+    let save_every = Duration::from_secs_f64(cfg.checkpoint.save_every_sec);
+    app.construct(runner, move || {
+        RunnerNode::new(
+            stats,
+            report_interval,
+            experiment,
+            save_every,
+            runner_signals,
+            summary,
+        )
+    });
+    Ok(())
+}

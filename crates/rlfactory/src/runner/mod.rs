@@ -1,0 +1,148 @@
+//! The runner: creates the shared-memory data plane, builds and wires every component
+//! ([`graph::build_graph`], one function), runs them, and turns the outcome into a [`Summary`] or
+//! an error naming the component that failed.
+//!
+//! | module | job |
+//! |---|---|
+//! | `graph` | every loop, object, signal and connection, in one place |
+//! | `adapters` | each component on its loop: signals in, calls, emits out |
+//! | `stats` | [`Runner`]: frames, episodes, metrics, scalars due, progress line, stop rules |
+//! | `summary` | [`Summary`] and [`StopReason`] |
+//! | `plane` | the shared-memory regions (weights, trajectory pools, counters) and their handles |
+//! | `counters` | where each trajectory count lives in shared memory |
+//! | `recovery` | the checkpoint of a lost learner's last published weights |
+
+mod adapters;
+mod counters;
+mod graph;
+mod plane;
+mod recovery;
+mod stats;
+mod summary;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rlf_signal::{App, AppBuilder, BuildError, Fault, Outcome};
+
+use self::counters::CounterLayout;
+use self::graph::{build_graph, Parts};
+use self::plane::{create_plane, GraphSpec};
+use crate::config::Config;
+use crate::env::EnvRegistry;
+use crate::error::{Result, RlfError};
+use crate::experiment::ExperimentRun;
+
+pub use self::stats::{warm_up, Report, Runner, Scalars};
+pub use self::summary::{StopReason, Summary};
+
+/// The build function of a child process, for the built-in envs (see [`child_build_with`]).
+pub fn child_build(app: &mut AppBuilder) -> Result<(), BuildError> {
+    child_build_with(app, EnvRegistry::with_builtin())
+}
+
+/// The build function of a child process whose envs come from `registry`
+/// (`rlf_signal::child_entry` with it comes first in the binary's `main`, as
+/// [`crate::cli::main`] does): the same graph as the parent's, from the [`GraphSpec`] in the
+/// app's configuration.
+pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(), BuildError> {
+    let spec: GraphSpec = app.config()?;
+    tch::set_num_threads(spec.config.run.num_threads);
+    let parts = Parts {
+        cfg: spec.config,
+        registry,
+        process_start: Instant::now(),
+        plane: spec.plane,
+        summary: Arc::default(),
+        experiment: None,
+        resumed: None,
+    };
+    build_graph(app, parts)
+}
+
+/// Whether the learner's loop is among the faults' (its process died, hung or did not stop).
+fn learner_lost(outcome: &Outcome) -> bool {
+    outcome.faults.iter().any(|f| {
+        matches!(f, Fault::LoopDied { loop_name, .. } | Fault::Hung { loop_name, .. }
+            | Fault::StopTimeout { loop_name } if loop_name == "learner")
+    })
+}
+
+/// Trains as `cfg` says and returns the summary. `process_start` is when the process started
+/// (the summary's `wall_seconds` counts from it). A component's error, a dead or hung process
+/// (other than a replaced rollout worker) stops the run after the learner's last checkpoint and
+/// is returned as one line naming the loop and the object.
+pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
+    train_with(cfg, &EnvRegistry::with_builtin(), process_start)
+}
+
+/// As [`train`], with the envs of `registry` (the binary's children must build their graph with
+/// the same registry: see [`child_build_with`]).
+pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -> Result<Summary> {
+    tch::set_num_threads(cfg.run.num_threads);
+    let (experiment, resumed) = if cfg.run.save_experiment {
+        let experiment = ExperimentRun::prepare(cfg)?;
+        (Some(experiment), crate::experiment::resume_counts(cfg)?)
+    } else {
+        (None, None)
+    };
+    let regions = create_plane(cfg, registry)?;
+    let spec = GraphSpec {
+        config: cfg.clone(),
+        plane: regions.plane.clone(),
+    };
+    let summary_slot = Arc::default();
+    let parts = Parts {
+        cfg: cfg.clone(),
+        registry: registry.clone(),
+        process_start,
+        plane: regions.plane.clone(),
+        summary: Arc::clone(&summary_slot),
+        experiment,
+        resumed,
+    };
+    let app = App::new("rlfactory")
+        .with_config(&spec)
+        .map_err(|e| RlfError::EventLoop(e.to_string()))?;
+    let outcome = app
+        .run(move |app| build_graph(app, parts))
+        .map_err(|e| RlfError::EventLoop(e.to_string()))?;
+    let summary = summary_slot.lock().ok().and_then(|mut s| s.take());
+    if !outcome.faults.is_empty() {
+        let mut message = outcome
+            .faults
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        if let (true, true, Some(summary)) = (learner_lost(&outcome), cfg.run.save_experiment, &summary) {
+            match recovery::save_published(cfg, registry, &regions.weights, summary) {
+                Ok(()) => message.push_str("; saved a checkpoint of the weights the learner last published"),
+                Err(e) => message.push_str(&format!("; no checkpoint of the lost learner: {e}")),
+            }
+        }
+        return Err(RlfError::Component(message));
+    }
+    let mut summary =
+        summary.ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))?;
+    CounterLayout {
+        workers: cfg.sampling.num_workers,
+    }
+    .summarise(&regions.counters, &mut summary);
+    drop(regions);
+    summary.cpu_seconds = outcome
+        .loops
+        .iter()
+        .filter_map(|l| Some((l.name.clone(), l.stats?.cpu_micros as f64 / 1e6)))
+        .collect();
+    summary.worker_restarts = outcome
+        .restarts
+        .iter()
+        .filter(|r| r.loop_name.starts_with("rollout_worker_"))
+        .count() as u64;
+    if let Some(signal) = outcome.interrupted {
+        summary.signal = Some(signal);
+        summary.stop_reason = StopReason::Interrupted;
+    }
+    Ok(summary)
+}

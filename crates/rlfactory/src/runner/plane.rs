@@ -1,0 +1,101 @@
+//! The shared-memory data plane: the published weights, one trajectory pool per rollout worker
+//! and the trajectory counters. The main process creates (and at the end removes) the regions;
+//! every component maps them by their handles, which child processes receive inside the app's
+//! configuration ([`GraphSpec`]).
+
+use rlf_shm::{SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandle};
+use serde::{Deserialize, Serialize};
+
+use super::counters::CounterLayout;
+use crate::config::Config;
+use crate::env::EnvRegistry;
+use crate::error::Result;
+use crate::model::{ActorCritic, Policy};
+use crate::sampling::{TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
+
+/// Handles of the regions, for the processes that map them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct DataPlane {
+    pub weights: SharedWeightsHandle,
+    pub pools: Vec<TrajectoryPoolHandle>,
+    pub counters: ShmArrayHandle,
+}
+
+impl DataPlane {
+    /// Maps every rollout worker's pool.
+    pub fn open_pools(&self) -> Result<Vec<TrajectoryPool>> {
+        self.pools.iter().map(TrajectoryPool::open).collect()
+    }
+}
+
+/// What a child process rebuilds the graph from: the resolved config and the data plane.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct GraphSpec {
+    pub config: Config,
+    pub plane: DataPlane,
+}
+
+/// The regions behind a [`DataPlane`], owned (and removed at the end) by the main process.
+pub(super) struct PlaneRegions {
+    pub weights: SharedWeights,
+    _pools: Vec<TrajectoryPool>,
+    pub counters: ShmArray<u64>,
+    pub plane: DataPlane,
+}
+
+/// Slots per rollout worker's trajectory pool: per split, one to fill and its share of the
+/// slots that `--num_batches_to_accumulate` + 1 datasets hold (a slot stays with the batcher and
+/// the learner until the dataset closing it is trained on). When the learner falls that far
+/// behind, the workers run out of slots and wait: sampling stops.
+fn buffers_per_worker(cfg: &Config) -> usize {
+    let s = &cfg.sampling;
+    let splits = s.worker_num_splits;
+    let per_split = s.num_envs_per_worker / splits;
+    let per_dataset = cfg.dataset_size().div_ceil(s.rollout * per_split);
+    let held = (per_dataset * (cfg.appo.num_batches_to_accumulate + 1)).div_ceil(s.num_workers * splits);
+    splits * (1 + held.max(1))
+}
+
+/// Creates the regions for `cfg`.
+pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
+    let model = new_model(cfg, registry)?;
+    let weights = SharedWeights::create(model.weights()?.values.len())?;
+    let s = &cfg.sampling;
+    let shape = TrajectoryShape {
+        rollout: s.rollout,
+        num_envs: s.num_envs_per_worker / s.worker_num_splits,
+        obs_dim: model.obs_dim(),
+        action_dim: model.action_dim(),
+    };
+    let pools = (0..s.num_workers)
+        .map(|_| TrajectoryPool::create(shape, buffers_per_worker(cfg)))
+        .collect::<Result<Vec<_>>>()?;
+    let layout = CounterLayout {
+        workers: s.num_workers,
+    };
+    let counters = ShmArray::create(layout.len())?;
+    let plane = DataPlane {
+        weights: weights.handle(),
+        pools: pools.iter().map(TrajectoryPool::handle).collect(),
+        counters: counters.handle(),
+    };
+    Ok(PlaneRegions {
+        weights,
+        _pools: pools,
+        counters,
+        plane,
+    })
+}
+
+/// The policy network for `cfg`'s env, seeded by `--seed`: every process that builds it starts
+/// from the same weights.
+pub(super) fn new_model(cfg: &Config, registry: &EnvRegistry) -> Result<ActorCritic> {
+    let probe = registry.make(&cfg.env.env)?;
+    ActorCritic::seed(cfg.env.seed);
+    ActorCritic::new(
+        probe.observation_space(),
+        probe.action_space(),
+        &cfg.model,
+        cfg.run.device,
+    )
+}

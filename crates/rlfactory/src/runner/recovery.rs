@@ -1,0 +1,47 @@
+//! After the learner's process died or hung: a checkpoint of the last weights it published.
+
+use rlf_shm::SharedWeights;
+
+use super::plane::new_model;
+use super::summary::Summary;
+use crate::algo::appo::TrainingState;
+use crate::config::Config;
+use crate::env::EnvRegistry;
+use crate::error::{Result, RlfError};
+use crate::experiment::{CheckpointRequest, Checkpointer};
+use crate::model::{Policy, PolicyWeights};
+
+/// Saves the weights (with the normalisers) the lost learner last published, so that the run
+/// can resume from them. Adam starts afresh; the learning rate is the last one it reported.
+pub(super) fn save_published(
+    cfg: &Config,
+    registry: &EnvRegistry,
+    weights: &SharedWeights,
+    summary: &Summary,
+) -> Result<()> {
+    let mut model = new_model(cfg, registry)?;
+    let mut published = PolicyWeights {
+        values: vec![0.0; weights.len()],
+    };
+    // Nobody writes any more: a torn read means the learner died while publishing.
+    let version = weights.try_read(&mut published.values).map_err(|_| {
+        RlfError::EventLoop("the learner died while publishing its weights; they are torn".into())
+    })?;
+    model.load_weights(&published)?;
+    let lr = summary
+        .last_metrics
+        .iter()
+        .find(|(name, _)| name == "train/lr")
+        .map_or(cfg.appo.learning_rate, |(_, lr)| *lr);
+    let training = TrainingState {
+        version,
+        frames_trained: summary.env_frames,
+        lr,
+    };
+    let progress = CheckpointRequest {
+        env_steps: summary.env_frames,
+        episodes: summary.episodes,
+        mean_return: summary.mean_return,
+    };
+    Checkpointer::open(cfg)?.save((model.named_tensors()?, training), &progress)
+}

@@ -1,0 +1,403 @@
+//! The runner's statistics and stop rules, free of any event loop: frames and episodes counted
+//! from rollout reports, training metrics from the learner, the scalars due for TensorBoard, the
+//! progress line, the stop conditions and the final [`Summary`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::summary::{StopReason, Summary};
+use crate::config::Config;
+use crate::experiment::CheckpointRequest;
+use crate::learning::TrainingReport;
+use crate::sampling::RolloutReport;
+
+/// Episodes the mean return is taken over.
+const RETURN_WINDOW: usize = 100;
+
+/// The start-up excluded from the steady-state FPS: 2 s, or a fifth of `--train_for_seconds` if
+/// that is shorter.
+pub fn warm_up(train_for_seconds: f64) -> Duration {
+    Duration::from_secs_f64((train_for_seconds / 5.0).clamp(0.0, 2.0))
+}
+
+/// Scalars for TensorBoard at one step (env frames), by Sample Factory's tags.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scalars {
+    /// The step: env frames so far.
+    pub env_frames: u64,
+    /// Values by tag.
+    pub values: Vec<(String, f64)>,
+}
+
+/// When one kind of scalars is next due.
+#[derive(Debug, Clone, Copy, Default)]
+struct Due {
+    /// Something new arrived since the last scalars of this kind.
+    fresh: bool,
+    /// Env frames from which the next may be written.
+    from: u64,
+}
+
+impl Due {
+    /// Whether scalars are due at `env_frames` (always when `force`, if there is something new).
+    fn take(&mut self, env_frames: u64, every: u64, force: bool) -> bool {
+        if !self.fresh || (!force && env_frames < self.from) {
+            return false;
+        }
+        self.fresh = false;
+        self.from = env_frames.saturating_add(every);
+        true
+    }
+}
+
+/// Statistics and stop conditions.
+#[derive(Debug)]
+pub struct Runner {
+    process_start: Instant,
+    sampling_start: Instant,
+    warm_up: Duration,
+    /// Time and env frames of the first rollout report after the warm-up.
+    steady_from: Option<(Instant, u64)>,
+    /// Time of the last rollout report counted.
+    last_report: Instant,
+    max_frames: u64,
+    max_seconds: f64,
+    stop_at_reward: Option<f64>,
+    summary_every: u64,
+    env_frames: u64,
+    episodes: u64,
+    returns: VecDeque<f64>,
+    lengths: VecDeque<u64>,
+    reached: Option<(u64, f64)>,
+    version: u64,
+    version_diff: f64,
+    last_metrics: Vec<(String, f64)>,
+    first_dataset_digest: Option<u64>,
+    last_line: (Instant, u64),
+    episode_scalars: Due,
+    training_scalars: Due,
+    stop: Option<StopReason>,
+}
+
+impl Runner {
+    /// A runner for `cfg`; `process_start` is when the process started.
+    pub fn new(cfg: &Config, process_start: Instant) -> Self {
+        let now = Instant::now();
+        Self {
+            process_start,
+            sampling_start: now,
+            warm_up: warm_up(cfg.run.train_for_seconds),
+            steady_from: None,
+            last_report: now,
+            max_frames: cfg.run.train_for_env_steps,
+            max_seconds: cfg.run.train_for_seconds,
+            stop_at_reward: cfg.run.stop_at_reward,
+            summary_every: cfg.run.summary_every_env_steps,
+            env_frames: 0,
+            episodes: 0,
+            returns: VecDeque::with_capacity(RETURN_WINDOW),
+            lengths: VecDeque::with_capacity(RETURN_WINDOW),
+            reached: None,
+            version: 0,
+            version_diff: 0.0,
+            last_metrics: Vec::new(),
+            first_dataset_digest: None,
+            last_line: (now, 0),
+            episode_scalars: Due::default(),
+            training_scalars: Due::default(),
+            stop: None,
+        }
+    }
+
+    /// Mean return of the last 100 episodes.
+    pub fn mean_return(&self) -> Option<f64> {
+        (!self.returns.is_empty()).then(|| self.returns.iter().sum::<f64>() / self.returns.len() as f64)
+    }
+
+    /// Mean length of the last 100 episodes.
+    pub fn mean_length(&self) -> Option<f64> {
+        (!self.lengths.is_empty())
+            .then(|| self.lengths.iter().sum::<u64>() as f64 / self.lengths.len() as f64)
+    }
+
+    /// Continues the counts of a resumed run: env frames, episodes and the policy version.
+    pub fn resume_from(&mut self, env_frames: u64, episodes: u64, version: u64) {
+        self.env_frames = env_frames;
+        self.episodes = episodes;
+        self.version = version;
+        self.last_line = (Instant::now(), env_frames);
+        self.episode_scalars.from = env_frames;
+        self.training_scalars.from = env_frames;
+    }
+
+    /// Slot of `rollout_reported`: counts frames and episodes; returns why to stop, if it is time.
+    pub fn on_rollout_reported(&mut self, report: &RolloutReport) -> Option<StopReason> {
+        self.env_frames += report.env_frames;
+        let now = Instant::now();
+        self.last_report = now;
+        if self.steady_from.is_none() && now.duration_since(self.sampling_start) >= self.warm_up {
+            self.steady_from = Some((now, self.env_frames));
+        }
+        for &r in &report.episode_returns {
+            if self.returns.len() == RETURN_WINDOW {
+                self.returns.pop_front();
+            }
+            self.returns.push_back(r);
+            self.episodes += 1;
+            self.episode_scalars.fresh = true;
+        }
+        for &l in &report.episode_lengths {
+            if self.lengths.len() == RETURN_WINDOW {
+                self.lengths.pop_front();
+            }
+            self.lengths.push_back(l);
+        }
+        self.check_stop()
+    }
+
+    /// What a checkpoint saved now should record.
+    pub fn checkpoint_request(&self) -> CheckpointRequest {
+        CheckpointRequest {
+            env_steps: self.env_frames,
+            episodes: self.episodes,
+            mean_return: self.mean_return(),
+        }
+    }
+
+    /// Slot of `training_reported`.
+    pub fn on_training_reported(&mut self, report: &TrainingReport) {
+        self.version = report.version;
+        if let Some((_, v)) = report.metrics.iter().find(|(k, _)| k == "train/version_diff_avg") {
+            self.version_diff = *v;
+        }
+        self.last_metrics.clone_from(&report.metrics);
+        if self.first_dataset_digest.is_none() {
+            self.first_dataset_digest = report.dataset_digest;
+        }
+        self.training_scalars.fresh = true;
+    }
+
+    /// Checks the stop conditions.
+    pub fn check_stop(&mut self) -> Option<StopReason> {
+        if self.stop.is_some() {
+            return self.stop;
+        }
+        let window_full = self.returns.len() == RETURN_WINDOW;
+        if let (Some(target), Some(mean)) = (self.stop_at_reward, self.mean_return()) {
+            if window_full && mean >= target {
+                self.reached = Some((self.env_frames, self.process_start.elapsed().as_secs_f64()));
+                self.stop = Some(StopReason::Reward);
+            }
+        }
+        if self.stop.is_none() && self.env_frames >= self.max_frames {
+            self.stop = Some(StopReason::EnvSteps);
+        }
+        if self.stop.is_none() && self.sampling_start.elapsed().as_secs_f64() >= self.max_seconds {
+            self.stop = Some(StopReason::Seconds);
+        }
+        self.stop
+    }
+
+    /// The scalars due now: the episode statistics (`reward/reward`, `len/len`,
+    /// `stats/episodes`) once episodes ended, the learner's metrics (`train/...`) once it
+    /// trained, each at most once per `--summary_every_env_steps` env frames (0: every report).
+    /// With `force` (at stop), whatever is new regardless of the interval.
+    pub fn due_scalars(&mut self, force: bool) -> Vec<Scalars> {
+        let mut due = Vec::new();
+        let (frames, every) = (self.env_frames, self.summary_every);
+        if self.episode_scalars.take(frames, every, force) {
+            let mut values = vec![("stats/episodes".to_owned(), self.episodes as f64)];
+            values.extend(self.mean_return().map(|r| ("reward/reward".to_owned(), r)));
+            values.extend(self.mean_length().map(|l| ("len/len".to_owned(), l)));
+            due.push(Scalars {
+                env_frames: frames,
+                values,
+            });
+        }
+        if self.training_scalars.take(frames, every, force) {
+            let mut values = vec![("train/policy_version".to_owned(), self.version as f64)];
+            values.extend(self.last_metrics.iter().cloned());
+            due.push(Scalars {
+                env_frames: frames,
+                values,
+            });
+        }
+        due
+    }
+
+    /// A progress report: the line (frames, FPS since the last report, mean return, policy lag)
+    /// and `perf/_fps`.
+    pub fn report(&mut self) -> Report {
+        let now = Instant::now();
+        let (then, frames) = self.last_line;
+        let dt = now.duration_since(then).as_secs_f64().max(1e-9);
+        let fps = self.env_frames.saturating_sub(frames) as f64 / dt;
+        self.last_line = (now, self.env_frames);
+        let ret = self
+            .mean_return()
+            .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.1}"));
+        let line = format!(
+            "frames {} | fps {:.0} | mean return {} ({} episodes) | policy lag {:.1} | version {}",
+            self.env_frames, fps, ret, self.episodes, self.version_diff, self.version
+        );
+        Report {
+            line,
+            scalars: Scalars {
+                env_frames: self.env_frames,
+                values: vec![("perf/_fps".to_owned(), fps)],
+            },
+        }
+    }
+
+    /// The summary of the run so far.
+    pub fn summary(&self) -> Summary {
+        let elapsed = self.sampling_start.elapsed().as_secs_f64().max(1e-9);
+        let fps_overall = self.env_frames as f64 / elapsed;
+        let steady = self.steady_from.and_then(|(t, frames)| {
+            let dt = self.last_report.duration_since(t).as_secs_f64();
+            (dt > 0.0).then(|| self.env_frames.saturating_sub(frames) as f64 / dt)
+        });
+        Summary {
+            env_frames: self.env_frames,
+            wall_seconds: self.process_start.elapsed().as_secs_f64(),
+            fps: steady.unwrap_or(fps_overall),
+            fps_overall,
+            mean_return: self.mean_return(),
+            reached_reward: self.reached.is_some(),
+            frames_to_reward: self.reached.map(|r| r.0),
+            seconds_to_reward: self.reached.map(|r| r.1),
+            episodes: self.episodes,
+            policy_version: self.version,
+            stop_reason: self.stop.unwrap_or(StopReason::Failed),
+            last_metrics: self.last_metrics.clone(),
+            first_dataset_digest: self.first_dataset_digest.map(|d| format!("{d:016x}")),
+            signal: None,
+            trajectories_produced: 0,
+            trajectories_trained: 0,
+            trajectories_dropped: 0,
+            trajectories_in_flight: 0,
+            env_frames_lost: 0,
+            worker_restarts: 0,
+            cpu_seconds: BTreeMap::new(),
+        }
+    }
+}
+
+/// One progress report of the [`Runner`].
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The progress line.
+    pub line: String,
+    /// `perf/_fps` since the last report.
+    pub scalars: Scalars,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runner(overrides: &[&str]) -> Runner {
+        let cfg = Config::for_env("CartPole-v1", overrides).expect("config");
+        Runner::new(&cfg, Instant::now())
+    }
+
+    fn rollout(env_frames: u64, returns: &[f64]) -> RolloutReport {
+        RolloutReport {
+            worker: 0,
+            env_frames,
+            episode_returns: returns.to_vec(),
+            episode_lengths: returns.iter().map(|&r| r as u64).collect(),
+        }
+    }
+
+    fn training(version: u64, loss: f64) -> TrainingReport {
+        TrainingReport {
+            version,
+            metrics: vec![("train/loss".to_owned(), loss)],
+            dataset_digest: Some(version),
+        }
+    }
+
+    fn tags(s: &Scalars) -> Vec<&str> {
+        s.values.iter().map(|(t, _)| t.as_str()).collect()
+    }
+
+    #[test]
+    fn stops_at_the_frame_budget_and_at_the_reward_over_a_full_window() {
+        let mut r = runner(&["--train_for_env_steps=1000", "--stop_at_reward=10"]);
+        assert_eq!(r.on_rollout_reported(&rollout(400, &[20.0; 99])), None);
+        // The 100th episode fills the window: mean 20 >= 10.
+        assert_eq!(
+            r.on_rollout_reported(&rollout(100, &[20.0])),
+            Some(StopReason::Reward)
+        );
+        let s = r.summary();
+        assert_eq!((s.frames_to_reward, s.episodes), (Some(500), 100));
+        let mut r = runner(&["--train_for_env_steps=1000"]);
+        assert_eq!(r.on_rollout_reported(&rollout(999, &[])), None);
+        assert_eq!(
+            r.on_rollout_reported(&rollout(1, &[])),
+            Some(StopReason::EnvSteps)
+        );
+        assert_eq!(r.summary().stop_reason, StopReason::EnvSteps);
+    }
+
+    #[test]
+    fn scalars_start_with_the_first_episode_and_respect_the_interval() {
+        let mut r = runner(&["--summary_every_env_steps=1000"]);
+        assert!(r.due_scalars(false).is_empty(), "nothing happened yet");
+        r.on_rollout_reported(&rollout(100, &[]));
+        assert!(r.due_scalars(false).is_empty(), "no episode ended yet");
+        r.on_rollout_reported(&rollout(100, &[9.0]));
+        let due = r.due_scalars(false);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].env_frames, 200);
+        assert_eq!(tags(&due[0]), ["stats/episodes", "reward/reward", "len/len"]);
+        assert_eq!(due[0].values[1].1, 9.0);
+        // Within the interval: not due again until frame 1200.
+        r.on_rollout_reported(&rollout(500, &[11.0]));
+        r.on_training_reported(&training(1, 0.5));
+        let due = r.due_scalars(false);
+        assert_eq!(due.len(), 1, "only the first training metrics: {due:?}");
+        assert_eq!(tags(&due[0]), ["train/policy_version", "train/loss"]);
+        r.on_rollout_reported(&rollout(500, &[13.0]));
+        let due = r.due_scalars(false);
+        assert_eq!((due.len(), due[0].env_frames), (1, 1200));
+        assert_eq!(due[0].values[1].1, 11.0, "mean of 9, 11 and 13");
+        // At stop, whatever is new is written regardless of the interval; nothing twice.
+        r.on_training_reported(&training(2, 0.25));
+        let due = r.due_scalars(true);
+        assert_eq!(due.len(), 1);
+        assert_eq!(
+            due[0].values,
+            [
+                ("train/policy_version".to_owned(), 2.0),
+                ("train/loss".to_owned(), 0.25)
+            ]
+        );
+        assert!(r.due_scalars(true).is_empty());
+    }
+
+    #[test]
+    fn an_interval_of_zero_writes_every_report() {
+        let mut r = runner(&["--summary_every_env_steps=0"]);
+        for i in 0..3 {
+            r.on_rollout_reported(&rollout(10, &[f64::from(i)]));
+            r.on_training_reported(&training(i as u64, 1.0));
+            assert_eq!(r.due_scalars(false).len(), 2);
+        }
+    }
+
+    #[test]
+    fn a_resumed_run_continues_its_counts() {
+        let mut r = runner(&["--train_for_env_steps=5000"]);
+        r.resume_from(4000, 30, 7);
+        assert_eq!(r.checkpoint_request().env_steps, 4000);
+        assert_eq!(
+            r.on_rollout_reported(&rollout(1000, &[])),
+            Some(StopReason::EnvSteps)
+        );
+        let s = r.summary();
+        assert_eq!((s.env_frames, s.episodes, s.policy_version), (5000, 30, 7));
+    }
+}

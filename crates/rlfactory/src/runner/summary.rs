@@ -1,0 +1,73 @@
+//! What a run reports at its end (`--summary_json`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// Why a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `--train_for_env_steps` reached.
+    EnvSteps,
+    /// `--train_for_seconds` reached.
+    Seconds,
+    /// `--stop_at_reward` reached.
+    Reward,
+    /// A component failed.
+    Failed,
+    /// SIGINT or SIGTERM (a checkpoint was saved).
+    Interrupted,
+}
+
+/// The outcome of a run, written by `--summary_json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Env frames simulated.
+    pub env_frames: u64,
+    /// Seconds from the kernel's start of the process (before `main`) to the end of training.
+    pub wall_seconds: f64,
+    /// Steady-state env frames per second: from the first rollout report after the warm-up
+    /// ([`warm_up`](super::warm_up)) to the last one counted (the overall rate if no report came after the warm-up).
+    pub fps: f64,
+    /// Env frames per second of training (from the start of sampling).
+    pub fps_overall: f64,
+    /// Mean return of the last 100 episodes (`null` before the first episode ends).
+    pub mean_return: Option<f64>,
+    /// Whether `--stop_at_reward` was reached.
+    pub reached_reward: bool,
+    /// Env frames when the reward was reached.
+    pub frames_to_reward: Option<u64>,
+    /// Seconds from the kernel's start of the process when the reward was reached.
+    pub seconds_to_reward: Option<f64>,
+    /// Episodes finished.
+    pub episodes: u64,
+    /// Final policy version (SGD steps).
+    pub policy_version: u64,
+    /// Why the run stopped.
+    pub stop_reason: StopReason,
+    /// The last training metrics.
+    pub last_metrics: Vec<(String, f64)>,
+    /// Digest of the first dataset trained on (16 hex digits; see `Dataset::digest`): runs that
+    /// train on the same first data have the same.
+    pub first_dataset_digest: Option<String>,
+    /// The signal that interrupted the run (SIGINT = 2, SIGTERM = 15), if one did.
+    pub signal: Option<i32>,
+    /// Trajectories finished by the rollout workers.
+    pub trajectories_produced: u64,
+    /// Trajectories whose last sequence the learner trained on.
+    pub trajectories_trained: u64,
+    /// Trajectories the batcher dropped as wholly older than `--max_policy_lag` versions.
+    pub trajectories_dropped: u64,
+    /// Trajectories discarded at stop: signalled but unread, in the batcher, or in datasets not
+    /// trained on. Produced = trained + dropped + in flight.
+    pub trajectories_in_flight: u64,
+    /// Env frames of unfinished trajectories of rollout-worker processes that died or hung.
+    pub env_frames_lost: u64,
+    /// Rollout-worker processes replaced after they died or hung.
+    pub worker_restarts: u64,
+    /// CPU seconds of each event loop: a component's process (rollout and inference workers, the
+    /// learner with the batcher; for a replaced worker, its last process) or, for `main` (the
+    /// runner, and every component in serial mode), the main thread.
+    pub cpu_seconds: BTreeMap<String, f64>,
+}

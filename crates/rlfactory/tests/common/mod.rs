@@ -1,0 +1,117 @@
+//! Helpers shared by the tests that run the `rlfactory` binary: temp dirs, spawning and
+//! watching a run, reading its summary, and checking that it left no shared memory.
+// Each test file uses its own subset of these helpers.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+
+pub use tempfile::TempDir;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
+
+/// A fresh folder under the system temp dir, removed when dropped.
+pub fn temp_dir(name: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("rlf-{name}-"))
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// The JSON summary a run wrote (`--summary_json`).
+pub fn summary(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).expect("summary written")).expect("summary is JSON")
+}
+
+/// Lossy UTF-8.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Asserts that process `pid` left no `/dev/shm` segment.
+pub fn assert_no_segments(pid: u32) {
+    assert_eq!(
+        rlf_shm::region::segments_of(pid).expect("list /dev/shm"),
+        Vec::<String>::new(),
+        "shared-memory segments left by {pid}"
+    );
+}
+
+/// Runs `command` to the end; checks that it left no shared memory.
+pub fn output(command: &mut Command) -> Output {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait");
+    assert_no_segments(pid);
+    out
+}
+
+/// Runs `rlfactory args` to the end; checks that it left no shared memory.
+pub fn run(args: &[&str]) -> Output {
+    output(Command::new(BIN).args(args))
+}
+
+/// A running process: its pid, its stderr lines and its exit status, each from a thread blocked
+/// on it.
+pub struct Watched {
+    pub pid: u32,
+    pub lines: mpsc::Receiver<String>,
+    pub exited: mpsc::Receiver<ExitStatus>,
+}
+
+/// Watches `child` (started with a piped stderr).
+pub fn watch(mut child: Child) -> Watched {
+    let (line_tx, lines) = mpsc::channel();
+    let (exit_tx, exited) = mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    let pid = child.id();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = line_tx.send(line);
+        }
+    });
+    std::thread::spawn(move || {
+        let _ = exit_tx.send(child.wait().expect("wait"));
+    });
+    Watched { pid, lines, exited }
+}
+
+/// Starts `command` with stdout discarded and stderr watched.
+pub fn spawn(command: &mut Command) -> Watched {
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    watch(child)
+}
+
+/// Waits for a run that must fail on its own: exit code 1, exactly one `error: ` line, no panic,
+/// a checkpoint sidecar in `<train_dir>/exp/checkpoint_p0`, no shared memory left. Returns the
+/// error line and the whole stderr.
+pub fn expect_failed_run(run: Watched, train_dir: &Path) -> (String, String) {
+    let status = run
+        .exited
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the run stops on its own");
+    let lines: Vec<String> = run.lines.try_iter().collect();
+    let log = lines.join("\n");
+    assert_eq!(status.code(), Some(1), "{log}");
+    let errors: Vec<&String> = lines.iter().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "one error line:\n{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let saved = std::fs::read_dir(train_dir.join("exp/checkpoint_p0"))
+        .expect("checkpoint folder")
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().ends_with(".json"));
+    assert!(saved, "the learner saved a checkpoint as the run stopped:\n{log}");
+    assert_no_segments(run.pid);
+    (errors[0].clone(), log)
+}

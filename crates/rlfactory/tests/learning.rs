@@ -1,0 +1,44 @@
+//! Learning with each shipped config (`configs/<env>.toml`, applied by default), through the real
+//! binary in parallel mode: one fixed seed per env reaches the README's target within its frame
+//! budget. (CartPole: `ppo_cartpole.rs` and `parallel.rs`.)
+
+mod common;
+
+use common::{run, summary, temp_dir};
+
+/// Trains `env` with its shipped config until `target` or `budget` frames; asserts the target.
+fn reaches(env: &str, seed: u64, target: f64, budget: u64) {
+    let dir = temp_dir(&format!("learn-{env}"));
+    let out = dir.path().join("summary.json");
+    let args = [
+        "train".to_owned(),
+        format!("--env={env}"),
+        format!("--seed={seed}"),
+        format!("--stop_at_reward={target}"),
+        format!("--train_for_env_steps={budget}"),
+        "--save_experiment=false".to_owned(),
+        "--report_interval_sec=0".to_owned(),
+        format!("--summary_json={}", out.display()),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = run(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let s = summary(&out);
+    eprintln!("{env} seed {seed}: {s}");
+    assert_eq!(
+        s["reached_reward"], true,
+        "{env}: mean return {} after {} frames",
+        s["mean_return"], s["env_frames"]
+    );
+    assert!(s["env_frames"].as_u64().expect("frames") <= budget, "{s}");
+}
+
+/// One after the other: four parallel runs at once would share the two cores four ways.
+#[test]
+fn each_shipped_config_reaches_its_target_within_its_budget() {
+    reaches("Acrobot-v1", 1, -100.0, 500_000);
+    reaches("MountainCar-v0", 3, -130.0, 2_000_000);
+    reaches("Pendulum-v1", 3, -250.0, 2_000_000);
+    reaches("MountainCarContinuous-v0", 4, 90.0, 2_000_000);
+}
