@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create (idempotently) the project-local Python venv used by rlf-env's `python` feature (the Gymnasium bridge).
+# Create (idempotently) the project-local Python venv used by rlf-env's `python` feature (the Gymnasium and
+# PettingZoo bridges).
 #
 # Usage:
 #   scripts/setup_python.sh            # create/update .venv, then print the variables to export
@@ -7,14 +8,20 @@
 #
 # The venv lives at <repo>/.venv. It is created with the interpreter that rlf-env links against
 # (`python3` on PATH, or $RLFACTORY_PYTHON), which must be built with --enable-shared.
-# gymnasium is pinned to the version that recorded crates/rlf-env/tests/data/classic_control_public.jsonl.
+# gymnasium is pinned to the version that recorded crates/rlf-env/tests/data/classic_control_public.jsonl,
+# pettingzoo to the one that recorded crates/rlf-env/tests/data/connect_four_public.jsonl.
 
 GYMNASIUM_VERSION="0.29.1"
 # gymnasium 0.29.1 predates NumPy 2 (its Acrobot uses `np.float_`, removed in NumPy 2.0).
 NUMPY_VERSION="1.26.4"
+PETTINGZOO_VERSION="1.24.3"
+# PettingZoo's MPE and classic envs import pygame when their module is imported (for rendering), though
+# pettingzoo itself does not depend on it; its `mpe` and `classic` extras pin this version (we install
+# pygame alone: the `classic` extra would also pull chess, rlcard and OpenSpiel).
+PYGAME_VERSION="2.3.0"
 
 _rlf_setup_python() {
-    local script_dir repo_root venv python site_packages
+    local script_dir repo_root venv python site_packages pins
     script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)" || return 1
     repo_root="$(cd "${script_dir}/.." && pwd)" || return 1
     venv="${repo_root}/.venv"
@@ -26,11 +33,17 @@ _rlf_setup_python() {
         # Keep the venv out of git without touching the repository's own ignore file.
         printf '*\n' >"${venv}/.gitignore"
     fi
-    if ! "${venv}/bin/python" -c "import gymnasium, numpy, sys; sys.exit(gymnasium.__version__ != '${GYMNASIUM_VERSION}' or numpy.__version__ != '${NUMPY_VERSION}')" \
-        2>/dev/null; then
-        echo "setup_python: installing gymnasium==${GYMNASIUM_VERSION} numpy==${NUMPY_VERSION}" >&2
-        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check \
-            "gymnasium==${GYMNASIUM_VERSION}" "numpy==${NUMPY_VERSION}" || return 1
+    pins=("gymnasium==${GYMNASIUM_VERSION}" "numpy==${NUMPY_VERSION}" "pettingzoo==${PETTINGZOO_VERSION}"
+        "pygame==${PYGAME_VERSION}")
+    # Installed versions come from the packages' metadata (importing pygame would print its banner); a
+    # missing package raises, which fails the check too.
+    if ! "${venv}/bin/python" -c "
+import sys
+from importlib.metadata import version
+sys.exit(any(version(name) != wanted for name, wanted in (pin.split('==') for pin in sys.argv[1:])))
+" "${pins[@]}" 2>/dev/null; then
+        echo "setup_python: installing ${pins[*]}" >&2
+        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check "${pins[@]}" || return 1
     fi
     site_packages="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
         || return 1

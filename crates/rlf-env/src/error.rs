@@ -21,6 +21,10 @@ pub enum EnvError {
     /// A `gym:<id>` env was asked for, but the crate was built without the `python` feature.
     #[error("env id `gym:{0}` needs the Gymnasium bridge: build rlf-env with `--features python`")]
     PythonDisabled(String),
+    /// A `pz:<module>` or `pza:<module>` env (the id is kept whole) was asked for, but the crate was
+    /// built without the `python` feature.
+    #[error("env id `{0}` needs the PettingZoo bridge: build rlf-env with `--features python`")]
+    PettingZooDisabled(String),
     /// The action does not belong to the action space.
     #[error("{env}: action {action} is not in the action space {space}")]
     InvalidAction {
@@ -76,6 +80,14 @@ pub enum EnvError {
     /// A space was built from inconsistent parts (bounds of different lengths, low > high, ...).
     #[error("invalid space: {0}")]
     InvalidSpace(String),
+    /// An env's keyword arguments (`--env_kwargs`) or configuration are wrong.
+    #[error("{env}: {reason}")]
+    InvalidConfig {
+        /// The env id (or `env kwargs` while parsing them).
+        env: String,
+        /// What is wrong, naming the key.
+        reason: String,
+    },
     /// The env does not support this operation (e.g. a continuous action on a discrete env).
     #[error("{env}: {what} is not supported")]
     Unsupported {
@@ -99,6 +111,17 @@ pub enum EnvError {
         /// The Gymnasium env id.
         env: String,
         /// `make`, `reset`, `step` or `set_state`.
+        call: &'static str,
+        /// The exception, as Python formats it.
+        message: String,
+    },
+    /// A Python exception raised inside a PettingZoo env (or while loading one).
+    #[cfg(feature = "python")]
+    #[error("{env}: Python raised during {call}: {message}")]
+    PettingZoo {
+        /// The env id, with its `pz:` or `pza:` prefix.
+        env: String,
+        /// `make`, `reset` or `step`.
         call: &'static str,
         /// The exception, as Python formats it.
         message: String,

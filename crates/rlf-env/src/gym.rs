@@ -136,8 +136,15 @@ fn python_error<'a>(env: &'a str, call: &'static str) -> impl FnOnce(PyErr) -> E
     }
 }
 
+/// Compiles the helper module: it puts the venv's `site-packages` on `sys.path` (see the module
+/// doc) and defines `describe` (a space as nested tuples, for [`translate`]) and `flatten` (a value
+/// of a space as a flat `float32` array), which the PettingZoo bridge uses too.
+pub(crate) fn helper_module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    PyModule::from_code(py, HELPER, c"rlf_gym_bridge.py", c"rlf_gym_bridge")
+}
+
 /// Builds a [`Space`] from the helper's `describe` tuple.
-fn translate(desc: &Bound<'_, PyAny>) -> Result<Space, String> {
+pub(crate) fn translate(desc: &Bound<'_, PyAny>) -> Result<Space, String> {
     let err = |e: PyErr| format!("bad space description: {e}");
     let kind: String = desc.get_item(0).and_then(|k| k.extract()).map_err(err)?;
     let item = |i: usize| desc.get_item(i).map_err(err);
@@ -178,14 +185,13 @@ impl GymEnv {
     /// Makes Gymnasium's env `id` (without the `gym:` prefix).
     pub fn make(id: &str) -> Result<Self, EnvError> {
         Python::attach(|py| {
-            let helper = PyModule::from_code(py, HELPER, c"rlf_gym_bridge.py", c"rlf_gym_bridge")
-                .map_err(|e| EnvError::Python {
-                    env: id.to_owned(),
-                    call: "make",
-                    message: format!(
-                        "{e} (is gymnasium installed? run scripts/setup_python.sh and export VIRTUAL_ENV or PYTHONPATH)"
-                    ),
-                })?;
+            let helper = helper_module(py).map_err(|e| EnvError::Python {
+                env: id.to_owned(),
+                call: "make",
+                message: format!(
+                    "{e} (is gymnasium installed? run scripts/setup_python.sh and export VIRTUAL_ENV or PYTHONPATH)"
+                ),
+            })?;
             let made = helper
                 .getattr("make")
                 .and_then(|f| f.call1((id,)))

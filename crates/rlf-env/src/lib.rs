@@ -7,8 +7,12 @@
 //! - [`wrappers`]: time limit, episode statistics, frame skip, observation and action clipping,
 //!   action rescaling, input checking.
 //! - [`VecEnv`]: N envs stepped into contiguous buffers with auto-reset, as rollout workers use.
-//! - [`MultiAgentEnv`]: per-agent slots with an `is_active` flag; [`SingleAgent`] adapts an `Env`.
+//! - [`MultiAgentEnv`]: per-agent slots, `is_active` naming the agents that act next (simultaneous
+//!   or turn-based); [`SingleAgent`] adapts an `Env`; [`MultiVecEnv`] steps N of them; the native
+//!   [`connect_four`] and [`treasurehunt`].
 //! - `gym` (feature `python`): any Gymnasium env as an `Env`, through an embedded interpreter.
+//! - `pz` (feature `python`): any PettingZoo env (Parallel or AEC API) as a `MultiAgentEnv`, ids
+//!   `pz:<module>` and `pza:<module>`.
 //!
 //! # One env
 //! ```
@@ -82,19 +86,28 @@
 #![warn(missing_docs)]
 
 pub mod classic;
+pub mod connect_four;
 mod env;
 mod error;
 #[cfg(feature = "python")]
 pub mod gym;
 mod multi_agent;
+mod multi_vector;
+#[cfg(feature = "python")]
+pub mod pz;
 mod registry;
 pub mod space;
+pub mod treasurehunt;
 mod vector;
 pub mod wrappers;
 
 pub use env::{check_action, check_obs_buffer, check_observation, Env, EpisodeStats, Info, Step};
 pub use error::EnvError;
 pub use multi_agent::{AgentEpisodes, MultiAgentEnv, SingleAgent};
-pub use registry::{EnvConstructor, EnvRegistry, GYM_PREFIX};
+pub use multi_vector::MultiVecEnv;
+pub use registry::{
+    parse_kwargs, runs_python, EnvConstructor, EnvKwargs, EnvRegistry, MultiAgentConstructor, GYM_PREFIX,
+    PETTINGZOO_AEC_PREFIX, PETTINGZOO_PREFIX,
+};
 pub use space::{Action, ActionBatch, BoxSpace, Space, Value};
 pub use vector::{StepBuffers, VecBuffers, VecEnv};

@@ -1,22 +1,30 @@
 //! Multi-agent envs: several agents stepping in one env, each with its own observation, reward
-//! and flags, as Sample Factory's multi-agent envs.
+//! and flags, as Sample Factory's multi-agent envs and PettingZoo's Parallel and AEC envs.
 //!
-//! # Contract
-//! - Buffers hold one slot per agent (see [`StepBuffers`]); all agents share the observation and
-//!   action spaces.
-//! - [`MultiAgentEnv::is_active`] says whether an agent's slot in the latest step (or reset) is
-//!   real: an agent whose own episode ended stays active on that step (its reward and flags count)
-//!   and is inactive afterwards, until the env's episode ends. Inactive agents' actions are
-//!   ignored and their outputs must be masked.
-//! - When every agent's episode has ended the env resets itself within the same step, and all
-//!   agents become active again (the slots then hold the new episode's first observations).
+//! The contract every env keeps is on [`MultiAgentEnv`].
 //!
 //! A single-agent [`Env`] is a multi-agent env of one through [`SingleAgent`].
 
 use crate::env::check_action;
 use crate::{ActionBatch, Env, EnvError, EpisodeStats, Space, StepBuffers};
 
-/// An env with `num_agents` agents; see the [module doc](self) for the contract.
+/// An env with `num_agents` agents.
+///
+/// # Contract
+/// - Buffers hold one slot per agent (see [`StepBuffers`]); all agents of one env share the
+///   observation and action spaces.
+/// - [`MultiAgentEnv::is_active`], after [`reset`](MultiAgentEnv::reset) or
+///   [`step`](MultiAgentEnv::step), says whether an agent acts in the next step: its observation
+///   slot is a decision point and its action will be applied. The actions of inactive agents are
+///   ignored (pass any action of the space). A simultaneous env (PettingZoo's Parallel API) has
+///   every live agent active; a turn-based one (the AEC API: board games, agents moving one after
+///   another) has one.
+/// - `step` writes, for every agent, what happened to it during the step: the reward it received
+///   (acting or not: a turn-based game's loser gets its −1 on the winner's move), `terminated` or
+///   `truncated` if its episode ended in this step, and its next observation. An agent whose
+///   episode ended is inactive afterwards, until the env's episode ends.
+/// - When every agent's episode has ended the env resets itself within the same step: the slots
+///   then hold the new episode's first observations and `is_active` names its first actors.
 pub trait MultiAgentEnv: Send {
     /// A short name for messages.
     fn id(&self) -> &str;
@@ -36,7 +44,7 @@ pub trait MultiAgentEnv: Send {
     /// Applies one action per agent and writes every agent's results into `out`.
     fn step(&mut self, actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<(), EnvError>;
 
-    /// Whether `agent`'s slot of the latest step or reset is real (see the module doc).
+    /// Whether `agent` acts in the next step (see the contract above).
     fn is_active(&self, agent: usize) -> bool;
 }
 
@@ -111,7 +119,8 @@ impl<E: Env> MultiAgentEnv for SingleAgent<E> {
 }
 
 /// Per-agent episode bookkeeping for a [`MultiAgentEnv`]: feed it every agent's output after each
-/// step; it skips inactive agents and returns an agent's statistics when its episode ends.
+/// step; it sums every reward an agent receives, counts the steps it acted in, and returns its
+/// statistics when its episode ends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentEpisodes {
     running: Vec<EpisodeStats>,
@@ -125,12 +134,14 @@ impl AgentEpisodes {
         }
     }
 
-    /// Records `agent`'s step; returns its finished episode's statistics when `done`. Inactive
-    /// agents (and unknown agent indices) are ignored.
-    pub fn record(&mut self, agent: usize, active: bool, reward: f32, done: bool) -> Option<EpisodeStats> {
-        let running = self.running.get_mut(agent).filter(|_| active)?;
+    /// Records `agent`'s part of a step: `acted` (it was active in that step), the reward it
+    /// received (acting or not, as the contract says) and whether its episode ended; returns the
+    /// finished episode's statistics (return, and length in steps it acted) when `done`. Unknown
+    /// agent indices are ignored.
+    pub fn record(&mut self, agent: usize, acted: bool, reward: f32, done: bool) -> Option<EpisodeStats> {
+        let running = self.running.get_mut(agent)?;
         running.episode_return += f64::from(reward);
-        running.length += 1;
+        running.length += u64::from(acted);
         done.then(|| std::mem::take(running))
     }
 
@@ -190,7 +201,7 @@ mod tests {
         }
         fn step(&mut self, _actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<(), EnvError> {
             out.check("Race", 3, 1)?;
-            let active_now = self.finished.map(|f| !f);
+            let active_now = self.active;
             self.t += 1;
             for (k, &active) in active_now.iter().enumerate() {
                 out.obs[k] = self.t as f32;
@@ -199,10 +210,11 @@ mod tests {
                 out.rewards[k] = if active { k as f32 + 1.0 } else { 0.0 };
                 self.finished[k] |= out.terminated[k];
             }
-            self.active = active_now;
+            self.active = self.finished.map(|f| !f);
             if self.finished.iter().all(|&f| f) {
                 self.t = 0;
                 self.finished = [false; 3];
+                self.active = [true; 3];
                 out.obs.fill(0.0);
             }
             Ok(())
@@ -221,11 +233,12 @@ mod tests {
         let mut finished = Vec::new();
         let mut active_log = Vec::new();
         for _ in 0..4 {
+            let acting = [0, 1, 2].map(|k| env.is_active(k));
             env.step(ActionBatch::Discrete(&[0, 0, 0]), buf.view()).unwrap();
             active_log.push([0, 1, 2].map(|k| env.is_active(k)));
-            for k in 0..env.num_agents() {
+            for (k, &acted) in acting.iter().enumerate() {
                 let done = buf.terminated[k] || buf.truncated[k];
-                if let Some(stats) = episodes.record(k, env.is_active(k), buf.rewards[k], done) {
+                if let Some(stats) = episodes.record(k, acted, buf.rewards[k], done) {
                     finished.push((k, stats));
                 }
             }
@@ -266,10 +279,10 @@ mod tests {
         assert_eq!(
             active_log,
             [
-                [true, true, true],
                 [false, true, true],
                 [false, false, true],
-                [true, true, true]
+                [true, true, true],
+                [false, true, true]
             ]
         );
         assert_eq!(buf.obs, [1.0, 1.0, 1.0], "the env reset itself after step 3");

@@ -4,11 +4,38 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::classic::{Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum};
+use crate::connect_four::ConnectFour;
+use crate::treasurehunt::{Treasurehunt, TreasurehuntConfig};
 use crate::wrappers::TimeLimit;
-use crate::{Env, EnvError};
+use crate::{Env, EnvError, MultiAgentEnv};
 
 /// A constructor of boxed envs.
 pub type EnvConstructor = Arc<dyn Fn() -> Result<Box<dyn Env>, EnvError> + Send + Sync>;
+
+/// An env's keyword arguments (`key=value` pairs, in order), as `--env_kwargs` gives them.
+pub type EnvKwargs = [(String, String)];
+
+/// A constructor of boxed multi-agent envs from keyword arguments.
+pub type MultiAgentConstructor =
+    Arc<dyn Fn(&EnvKwargs) -> Result<Box<dyn MultiAgentEnv>, EnvError> + Send + Sync>;
+
+/// Parses `key=value,key=value` (spaces around either ignored; empty: no pairs) into pairs; a
+/// part without `=` or with an empty key is an error naming it.
+pub fn parse_kwargs(text: &str) -> Result<Vec<(String, String)>, EnvError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| match part.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                Ok((key.trim().to_owned(), value.trim().to_owned()))
+            }
+            _ => Err(EnvError::InvalidConfig {
+                env: "env kwargs".into(),
+                reason: format!("`{part}` is not `key=value`"),
+            }),
+        })
+        .collect()
+}
 
 /// A built-in env: id, time limit, constructor.
 type Builtin = (&'static str, u64, fn() -> Box<dyn Env>);
@@ -24,22 +51,41 @@ struct Entry {
 ///
 /// Ids starting with `gym:` are not looked up here: they go to the Gymnasium bridge
 /// (`gym:CartPole-v1` runs Gymnasium's own CartPole in an embedded interpreter), which needs the
-/// `python` feature.
+/// `python` feature. Likewise ids starting with `pz:` or `pza:` are multi-agent envs of the
+/// PettingZoo bridge (`pz:pettingzoo.mpe.simple_spread_v3`).
 #[derive(Clone, Default)]
 pub struct EnvRegistry {
     entries: BTreeMap<String, Entry>,
+    multi_agent: BTreeMap<String, MultiAgentConstructor>,
 }
 
 impl std::fmt::Debug for EnvRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EnvRegistry")
-            .field("ids", &self.entries.keys().collect::<Vec<_>>())
-            .finish()
+        f.debug_struct("EnvRegistry").field("ids", &self.ids()).finish()
     }
 }
 
 /// The prefix of ids served by the Gymnasium bridge.
 pub const GYM_PREFIX: &str = "gym:";
+
+/// The prefix of multi-agent ids served by the PettingZoo bridge: `pz:<module>` drives the
+/// module's Parallel API (`parallel_env`) when it has one, its AEC API (`env`) otherwise.
+pub const PETTINGZOO_PREFIX: &str = "pz:";
+
+/// The prefix of multi-agent ids served by the PettingZoo bridge through the AEC API (`env`), even
+/// when the module also has `parallel_env`.
+pub const PETTINGZOO_AEC_PREFIX: &str = "pza:";
+
+/// Whether `id` is served by the PettingZoo bridge.
+fn is_pettingzoo(id: &str) -> bool {
+    id.starts_with(PETTINGZOO_PREFIX) || id.starts_with(PETTINGZOO_AEC_PREFIX)
+}
+
+/// Whether making `id` starts an embedded Python interpreter (the Gymnasium or PettingZoo
+/// bridge): a process that made one must not be forked.
+pub fn runs_python(id: &str) -> bool {
+    id.starts_with(GYM_PREFIX) || is_pettingzoo(id)
+}
 
 impl EnvRegistry {
     /// An empty registry.
@@ -49,7 +95,9 @@ impl EnvRegistry {
 
     /// A registry with the native classic-control envs and Gymnasium's time limits:
     /// `CartPole-v1` (500 steps), `Acrobot-v1` (500), `MountainCar-v0` (200),
-    /// `MountainCarContinuous-v0` (999), `Pendulum-v1` (200).
+    /// `MountainCarContinuous-v0` (999), `Pendulum-v1` (200); and the native multi-agent envs
+    /// `connect_four` (PettingZoo's `connect_four_v3`, no kwargs) and `treasurehunt` (kwargs: the
+    /// fields of [`TreasurehuntConfig`]).
     pub fn with_builtin() -> Self {
         let mut registry = Self::new();
         let builtin: [Builtin; 5] = [
@@ -70,15 +118,62 @@ impl EnvRegistry {
                 },
             );
         }
+        let connect_four: MultiAgentConstructor = Arc::new(|kwargs: &EnvKwargs| match kwargs.first() {
+            None => Ok(Box::new(ConnectFour::new()) as Box<dyn MultiAgentEnv>),
+            Some((key, _)) => Err(EnvError::InvalidConfig {
+                env: "connect_four".into(),
+                reason: format!("unknown keyword argument `{key}` (it takes none)"),
+            }),
+        });
+        let treasurehunt: MultiAgentConstructor = Arc::new(|kwargs: &EnvKwargs| {
+            let config = TreasurehuntConfig::from_kwargs(kwargs)?;
+            Ok(Box::new(Treasurehunt::new(config)?) as Box<dyn MultiAgentEnv>)
+        });
+        registry.multi_agent.insert("connect_four".into(), connect_four);
+        registry.multi_agent.insert("treasurehunt".into(), treasurehunt);
         registry
     }
 
-    /// Adds `id`; `make` builds the bare env and, with `Some(n)`, [`make`](Self::make) wraps it in
-    /// a [`TimeLimit`] of `n` steps. Ids are unique and must not start with `gym:`.
-    pub fn register<F>(&mut self, id: &str, max_episode_steps: Option<u64>, make: F) -> Result<(), EnvError>
+    /// Adds the multi-agent env `id`, built by `make` from its keyword arguments. Ids are unique
+    /// across both kinds and must not start with `gym:`, `pz:` or `pza:`.
+    pub fn register_multi_agent<F>(&mut self, id: &str, make: F) -> Result<(), EnvError>
     where
-        F: Fn() -> Result<Box<dyn Env>, EnvError> + Send + Sync + 'static,
+        F: Fn(&EnvKwargs) -> Result<Box<dyn MultiAgentEnv>, EnvError> + Send + Sync + 'static,
     {
+        self.check_new_id(id)?;
+        self.multi_agent.insert(id.to_owned(), Arc::new(make));
+        Ok(())
+    }
+
+    /// Whether `id` names a multi-agent env: a registered one, or a PettingZoo env (`pz:<module>`,
+    /// `pza:<module>`).
+    pub fn is_multi_agent(&self, id: &str) -> bool {
+        self.multi_agent.contains_key(id) || is_pettingzoo(id)
+    }
+
+    /// Makes the multi-agent env `id` with `kwargs`. `pz:<module>` and `pza:<module>` make the
+    /// PettingZoo env of `<module>` through the bridge (feature `python`; see `rlf_env::pz`). An
+    /// unknown id is an [`EnvError::UnknownEnv`]; a single-agent id is an error saying so.
+    pub fn make_multi_agent(&self, id: &str, kwargs: &EnvKwargs) -> Result<Box<dyn MultiAgentEnv>, EnvError> {
+        if is_pettingzoo(id) {
+            return make_pettingzoo(id, kwargs);
+        }
+        match self.multi_agent.get(id) {
+            Some(make) => make(kwargs),
+            None if self.entries.contains_key(id) || id.starts_with(GYM_PREFIX) => {
+                Err(EnvError::Unsupported {
+                    env: id.to_owned(),
+                    what: "making it as a multi-agent env (it is a single-agent one)".into(),
+                })
+            }
+            None => Err(EnvError::UnknownEnv {
+                id: id.to_owned(),
+                known: self.ids(),
+            }),
+        }
+    }
+
+    fn check_new_id(&self, id: &str) -> Result<(), EnvError> {
         if id.starts_with(GYM_PREFIX) {
             return Err(EnvError::Unsupported {
                 env: id.to_owned(),
@@ -87,9 +182,29 @@ impl EnvRegistry {
                 ),
             });
         }
-        if self.entries.contains_key(id) {
+        if is_pettingzoo(id) {
+            return Err(EnvError::Unsupported {
+                env: id.to_owned(),
+                what: format!(
+                    "registering an id starting with `{PETTINGZOO_PREFIX}` or `{PETTINGZOO_AEC_PREFIX}` \
+                     (reserved for the PettingZoo bridge)"
+                ),
+            });
+        }
+        if self.entries.contains_key(id) || self.multi_agent.contains_key(id) {
             return Err(EnvError::DuplicateEnv(id.to_owned()));
         }
+        Ok(())
+    }
+
+    /// Adds `id`; `make` builds the bare env and, with `Some(n)`, [`make`](Self::make) wraps it in
+    /// a [`TimeLimit`] of `n` steps. Ids are unique and must not start with `gym:`, `pz:` or
+    /// `pza:`.
+    pub fn register<F>(&mut self, id: &str, max_episode_steps: Option<u64>, make: F) -> Result<(), EnvError>
+    where
+        F: Fn() -> Result<Box<dyn Env>, EnvError> + Send + Sync + 'static,
+    {
+        self.check_new_id(id)?;
         self.entries.insert(
             id.to_owned(),
             Entry {
@@ -100,9 +215,16 @@ impl EnvRegistry {
         Ok(())
     }
 
-    /// The registered ids, sorted.
+    /// The registered ids of both kinds, sorted.
     pub fn ids(&self) -> Vec<String> {
-        self.entries.keys().cloned().collect()
+        let mut ids: Vec<String> = self
+            .entries
+            .keys()
+            .chain(self.multi_agent.keys())
+            .cloned()
+            .collect();
+        ids.sort();
+        ids
     }
 
     /// The registered time limit of `id`, if any.
@@ -116,6 +238,12 @@ impl EnvRegistry {
     pub fn make(&self, id: &str) -> Result<Box<dyn Env>, EnvError> {
         if let Some(gym_id) = id.strip_prefix(GYM_PREFIX) {
             return make_gym(gym_id);
+        }
+        if self.is_multi_agent(id) {
+            return Err(EnvError::Unsupported {
+                env: id.to_owned(),
+                what: "making it as a single-agent env (it is a multi-agent one)".into(),
+            });
         }
         let Some(entry) = self.entries.get(id) else {
             return Err(EnvError::UnknownEnv {
@@ -141,6 +269,16 @@ fn make_gym(gym_id: &str) -> Result<Box<dyn Env>, EnvError> {
     Err(EnvError::PythonDisabled(gym_id.to_owned()))
 }
 
+#[cfg(feature = "python")]
+fn make_pettingzoo(id: &str, kwargs: &EnvKwargs) -> Result<Box<dyn MultiAgentEnv>, EnvError> {
+    Ok(Box::new(crate::pz::PettingZooEnv::from_id(id, kwargs)?))
+}
+
+#[cfg(not(feature = "python"))]
+fn make_pettingzoo(id: &str, _kwargs: &EnvKwargs) -> Result<Box<dyn MultiAgentEnv>, EnvError> {
+    Err(EnvError::PettingZooDisabled(id.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,7 +292,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown env id `CartPole-v0`; known ids: Acrobot-v1, CartPole-v1, MountainCar-v0, \
-             MountainCarContinuous-v0, Pendulum-v1"
+             MountainCarContinuous-v0, Pendulum-v1, connect_four, treasurehunt"
         );
     }
 
@@ -193,6 +331,38 @@ mod tests {
         assert_eq!(registry.ids(), ["Counter-v0"]);
     }
 
+    #[test]
+    fn multi_agent_envs_are_made_with_their_kwargs() {
+        let registry = EnvRegistry::with_builtin();
+        assert!(registry.is_multi_agent("treasurehunt") && !registry.is_multi_agent("CartPole-v1"));
+        let kwargs = parse_kwargs(" num_agents = 3, height=8 ,").unwrap();
+        assert_eq!(
+            kwargs,
+            [("num_agents".into(), "3".into()), ("height".into(), "8".into())]
+        );
+        let env = registry.make_multi_agent("treasurehunt", &kwargs).unwrap();
+        assert_eq!(env.num_agents(), 3);
+        assert_eq!(
+            registry
+                .make_multi_agent("connect_four", &[])
+                .unwrap()
+                .num_agents(),
+            2
+        );
+        let bad = registry.make_multi_agent("treasurehunt", &parse_kwargs("colour=red").unwrap());
+        assert!(bad.err().expect("unknown key").to_string().contains("colour"));
+        assert!(registry.make_multi_agent("connect_four", &kwargs).is_err());
+        assert!(parse_kwargs("height").is_err() && parse_kwargs("=3").is_err());
+        assert!(registry.make("treasurehunt").is_err());
+        assert!(registry.make_multi_agent("CartPole-v1", &[]).is_err());
+        let mut mine = EnvRegistry::new();
+        let again = mine.register_multi_agent("connect_four", |_| Ok(Box::new(ConnectFour::new())));
+        assert!(again.is_ok());
+        assert!(mine
+            .register("connect_four", None, || Ok(Box::new(Counter::new(1))))
+            .is_err());
+    }
+
     #[cfg(not(feature = "python"))]
     #[test]
     fn gym_ids_need_the_python_feature() {
@@ -202,5 +372,27 @@ mod tests {
             .expect("no bridge");
         assert_eq!(err, EnvError::PythonDisabled("CartPole-v1".into()));
         assert!(err.to_string().contains("--features python"));
+    }
+
+    #[cfg(not(feature = "python"))]
+    #[test]
+    fn pettingzoo_ids_are_multi_agent_and_need_the_python_feature() {
+        let registry = EnvRegistry::with_builtin();
+        let id = "pz:pettingzoo.mpe.simple_spread_v3";
+        assert!(
+            registry.is_multi_agent(id) && registry.is_multi_agent("pza:pettingzoo.classic.connect_four_v3")
+        );
+        let err = registry.make_multi_agent(id, &[]).err().expect("no bridge");
+        assert_eq!(err, EnvError::PettingZooDisabled(id.into()));
+        assert_eq!(
+            err.to_string(),
+            "env id `pz:pettingzoo.mpe.simple_spread_v3` needs the PettingZoo bridge: build rlf-env with \
+             `--features python`"
+        );
+        assert!(registry.make(id).is_err());
+        let mut mine = EnvRegistry::new();
+        assert!(mine
+            .register_multi_agent("pza:mine", |_| Ok(Box::new(ConnectFour::new())))
+            .is_err());
     }
 }

@@ -384,6 +384,17 @@ impl<'a> ActionBatch<'a> {
         self.len() == 0
     }
 
+    /// The `count` actions of slots `first..first + count`, for actions of `dim` numbers; `None`
+    /// when out of range.
+    pub fn chunk(&self, first: usize, count: usize, dim: usize) -> Option<ActionBatch<'a>> {
+        let range = first.checked_mul(dim)?..first.checked_add(count)?.checked_mul(dim)?;
+        Some(match *self {
+            ActionBatch::Discrete(x) => ActionBatch::Discrete(x.get(range)?),
+            ActionBatch::Continuous(x) => ActionBatch::Continuous(x.get(range)?),
+            ActionBatch::MultiDiscrete(x) => ActionBatch::MultiDiscrete(x.get(range)?),
+        })
+    }
+
     /// The action of slot `i`, for actions of `dim` numbers; `None` when out of range.
     pub fn get(&self, i: usize, dim: usize) -> Option<Action<'a>> {
         let range = i.checked_mul(dim)?..(i + 1).checked_mul(dim)?;
