@@ -43,6 +43,7 @@ fn dataset(obs_dim: usize) -> Dataset {
         has_final: column(vec![0.0; n]),
         final_obs: Tensor::zeros([n as i64, d], (Kind::Float, tch::Device::Cpu)),
         next_obs: Tensor::zeros([(n / SEQ) as i64, d], (Kind::Float, tch::Device::Cpu)),
+        next_valid: Tensor::ones([(n / SEQ) as i64], (Kind::Float, tch::Device::Cpu)),
         versions: vec![0; n],
     }
 }

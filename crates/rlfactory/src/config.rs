@@ -20,7 +20,7 @@ use std::str::FromStr;
 use clap::{ArgAction, Args, ValueEnum};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::env::EnvRegistry;
+use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 
 /// Parses a boolean the way Sample Factory users type it: `true`/`false`, `True`/`False`, `1`/`0`.
@@ -85,9 +85,14 @@ impl fmt::Display for Layers {
 #[command(rename_all = "snake_case")]
 #[serde(default)]
 pub struct EnvConfig {
-    /// Environment id (a native classic-control env such as CartPole-v1, or gym:<id>).
+    /// Environment id: a native classic-control env such as CartPole-v1, a native multi-agent
+    /// env (connect_four, treasurehunt), or gym:<id>.
     #[arg(long)]
     pub env: String,
+    /// Keyword arguments of a multi-agent env, `key=value,key=value` (for example
+    /// `num_agents=3,height=8` for treasurehunt).
+    #[arg(long, default_value = "")]
+    pub env_kwargs: String,
     /// Random seed of the networks and of the envs (env `i` gets `seed + i`).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -98,6 +103,7 @@ impl Default for EnvConfig {
     fn default() -> Self {
         Self {
             env: "CartPole-v1".to_owned(),
+            env_kwargs: String::new(),
             seed: 0,
         }
     }
@@ -526,6 +532,8 @@ pub fn shipped_config(env: &str) -> Option<&'static str> {
         "MountainCar-v0" => Some(include_str!("../configs/MountainCar-v0.toml")),
         "MountainCarContinuous-v0" => Some(include_str!("../configs/MountainCarContinuous-v0.toml")),
         "Pendulum-v1" => Some(include_str!("../configs/Pendulum-v1.toml")),
+        "connect_four" => Some(include_str!("../configs/connect_four.toml")),
+        "treasurehunt" => Some(include_str!("../configs/treasurehunt.toml")),
         _ => None,
     }
 }
@@ -702,11 +710,16 @@ impl Config {
                 a.batch_size, s.rollout
             ));
         }
-        let sampled = self.total_envs() * s.rollout;
+        let spec = match EnvSpec::of(registry, &self.env) {
+            Ok(spec) => spec,
+            Err(RlfError::Config(m)) => return err(m),
+            Err(e) => return err(format!("--env: {e}")),
+        };
+        let sampled = self.total_envs() * spec.num_agents * s.rollout;
         if !r.async_rl && self.dataset_size() % sampled != 0 {
             return err(format!(
                 "with --async_rl=false, --batch_size * --num_batches_per_epoch ({}) must be a multiple of \
-                 --num_workers * --num_envs_per_worker * --rollout ({sampled})",
+                 --num_workers * --num_envs_per_worker * agents per env * --rollout ({sampled})",
                 self.dataset_size()
             ));
         }
@@ -765,9 +778,6 @@ impl Config {
         }
         if r.num_threads < 1 {
             return err(format!("--num_threads must be at least 1, got {}", r.num_threads));
-        }
-        if let Err(e) = registry.make(&self.env.env) {
-            return err(format!("--env: {e}"));
         }
         if r.device == DeviceKind::Gpu && !tch::Cuda::is_available() {
             return err("--device=gpu: no CUDA device is available to libtorch".into());

@@ -1,5 +1,5 @@
 //! Using a trained policy: `rlfactory enjoy` runs episodes and prints their returns, `rlfactory eval`
-//! does the same on many envs at once (one `VecEnv`) and writes a CSV, `rlfactory export` writes the
+//! does the same on many envs at once and writes a CSV, `rlfactory export` writes the
 //! policy as a PyTorch state dict.
 //!
 //! All three read the experiment folder `<train_dir>/<experiment>/`: its `config.json` rebuilds the
@@ -63,7 +63,9 @@ use std::path::{Path, PathBuf};
 use clap::{ArgAction, Args};
 
 use crate::config::{parse_bool, CheckpointKind, Config};
-use crate::env::{ActionMapper, EnvRegistry, VecBuffers, VecEnv};
+use rlf_env::connect_four::{self, play_game, ConnectFour, HeuristicPlayer, Player, RandomPlayer, Side};
+
+use crate::env::{ActionMapper, EnvRegistry, EnvSpec, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
 use crate::experiment::{self, RestoredState};
 use crate::model::{ActorCritic, Policy};
@@ -117,6 +119,37 @@ pub struct EvalArgs {
     /// Write one line per episode (`episode,env,return,length`) to this CSV file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// For `connect_four`: play `--max_num_episodes` games against this built-in player instead
+    /// (colours alternating, the policy first in game 0) and report wins, draws and losses.
+    #[arg(long, value_enum)]
+    pub opponent: Option<Opponent>,
+}
+
+/// A built-in Connect Four player for `eval --opponent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Opponent {
+    /// A uniformly random legal move.
+    Random,
+    /// One ply: win if it can, else block the opponent's win, else random.
+    Heuristic,
+}
+
+/// Games of a policy against an opponent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Record {
+    /// Games the policy won.
+    pub wins: usize,
+    /// Drawn games.
+    pub draws: usize,
+    /// Games the policy lost.
+    pub losses: usize,
+}
+
+impl Record {
+    /// Wins over games played (0 with none).
+    pub fn win_rate(&self) -> f64 {
+        self.wins as f64 / (self.wins + self.draws + self.losses).max(1) as f64
+    }
 }
 
 /// `rlfactory export`.
@@ -146,6 +179,12 @@ impl EvalArgs {
     pub fn check(&self) -> Result<()> {
         if self.num_envs == 0 {
             return Err(RlfError::Config("--num_envs must be at least 1".into()));
+        }
+        if self.opponent.is_some() && self.enjoy.source.env != "connect_four" {
+            return Err(RlfError::Config(format!(
+                "--opponent: built-in opponents play connect_four, not {}",
+                self.enjoy.source.env
+            )));
         }
         self.enjoy.check()
     }
@@ -200,10 +239,10 @@ impl CheckpointSource {
         for skipped in &state.skipped {
             eprintln!("[rlfactory] skipped a broken checkpoint: {skipped}");
         }
-        let probe = registry.make(&cfg.env.env)?;
+        let spec = EnvSpec::of(registry, &cfg.env)?;
         let mut model = ActorCritic::new(
-            probe.observation_space(),
-            probe.action_space(),
+            &spec.observation_space,
+            &spec.action_space,
             &cfg.model,
             cfg.run.device,
         )?;
@@ -221,7 +260,8 @@ impl CheckpointSource {
 /// One finished episode.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Episode {
-    /// The env it ran in.
+    /// The column it ran in: the env, or for a multi-agent env `env * num_agents + agent` (each
+    /// agent's episode is one episode).
     pub env: usize,
     /// Sum of rewards.
     pub episode_return: f64,
@@ -233,7 +273,7 @@ pub struct Episode {
 /// order they finish; `on_episode` sees each one.
 pub fn run_episodes(
     cfg: &Config,
-    mut envs: VecEnv,
+    mut envs: Envs,
     policy: &mut dyn Policy,
     episodes: usize,
     deterministic: bool,
@@ -241,18 +281,19 @@ pub fn run_episodes(
     mut on_episode: impl FnMut(usize, &Episode) -> Result<()>,
 ) -> Result<Vec<Episode>> {
     let mut mapper = ActionMapper::new(envs.action_space(), cfg.model.continuous_action_mode)?;
-    let mut buf = VecBuffers::new(envs.num_envs(), envs.obs_dim());
+    let columns = envs.num_columns();
+    let mut buf = VecBuffers::new(columns, envs.obs_dim());
     ActorCritic::seed(seed);
     envs.reset(Some(seed), &mut buf.obs)?;
     let mut done = Vec::with_capacity(episodes);
     while done.len() < episodes {
         let out = policy.act(&buf.obs, deterministic)?;
         envs.step(mapper.map(&out.actions), buf.view())?;
-        for (i, info) in envs.infos().iter().enumerate() {
-            if let Some(ep) = info.episode {
+        for c in 0..columns {
+            if let Some(ep) = envs.finished(c) {
                 if done.len() < episodes {
                     let episode = Episode {
-                        env: i,
+                        env: c,
                         episode_return: ep.episode_return,
                         length: ep.length,
                     };
@@ -272,7 +313,7 @@ fn mean_return(episodes: &[Episode]) -> f64 {
 /// `rlfactory enjoy`: prints each episode's return and length, then the mean; returns the episodes.
 pub fn enjoy(args: &EnjoyArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
     let (cfg, mut model) = args.source.load(registry)?;
-    let envs = VecEnv::from_registry(registry, &cfg.env.env, 1)?;
+    let envs = Envs::make(registry, &cfg.env, 1)?;
     let episodes = run_episodes(
         &cfg,
         envs,
@@ -293,11 +334,17 @@ pub fn enjoy(args: &EnjoyArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
     Ok(episodes)
 }
 
-/// `rlfactory eval`: as [`enjoy`] on `--num_envs` envs, writing the CSV if asked.
+/// `rlfactory eval`: as [`enjoy`] on `--num_envs` envs, writing the CSV if asked; with
+/// `--opponent`, Connect Four games against a built-in player instead ([`duel`]: the record is
+/// printed, no episodes are returned).
 pub fn eval(args: &EvalArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
+    if let Some(opponent) = args.opponent {
+        eval_against(args, opponent, registry)?;
+        return Ok(Vec::new());
+    }
     let (cfg, mut model) = args.enjoy.source.load(registry)?;
     let mut csv = args.csv.as_deref().map(Csv::create).transpose()?;
-    let envs = VecEnv::from_registry(registry, &cfg.env.env, args.num_envs)?;
+    let envs = Envs::make(registry, &cfg.env, args.num_envs)?;
     let episodes = run_episodes(
         &cfg,
         envs,
@@ -325,6 +372,93 @@ pub fn eval(args: &EvalArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
         episodes.len()
     );
     Ok(episodes)
+}
+
+/// A policy as a Connect Four player: it sees the board from its side, with the action mask.
+struct PolicyPlayer<'a> {
+    policy: &'a mut dyn Policy,
+    deterministic: bool,
+    obs: Vec<f32>,
+    error: Option<RlfError>,
+}
+
+impl Player for PolicyPlayer<'_> {
+    fn choose(&mut self, game: &ConnectFour) -> Option<usize> {
+        let chosen = game
+            .observe(game.to_move(), &mut self.obs)
+            .map_err(RlfError::from)
+            .and_then(|()| self.policy.act(&self.obs, self.deterministic));
+        match chosen {
+            Ok(out) => out.actions.first().map(|&a| a as usize),
+            Err(e) => {
+                self.error = Some(e);
+                None
+            }
+        }
+    }
+}
+
+/// Plays `games` Connect Four games of `policy` against `opponent` (seeded with `seed`), colours
+/// alternating with the policy moving first in game 0.
+pub fn duel(
+    policy: &mut dyn Policy,
+    opponent: Opponent,
+    games: usize,
+    deterministic: bool,
+    seed: u64,
+) -> Result<Record> {
+    let mut other: Box<dyn Player> = match opponent {
+        Opponent::Random => Box::new(RandomPlayer::new(seed)),
+        Opponent::Heuristic => Box::new(HeuristicPlayer::new(seed)),
+    };
+    ActorCritic::seed(seed);
+    let mut me = PolicyPlayer {
+        policy,
+        deterministic,
+        obs: vec![0.0; connect_four::OBS_DIM],
+        error: None,
+    };
+    let mut record = Record::default();
+    for game in 0..games {
+        let mine = if game % 2 == 0 { Side::First } else { Side::Second };
+        let outcome = if mine == Side::First {
+            play_game(&mut me, other.as_mut())
+        } else {
+            play_game(other.as_mut(), &mut me)
+        };
+        let outcome = match (outcome, me.error.take()) {
+            (_, Some(e)) => return Err(e),
+            (outcome, None) => outcome?,
+        };
+        match outcome.reward(mine) {
+            r if r > 0.0 => record.wins += 1,
+            r if r < 0.0 => record.losses += 1,
+            _ => record.draws += 1,
+        }
+    }
+    Ok(record)
+}
+
+/// `rlfactory eval --opponent`: a trained Connect Four policy against a built-in player.
+fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> Result<Record> {
+    let (_, mut model) = args.enjoy.source.load(registry)?;
+    let e = &args.enjoy;
+    let record = duel(
+        &mut model,
+        opponent,
+        e.max_num_episodes,
+        e.eval_deterministic,
+        e.seed,
+    )?;
+    println!(
+        "against {opponent:?}: {} wins, {} draws, {} losses in {} games (win rate {:.3})",
+        record.wins,
+        record.draws,
+        record.losses,
+        e.max_num_episodes,
+        record.win_rate()
+    );
+    Ok(record)
 }
 
 /// `rlfactory export`: writes the policy's state dict (see the module doc).

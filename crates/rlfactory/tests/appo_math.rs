@@ -1,13 +1,15 @@
 //! APPO's math against independent references: GAE and V-trace from the papers' sum formulas
 //! (with episode ends and truncations inside a rollout), the loss on a tiny batch computed by
-//! hand, gradient clipping, learning-rate schedules, steps the slots mark invalid.
+//! hand, gradient clipping, learning-rate schedules, steps the slots mark invalid (masked out of the
+//! loss, skipped by the advantages).
 
 // The references index by time step exactly as the papers' sums do.
 #![allow(clippy::needless_range_loop)]
 
 use rlf_env::EnvRegistry;
 use rlfactory::algo::appo::{
-    clip_grad_norm, gae, losses, vtrace, Appo, Dataset, LossInputs, LrSchedule, VtraceParams,
+    bootstrap_only, clip_grad_norm, gae, losses, vtrace, ActedSteps, Appo, Dataset, LossInputs, LrSchedule,
+    VtraceParams,
 };
 use rlfactory::config::{Config, LrScheduleKind};
 use rlfactory::model::{ActorCritic, Policy};
@@ -182,6 +184,120 @@ fn on_policy_vtrace_targets_equal_gae_lambda_one_returns() {
     assert_close(&vs, &returns, 1e-5, "on-policy v-trace");
 }
 
+/// An agent's sequence of 8 steps in which it acts at steps 0, 2, 3 and 6 only: it receives 2 while
+/// waiting at step 1, its episode terminates at step 4 while it waits (a turn-based game's loser),
+/// and it is still waiting for its turn when the sequence ends (bootstrap 1.5 after step 7).
+/// Invalid steps hold values (9.0) that must never enter.
+struct Waiting {
+    valid: Vec<bool>,
+    rewards: Vec<f32>,
+    values: Vec<f32>,
+    next_values: Vec<f32>,
+    ends: Vec<bool>,
+}
+
+fn waiting() -> Waiting {
+    let values = vec![0.3, 9.0, 0.7, 1.1, 9.0, 9.0, 0.4, 9.0];
+    Waiting {
+        valid: vec![true, false, true, true, false, false, true, false],
+        rewards: vec![1.0, 2.0, 0.5, 0.0, -1.0, 0.0, 1.0, 4.0],
+        // V(x_{t+1}) as the learner builds it: the next step's value, 0 after termination, the
+        // bootstrap after the last step.
+        next_values: vec![9.0, 0.7, 1.1, 9.0, 0.0, 0.4, 9.0, 1.5],
+        ends: vec![false, false, false, false, true, false, false, false],
+        values,
+    }
+}
+
+/// The same agent's transitions written out by hand, one per step it acted in: step 0 up to step
+/// 2 (rewards 1 + 2, then V = 0.7), step 2 up to step 3, step 3 up to the end of its episode at
+/// step 4 (reward 0 − 1, terminal), step 6 up to the sequence's end (rewards 1 + 4, bootstrap 1.5).
+fn waiting_by_hand() -> Rollout {
+    Rollout {
+        rewards: vec![3.0, 0.5, -1.0, 5.0],
+        values: vec![0.3, 0.7, 1.1, 0.4],
+        next_values: vec![0.7, 1.1, 0.0, 1.5],
+        ends: vec![false, false, true, false],
+    }
+}
+
+#[test]
+fn gae_and_vtrace_skip_the_steps_an_agent_did_not_act_in() {
+    let w = waiting();
+    let acted = ActedSteps::new(&w.valid, &w.rewards, &w.next_values, &w.ends, true);
+    let hand = waiting_by_hand();
+    assert_eq!(acted.index, [0, 2, 3, 6]);
+    assert_eq!(acted.rewards, hand.rewards);
+    assert_eq!(acted.next_values, hand.next_values);
+    assert_eq!(acted.ends, hand.ends);
+    assert_eq!(acted.gather(&w.values), hand.values);
+    for (gamma, lambda) in [(0.99, 0.95), (0.9, 1.0)] {
+        let got = gae(
+            &acted.rewards,
+            &acted.gather(&w.values),
+            &acted.next_values,
+            &acted.ends,
+            gamma as f32,
+            lambda as f32,
+        );
+        assert_close(
+            &got,
+            &gae_reference(&hand, gamma, lambda),
+            1e-5,
+            "gae over acted steps",
+        );
+    }
+    let log_rhos = [0.3_f32, 5.0, -0.5, 1.2, 5.0, 5.0, 0.1, 5.0];
+    let (vs, pg) = vtrace(
+        &acted.rewards,
+        &acted.gather(&w.values),
+        &acted.next_values,
+        &acted.ends,
+        &acted.gather(&log_rhos),
+        VtraceParams {
+            gamma: 0.95,
+            rho_bar: 1.0,
+            c_bar: 1.0,
+        },
+    );
+    let (vs_ref, pg_ref) = vtrace_reference(&hand, &[0.3, -0.5, 1.2, 0.1], 0.95, 1.0, 1.0);
+    assert_close(&vs, &vs_ref, 1e-5, "vtrace targets over acted steps");
+    assert_close(&pg, &pg_ref, 1e-5, "vtrace advantages over acted steps");
+
+    // The agent does not act right after the sequence: `next_obs` is none of its decision points,
+    // so its last acted step (6, in a new episode) has no bootstrap and is no transition of its
+    // own; the transitions before it are unchanged (step 3's episode ended at step 4).
+    let waiting_at_end = ActedSteps::new(&w.valid, &w.rewards, &w.next_values, &w.ends, false);
+    assert_eq!(waiting_at_end.bootstrap_only, Some(6));
+    assert_eq!(waiting_at_end.index, [0, 2, 3]);
+    assert_eq!(waiting_at_end.rewards, hand.rewards[..3]);
+    assert_eq!(waiting_at_end.next_values, hand.next_values[..3]);
+    // Without the episode end, step 3 bootstraps from step 6's value (0.4), folding in the reward
+    // received at step 4.
+    let mut going_on = w.ends.clone();
+    going_on[4] = false;
+    let steps = ActedSteps::new(&w.valid, &w.rewards, &w.next_values, &going_on, false);
+    assert_eq!(steps.index, [0, 2, 3]);
+    assert_eq!(steps.rewards, [3.0, 0.5, -1.0]);
+    assert_eq!(steps.next_values, [0.7, 1.1, 0.4]);
+    assert_eq!(steps.ends, [false, false, false]);
+    // A last acted step whose episode ended after it is a transition of its own.
+    assert_eq!(
+        bootstrap_only(&[true, false, false], &[false, true, false], false),
+        None
+    );
+    assert_eq!(bootstrap_only(&[true, true, false], &[false; 3], true), None);
+    assert_eq!(bootstrap_only(&[false; 3], &[false; 3], false), None);
+
+    // Every step valid: the acted steps are the sequence itself.
+    let r = rollout();
+    let all = ActedSteps::new(&[true; 7], &r.rewards, &r.next_values, &r.ends, true);
+    assert_eq!(
+        (all.rewards, all.next_values, all.ends),
+        (r.rewards, r.next_values, r.ends)
+    );
+}
+
 fn t(values: &[f32]) -> Tensor {
     Tensor::from_slice(values)
 }
@@ -352,6 +468,7 @@ fn cartpole_dataset(valid: &[f32]) -> Dataset {
         has_final: column(&|_| 0.0),
         final_obs: Tensor::zeros([n as i64, d], (Kind::Float, tch::Device::Cpu)),
         next_obs: Tensor::ones([s as i64, d], (Kind::Float, tch::Device::Cpu)),
+        next_valid: Tensor::ones([s as i64], (Kind::Float, tch::Device::Cpu)),
         versions: vec![0; n],
     }
 }
@@ -422,6 +539,24 @@ fn steps_the_slots_mark_invalid_are_masked_out_of_training() {
         assert!(
             a == b,
             "vtrace {vtrace}: invalid steps' observations changed {} values of the model",
+            differing(&a, &b)
+        );
+
+        // Invalid steps in the middle of sequences (a waiting agent): neither their
+        // observations nor their behaviour values reach the advantages or the model.
+        let gaps: Vec<f32> = (0..128).map(|r| f32::from(u8::from(r % 3 != 1))).collect();
+        let data = cartpole_dataset(&gaps);
+        let (_, a, _) = train_once(&data, vtrace);
+        let rows = Tensor::from_slice(&(0..128).filter(|r| r % 3 == 1).collect::<Vec<i64>>());
+        let changed = Dataset {
+            obs: data.obs.index_fill(0, &rows, 1e3),
+            values: data.values.index_fill(0, &rows, 50.0),
+            ..data
+        };
+        let (_, b, _) = train_once(&changed, vtrace);
+        assert!(
+            a == b,
+            "vtrace {vtrace}: invalid steps inside sequences changed {} values of the model",
             differing(&a, &b)
         );
     }

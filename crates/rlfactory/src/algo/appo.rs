@@ -13,12 +13,18 @@
 //!    lagging more than `--max_policy_lag`, and those the slot marks invalid (an inactive agent),
 //!    are masked out of every loss (`train/valids_fraction`).
 //! 5. Without V-trace: GAE(γ, λ) advantages from the behaviour values ([`gae`]); value targets are
-//!    advantages + behaviour values. Return statistics (when `--normalize_returns`) are updated
+//!    advantages + behaviour values. In a sequence with invalid steps (a multi-agent env's agent
+//!    not acting), advantages run over the steps it acted in ([`ActedSteps`]): each bootstraps
+//!    from the agent's next acted step, with the rewards it received in between folded in.
+//!    Return statistics (when `--normalize_returns`) are updated
 //!    with the targets, and the critic learns targets in normalised units.
 //! 6. `--num_epochs` passes; each shuffles the dataset (transitions for GAE, whole sequences for
-//!    V-trace) into `--num_batches_per_epoch` minibatches of `--batch_size` transitions.
+//!    V-trace) into `--num_batches_per_epoch` minibatches of `--batch_size` transitions. For GAE,
+//!    a dataset with invalid steps is shuffled over its valid transitions only, into as many
+//!    minibatches of fewer rows.
 //! 7. With V-trace, targets and advantages are computed per minibatch from the current network's
-//!    values and the importance ratios π/μ, truncated at ρ̄ and c̄ ([`vtrace`]).
+//!    values and the importance ratios π/μ, truncated at ρ̄ and c̄ ([`vtrace`]), over the acted
+//!    steps as in 5.
 //! 8. Advantages are normalised per minibatch (`--normalize_advantage`).
 //! 9. Policy loss: PPO's clipped surrogate, ratio clipped to `[1 − ε, 1 + ε]` (`--ppo_clip_ratio`).
 //! 10. Value loss: ½ max((V − target)², (V_clipped − target)²), where V_clipped stays within
@@ -81,6 +87,9 @@ pub struct Dataset {
     pub final_obs: Tensor,
     /// The observation after the last step of each sequence, `[S, obs_dim]`.
     pub next_obs: Tensor,
+    /// 1 where the sequence's agent acts in the step after the last (`next_obs` is one of its
+    /// decision points: always for a single-agent env), `[S]`.
+    pub next_valid: Tensor,
     /// Policy version that chose each action, `S * T`.
     pub versions: Vec<u64>,
 }
@@ -159,6 +168,82 @@ pub fn gae(
         advantages[t] = next_advantage;
     }
     advantages
+}
+
+/// The steps of one sequence that an agent acted in (the slots mark them valid), with what
+/// happened to it in between folded in: a multi-agent env's agent that waits for its turn, or is
+/// out until the next episode, has invalid steps (see `rlf_env::MultiAgentEnv`). Each acted step
+/// `t` is one transition up to the agent's next acted step `t'`: its reward is the sum of the
+/// rewards the agent received from `t` until `t'` or its episode's end (a turn-based game's loser
+/// receives its −1 on the winner's move), its next value is `V` of the state at `t'` (or what
+/// `next_values` holds at the step its episode ended: 0 or a truncation's bootstrap; or the
+/// sequence's bootstrap when it does not act again in the sequence), and it ends the λ- or
+/// c-trace when the episode ended in between. Invalid steps' values never enter, so
+/// [`gae`] and [`vtrace`] over these arrays skip them.
+///
+/// When the agent does not act right after the sequence (a turn-based env's waiting player),
+/// `next_obs` is no decision point of its own and cannot bootstrap its last acted step: that
+/// step, unless its episode ended after it, is no transition here ([`bootstrap_only`]); its value
+/// is the bootstrap of the acted step before it, and the learner masks it out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActedSteps {
+    /// Positions of the acted steps in the sequence.
+    pub index: Vec<usize>,
+    /// The reward of each acted step, with those received until the next one folded in.
+    pub rewards: Vec<f32>,
+    /// The value after each acted step.
+    pub next_values: Vec<f32>,
+    /// Whether the agent's episode ended before its next acted step.
+    pub ends: Vec<bool>,
+    /// The last acted step when it only bootstraps the one before it ([`bootstrap_only`]).
+    pub bootstrap_only: Option<usize>,
+}
+
+/// The last acted step of a sequence (`valid`, `ends` as [`ActedSteps::new`] takes them) when
+/// its agent does not act right after the sequence (`acts_next` false) and its episode did not
+/// end after that step: it has no bootstrap of its own.
+pub fn bootstrap_only(valid: &[bool], ends: &[bool], acts_next: bool) -> Option<usize> {
+    if acts_next {
+        return None;
+    }
+    let last = valid.iter().rposition(|&v| v)?;
+    (!ends[last..].iter().any(|&e| e)).then_some(last)
+}
+
+impl ActedSteps {
+    /// The acted steps of a sequence: `valid[t]` from the slots, `acts_next` whether the agent
+    /// acts right after the sequence, the rest as [`gae`] takes them.
+    pub fn new(valid: &[bool], rewards: &[f32], next_values: &[f32], ends: &[bool], acts_next: bool) -> Self {
+        let n = valid.len();
+        let index: Vec<usize> = (0..n).filter(|&t| valid[t]).collect();
+        let mut acted = Self {
+            index: Vec::with_capacity(index.len()),
+            rewards: Vec::with_capacity(index.len()),
+            next_values: Vec::with_capacity(index.len()),
+            ends: Vec::with_capacity(index.len()),
+            bootstrap_only: bootstrap_only(valid, ends, acts_next),
+        };
+        for (i, &t) in index.iter().enumerate() {
+            let until = index.get(i + 1).copied().unwrap_or(n);
+            let last = (t..until).find(|&k| ends[k]).unwrap_or(until - 1);
+            acted.rewards.push(rewards[t..=last].iter().sum());
+            acted.next_values.push(next_values[last]);
+            acted.ends.push(ends[last]);
+        }
+        acted.index = index;
+        if acted.bootstrap_only.is_some() {
+            acted.index.pop();
+            acted.rewards.pop();
+            acted.next_values.pop();
+            acted.ends.pop();
+        }
+        acted
+    }
+
+    /// `values` at the acted steps.
+    pub fn gather(&self, values: &[f32]) -> Vec<f32> {
+        self.index.iter().map(|&t| values[t]).collect()
+    }
 }
 
 /// Discount and truncation levels of [`vtrace`].
@@ -453,8 +538,13 @@ struct Prepared {
     old_log_probs: Tensor,
     old_values_norm: Tensor,
     mask: Tensor,
-    /// Whether the slots mark each transition valid, row order.
+    /// Whether each transition is trained on: valid in the slots and not only a bootstrap, row
+    /// order.
     slot_valid: Vec<bool>,
+    /// Whether the slots mark each transition valid (its agent acted), row order.
+    acted: Vec<bool>,
+    /// Whether each sequence's agent acts right after it.
+    acts_next: Vec<bool>,
     /// GAE only: advantages and normalised targets.
     advantages: Tensor,
     targets_norm: Tensor,
@@ -556,6 +646,7 @@ impl Appo {
                 &data.next_obs,
                 vec![data.num_sequences as i64, obs_dim],
             ),
+            ("next_valid", &data.next_valid, vec![data.num_sequences as i64]),
         ];
         if let Some((name, t, want)) = shapes
             .iter()
@@ -618,6 +709,18 @@ impl Appo {
             })
             .collect();
 
+        // A sequence's last acted step that cannot be bootstrapped (its agent does not act right
+        // after the sequence) trains nothing: it only bootstraps the acted step before it.
+        let acts_next = flags(&data.next_valid)?;
+        let acted: Vec<bool> = slot_valid.iter().map(|&v| v != 0.0).collect();
+        let mut trainable = acted.clone();
+        for (q, &next) in acts_next.iter().enumerate() {
+            let seq_valid = sequence(&acted, s, t, q);
+            if let Some(j) = bootstrap_only(&seq_valid, &ends[q * t..(q + 1) * t], next) {
+                trainable[j * s + q] = false;
+            }
+        }
+
         // Bootstrap values: after each sequence, and the last observation of truncated episodes.
         let tail = to_vec(&self.model.values(&data.next_obs.f_to_device(device)?))?;
         let mut next_values = vec![0.0_f32; n];
@@ -652,9 +755,9 @@ impl Appo {
             .collect();
         let valid: Vec<f32> = lags
             .iter()
-            .zip(&slot_valid)
+            .zip(&trainable)
             .map(|(&l, &v)| {
-                if l <= self.cfg.max_policy_lag && v != 0.0 {
+                if l <= self.cfg.max_policy_lag && v {
                     1.0
                 } else {
                     0.0
@@ -693,25 +796,60 @@ impl Appo {
                         }
                     })
                     .collect();
-                let adv = gae(
-                    &rewards[r.clone()],
-                    &values[r.clone()],
-                    &next,
-                    &ends[r.clone()],
-                    self.cfg.gamma as f32,
-                    self.cfg.gae_lambda as f32,
-                );
-                for (j, a) in adv.into_iter().enumerate() {
-                    advantages[j * s + q] = a;
-                    targets[j * s + q] = a + values[q * t + j];
+                let seq_valid = sequence(&acted, s, t, q);
+                let (gamma, lambda) = (self.cfg.gamma as f32, self.cfg.gae_lambda as f32);
+                if acts_next[q] && seq_valid.iter().all(|&v| v) {
+                    let adv = gae(
+                        &rewards[r.clone()],
+                        &values[r.clone()],
+                        &next,
+                        &ends[r.clone()],
+                        gamma,
+                        lambda,
+                    );
+                    for (j, a) in adv.into_iter().enumerate() {
+                        advantages[j * s + q] = a;
+                        targets[j * s + q] = a + values[q * t + j];
+                    }
+                } else {
+                    // Invalid steps keep advantage 0 and their own value as target (both masked out).
+                    for j in 0..t {
+                        targets[j * s + q] = values[q * t + j];
+                    }
+                    let acted = ActedSteps::new(
+                        &seq_valid,
+                        &rewards[r.clone()],
+                        &next,
+                        &ends[r.clone()],
+                        acts_next[q],
+                    );
+                    let seq_values = acted.gather(&values[r]);
+                    let adv = gae(
+                        &acted.rewards,
+                        &seq_values,
+                        &acted.next_values,
+                        &acted.ends,
+                        gamma,
+                        lambda,
+                    );
+                    for ((&j, a), v) in acted.index.iter().zip(adv).zip(seq_values) {
+                        advantages[j * s + q] = a;
+                        targets[j * s + q] = a + v;
+                    }
                 }
             }
         }
         let old_values = data.values.f_to_device(device)?;
         let targets = tensor_f32(&targets, device)?;
         if !self.cfg.with_vtrace {
-            if let Some(targets) = of_valid(&targets)? {
+            if trainable.iter().all(|&v| v) {
                 self.model.update_return_stats(&targets);
+            } else {
+                let rows: Vec<i64> = (0..n as i64).filter(|&r| trainable[r as usize]).collect();
+                if !rows.is_empty() {
+                    let rows = Tensor::f_from_slice(&rows)?.f_to_device(device)?;
+                    self.model.update_return_stats(&targets.f_index_select(0, &rows)?);
+                }
             }
         }
         Ok(Prepared {
@@ -720,7 +858,9 @@ impl Appo {
             old_log_probs: data.log_probs.f_to_device(device)?,
             old_values_norm: tch::no_grad(|| self.model.scale_value(&old_values)),
             mask: tensor_f32(&valid, device)?,
-            slot_valid: slot_valid.iter().map(|&v| v != 0.0).collect(),
+            slot_valid: trainable,
+            acted,
+            acts_next,
             advantages: tensor_f32(&advantages, device)?,
             targets_norm: tch::no_grad(|| self.model.scale_value(&targets)),
             next_values,
@@ -763,20 +903,48 @@ impl Appo {
                     }
                 })
                 .collect();
-            let (vs, adv) = vtrace(
-                &p.rewards[src.clone()],
-                &current[dst.clone()],
-                &next,
-                &p.ends[src],
-                &log_rhos[dst],
-                VtraceParams {
-                    gamma: self.cfg.gamma as f32,
-                    rho_bar: self.cfg.vtrace_rho as f32,
-                    c_bar: self.cfg.vtrace_c as f32,
-                },
-            );
-            targets.extend(vs);
-            advantages.extend(adv);
+            let params = VtraceParams {
+                gamma: self.cfg.gamma as f32,
+                rho_bar: self.cfg.vtrace_rho as f32,
+                c_bar: self.cfg.vtrace_c as f32,
+            };
+            let seq_valid = sequence(&p.acted, data.num_sequences, t, q);
+            if p.acts_next[q] && seq_valid.iter().all(|&v| v) {
+                let (vs, adv) = vtrace(
+                    &p.rewards[src.clone()],
+                    &current[dst.clone()],
+                    &next,
+                    &p.ends[src],
+                    &log_rhos[dst],
+                    params,
+                );
+                targets.extend(vs);
+                advantages.extend(adv);
+            } else {
+                // Invalid steps keep advantage 0 and their own value as target (both masked out).
+                let first = targets.len();
+                targets.extend_from_slice(&current[dst.clone()]);
+                advantages.resize(first + t, 0.0);
+                let acted = ActedSteps::new(
+                    &seq_valid,
+                    &p.rewards[src.clone()],
+                    &next,
+                    &p.ends[src],
+                    p.acts_next[q],
+                );
+                let (vs, adv) = vtrace(
+                    &acted.rewards,
+                    &acted.gather(&current[dst.clone()]),
+                    &acted.next_values,
+                    &acted.ends,
+                    &acted.gather(&log_rhos[dst]),
+                    params,
+                );
+                for ((&j, v), a) in acted.index.iter().zip(vs).zip(adv) {
+                    targets[first + j] = v;
+                    advantages[first + j] = a;
+                }
+            }
         }
         let device = self.model.device();
         let mut valid_targets = Vec::with_capacity(targets.len());
@@ -822,21 +990,36 @@ impl Appo {
         } else {
             0.0
         };
-        let whole = !self.cfg.with_vtrace && mb_size == n;
+        // Without V-trace, minibatches are drawn from the transitions the slots mark valid only
+        // (a turn-based env's waiting agents would otherwise fill most of each minibatch with
+        // masked rows): the same number of SGD steps, on fewer rows each.
+        let acted_rows: Option<Vec<i64>> = if self.cfg.with_vtrace || p.slot_valid.iter().all(|&v| v) {
+            None
+        } else {
+            let rows: Vec<i64> = (0..n).filter(|&r| p.slot_valid[r]).map(|r| r as i64).collect();
+            (!rows.is_empty()).then_some(rows)
+        };
+        let (units, mb_size) = match &acted_rows {
+            Some(rows) => (rows.len(), rows.len().div_ceil(mb_per_epoch)),
+            None if self.cfg.with_vtrace => (s, mb_size),
+            None => (n, mb_size),
+        };
+        let whole = !self.cfg.with_vtrace && acted_rows.is_none() && mb_size == n;
         let mut sums: Vec<Tensor> = Vec::new();
         let mut grad_norm_sum = 0.0;
         let mut steps = 0usize;
         for _epoch in 0..self.cfg.num_epochs {
             let mut epoch_kl = Vec::new();
             // Transitions (GAE) or sequences (V-trace) in a random order.
-            let units = if self.cfg.with_vtrace { s } else { n };
             let order = if whole {
                 None
             } else {
-                Some(Vec::<i64>::try_from(Tensor::f_randperm(
-                    units as i64,
-                    (Kind::Int64, tch::Device::Cpu),
-                )?)?)
+                let perm =
+                    Vec::<i64>::try_from(Tensor::f_randperm(units as i64, (Kind::Int64, tch::Device::Cpu))?)?;
+                Some(match &acted_rows {
+                    Some(rows) => perm.iter().map(|&i| rows[i as usize]).collect(),
+                    None => perm,
+                })
             };
             for mb in 0..mb_per_epoch {
                 let (idx, seqs) = match &order {
@@ -850,7 +1033,10 @@ impl Appo {
                         (Some(self.index(&seqs, data)?), seqs)
                     }
                     Some(order) => {
-                        let part = &order[mb * mb_size..((mb + 1) * mb_size).min(n)];
+                        let part = &order[(mb * mb_size).min(units)..((mb + 1) * mb_size).min(units)];
+                        if part.is_empty() {
+                            continue;
+                        }
                         (Some(Tensor::f_from_slice(part)?.f_to_device(device)?), Vec::new())
                     }
                 };

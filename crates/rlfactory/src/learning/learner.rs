@@ -71,7 +71,7 @@ impl Learner {
             let views = parts
                 .iter()
                 .map(|(pool, p)| {
-                    let dim = if field == Field::NextObs { 0 } else { 1 };
+                    let dim = if field.is_after_last_step() { 0 } else { 1 };
                     Ok(pool
                         .tensor(p.buffer, field)?
                         .f_narrow(dim, p.first_env as i64, p.num_envs as i64)?)
@@ -79,7 +79,7 @@ impl Learner {
                 .collect::<Result<Vec<_>>>()?;
             let whole = match views.as_slice() {
                 [one] => one.shallow_clone(),
-                _ => Tensor::f_cat(&views, if field == Field::NextObs { 0 } else { 1 })?,
+                _ => Tensor::f_cat(&views, if field.is_after_last_step() { 0 } else { 1 })?,
             };
             let width = sh.width(field) as i64;
             let shaped = match field {
@@ -115,6 +115,7 @@ impl Learner {
             has_final: rows(Field::HasFinal)?,
             final_obs: rows(Field::FinalObs)?,
             next_obs: rows(Field::NextObs)?,
+            next_valid: rows(Field::NextValid)?,
             versions,
         })
     }

@@ -12,6 +12,36 @@ use crate::error::{Result, RlfError};
 /// Observations are clipped to this many standard deviations after normalisation.
 const OBS_CLIP: f64 = 10.0;
 
+/// The logit given to an action its mask forbids: its probability is exactly 0 in float32 (and
+/// `0 · log 0` terms of the entropy are 0, not NaN, as with `-inf`).
+const MASKED_LOGIT: f64 = -1e9;
+
+/// The key of a Dict observation that masks a discrete action head (PettingZoo's convention).
+pub const ACTION_MASK_KEY: &str = "action_mask";
+
+/// Where the `action_mask` of a Dict observation lies in the flat observation, if there is one:
+/// `(offset, length)`; it must have one value per action of a `Discrete` action space.
+fn action_mask_range(observation_space: &Space, head: &ActionHead) -> Result<Option<(i64, i64)>> {
+    let Space::Dict(parts) = observation_space else {
+        return Ok(None);
+    };
+    let mut offset = 0;
+    for (key, part) in parts {
+        let len = part.flat_dim() as i64;
+        if key == ACTION_MASK_KEY {
+            return match head {
+                ActionHead::Categorical { n } if *n == len => Ok(Some((offset, len))),
+                _ => Err(RlfError::UnsupportedSpace(format!(
+                    "observation space {observation_space}: an {ACTION_MASK_KEY} of {len} values needs a \
+                     Discrete({len}) action space, not {head:?}"
+                ))),
+            };
+        }
+        offset += len;
+    }
+    Ok(None)
+}
+
 /// The action head, chosen from the action space.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ActionHead {
@@ -153,6 +183,8 @@ pub struct ActorCritic {
     vs: nn::VarStore,
     head: ActionHead,
     obs_dim: i64,
+    /// `(offset, length)` of the action mask in the flat observation.
+    action_mask: Option<(i64, i64)>,
     actor: Mlp,
     critic: Option<Mlp>,
     action_out: nn::Linear,
@@ -187,6 +219,7 @@ impl ActorCritic {
         device: DeviceKind,
     ) -> Result<Self> {
         let head = ActionHead::for_space(action_space, cfg.adaptive_stddev)?;
+        let action_mask = action_mask_range(observation_space, &head)?;
         let obs_dim = observation_space.flat_dim() as i64;
         if obs_dim == 0 {
             return Err(RlfError::UnsupportedSpace(format!(
@@ -233,6 +266,7 @@ impl ActorCritic {
             vs,
             head,
             obs_dim,
+            action_mask,
             actor,
             critic,
             action_out,
@@ -270,7 +304,9 @@ impl ActorCritic {
     }
 
     /// The action distribution and the *normalised* value (see [`value_scale`](Self::unscale_value))
-    /// for a batch of observations `[n, obs_dim]`.
+    /// for a batch of observations `[n, obs_dim]`. With an `action_mask` in a Dict observation,
+    /// the actions it marks 0 have probability 0 (never sampled, no part of the entropy); a row
+    /// whose mask is all 0 (an agent that does not act) gets a uniform distribution.
     pub fn forward(&self, obs: &Tensor) -> (Distribution, Tensor) {
         let x = match &self.obs_rms {
             Some(rms) => rms.normalize(obs, OBS_CLIP),
@@ -284,7 +320,13 @@ impl ActorCritic {
         let value = critic_h.apply(&self.value_out).squeeze_dim(-1);
         let out = actor_h.apply(&self.action_out);
         let dist = match &self.head {
-            ActionHead::Categorical { .. } => Distribution::categorical(&out),
+            ActionHead::Categorical { .. } => match self.action_mask {
+                Some((offset, len)) => {
+                    let forbidden = obs.narrow(-1, offset, len).le(0.5);
+                    Distribution::categorical(&out.masked_fill(&forbidden, MASKED_LOGIT))
+                }
+                None => Distribution::categorical(&out),
+            },
             ActionHead::MultiCategorical { sizes } => Distribution::multi_categorical(&out, sizes),
             ActionHead::Gaussian {
                 dim,
@@ -510,7 +552,112 @@ impl Policy for ActorCritic {
 
 #[cfg(test)]
 mod tests {
+    use rlf_env::{BoxSpace, Space};
     use tch::{Kind, Tensor};
+
+    use super::{ActorCritic, ACTION_MASK_KEY};
+    use crate::config::{Config, DeviceKind};
+
+    fn unit_box(size: usize) -> Space {
+        Space::Box(BoxSpace::uniform(0.0, 1.0, vec![size]).expect("box"))
+    }
+
+    /// A Dict observation of a 5-value mask then 3 features, and a 5-action head.
+    fn masked_model() -> ActorCritic {
+        tch::manual_seed(0);
+        let obs = Space::Dict(vec![
+            (ACTION_MASK_KEY.to_owned(), unit_box(5)),
+            ("observation".to_owned(), unit_box(3)),
+        ]);
+        let cfg = Config::default().model;
+        ActorCritic::new(&obs, &Space::discrete(5), &cfg, DeviceKind::Cpu).expect("model")
+    }
+
+    #[test]
+    fn masked_actions_are_never_sampled_and_have_no_probability() {
+        let model = masked_model();
+        // Rows: actions 1 and 3 legal; only 4; none (an agent that does not act).
+        let obs = Tensor::from_slice(&[
+            0.0_f32, 1.0, 0.0, 1.0, 0.0, 0.3, -0.2, 0.9, //
+            0.0, 0.0, 0.0, 0.0, 1.0, 0.1, 0.1, 0.1, //
+            0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5,
+        ])
+        .view([3, 8]);
+        let (dist, _) = model.forward(&obs.repeat([2000, 1]));
+        let actions = Vec::<f32>::try_from(dist.sample(false).flatten(0, -1)).expect("actions");
+        for (i, a) in actions.iter().enumerate() {
+            match i % 3 {
+                0 => assert!(*a == 1.0 || *a == 3.0, "row 0 sampled {a}"),
+                1 => assert_eq!(*a, 4.0, "row 1"),
+                _ => assert!((0.0..5.0).contains(a)),
+            }
+        }
+        assert!(actions.iter().step_by(3).any(|&a| a == 1.0) && actions.iter().step_by(3).any(|&a| a == 3.0));
+        let (dist, _) = model.forward(&obs);
+        let all = Tensor::from_slice(&[0.0_f32, 1.0, 2.0, 3.0, 4.0]);
+        let probs: Vec<Vec<f32>> = (0..3)
+            .map(|row| {
+                let lp = dist.log_prob(&Tensor::zeros([1, 1], (Kind::Float, tch::Device::Cpu)));
+                let _ = lp;
+                (0..5)
+                    .map(|a| {
+                        let actions = Tensor::full([3, 1], f64::from(a), (Kind::Float, tch::Device::Cpu));
+                        let _ = &all;
+                        f32::try_from(dist.log_prob(&actions).get(row).exp()).expect("p")
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!((probs[0][0], probs[0][2], probs[0][4]), (0.0, 0.0, 0.0));
+        assert!((probs[0][1] + probs[0][3] - 1.0).abs() < 1e-6);
+        assert_eq!(probs[1], [0.0, 0.0, 0.0, 0.0, 1.0]);
+        assert!(probs[2].iter().all(|p| (p - 0.2).abs() < 1e-6), "{:?}", probs[2]);
+        let entropy = Vec::<f32>::try_from(dist.entropy()).expect("entropy");
+        assert!(
+            entropy[0] > 0.0 && entropy[0] <= 2.0_f32.ln() + 1e-6,
+            "{entropy:?}"
+        );
+        assert!(
+            entropy[1].abs() < 1e-6 && (entropy[2] - 5.0_f32.ln()).abs() < 1e-5,
+            "{entropy:?}"
+        );
+    }
+
+    #[test]
+    fn masked_logits_get_no_gradient() {
+        let model = masked_model();
+        let obs = Tensor::from_slice(&[0.0_f32, 1.0, 0.0, 1.0, 0.0, 0.3, -0.2, 0.9]).view([1, 8]);
+        let (dist, _) = model.forward(&obs);
+        let loss = -dist
+            .log_prob(&Tensor::from_slice(&[1.0_f32]).view([1, 1]))
+            .sum(Kind::Float)
+            - dist.entropy().sum(Kind::Float);
+        loss.backward();
+        let head = model
+            .trainable_named()
+            .into_iter()
+            .find(|(n, _)| n == "action_head.bias")
+            .expect("action head bias")
+            .1;
+        let grad = Vec::<f32>::try_from(head.grad()).expect("grad");
+        assert_eq!((grad[0], grad[2], grad[4]), (0.0, 0.0, 0.0), "{grad:?}");
+        assert!(grad[1] != 0.0 && grad[3] != 0.0, "{grad:?}");
+    }
+
+    #[test]
+    fn a_mask_that_does_not_fit_the_action_space_is_an_error() {
+        let obs = Space::Dict(vec![
+            (ACTION_MASK_KEY.to_owned(), unit_box(4)),
+            ("observation".to_owned(), unit_box(3)),
+        ]);
+        let cfg = Config::default().model;
+        let err = ActorCritic::new(&obs, &Space::discrete(5), &cfg, DeviceKind::Cpu).expect_err("mismatch");
+        assert!(
+            err.to_string()
+                .contains("action_mask of 4 values needs a Discrete(4)"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn tanh_through_sigmoid_is_tanh() {

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub use actor_critic::{ActionHead, ActorCritic, NamedTensor};
+pub use actor_critic::{ActionHead, ActorCritic, NamedTensor, ACTION_MASK_KEY};
 pub use distribution::Distribution;
 pub use normalize::RunningMeanStd;
 

@@ -61,8 +61,8 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     let s = &cfg.sampling;
     app.set_serial(cfg.run.serial_mode);
     // Worker processes start as forks of this one, without libtorch's start-up again, unless an
-    // embedded Python interpreter (Gymnasium's envs) would have to survive the fork.
-    app.set_fork(!cfg.env.env.starts_with(rlf_env::GYM_PREFIX));
+    // embedded Python interpreter (Gymnasium's and PettingZoo's envs) would have to survive the fork.
+    app.set_fork(!rlf_env::runs_python(&cfg.env.env));
     app.set_heartbeat(Duration::from_secs_f64(cfg.run.heartbeat_interval));
     let main = app.main_loop();
     app.set_queue_bytes(main, 256 << 20);

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::counters::CounterLayout;
 use crate::config::Config;
-use crate::env::EnvRegistry;
+use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::Result;
 use crate::model::{ActorCritic, Policy};
 use crate::sampling::{TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
@@ -47,10 +47,10 @@ pub(super) struct PlaneRegions {
 /// slots that `--num_batches_to_accumulate` + 1 datasets hold (a slot stays with the batcher and
 /// the learner until the dataset closing it is trained on). When the learner falls that far
 /// behind, the workers run out of slots and wait: sampling stops.
-fn buffers_per_worker(cfg: &Config) -> usize {
+fn buffers_per_worker(cfg: &Config, num_agents: usize) -> usize {
     let s = &cfg.sampling;
     let splits = s.worker_num_splits;
-    let per_split = s.num_envs_per_worker / splits;
+    let per_split = s.num_envs_per_worker / splits * num_agents;
     let per_dataset = cfg.dataset_size().div_ceil(s.rollout * per_split);
     let held = (per_dataset * (cfg.appo.num_batches_to_accumulate + 1)).div_ceil(s.num_workers * splits);
     splits * (1 + held.max(1))
@@ -61,14 +61,16 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<Plane
     let model = new_model(cfg, registry)?;
     let weights = SharedWeights::create(model.weights()?.values.len())?;
     let s = &cfg.sampling;
+    let num_agents = EnvSpec::of(registry, &cfg.env)?.num_agents;
+    // One column per agent of each env.
     let shape = TrajectoryShape {
         rollout: s.rollout,
-        num_envs: s.num_envs_per_worker / s.worker_num_splits,
+        num_envs: s.num_envs_per_worker / s.worker_num_splits * num_agents,
         obs_dim: model.obs_dim(),
         action_dim: model.action_dim(),
     };
     let pools = (0..s.num_workers)
-        .map(|_| TrajectoryPool::create(shape, buffers_per_worker(cfg)))
+        .map(|_| TrajectoryPool::create(shape, buffers_per_worker(cfg, num_agents)))
         .collect::<Result<Vec<_>>>()?;
     let layout = CounterLayout {
         workers: s.num_workers,
@@ -90,11 +92,11 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<Plane
 /// The policy network for `cfg`'s env, seeded by `--seed`: every process that builds it starts
 /// from the same weights.
 pub(super) fn new_model(cfg: &Config, registry: &EnvRegistry) -> Result<ActorCritic> {
-    let probe = registry.make(&cfg.env.env)?;
+    let spec = EnvSpec::of(registry, &cfg.env)?;
     ActorCritic::seed(cfg.env.seed);
     ActorCritic::new(
-        probe.observation_space(),
-        probe.action_space(),
+        &spec.observation_space,
+        &spec.action_space,
         &cfg.model,
         cfg.run.device,
     )

@@ -68,10 +68,18 @@ pub enum Field {
     FinalObs,
     /// Observations after the last step, one per env, no time axis (rollout worker).
     NextObs,
+    /// 1 where the env's agent acts in the step after the last (its [`Field::NextObs`] is a
+    /// decision point: always for a single-agent env), one per env, no time axis (rollout worker).
+    NextValid,
 }
 
 impl Field {
-    const ALL: [Field; 11] = [
+    /// Whether the field holds one value per env after the last step (no time axis).
+    pub fn is_after_last_step(self) -> bool {
+        matches!(self, Field::NextObs | Field::NextValid)
+    }
+
+    const ALL: [Field; 12] = [
         Field::Obs,
         Field::Actions,
         Field::LogProbs,
@@ -83,6 +91,7 @@ impl Field {
         Field::HasFinal,
         Field::FinalObs,
         Field::NextObs,
+        Field::NextValid,
     ];
 }
 
@@ -100,9 +109,9 @@ impl TrajectoryShape {
         }
     }
 
-    /// Steps of `field` (its time axis; 1 for [`Field::NextObs`]).
+    /// Steps of `field` (its time axis; 1 for [`Field::NextObs`] and [`Field::NextValid`]).
     fn field_steps(&self, field: Field) -> usize {
-        if field == Field::NextObs {
+        if field.is_after_last_step() {
             1
         } else {
             self.rollout
@@ -266,7 +275,7 @@ impl TrajectoryPool {
         let sh = &self.shape;
         let at = self.range(buffer, field, 0, sh.num_envs * sh.width(field))?;
         let dims = [sh.num_envs as i64, sh.width(field) as i64];
-        let shape: Vec<i64> = if field == Field::NextObs {
+        let shape: Vec<i64> = if field.is_after_last_step() {
             dims.to_vec()
         } else {
             [&[sh.rollout as i64][..], &dims].concat()

@@ -11,21 +11,27 @@
 //! still reads, and releases addressed to the predecessor are ignored until the answer comes.
 //! Requests carry the worker's incarnation (also recorded in the pool), so requests and answers
 //! of the predecessor are ignored too.
+//!
+//! Multi-agent envs take one slot column per agent of each env ([`Envs`]): a column's step is
+//! valid when its agent acted in it (a turn-based game's waiting player, an agent out until the
+//! next episode write 0), and env frames count the agent steps taken (valid columns).
 
 use super::{ActionsReady, Field, PolicyRequest, RolloutReport, TrajectoryPool, TrajectoryReady};
 use crate::config::Config;
-use crate::env::{ActionMapper, EnvRegistry, VecBuffers, VecEnv};
+use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
 use serde::{Deserialize, Serialize};
 
 struct Split {
-    envs: VecEnv,
+    envs: Envs,
     buf: VecBuffers,
     mapper: ActionMapper,
     /// The slot the current trajectory is written into (none: waiting for a free one).
     slot: Option<usize>,
     /// Steps of the current trajectory done.
     t: usize,
+    /// Agent steps (valid columns) of the current trajectory.
+    frames: u64,
     /// Trajectories handed on since the last policy update (sync mode pauses at `rounds_per_update`).
     since_update: usize,
     paused: bool,
@@ -99,6 +105,7 @@ impl WorkerCounts {
 pub struct RolloutWorker {
     index: usize,
     rollout: usize,
+    envs_per_split: usize,
     seed: u64,
     splits: Vec<Split>,
     report: RolloutReport,
@@ -143,36 +150,38 @@ impl RolloutWorker {
         let per_split = s.num_envs_per_worker / s.worker_num_splits;
         let mut splits = Vec::with_capacity(s.worker_num_splits);
         for _ in 0..s.worker_num_splits {
-            let envs = VecEnv::from_registry(registry, &cfg.env.env, per_split)?;
+            let envs = Envs::make(registry, &cfg.env, per_split)?;
             let mapper = ActionMapper::new(envs.action_space(), cfg.model.continuous_action_mode)?;
-            let shape = pool.shape();
-            if shape.num_envs != per_split || shape.obs_dim != envs.obs_dim() || shape.rollout != s.rollout {
+            let (shape, columns) = (pool.shape(), envs.num_columns());
+            if shape.num_envs != columns || shape.obs_dim != envs.obs_dim() || shape.rollout != s.rollout {
                 return Err(RlfError::Protocol {
                     component: "rollout worker",
                     message: format!(
-                        "worker {index}: the trajectory pool's slots do not fit {per_split} envs"
+                        "worker {index}: the trajectory pool's slots do not fit {per_split} envs ({columns} columns)"
                     ),
                 });
             }
             splits.push(Split {
-                buf: VecBuffers::new(per_split, envs.obs_dim()),
-                actions: vec![0.0; per_split * shape.action_dim],
-                flags: vec![0.0; per_split],
-                final_obs: vec![0.0; per_split * envs.obs_dim()],
+                buf: VecBuffers::new(columns, envs.obs_dim()),
+                actions: vec![0.0; columns * shape.action_dim],
+                flags: vec![0.0; columns],
+                final_obs: vec![0.0; columns * envs.obs_dim()],
                 envs,
                 mapper,
                 slot: None,
                 t: 0,
+                frames: 0,
                 since_update: 0,
                 paused: false,
             });
         }
-        let rounds_per_update =
-            (!cfg.run.async_rl).then(|| cfg.dataset_size() / (cfg.total_envs() * s.rollout));
+        let columns = pool.shape().num_envs * s.worker_num_splits * s.num_workers;
+        let rounds_per_update = (!cfg.run.async_rl).then(|| cfg.dataset_size() / (columns * s.rollout));
         pool.set_owner(incarnation);
         Ok(Self {
             index,
             rollout: s.rollout,
+            envs_per_split: per_split,
             seed: cfg.env.seed + (index * s.num_envs_per_worker) as u64,
             splits,
             report: RolloutReport {
@@ -227,6 +236,7 @@ impl RolloutWorker {
             let split = &mut self.splits[k];
             split.slot = Some(buffer);
             split.t = 0;
+            split.frames = 0;
             requests.push(self.request(k)?);
         }
         Ok(requests)
@@ -238,7 +248,7 @@ impl RolloutWorker {
         let mut offset = self.seed;
         for split in &mut self.splits {
             split.envs.reset(Some(offset), &mut split.buf.obs)?;
-            offset += split.envs.num_envs() as u64;
+            offset += self.envs_per_split as u64;
         }
         Ok(())
     }
@@ -262,7 +272,7 @@ impl RolloutWorker {
             return Err(protocol("actions for a split without a slot".into()));
         };
         let t = split.t;
-        let n = split.envs.num_envs();
+        let n = split.envs.num_columns();
         self.pool.get(buffer, Field::Actions, t, &mut split.actions)?;
         let env_actions = split.mapper.map(&split.actions);
         split.envs.step(env_actions, split.buf.view())?;
@@ -272,7 +282,12 @@ impl RolloutWorker {
         self.pool.put(buffer, Field::Terminated, t, &split.flags)?;
         flags(&mut split.flags, &split.buf.truncated);
         self.pool.put(buffer, Field::Truncated, t, &split.flags)?;
-        split.flags.fill(1.0);
+        let mut frames = 0;
+        for (c, valid) in split.flags.iter_mut().enumerate() {
+            let acted = split.envs.acted(c);
+            *valid = f32::from(u8::from(acted));
+            frames += u64::from(acted);
+        }
         self.pool.put(buffer, Field::Valid, t, &split.flags)?;
         let obs_dim = split.buf.obs.len() / n.max(1);
         split.flags.fill(0.0);
@@ -284,7 +299,7 @@ impl RolloutWorker {
                     split.final_obs[i * obs_dim..(i + 1) * obs_dim].copy_from_slice(last);
                 }
             }
-            if let Some(ep) = split.envs.infos()[i].episode {
+            if let Some(ep) = split.envs.finished(i) {
                 self.report.episode_returns.push(ep.episode_return);
                 self.report.episode_lengths.push(ep.length);
             }
@@ -292,8 +307,9 @@ impl RolloutWorker {
         self.pool.put(buffer, Field::HasFinal, t, &split.flags)?;
         self.pool.put(buffer, Field::FinalObs, t, &split.final_obs)?;
         split.t += 1;
-        self.report.env_frames += n as u64;
-        self.counts.stepped_frames += n as u64;
+        split.frames += frames;
+        self.report.env_frames += frames;
+        self.counts.stepped_frames += frames;
 
         let mut outcome = StepOutcome::default();
         if split.t < rollout {
@@ -301,13 +317,17 @@ impl RolloutWorker {
             return Ok(outcome);
         }
         self.pool.put(buffer, Field::NextObs, 0, &split.buf.obs)?;
+        for (c, acts) in split.flags.iter_mut().enumerate() {
+            *acts = f32::from(u8::from(split.envs.acts_next(c)));
+        }
+        self.pool.put(buffer, Field::NextValid, 0, &split.flags)?;
         split.slot = None;
         split.since_update += 1;
         if self.rounds_per_update.is_some_and(|r| split.since_update >= r) {
             split.paused = true;
         }
         self.counts.produced += 1;
-        self.counts.handed_frames += (rollout * n) as u64;
+        self.counts.handed_frames += split.frames;
         outcome.trajectory = Some(TrajectoryReady {
             worker: self.index,
             split: k,
