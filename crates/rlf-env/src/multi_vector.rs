@@ -10,6 +10,7 @@
 //! it (return: every reward the agent received; length: the steps it acted in).
 
 use crate::env::check_observation;
+use crate::vector::in_slot;
 use crate::{ActionBatch, AgentEpisodes, EnvError, EpisodeStats, MultiAgentEnv, Space, StepBuffers};
 
 /// N multi-agent envs with identical spaces and agent counts; see the module doc.
@@ -34,13 +35,6 @@ impl std::fmt::Debug for MultiVecEnv {
             .field("observation_space", &self.observation_space)
             .field("action_space", &self.action_space)
             .finish_non_exhaustive()
-    }
-}
-
-fn in_slot(index: usize) -> impl FnOnce(EnvError) -> EnvError {
-    move |e| EnvError::InSlot {
-        index,
-        source: Box::new(e),
     }
 }
 

@@ -108,7 +108,8 @@ impl std::fmt::Debug for VecEnv {
     }
 }
 
-fn in_slot(index: usize) -> impl FnOnce(EnvError) -> EnvError {
+/// Wraps an env's error with the vector slot it happened in.
+pub(crate) fn in_slot(index: usize) -> impl FnOnce(EnvError) -> EnvError {
     move |e| EnvError::InSlot {
         index,
         source: Box::new(e),

@@ -4,27 +4,16 @@
 
 mod common;
 
-use common::{run, summary, temp_dir};
+use common::train_summary;
 
 /// Trains `env` with its shipped config until `target` or `budget` frames; asserts the target.
 fn reaches(env: &str, seed: u64, target: f64, budget: u64) {
-    let dir = temp_dir(&format!("learn-{env}"));
-    let out = dir.path().join("summary.json");
-    let args = [
-        "train".to_owned(),
+    let s = train_summary(&[
         format!("--env={env}"),
         format!("--seed={seed}"),
         format!("--stop_at_reward={target}"),
         format!("--train_for_env_steps={budget}"),
-        "--save_experiment=false".to_owned(),
-        "--report_interval_sec=0".to_owned(),
-        format!("--summary_json={}", out.display()),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let output = run(&args);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let s = summary(&out);
+    ]);
     eprintln!("{env} seed {seed}: {s}");
     assert_eq!(
         s["reached_reward"], true,

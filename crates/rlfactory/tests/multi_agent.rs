@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{run, summary, temp_dir, text};
+use common::{run, temp_dir, text, train_summary};
 use rlf_env::{ActionBatch, EnvRegistry, MultiVecEnv, VecBuffers};
 
 /// A small deterministic generator for the random baseline (xorshift64*).
@@ -54,23 +54,12 @@ fn treasurehunt_with_one_shared_policy_doubles_a_random_policys_return() {
     let random = random_return_per_agent();
     eprintln!("random policy: {random:.1} per agent and episode");
     assert!(random > 20.0, "the random baseline {random} is implausible");
-    let dir = temp_dir("treasurehunt");
-    let out = dir.path().join("summary.json");
-    let budget = 3_000_000_u64;
-    let args = [
-        "train".to_owned(),
+    let s = train_summary(&[
         "--env=treasurehunt".to_owned(),
         "--seed=1".to_owned(),
         format!("--stop_at_reward={}", 2.0 * random),
-        format!("--train_for_env_steps={budget}"),
-        "--save_experiment=false".to_owned(),
-        "--report_interval_sec=0".to_owned(),
-        format!("--summary_json={}", out.display()),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let output = run(&args);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let s = summary(&out);
+        "--train_for_env_steps=3000000".to_owned(),
+    ]);
     eprintln!("treasurehunt: {s}");
     assert_eq!(
         s["reached_reward"], true,

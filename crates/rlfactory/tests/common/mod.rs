@@ -58,6 +58,24 @@ pub fn run(args: &[&str]) -> Output {
     output(Command::new(BIN).args(args))
 }
 
+/// Runs `rlfactory train` with `flags`, no experiment folder and no progress line, to the end;
+/// asserts it succeeded and returns its JSON summary.
+pub fn train_summary(flags: &[String]) -> serde_json::Value {
+    let dir = temp_dir("summary");
+    let out = dir.path().join("summary.json");
+    let mut args = vec![
+        "train".to_owned(),
+        "--save_experiment=false".to_owned(),
+        "--report_interval_sec=0".to_owned(),
+        format!("--summary_json={}", out.display()),
+    ];
+    args.extend_from_slice(flags);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = run(&args);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    summary(&out)
+}
+
 /// A running process: its pid, its stderr lines and its exit status, each from a thread blocked
 /// on it.
 pub struct Watched {
