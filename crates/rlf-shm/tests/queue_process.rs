@@ -626,7 +626,7 @@ fn main() {
             crash_rounds(100, 16, 0xdead_beef_cafe_f00d)
         }),
         Trial::test("crash_kill9_mid_copy_until_30_in_lock", || {
-            crash_mid_copy(30, 5000, 0x1234_5678_9abc_def1)
+            crash_mid_copy(30, 20_000, 0x1234_5678_9abc_def1)
         }),
         Trial::test("a_forked_copy_never_unlinks_its_creators_segment", || {
             let child = spawn(&Role::ForkedCopy)?;
