@@ -714,9 +714,9 @@ impl Appo {
         let acts_next = flags(&data.next_valid)?;
         let acted: Vec<bool> = slot_valid.iter().map(|&v| v != 0.0).collect();
         let mut trainable = acted.clone();
-        for (q, &next) in acts_next.iter().enumerate() {
+        for (q, _) in acts_next.iter().enumerate().filter(|(_, &next)| !next) {
             let seq_valid = sequence(&acted, s, t, q);
-            if let Some(j) = bootstrap_only(&seq_valid, &ends[q * t..(q + 1) * t], next) {
+            if let Some(j) = bootstrap_only(&seq_valid, &ends[q * t..(q + 1) * t], false) {
                 trainable[j * s + q] = false;
             }
         }
