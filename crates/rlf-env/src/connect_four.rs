@@ -382,6 +382,11 @@ impl MultiAgentEnv for ConnectFour {
         2
     }
 
+    fn agent_name(&self, agent: usize) -> String {
+        let side = if agent == 0 { Side::First } else { Side::Second };
+        side.name().to_owned()
+    }
+
     fn observation_space(&self) -> &Space {
         &OBSERVATION_SPACE
     }

@@ -32,6 +32,12 @@ pub trait MultiAgentEnv: Send {
     /// Number of agents (fixed for the env's life).
     fn num_agents(&self) -> usize;
 
+    /// The name of `agent` (PettingZoo's agent ids, such as `player_0`), which
+    /// `--agent_policy_map` matches; `agent_<index>` unless the env names its agents.
+    fn agent_name(&self, agent: usize) -> String {
+        format!("agent_{agent}")
+    }
+
     /// The space of one agent's observation.
     fn observation_space(&self) -> &Space;
 

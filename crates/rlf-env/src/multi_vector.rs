@@ -101,6 +101,13 @@ impl MultiVecEnv {
         self.num_agents
     }
 
+    /// The name of agent `agent` (the same in every env).
+    pub fn agent_name(&self, agent: usize) -> String {
+        self.envs
+            .first()
+            .map_or_else(|| format!("agent_{agent}"), |env| env.agent_name(agent))
+    }
+
     /// Columns: envs × agents.
     pub fn num_columns(&self) -> usize {
         self.active.len()

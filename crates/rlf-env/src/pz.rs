@@ -432,6 +432,13 @@ impl MultiAgentEnv for PettingZooEnv {
         self.agents.len()
     }
 
+    fn agent_name(&self, agent: usize) -> String {
+        self.agents
+            .get(agent)
+            .cloned()
+            .unwrap_or_else(|| format!("agent_{agent}"))
+    }
+
     fn observation_space(&self) -> &Space {
         &self.observation_space
     }

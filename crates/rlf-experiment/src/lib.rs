@@ -93,5 +93,5 @@ pub use checkpoint::{
 };
 pub use error::{Error, Result, Skipped};
 pub use folder::{Experiment, RestartBehavior};
-pub use plot::plot_curve;
+pub use plot::{plot_curve, plot_curves};
 pub use summary::{read_scalars, SummaryWriter};

@@ -25,6 +25,12 @@ fn font_registered() -> std::result::Result<(), String> {
 /// Draws mean return against env steps as a PNG at `path` (replaced atomically: temporary file, fsync, rename).
 /// Points with a non-finite return are left out.
 pub fn plot_curve(path: impl AsRef<Path>, points: &[(u64, f64)], title: &str) -> Result<()> {
+    plot_curves(path, &[("", points)], title)
+}
+
+/// Draws several curves (one per policy, each `(label, points)`) on one chart, in distinct
+/// colours with a legend of their labels (none when there is one curve), as [`plot_curve`] does.
+pub fn plot_curves(path: impl AsRef<Path>, curves: &[(&str, &[(u64, f64)])], title: &str) -> Result<()> {
     let path = path.as_ref();
     let tmp = atomic::temp_path(path);
     let failed = |reason: String| Error::Plot {
@@ -32,23 +38,37 @@ pub fn plot_curve(path: impl AsRef<Path>, points: &[(u64, f64)], title: &str) ->
         reason,
     };
     font_registered().map_err(failed)?;
-    draw(&tmp, points, title).map_err(failed)?;
+    draw(&tmp, curves, title).map_err(failed)?;
     atomic::commit(&tmp, path)
 }
 
-fn draw(to: &Path, points: &[(u64, f64)], title: &str) -> std::result::Result<(), String> {
-    let pts: Vec<(f64, f64)> = points
+/// Line colours, cycled through by curve.
+const COLOURS: [RGBColor; 6] = [
+    BLUE,
+    RED,
+    RGBColor(0, 150, 0),
+    RGBColor(230, 140, 0),
+    MAGENTA,
+    RGBColor(0, 160, 170),
+];
+
+fn draw(to: &Path, curves: &[(&str, &[(u64, f64)])], title: &str) -> std::result::Result<(), String> {
+    let series: Vec<Vec<(f64, f64)>> = curves
         .iter()
-        .filter(|p| p.1.is_finite())
-        .map(|&(x, y)| (x as f64, y))
+        .map(|(_, points)| {
+            points
+                .iter()
+                .filter(|p| p.1.is_finite())
+                .map(|&(x, y)| (x as f64, y))
+                .collect()
+        })
         .collect();
-    let x_max = pts.iter().map(|p| p.0).fold(1.0, f64::max);
-    let (mut y_min, mut y_max) = pts
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
-            (lo.min(p.1), hi.max(p.1))
-        });
-    if pts.is_empty() {
+    let all = || series.iter().flatten();
+    let x_max = all().map(|p| p.0).fold(1.0, f64::max);
+    let (mut y_min, mut y_max) = all().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+        (lo.min(p.1), hi.max(p.1))
+    });
+    if all().next().is_none() {
         (y_min, y_max) = (0.0, 1.0);
     }
     let pad = ((y_max - y_min) * 0.05).max(0.5);
@@ -72,9 +92,26 @@ fn draw(to: &Path, points: &[(u64, f64)], title: &str) -> std::result::Result<()
         .axis_desc_style((FONT, 18))
         .draw()
         .map_err(|x| e(&x))?;
-    chart
-        .draw_series(LineSeries::new(pts, BLUE.stroke_width(2)))
-        .map_err(|x| e(&x))?;
+    for (i, ((label, _), pts)) in curves.iter().zip(series).enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let drawn = chart
+            .draw_series(LineSeries::new(pts, colour.stroke_width(2)))
+            .map_err(|x| e(&x))?;
+        if curves.len() > 1 {
+            drawn
+                .label(*label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(2)));
+        }
+    }
+    if curves.len() > 1 {
+        chart
+            .configure_series_labels()
+            .label_font((FONT, 16))
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|x| e(&x))?;
+    }
     root.present().map_err(|x| e(&x))
 }
 
@@ -116,6 +153,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         plot_curve(dir.path().join("a.png"), &[], "empty").unwrap();
         plot_curve(dir.path().join("b.png"), &[(0, 3.0), (10, 3.0)], "flat").unwrap();
+    }
+
+    #[test]
+    fn several_curves_share_one_chart_with_a_legend() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("learning_curve.png");
+        let rising: Vec<(u64, f64)> = (0..20).map(|i| (i * 1000, i as f64)).collect();
+        let falling: Vec<(u64, f64)> = (0..10).map(|i| (i * 2000, 20.0 - i as f64)).collect();
+        plot_curves(
+            &path,
+            &[("policy 0", &rising), ("policy 1", &falling), ("policy 2", &[])],
+            "t",
+        )
+        .unwrap();
+        let one = dir.path().join("one.png");
+        plot_curve(&one, &rising, "t").unwrap();
+        let (several, single) = (fs::read(&path).unwrap(), fs::read(&one).unwrap());
+        assert_eq!(&several[..8], b"\x89PNG\r\n\x1a\n");
+        assert_ne!(several, single, "the second curve and the legend are drawn");
     }
 
     #[test]

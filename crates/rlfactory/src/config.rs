@@ -22,6 +22,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
+use crate::sampling::{parse_agent_policy_map, Mapping};
+
+/// The most policies a run may train (`--num_policies`): each is a learner process.
+pub const MAX_POLICIES: usize = 64;
 
 /// Parses a boolean the way Sample Factory users type it: `true`/`false`, `True`/`False`, `1`/`0`.
 pub fn parse_bool(s: &str) -> Result<bool, String> {
@@ -126,9 +130,23 @@ pub struct SamplingConfig {
     /// Length of a trajectory, in env steps.
     #[arg(long, default_value_t = 32)]
     pub rollout: usize,
-    /// Inference workers (each a process outside serial mode); they share one queue of requests.
+    /// Inference workers (each a process outside serial mode); they share one queue of requests
+    /// and serve every policy.
     #[arg(long, default_value_t = 1)]
     pub policy_workers_per_policy: usize,
+    /// Policies trained side by side, each with its own learner process, weights and checkpoints
+    /// (`checkpoint_p<i>/`); agents are mapped to them as `--agent_policy_map` or Sample
+    /// Factory's rules say.
+    #[arg(long, default_value_t = 1)]
+    pub num_policies: usize,
+    /// Whether the agents of one env may be controlled by different policies (when policies are
+    /// drawn per env, and in sync mode's fixed mapping).
+    #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = parse_bool)]
+    pub pbt_mix_policies_in_one_env: bool,
+    /// A fixed policy per agent, by agent-name prefix: `adversary=1,agent=0` (the longest
+    /// matching prefix wins; every agent must match). Empty: Sample Factory's mapping.
+    #[arg(long, default_value = "")]
+    pub agent_policy_map: String,
 }
 
 /// The reference values (the command line's defaults).
@@ -140,6 +158,9 @@ impl Default for SamplingConfig {
             worker_num_splits: 1,
             rollout: 32,
             policy_workers_per_policy: 1,
+            num_policies: 1,
+            pbt_mix_policies_in_one_env: true,
+            agent_policy_map: String::new(),
         }
     }
 }
@@ -666,6 +687,18 @@ impl Config {
         self.appo.batch_size * self.appo.num_batches_per_epoch
     }
 
+    /// How agents map to policies, for agents named `agent_names` (an error names a bad
+    /// `--agent_policy_map`).
+    pub fn policy_mapping(&self, agent_names: &[String]) -> Result<Mapping> {
+        let s = &self.sampling;
+        Ok(Mapping {
+            num_policies: s.num_policies,
+            by_agent: parse_agent_policy_map(&s.agent_policy_map, agent_names, s.num_policies)?,
+            sync: !self.run.async_rl,
+            mix: s.pbt_mix_policies_in_one_env,
+        })
+    }
+
     /// Envs across all rollout workers.
     pub fn total_envs(&self) -> usize {
         self.sampling.num_workers * self.sampling.num_envs_per_worker
@@ -693,6 +726,7 @@ impl Config {
             ("--num_epochs", a.num_epochs),
             ("--policy_workers_per_policy", s.policy_workers_per_policy),
             ("--num_batches_to_accumulate", a.num_batches_to_accumulate),
+            ("--num_policies", s.num_policies),
         ] {
             if value == 0 {
                 return err(format!("{name} must be at least 1"));
@@ -715,6 +749,13 @@ impl Config {
             Err(RlfError::Config(m)) => return err(m),
             Err(e) => return err(format!("--env: {e}")),
         };
+        if s.num_policies > MAX_POLICIES {
+            return err(format!(
+                "--num_policies must be at most {MAX_POLICIES}, got {}",
+                s.num_policies
+            ));
+        }
+        self.policy_mapping(&spec.agent_names)?;
         let sampled = self.total_envs() * spec.num_agents * s.rollout;
         if !r.async_rl && self.dataset_size() % sampled != 0 {
             return err(format!(

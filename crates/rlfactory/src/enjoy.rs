@@ -86,6 +86,9 @@ pub struct CheckpointSource {
     /// Which checkpoint to load.
     #[arg(long, value_enum, default_value_t = CheckpointKind::Latest)]
     pub load_checkpoint_kind: CheckpointKind,
+    /// Which policy's checkpoint to load (`checkpoint_p<i>/`), for runs of several policies.
+    #[arg(long, default_value_t = 0)]
+    pub policy_index: usize,
 }
 
 /// `rlfactory enjoy`.
@@ -225,7 +228,13 @@ impl CheckpointSource {
     /// The trained network with the checkpoint's weights and statistics, and its config.
     pub fn load(&self, registry: &EnvRegistry) -> Result<(Config, ActorCritic)> {
         let cfg = self.config(registry)?;
-        let store = experiment::open_store(&self.train_dir, &self.experiment)?;
+        if self.policy_index >= cfg.sampling.num_policies {
+            return Err(RlfError::Config(format!(
+                "--policy_index {}: experiment {} trained {} policies",
+                self.policy_index, self.experiment, cfg.sampling.num_policies
+            )));
+        }
+        let store = experiment::open_store(&self.train_dir, &self.experiment, self.policy_index)?;
         let state: RestoredState = experiment::load(&store, self.load_checkpoint_kind)?.ok_or_else(|| {
             RlfError::Config(format!(
                 "--load_checkpoint_kind={}: no such checkpoint in {}",

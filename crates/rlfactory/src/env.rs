@@ -19,6 +19,8 @@ pub struct EnvSpec {
     pub action_space: Space,
     /// Agents per env: columns of the trajectory slots per env.
     pub num_agents: usize,
+    /// The agents' names (`agent_0` for a single-agent env), which `--agent_policy_map` matches.
+    pub agent_names: Vec<String>,
 }
 
 impl EnvSpec {
@@ -30,6 +32,7 @@ impl EnvSpec {
                 observation_space: env.observation_space().clone(),
                 action_space: env.action_space().clone(),
                 num_agents: env.num_agents(),
+                agent_names: (0..env.num_agents()).map(|a| env.agent_name(a)).collect(),
             });
         }
         if !cfg.env_kwargs.trim().is_empty() {
@@ -43,6 +46,7 @@ impl EnvSpec {
             observation_space: env.observation_space().clone(),
             action_space: env.action_space().clone(),
             num_agents: 1,
+            agent_names: vec!["agent_0".to_owned()],
         })
     }
 }
@@ -76,6 +80,22 @@ impl Envs {
         match self {
             Envs::Single(v) => v.num_envs(),
             Envs::Multi(m) => m.num_columns(),
+        }
+    }
+
+    /// Agents per env (1 for single-agent envs).
+    pub fn num_agents(&self) -> usize {
+        match self {
+            Envs::Single(_) => 1,
+            Envs::Multi(m) => m.num_agents(),
+        }
+    }
+
+    /// The agents' names (`agent_0` for a single-agent env).
+    pub fn agent_names(&self) -> Vec<String> {
+        match self {
+            Envs::Single(_) => vec!["agent_0".to_owned()],
+            Envs::Multi(m) => (0..m.num_agents()).map(|a| m.agent_name(a)).collect(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The experiment side of a training run, over `rlf_experiment`: the folder `<train_dir>/<experiment>/`
-//! (resolved `config.json`, `log.txt`), TensorBoard scalars under `.summary/0/`, checkpoints under
-//! `checkpoint_p0/` and the learning curve `learning_curve_p0.png`.
+//! (resolved `config.json`, `log.txt`) and, for each policy `i`, TensorBoard scalars under
+//! `.summary/<i>/`, checkpoints under `checkpoint_p<i>/` and the learning curve
+//! `learning_curve_p<i>.png`; with several policies also `learning_curve.png`, one line per policy.
 //!
 //! - [`ExperimentRun`] belongs to the runner: it logs, writes the scalars of each progress report
 //!   (Sample Factory's names: `perf/_fps`, `reward/reward`, `len/len`, `train/...`) with the env
@@ -29,20 +30,31 @@ use crate::error::{Result, RlfError};
 use crate::learning::Learner;
 use crate::model::NamedTensor;
 
-/// The only policy of a run (Sample Factory's policy id 0).
-const POLICY_ID: usize = 0;
 /// The TensorBoard tag of the learning curve.
 const REWARD_TAG: &str = "reward/reward";
 
-/// Where and why the learner is asked to save (`checkpoint_requested`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+/// Where and why the learners are asked to save (`checkpoint_requested`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointRequest {
     /// Env frames simulated so far.
     pub env_steps: u64,
     /// Episodes finished so far.
     pub episodes: u64,
-    /// Mean return of the last 100 episodes (the best-checkpoint metric).
-    pub mean_return: Option<f64>,
+    /// Mean return of the last 100 episodes of each policy (the best-checkpoint metric), by
+    /// policy index.
+    pub mean_returns: Vec<Option<f64>>,
+}
+
+impl CheckpointRequest {
+    /// The best-checkpoint metric of `policy`.
+    pub fn mean_return(&self, policy: usize) -> Option<f64> {
+        self.mean_returns.get(policy).copied().flatten()
+    }
+}
+
+/// The checkpoint folder of `policy` in the experiment folder `dir`.
+pub fn checkpoint_dir(dir: &Path, policy: usize) -> PathBuf {
+    dir.join(format!("checkpoint_p{policy}"))
 }
 
 /// The sidecar's extra state: what [`CheckpointMeta`] has no field for.
@@ -71,14 +83,13 @@ pub struct RestoredState {
     pub skipped: Vec<String>,
 }
 
-/// Opens the experiment folder's checkpoint store for reading (enjoy, eval, export).
-pub fn open_store(train_dir: &Path, experiment: &str) -> Result<CheckpointStore> {
-    let dir = train_dir
-        .join(experiment)
-        .join(format!("checkpoint_p{POLICY_ID}"));
+/// Opens the checkpoint store of policy `policy` of the experiment folder for reading (enjoy,
+/// eval, export).
+pub fn open_store(train_dir: &Path, experiment: &str, policy: usize) -> Result<CheckpointStore> {
+    let dir = checkpoint_dir(&train_dir.join(experiment), policy);
     if !dir.is_dir() {
         return Err(RlfError::Config(format!(
-            "--experiment {experiment}: no checkpoints in {}",
+            "--experiment {experiment} --policy_index {policy}: no checkpoints in {}",
             dir.display()
         )));
     }
@@ -86,13 +97,9 @@ pub fn open_store(train_dir: &Path, experiment: &str) -> Result<CheckpointStore>
 }
 
 /// The counts of the checkpoint a run of `cfg` resumes from: `(env frames, episodes, policy
-/// version)`, or `None` for a fresh run.
+/// version)` of policy 0's, or `None` for a fresh run.
 pub fn resume_counts(cfg: &Config) -> Result<Option<(u64, u64, u64)>> {
-    let dir = cfg
-        .run
-        .train_dir
-        .join(&cfg.run.experiment)
-        .join(format!("checkpoint_p{POLICY_ID}"));
+    let dir = checkpoint_dir(&cfg.run.train_dir.join(&cfg.run.experiment), 0);
     if !dir.is_dir() {
         return Ok(None);
     }
@@ -163,12 +170,13 @@ fn restored(loaded: Loaded) -> Result<RestoredState> {
     })
 }
 
-/// The runner's side: the folder, the log, the TensorBoard writer and the learning curve.
+/// The runner's side: the folder, the log, each policy's TensorBoard writer and learning curve.
 #[derive(Debug)]
 pub struct ExperimentRun {
     exp: Experiment,
-    summary: SummaryWriter,
-    curve: Vec<(u64, f64)>,
+    /// By policy index.
+    summaries: Vec<SummaryWriter>,
+    curves: Vec<Vec<(u64, f64)>>,
     title: String,
 }
 
@@ -184,13 +192,17 @@ impl ExperimentRun {
             RestartBehaviorArg::Overwrite => rlf_experiment::RestartBehavior::Overwrite,
         };
         let exp = Experiment::prepare(&cfg.run.train_dir, &cfg.run.experiment, behavior, &config)?;
-        let mut curve = earlier_curve(&exp.summary_dir(POLICY_ID))?;
-        curve.sort_by_key(|p| p.0);
-        let summary = exp.summary_writer(POLICY_ID)?;
+        let (mut summaries, mut curves) = (Vec::new(), Vec::new());
+        for policy in 0..cfg.sampling.num_policies {
+            let mut curve = earlier_curve(&exp.summary_dir(policy))?;
+            curve.sort_by_key(|p| p.0);
+            curves.push(curve);
+            summaries.push(exp.summary_writer(policy)?);
+        }
         let run = Self {
             exp,
-            summary,
-            curve,
+            summaries,
+            curves,
             title: cfg.env.env.clone(),
         };
         if let Some(old) = run.exp.moved_to() {
@@ -213,22 +225,28 @@ impl ExperimentRun {
         Ok(self.exp.log(line)?)
     }
 
-    /// Records scalars at step `env_steps` (buffered until [`flush`](Self::flush)) and adds a
-    /// mean return to the learning curve.
-    pub fn write_scalars(&mut self, env_steps: u64, scalars: &[(String, f64)]) -> Result<()> {
+    /// Records scalars of policy `policy` at step `env_steps` (buffered until
+    /// [`flush`](Self::flush)) and adds a mean return to its learning curve.
+    pub fn write_scalars(&mut self, policy: usize, env_steps: u64, scalars: &[(String, f64)]) -> Result<()> {
         let step = i64::try_from(env_steps).unwrap_or(i64::MAX);
+        let (Some(summary), Some(curve)) = (self.summaries.get_mut(policy), self.curves.get_mut(policy))
+        else {
+            return Err(RlfError::Config(format!(
+                "scalars of policy {policy}, which the run does not have"
+            )));
+        };
         for (tag, value) in scalars {
-            self.summary.add_scalar(tag, *value as f32, step)?;
+            summary.add_scalar(tag, *value as f32, step)?;
             if tag == REWARD_TAG {
-                self.curve.push((env_steps, *value));
+                curve.push((env_steps, *value));
             }
         }
         Ok(())
     }
 
-    /// Writes the buffered scalars to the event file.
+    /// Writes the buffered scalars to the event files.
     pub fn flush(&mut self) -> Result<()> {
-        Ok(self.summary.flush()?)
+        self.summaries.iter_mut().try_for_each(|s| Ok(s.flush()?))
     }
 
     /// The experiment folder.
@@ -236,13 +254,22 @@ impl ExperimentRun {
         self.exp.dir()
     }
 
-    /// Redraws the learning curve PNG.
+    /// Redraws each policy's learning curve PNG and, with several policies, the one with a
+    /// line per policy.
     pub fn plot(&self) -> Result<()> {
-        Ok(rlf_experiment::plot_curve(
-            self.exp.plot_path(POLICY_ID),
-            &self.curve,
-            &self.title,
-        )?)
+        for (policy, curve) in self.curves.iter().enumerate() {
+            rlf_experiment::plot_curve(self.exp.plot_path(policy), curve, &self.title)?;
+        }
+        if self.curves.len() > 1 {
+            let labels: Vec<String> = (0..self.curves.len()).map(|p| format!("policy {p}")).collect();
+            let curves: Vec<(&str, &[(u64, f64)])> = labels
+                .iter()
+                .zip(&self.curves)
+                .map(|(label, curve)| (label.as_str(), curve.as_slice()))
+                .collect();
+            rlf_experiment::plot_curves(self.exp.dir().join("learning_curve.png"), &curves, &self.title)?;
+        }
+        Ok(())
     }
 }
 
@@ -273,16 +300,18 @@ pub struct Checkpointer {
     log: std::fs::File,
     log_path: PathBuf,
     save_best_after: u64,
+    policy: usize,
 }
 
 impl Checkpointer {
-    /// The checkpoint store of the experiment folder [`ExperimentRun::prepare`] made, opened in
-    /// the learner's process, logging to the folder's log file.
-    pub fn open(cfg: &Config) -> Result<Self> {
+    /// The checkpoint store of policy `policy` in the experiment folder
+    /// [`ExperimentRun::prepare`] made, opened in the learner's process, logging to the folder's
+    /// log file.
+    pub fn open(cfg: &Config, policy: usize) -> Result<Self> {
         let c = &cfg.checkpoint;
         let dir = cfg.run.train_dir.join(&cfg.run.experiment);
         let store = CheckpointStore::open(
-            dir.join(format!("checkpoint_p{POLICY_ID}")),
+            checkpoint_dir(&dir, policy),
             CheckpointConfig {
                 keep_checkpoints: c.keep_checkpoints,
                 milestone_every_env_steps: (c.save_milestones_env_steps > 0)
@@ -304,14 +333,19 @@ impl Checkpointer {
             log,
             log_path,
             save_best_after: c.save_best_after,
+            policy,
         })
     }
 
     /// Opens the store (see [`open`](Self::open)) and, if it holds a checkpoint, continues
     /// `learner` from the newest intact one and publishes its weights; returns the counts the
     /// checkpoint was saved with (zero for a fresh run).
-    pub fn open_and_resume(cfg: &Config, learner: &mut Learner) -> Result<(Self, CheckpointRequest)> {
-        let mut checkpointer = Self::open(cfg)?;
+    pub fn open_and_resume(
+        cfg: &Config,
+        policy: usize,
+        learner: &mut Learner,
+    ) -> Result<(Self, CheckpointRequest)> {
+        let mut checkpointer = Self::open(cfg, policy)?;
         let mut progress = CheckpointRequest::default();
         if let Some(state) = checkpointer.load_latest()? {
             if !learner.restore(&state.tensors, state.training)? {
@@ -363,7 +397,7 @@ impl Checkpointer {
                 train_step: training.version,
                 env_steps: request.env_steps,
                 policy_version: training.version,
-                metric: request.mean_return,
+                metric: request.mean_return(self.policy),
                 extra: serde_json::to_value(extra)
                     .map_err(|e| RlfError::Config(format!("cannot serialise the training state: {e}")))?,
             },

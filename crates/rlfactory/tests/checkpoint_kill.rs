@@ -269,7 +269,7 @@ fn newest_intact(checkpoints: &Path, scratch: &Path, ctx: &str) -> Newest {
         std::fs::copy(checkpoints.join(&name), copy.join(&name))
             .unwrap_or_else(|e| panic!("{ctx}: copying {name}: {e}"));
     }
-    let store = experiment::open_store(scratch, "exp").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let store = experiment::open_store(scratch, "exp", 0).unwrap_or_else(|e| panic!("{ctx}: {e}"));
     let loaded = store
         .load_latest()
         .unwrap_or_else(|e| panic!("{ctx}: load_latest: {e}"))

@@ -233,14 +233,21 @@ fn dead_and_hung_rollout_workers_are_replaced_and_training_reaches_its_target() 
 
 /// Runs a training with an experiment folder, kills (or freezes) the process of `loop_id` once it
 /// makes progress, and returns the exit status, the stderr lines and the experiment folder.
-fn lose_a_component(name: &str, loop_id: u32, sig: &str) -> (ExitStatus, Vec<String>, PathBuf) {
+fn lose_a_component(
+    name: &str,
+    loop_id: u32,
+    sig: &str,
+    extra: &[&str],
+) -> (ExitStatus, Vec<String>, PathBuf) {
     let dir = temp_dir(name);
-    let (pid, lines, exited) = spawn_train(&[
+    let mut args = vec![
         "--experiment=exp".into(),
         "--heartbeat_interval=1".into(),
         "--train_for_seconds=60".into(),
         format!("--train_dir={}", dir.display()),
-    ]);
+    ];
+    args.extend(extra.iter().map(|&a| a.to_owned()));
+    let (pid, lines, exited) = spawn_train(&args);
     let mut seen = wait_for_progress(&lines);
     let victim = child_of_loop(pid, loop_id).expect("the component's process");
     signal(victim, sig);
@@ -338,6 +345,10 @@ fn workers_with_nothing_to_do_make_no_wake_ups() {
 
 /// The newest checkpoint loads: `enjoy` runs an episode with it.
 fn assert_checkpoint_loads(dir: &Path, log: &str) {
+    assert_policy_checkpoint_loads(dir, 0, log);
+}
+
+fn assert_policy_checkpoint_loads(dir: &Path, policy: usize, log: &str) {
     let out = Command::new(BIN)
         .args([
             "enjoy",
@@ -345,6 +356,7 @@ fn assert_checkpoint_loads(dir: &Path, log: &str) {
             "--experiment=exp",
             "--max_num_episodes=1",
         ])
+        .arg(format!("--policy_index={policy}"))
         .arg(format!("--train_dir={}", dir.display()))
         .output()
         .expect("enjoy");
@@ -358,7 +370,7 @@ fn assert_checkpoint_loads(dir: &Path, log: &str) {
 #[test]
 fn a_hung_inference_worker_stops_the_run_with_a_checkpoint() {
     // Loop 2 is inference_worker_0 (one rollout worker by default).
-    let (status, seen, dir) = lose_a_component("inference", 2, "-STOP");
+    let (status, seen, dir) = lose_a_component("inference", 2, "-STOP", &[]);
     let log = seen.join("\n");
     assert!(!status.success(), "a lost inference worker is a failure:\n{log}");
     assert!(
@@ -381,7 +393,7 @@ fn a_hung_inference_worker_stops_the_run_with_a_checkpoint() {
 #[test]
 fn a_dead_learner_stops_the_run_with_a_checkpoint_of_its_published_weights() {
     // Loop 3 is the learner.
-    let (status, seen, dir) = lose_a_component("learner", 3, "-KILL");
+    let (status, seen, dir) = lose_a_component("learner", 3, "-KILL", &[]);
     let log = seen.join("\n");
     assert!(!status.success(), "a dead learner is a failure:\n{log}");
     assert!(
@@ -395,6 +407,33 @@ fn a_dead_learner_stops_the_run_with_a_checkpoint_of_its_published_weights() {
         "{log}"
     );
     assert_checkpoint_loads(&dir, &log);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_dead_learner_of_one_policy_stops_the_run_with_every_policys_checkpoint() {
+    // Loops: main, rollout_worker_0, inference_worker_0, learner_0, learner_1 (4).
+    let (status, seen, dir) = lose_a_component("learner-p1", 4, "-KILL", &["--num_policies=2"]);
+    let log = seen.join("\n");
+    assert!(!status.success(), "a dead learner is a failure:\n{log}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("loop learner_1: process") && l.contains("died")),
+        "the error names the dead learner:\n{log}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("saved a checkpoint of the weights the learner_1 last published")),
+        "{log}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("/checkpoint_p0/") && l.contains("] saved ")),
+        "the live learner saves its checkpoint as the run stops:\n{log}"
+    );
+    for policy in 0..2 {
+        assert_policy_checkpoint_loads(&dir, policy, &log);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

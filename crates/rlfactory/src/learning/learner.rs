@@ -5,6 +5,9 @@
 //! A dataset arrives as the trajectory slots it is made of ([`Batch`]); the learner trains on
 //! tensors that view those slots in shared memory. A dataset that is one whole slot is not copied
 //! at all; one made of several slots (or parts of them) is gathered with one copy per field.
+//!
+//! With several policies, each has its own learner: the steps of its columns that another policy
+//! played are invalid to it, like an agent's waiting steps.
 
 use rlf_shm::SharedWeights;
 use tch::Tensor;
@@ -15,10 +18,13 @@ use crate::error::{Result, RlfError};
 use crate::model::{NamedTensor, Policy};
 use crate::sampling::{Field, TrajectoryPool};
 
-/// Owns the training state (network, optimiser, version).
+/// Owns the training state (network, optimiser, version) of one policy.
 #[derive(Debug)]
 pub struct Learner {
     appo: Appo,
+    /// The policy trained, and whether the run has others.
+    policy: usize,
+    several: bool,
     weights: SharedWeights,
     /// Every rollout worker's trajectory pool, by worker index, mapped for the rest of the
     /// process (the tensors viewing them do not keep them mapped).
@@ -28,12 +34,19 @@ pub struct Learner {
 }
 
 impl Learner {
-    /// A learner around an APPO state, publishing into `weights`, reading trajectories from
-    /// `pools` (by worker index).
-    pub fn new(appo: Appo, weights: SharedWeights, pools: Vec<TrajectoryPool>) -> Self {
+    /// The learner of policy `policy` of `num_policies` around an APPO state, publishing into
+    /// `weights`, reading trajectories from `pools` (by worker index).
+    pub fn new(
+        appo: Appo,
+        (policy, num_policies): (usize, usize),
+        weights: SharedWeights,
+        pools: Vec<TrajectoryPool>,
+    ) -> Self {
         let pools = pools.into_iter().map(|p| &*Box::leak(Box::new(p))).collect();
         Self {
             appo,
+            policy,
+            several: num_policies > 1,
             weights,
             pools,
             digested: false,
@@ -101,6 +114,13 @@ impl Learner {
             }
             column += p.num_envs;
         }
+        let mut valid = rows(Field::Valid)?;
+        if self.several {
+            let mine = rows(Field::Policy)?
+                .f_eq(self.policy as f64)?
+                .f_to_kind(tch::Kind::Float)?;
+            valid = valid.f_mul(&mine)?;
+        }
         Ok(Dataset {
             num_sequences: s,
             seq_len: t,
@@ -111,13 +131,18 @@ impl Learner {
             rewards: rows(Field::Rewards)?,
             terminated: rows(Field::Terminated)?,
             truncated: rows(Field::Truncated)?,
-            valid: rows(Field::Valid)?,
+            valid,
             has_final: rows(Field::HasFinal)?,
             final_obs: rows(Field::FinalObs)?,
             next_obs: rows(Field::NextObs)?,
             next_valid: rows(Field::NextValid)?,
             versions,
         })
+    }
+
+    /// The policy this learner trains.
+    pub fn policy(&self) -> usize {
+        self.policy
     }
 
     /// The policy version (SGD steps taken).
@@ -137,7 +162,10 @@ impl Learner {
             )));
         }
         self.weights.publish(version, &values);
-        Ok(PolicyUpdated { version })
+        Ok(PolicyUpdated {
+            policy: self.policy,
+            version,
+        })
     }
 
     /// Slot of `batch_ready`: trains on the dataset; returns the new weights and the metrics.
@@ -152,6 +180,7 @@ impl Learner {
         };
         let metrics = self.appo.train(&dataset)?;
         let report = TrainingReport {
+            policy: self.policy,
             version: self.appo.version(),
             metrics: metrics.into_iter().collect(),
             dataset_digest,

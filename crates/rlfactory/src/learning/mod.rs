@@ -6,7 +6,7 @@ mod learner;
 
 use serde::{Deserialize, Serialize};
 
-pub use batcher::{Assembled, Batcher, BatcherCounts, Slot};
+pub use batcher::{Assembled, Batcher, BatcherCounts, Share, Slot};
 pub use learner::Learner;
 
 /// Sequences `first_env..first_env + num_envs` (env columns) of the trajectory in slot `buffer`
@@ -53,6 +53,8 @@ impl Batch {
 /// New weights were published into shared memory after training (`policy_updated`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyUpdated {
+    /// The policy.
+    pub policy: usize,
     /// The policy version (SGD steps so far).
     pub version: u64,
 }
@@ -60,6 +62,8 @@ pub struct PolicyUpdated {
 /// Metrics of one training dataset (`training_reported`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrainingReport {
+    /// The policy trained.
+    pub policy: usize,
     /// The policy version after training.
     pub version: u64,
     /// Metrics by name (`train/policy_loss`, ...).

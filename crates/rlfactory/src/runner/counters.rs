@@ -1,7 +1,6 @@
 //! Trajectory counters in shared memory, read by the main process after the run: per rollout
 //! worker its [`WorkerCounts`] (kept current after every step, so they outlive a dead process),
-//! then the batcher's [`BatcherCounts`] and the learner's trained count, written when their loop
-//! stops.
+//! then the batcher's [`BatcherCounts`], written when its loop stops.
 
 use rlf_shm::ShmArray;
 
@@ -45,12 +44,10 @@ impl CounterLayout {
 
     /// Stores the batcher's counts.
     pub fn store_batcher(self, counters: &ShmArray<u64>, c: BatcherCounts) {
-        counters.copy_from_slice(self.at(Self::READ), &[c.read, c.dropped, c.batched, c.pending]);
-    }
-
-    /// Stores the trajectories the learner trained on.
-    pub fn store_trained(self, counters: &ShmArray<u64>, trained: u64) {
-        counters.copy_from_slice(self.at(Self::TRAINED), &[trained]);
+        counters.copy_from_slice(
+            self.at(Self::READ),
+            &[c.read, c.dropped, c.batched, c.pending, c.trained],
+        );
     }
 
     /// Fills the trajectory counts of `summary` from the counters at the end of a run.

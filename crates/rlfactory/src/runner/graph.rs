@@ -20,6 +20,16 @@ use crate::sampling::{
     WorkerStarted,
 };
 
+/// The loop (and object) name of policy `policy`'s learner: `learner` when it is the only one,
+/// `learner_<i>` otherwise.
+pub(super) fn learner_name(policy: usize, num_policies: usize) -> String {
+    if num_policies == 1 {
+        "learner".to_owned()
+    } else {
+        format!("learner_{policy}")
+    }
+}
+
 /// Everything the components are built from.
 pub(super) struct Parts {
     pub cfg: Config,
@@ -45,9 +55,12 @@ pub(super) struct Parts {
 /// RolloutWorker ──rollout_reported──▶ Runner ──checkpoint_requested, progress_reported──▶ Learner
 /// ```
 ///
+/// With several policies each has its own learner (`learner_<i>`) and its own `batch_ready`;
+/// every learner's `policy_updated` and `training_reported` go where the single learner's do.
+///
 /// Serial mode puts every loop on the main loop; otherwise each rollout worker, each inference
-/// worker and the learner (with the batcher) get a process of their own, and the runner stays on
-/// the main loop. Each constructor runs only in the process of its object's loop.
+/// worker and each learner (the batcher with the first) get a process of their own, and the
+/// runner stays on the main loop. Each constructor runs only in the process of its object's loop.
 pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     let Parts {
         cfg,
@@ -81,19 +94,31 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             app.object::<InferenceNode>(l, &format!("inference_worker_{j}"))
         })
         .collect();
-    let learner_loop = app.process_loop("learner");
-    let batcher = app.object::<BatcherNode>(learner_loop, "batcher");
-    let learner = app.object::<LearnerNode>(learner_loop, "learner");
+    let num_policies = s.num_policies;
+    let learner_loops: Vec<_> = (0..num_policies)
+        .map(|p| app.process_loop(&learner_name(p, num_policies)))
+        .collect();
+    let batcher = app.object::<BatcherNode>(learner_loops[0], "batcher");
+    let learners: Vec<_> = learner_loops
+        .iter()
+        .enumerate()
+        .map(|(p, &l)| app.object::<LearnerNode>(l, &learner_name(p, num_policies)))
+        .collect();
     let runner = app.object::<RunnerNode>(main, "runner");
 
     // Signals of the single components. Requests go through a work queue, each taken by one
     // inference worker.
     let policy_requested = app.work_queue::<PolicyRequest>("policy_requested", 1 << 20);
-    let batch_ready = app.signal::<Batch, _>(batcher, "batch_ready");
-    let learner_signals = LearnerSignals {
-        policy_updated: app.signal::<PolicyUpdated, _>(learner, "policy_updated"),
-        training_reported: app.signal::<TrainingReport, _>(learner, "training_reported"),
-    };
+    let batch_ready: Vec<_> = (0..num_policies)
+        .map(|p| app.signal::<Batch, _>(batcher, &format!("batch_ready_{p}")))
+        .collect();
+    let learner_signals: Vec<_> = learners
+        .iter()
+        .map(|&l| LearnerSignals {
+            policy_updated: app.signal::<PolicyUpdated, _>(l, "policy_updated"),
+            training_reported: app.signal::<TrainingReport, _>(l, "training_reported"),
+        })
+        .collect();
     let runner_signals = RunnerSignals {
         checkpoint_requested: app.signal::<CheckpointRequest, _>(runner, "checkpoint_requested"),
         progress_reported: app.signal::<CheckpointRequest, _>(runner, "progress_reported"),
@@ -103,27 +128,29 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     for &inf in &inference {
         app.consume(policy_requested, inf, InferenceNode::on_policy_requested);
     }
-    app.connect(batch_ready, learner, LearnerNode::on_batch_ready);
-    app.connect(
-        learner_signals.training_reported,
-        batcher,
-        BatcherNode::on_training_reported,
-    );
-    app.connect(
-        learner_signals.training_reported,
-        runner,
-        RunnerNode::on_training_reported,
-    );
-    app.connect(
-        runner_signals.checkpoint_requested,
-        learner,
-        LearnerNode::on_checkpoint_requested,
-    );
-    app.connect(
-        runner_signals.progress_reported,
-        learner,
-        LearnerNode::on_progress_reported,
-    );
+    for ((&learner, signals), &batch) in learners.iter().zip(&learner_signals).zip(&batch_ready) {
+        app.connect(batch, learner, LearnerNode::on_batch_ready);
+        app.connect(
+            signals.training_reported,
+            batcher,
+            BatcherNode::on_training_reported,
+        );
+        app.connect(
+            signals.training_reported,
+            runner,
+            RunnerNode::on_training_reported,
+        );
+        app.connect(
+            runner_signals.checkpoint_requested,
+            learner,
+            LearnerNode::on_checkpoint_requested,
+        );
+        app.connect(
+            runner_signals.progress_reported,
+            learner,
+            LearnerNode::on_progress_reported,
+        );
+    }
 
     // Each rollout worker's signals and connections: actions and released slots go to the one
     // worker they concern.
@@ -157,7 +184,9 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         app.connect(signals.rollout_reported, runner, RunnerNode::on_rollout_reported);
         app.connect(signals.worker_started, batcher, BatcherNode::on_worker_started);
         app.connect(signals.worker_started, runner, RunnerNode::on_worker_started);
-        app.connect(learner_signals.policy_updated, w, RolloutNode::on_policy_updated);
+        for signals in &learner_signals {
+            app.connect(signals.policy_updated, w, RolloutNode::on_policy_updated);
+        }
         worker_signals.push(signals);
     }
 
@@ -179,15 +208,22 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         buffer_released,
         slots_reclaimed,
     };
-    let assembler = Batcher::new(cfg.dataset_size(), s.rollout, cfg.appo.max_policy_lag);
+    let assembler = Batcher::new(
+        num_policies,
+        cfg.dataset_size(),
+        s.rollout,
+        cfg.appo.max_policy_lag,
+    );
     let batcher_plane = plane.clone();
     app.construct(batcher, move || {
         BatcherNode::new(assembler, &batcher_plane, layout, batcher_signals)
     });
-    let (learner_cfg, learner_registry) = (cfg.clone(), registry);
-    app.construct(learner, move || {
-        LearnerNode::new(&learner_cfg, &learner_registry, &plane, layout, learner_signals)
-    });
+    for (p, (&learner, signals)) in learners.iter().zip(learner_signals).enumerate() {
+        let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
+        app.construct(learner, move || {
+            LearnerNode::new(p, &cfg, &registry, &plane, signals)
+        });
+    }
     let mut stats = Runner::new(&cfg, process_start);
     if let Some((frames, episodes, version)) = resumed {
         stats.resume_from(frames, episodes, version);

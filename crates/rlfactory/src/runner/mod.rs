@@ -34,7 +34,7 @@ use crate::error::{Result, RlfError};
 use crate::experiment::ExperimentRun;
 
 pub use self::stats::{warm_up, Report, Runner, Scalars};
-pub use self::summary::{StopReason, Summary};
+pub use self::summary::{PolicySummary, StopReason, Summary};
 
 /// The build function of a child process, for the built-in envs (see [`child_build_with`]).
 pub fn child_build(app: &mut AppBuilder) -> Result<(), BuildError> {
@@ -60,12 +60,18 @@ pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(
     build_graph(app, parts)
 }
 
-/// Whether the learner's loop is among the faults' (its process died, hung or did not stop).
-fn learner_lost(outcome: &Outcome) -> bool {
-    outcome.faults.iter().any(|f| {
-        matches!(f, Fault::LoopDied { loop_name, .. } | Fault::Hung { loop_name, .. }
-            | Fault::StopTimeout { loop_name } if loop_name == "learner")
-    })
+/// The policies whose learner's loop is among the faults' (its process died, hung or did not
+/// stop).
+fn lost_learners(outcome: &Outcome, num_policies: usize) -> Vec<usize> {
+    (0..num_policies)
+        .filter(|&p| {
+            let name = graph::learner_name(p, num_policies);
+            outcome.faults.iter().any(|f| {
+                matches!(f, Fault::LoopDied { loop_name, .. } | Fault::Hung { loop_name, .. }
+                    | Fault::StopTimeout { loop_name } if *loop_name == name)
+            })
+        })
+        .collect()
 }
 
 /// Trains as `cfg` says and returns the summary. `process_start` is when the process started
@@ -115,10 +121,16 @@ pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) 
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ");
-        if let (true, true, Some(summary)) = (learner_lost(&outcome), cfg.run.save_experiment, &summary) {
-            match recovery::save_published(cfg, registry, &regions.weights, summary) {
-                Ok(()) => message.push_str("; saved a checkpoint of the weights the learner last published"),
-                Err(e) => message.push_str(&format!("; no checkpoint of the lost learner: {e}")),
+        if let (true, Some(summary)) = (cfg.run.save_experiment, &summary) {
+            let num_policies = cfg.sampling.num_policies;
+            for policy in lost_learners(&outcome, num_policies) {
+                let name = graph::learner_name(policy, num_policies);
+                match recovery::save_published(cfg, registry, &regions.weights[policy], summary, policy) {
+                    Ok(()) => message.push_str(&format!(
+                        "; saved a checkpoint of the weights the {name} last published"
+                    )),
+                    Err(e) => message.push_str(&format!("; no checkpoint of the lost {name}: {e}")),
+                }
             }
         }
         return Err(RlfError::Component(message));

@@ -1,5 +1,5 @@
-//! The shared-memory data plane: the published weights, one trajectory pool per rollout worker
-//! and the trajectory counters. The main process creates (and at the end removes) the regions;
+//! The shared-memory data plane: the published weights of each policy, one trajectory pool per
+//! rollout worker and the trajectory counters. The main process creates (and at the end removes) the regions;
 //! every component maps them by their handles, which child processes receive inside the app's
 //! configuration ([`GraphSpec`]).
 
@@ -16,12 +16,25 @@ use crate::sampling::{TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 /// Handles of the regions, for the processes that map them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct DataPlane {
-    pub weights: SharedWeightsHandle,
+    /// Each policy's published weights, by policy index.
+    pub weights: Vec<SharedWeightsHandle>,
     pub pools: Vec<TrajectoryPoolHandle>,
     pub counters: ShmArrayHandle,
 }
 
 impl DataPlane {
+    /// Maps policy `policy`'s published weights.
+    pub fn open_weights(&self, policy: usize) -> Result<SharedWeights> {
+        let handle = self
+            .weights
+            .get(policy)
+            .ok_or_else(|| crate::RlfError::Protocol {
+                component: "data plane",
+                message: format!("no weights for policy {policy}"),
+            })?;
+        Ok(SharedWeights::open(handle)?)
+    }
+
     /// Maps every rollout worker's pool.
     pub fn open_pools(&self) -> Result<Vec<TrajectoryPool>> {
         self.pools.iter().map(TrajectoryPool::open).collect()
@@ -37,7 +50,8 @@ pub(super) struct GraphSpec {
 
 /// The regions behind a [`DataPlane`], owned (and removed at the end) by the main process.
 pub(super) struct PlaneRegions {
-    pub weights: SharedWeights,
+    /// Each policy's published weights.
+    pub weights: Vec<SharedWeights>,
     _pools: Vec<TrajectoryPool>,
     pub counters: ShmArray<u64>,
     pub plane: DataPlane,
@@ -45,21 +59,27 @@ pub(super) struct PlaneRegions {
 
 /// Slots per rollout worker's trajectory pool: per split, one to fill and its share of the
 /// slots that `--num_batches_to_accumulate` + 1 datasets hold (a slot stays with the batcher and
-/// the learner until the dataset closing it is trained on). When the learner falls that far
-/// behind, the workers run out of slots and wait: sampling stops.
+/// the learner until the dataset closing it is trained on). With several policies a slot feeds
+/// each policy's datasets and stays until all are trained on: each policy's datasets in flight
+/// hold their share. When the learners fall that far behind, the workers run out of slots and
+/// wait: sampling stops.
 fn buffers_per_worker(cfg: &Config, num_agents: usize) -> usize {
     let s = &cfg.sampling;
     let splits = s.worker_num_splits;
     let per_split = s.num_envs_per_worker / splits * num_agents;
     let per_dataset = cfg.dataset_size().div_ceil(s.rollout * per_split);
-    let held = (per_dataset * (cfg.appo.num_batches_to_accumulate + 1)).div_ceil(s.num_workers * splits);
+    let held = (per_dataset * (cfg.appo.num_batches_to_accumulate + 1) * s.num_policies)
+        .div_ceil(s.num_workers * splits);
     splits * (1 + held.max(1))
 }
 
 /// Creates the regions for `cfg`.
 pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
-    let model = new_model(cfg, registry)?;
-    let weights = SharedWeights::create(model.weights()?.values.len())?;
+    let model = new_model(cfg, registry, 0)?;
+    let size = model.weights()?.values.len();
+    let weights = (0..cfg.sampling.num_policies)
+        .map(|_| SharedWeights::create(size))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     let s = &cfg.sampling;
     let num_agents = EnvSpec::of(registry, &cfg.env)?.num_agents;
     // One column per agent of each env.
@@ -77,7 +97,7 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<Plane
     };
     let counters = ShmArray::create(layout.len())?;
     let plane = DataPlane {
-        weights: weights.handle(),
+        weights: weights.iter().map(SharedWeights::handle).collect(),
         pools: pools.iter().map(TrajectoryPool::handle).collect(),
         counters: counters.handle(),
     };
@@ -89,11 +109,11 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<Plane
     })
 }
 
-/// The policy network for `cfg`'s env, seeded by `--seed`: every process that builds it starts
-/// from the same weights.
-pub(super) fn new_model(cfg: &Config, registry: &EnvRegistry) -> Result<ActorCritic> {
+/// The network of policy `policy` for `cfg`'s env, seeded by `--seed` and the policy: every
+/// process that builds it starts from the same weights, and policies start from different ones.
+pub(super) fn new_model(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<ActorCritic> {
     let spec = EnvSpec::of(registry, &cfg.env)?;
-    ActorCritic::seed(cfg.env.seed);
+    ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
     ActorCritic::new(
         &spec.observation_space,
         &spec.action_space,

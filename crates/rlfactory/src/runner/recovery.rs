@@ -1,4 +1,4 @@
-//! After the learner's process died or hung: a checkpoint of the last weights it published.
+//! After a learner's process died or hung: a checkpoint of the last weights it published.
 
 use rlf_shm::SharedWeights;
 
@@ -11,15 +11,17 @@ use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer};
 use crate::model::{Policy, PolicyWeights};
 
-/// Saves the weights (with the normalisers) the lost learner last published, so that the run
-/// can resume from them. Adam starts afresh; the learning rate is the last one it reported.
+/// Saves the weights (with the normalisers) the lost learner of `policy` last published, so that
+/// the run can resume from them. Adam starts afresh; the learning rate is the last one policy 0
+/// reported (policy 0's, or the configured one).
 pub(super) fn save_published(
     cfg: &Config,
     registry: &EnvRegistry,
     weights: &SharedWeights,
     summary: &Summary,
+    policy: usize,
 ) -> Result<()> {
-    let mut model = new_model(cfg, registry)?;
+    let mut model = new_model(cfg, registry, policy)?;
     let mut published = PolicyWeights {
         values: vec![0.0; weights.len()],
     };
@@ -28,10 +30,9 @@ pub(super) fn save_published(
         RlfError::EventLoop("the learner died while publishing its weights; they are torn".into())
     })?;
     model.load_weights(&published)?;
-    let lr = summary
-        .last_metrics
-        .iter()
-        .find(|(name, _)| name == "train/lr")
+    let last_lr = summary.last_metrics.iter().find(|(name, _)| name == "train/lr");
+    let lr = last_lr
+        .filter(|_| policy == 0)
         .map_or(cfg.appo.learning_rate, |(_, lr)| *lr);
     let training = TrainingState {
         version,
@@ -41,7 +42,7 @@ pub(super) fn save_published(
     let progress = CheckpointRequest {
         env_steps: summary.env_frames,
         episodes: summary.episodes,
-        mean_return: summary.mean_return,
+        mean_returns: summary.policies.iter().map(|p| p.mean_return).collect(),
     };
-    Checkpointer::open(cfg)?.save((model.named_tensors()?, training), &progress)
+    Checkpointer::open(cfg, policy)?.save((model.named_tensors()?, training), &progress)
 }

@@ -1,11 +1,11 @@
 //! The runner's statistics and stop rules, free of any event loop: frames and episodes counted
-//! from rollout reports, training metrics from the learner, the scalars due for TensorBoard, the
-//! progress line, the stop conditions and the final [`Summary`].
+//! from rollout reports, training metrics from the learners, the scalars due for TensorBoard
+//! (per policy), the progress line, the stop conditions and the final [`Summary`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::summary::{StopReason, Summary};
+use super::summary::{PolicySummary, StopReason, Summary};
 use crate::config::Config;
 use crate::experiment::CheckpointRequest;
 use crate::learning::TrainingReport;
@@ -23,6 +23,8 @@ pub fn warm_up(train_for_seconds: f64) -> Duration {
 /// Scalars for TensorBoard at one step (env frames), by Sample Factory's tags.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scalars {
+    /// The policy they belong to (its `.summary/<i>/`).
+    pub policy: usize,
     /// The step: env frames so far.
     pub env_frames: u64,
     /// Values by tag.
@@ -50,6 +52,41 @@ impl Due {
     }
 }
 
+/// A window of the last [`RETURN_WINDOW`] values.
+#[derive(Debug, Clone, Default)]
+struct Window<T>(VecDeque<T>);
+
+impl<T: Copy + Into<f64>> Window<T> {
+    fn push(&mut self, v: T) {
+        if self.0.len() == RETURN_WINDOW {
+            self.0.pop_front();
+        }
+        self.0.push_back(v);
+    }
+
+    fn mean(&self) -> Option<f64> {
+        (!self.0.is_empty()).then(|| self.0.iter().map(|&v| v.into()).sum::<f64>() / self.0.len() as f64)
+    }
+
+    fn is_full(&self) -> bool {
+        self.0.len() == RETURN_WINDOW
+    }
+}
+
+/// One policy's statistics.
+#[derive(Debug, Clone, Default)]
+struct PolicyStats {
+    agent_steps: u64,
+    episodes: u64,
+    returns: Window<f64>,
+    lengths: Window<f64>,
+    version: u64,
+    version_diff: f64,
+    last_metrics: Vec<(String, f64)>,
+    episode_scalars: Due,
+    training_scalars: Due,
+}
+
 /// Statistics and stop conditions.
 #[derive(Debug)]
 pub struct Runner {
@@ -66,16 +103,13 @@ pub struct Runner {
     summary_every: u64,
     env_frames: u64,
     episodes: u64,
-    returns: VecDeque<f64>,
-    lengths: VecDeque<u64>,
+    /// Every policy's episodes together.
+    returns: Window<f64>,
     reached: Option<(u64, f64)>,
-    version: u64,
-    version_diff: f64,
-    last_metrics: Vec<(String, f64)>,
+    /// By policy index.
+    policies: Vec<PolicyStats>,
     first_dataset_digest: Option<u64>,
     last_line: (Instant, u64),
-    episode_scalars: Due,
-    training_scalars: Due,
     stop: Option<StopReason>,
 }
 
@@ -95,39 +129,35 @@ impl Runner {
             summary_every: cfg.run.summary_every_env_steps,
             env_frames: 0,
             episodes: 0,
-            returns: VecDeque::with_capacity(RETURN_WINDOW),
-            lengths: VecDeque::with_capacity(RETURN_WINDOW),
+            returns: Window::default(),
             reached: None,
-            version: 0,
-            version_diff: 0.0,
-            last_metrics: Vec::new(),
+            policies: vec![PolicyStats::default(); cfg.sampling.num_policies.max(1)],
             first_dataset_digest: None,
             last_line: (now, 0),
-            episode_scalars: Due::default(),
-            training_scalars: Due::default(),
             stop: None,
         }
     }
 
-    /// Mean return of the last 100 episodes.
+    /// Mean return of the last 100 episodes, whatever policy played them.
     pub fn mean_return(&self) -> Option<f64> {
-        (!self.returns.is_empty()).then(|| self.returns.iter().sum::<f64>() / self.returns.len() as f64)
+        self.returns.mean()
     }
 
-    /// Mean length of the last 100 episodes.
-    pub fn mean_length(&self) -> Option<f64> {
-        (!self.lengths.is_empty())
-            .then(|| self.lengths.iter().sum::<u64>() as f64 / self.lengths.len() as f64)
+    /// Mean return of the last 100 episodes of `policy`.
+    pub fn policy_mean_return(&self, policy: usize) -> Option<f64> {
+        self.policies.get(policy).and_then(|p| p.returns.mean())
     }
 
-    /// Continues the counts of a resumed run: env frames, episodes and the policy version.
+    /// Continues the counts of a resumed run: env frames, episodes and policy 0's version.
     pub fn resume_from(&mut self, env_frames: u64, episodes: u64, version: u64) {
         self.env_frames = env_frames;
         self.episodes = episodes;
-        self.version = version;
+        self.policies[0].version = version;
         self.last_line = (Instant::now(), env_frames);
-        self.episode_scalars.from = env_frames;
-        self.training_scalars.from = env_frames;
+        for p in &mut self.policies {
+            p.episode_scalars.from = env_frames;
+            p.training_scalars.from = env_frames;
+        }
     }
 
     /// Slot of `rollout_reported`: counts frames and episodes; returns why to stop, if it is time.
@@ -138,19 +168,20 @@ impl Runner {
         if self.steady_from.is_none() && now.duration_since(self.sampling_start) >= self.warm_up {
             self.steady_from = Some((now, self.env_frames));
         }
-        for &r in &report.episode_returns {
-            if self.returns.len() == RETURN_WINDOW {
-                self.returns.pop_front();
-            }
-            self.returns.push_back(r);
-            self.episodes += 1;
-            self.episode_scalars.fresh = true;
+        for (p, &frames) in self.policies.iter_mut().zip(&report.policy_frames) {
+            p.agent_steps += frames;
         }
-        for &l in &report.episode_lengths {
-            if self.lengths.len() == RETURN_WINDOW {
-                self.lengths.pop_front();
+        for (i, &r) in report.episode_returns.iter().enumerate() {
+            self.returns.push(r);
+            self.episodes += 1;
+            let policy = report.episode_policies.get(i).copied().unwrap_or(0);
+            if let Some(p) = self.policies.get_mut(policy) {
+                p.returns.push(r);
+                p.lengths
+                    .push(report.episode_lengths.get(i).copied().unwrap_or(0) as f64);
+                p.episodes += 1;
+                p.episode_scalars.fresh = true;
             }
-            self.lengths.push_back(l);
         }
         self.check_stop()
     }
@@ -160,21 +191,24 @@ impl Runner {
         CheckpointRequest {
             env_steps: self.env_frames,
             episodes: self.episodes,
-            mean_return: self.mean_return(),
+            mean_returns: self.policies.iter().map(|p| p.returns.mean()).collect(),
         }
     }
 
-    /// Slot of `training_reported`.
+    /// Slot of `training_reported` (of any policy's learner).
     pub fn on_training_reported(&mut self, report: &TrainingReport) {
-        self.version = report.version;
-        if let Some((_, v)) = report.metrics.iter().find(|(k, _)| k == "train/version_diff_avg") {
-            self.version_diff = *v;
-        }
-        self.last_metrics.clone_from(&report.metrics);
         if self.first_dataset_digest.is_none() {
             self.first_dataset_digest = report.dataset_digest;
         }
-        self.training_scalars.fresh = true;
+        let Some(p) = self.policies.get_mut(report.policy) else {
+            return;
+        };
+        p.version = report.version;
+        if let Some((_, v)) = report.metrics.iter().find(|(k, _)| k == "train/version_diff_avg") {
+            p.version_diff = *v;
+        }
+        p.last_metrics.clone_from(&report.metrics);
+        p.training_scalars.fresh = true;
     }
 
     /// Checks the stop conditions.
@@ -182,7 +216,7 @@ impl Runner {
         if self.stop.is_some() {
             return self.stop;
         }
-        let window_full = self.returns.len() == RETURN_WINDOW;
+        let window_full = self.returns.is_full();
         if let (Some(target), Some(mean)) = (self.stop_at_reward, self.mean_return()) {
             if window_full && mean >= target {
                 self.reached = Some((self.env_frames, self.process_start.elapsed().as_secs_f64()));
@@ -198,29 +232,35 @@ impl Runner {
         self.stop
     }
 
-    /// The scalars due now: the episode statistics (`reward/reward`, `len/len`,
-    /// `stats/episodes`) once episodes ended, the learner's metrics (`train/...`) once it
-    /// trained, each at most once per `--summary_every_env_steps` env frames (0: every report).
-    /// With `force` (at stop), whatever is new regardless of the interval.
+    /// The scalars due now, per policy: its episode statistics (`reward/reward`, `len/len`,
+    /// `stats/episodes`, `stats/agent_steps`) once its episodes ended, its learner's metrics
+    /// (`train/...`) once it trained, each at most once per `--summary_every_env_steps` env
+    /// frames (0: every report). With `force` (at stop), whatever is new regardless of the
+    /// interval.
     pub fn due_scalars(&mut self, force: bool) -> Vec<Scalars> {
         let mut due = Vec::new();
         let (frames, every) = (self.env_frames, self.summary_every);
-        if self.episode_scalars.take(frames, every, force) {
-            let mut values = vec![("stats/episodes".to_owned(), self.episodes as f64)];
-            values.extend(self.mean_return().map(|r| ("reward/reward".to_owned(), r)));
-            values.extend(self.mean_length().map(|l| ("len/len".to_owned(), l)));
-            due.push(Scalars {
-                env_frames: frames,
-                values,
-            });
-        }
-        if self.training_scalars.take(frames, every, force) {
-            let mut values = vec![("train/policy_version".to_owned(), self.version as f64)];
-            values.extend(self.last_metrics.iter().cloned());
-            due.push(Scalars {
-                env_frames: frames,
-                values,
-            });
+        for (policy, p) in self.policies.iter_mut().enumerate() {
+            if p.episode_scalars.take(frames, every, force) {
+                let mut values = vec![("stats/episodes".to_owned(), p.episodes as f64)];
+                values.extend(p.returns.mean().map(|r| ("reward/reward".to_owned(), r)));
+                values.extend(p.lengths.mean().map(|l| ("len/len".to_owned(), l)));
+                values.push(("stats/agent_steps".to_owned(), p.agent_steps as f64));
+                due.push(Scalars {
+                    policy,
+                    env_frames: frames,
+                    values,
+                });
+            }
+            if p.training_scalars.take(frames, every, force) {
+                let mut values = vec![("train/policy_version".to_owned(), p.version as f64)];
+                values.extend(p.last_metrics.iter().cloned());
+                due.push(Scalars {
+                    policy,
+                    env_frames: frames,
+                    values,
+                });
+            }
         }
         due
     }
@@ -236,13 +276,32 @@ impl Runner {
         let ret = self
             .mean_return()
             .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.1}"));
-        let line = format!(
-            "frames {} | fps {:.0} | mean return {} ({} episodes) | policy lag {:.1} | version {}",
-            self.env_frames, fps, ret, self.episodes, self.version_diff, self.version
+        let mut line = format!(
+            "frames {} | fps {:.0} | mean return {} ({} episodes)",
+            self.env_frames, fps, ret, self.episodes
         );
+        for (i, p) in self.policies.iter().enumerate() {
+            let tag = if self.policies.len() == 1 {
+                String::new()
+            } else {
+                format!(" | p{i}")
+            };
+            let ret = p
+                .returns
+                .mean()
+                .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.1}"));
+            if self.policies.len() > 1 {
+                line.push_str(&format!("{tag} return {ret}"));
+            }
+            line.push_str(&format!(
+                "{tag} policy lag {:.1} | version {}",
+                p.version_diff, p.version
+            ));
+        }
         Report {
             line,
             scalars: Scalars {
+                policy: 0,
                 env_frames: self.env_frames,
                 values: vec![("perf/_fps".to_owned(), fps)],
             },
@@ -263,13 +322,23 @@ impl Runner {
             fps: steady.unwrap_or(fps_overall),
             fps_overall,
             mean_return: self.mean_return(),
+            policies: self
+                .policies
+                .iter()
+                .map(|p| PolicySummary {
+                    mean_return: p.returns.mean(),
+                    episodes: p.episodes,
+                    agent_steps: p.agent_steps,
+                    policy_version: p.version,
+                })
+                .collect(),
             reached_reward: self.reached.is_some(),
             frames_to_reward: self.reached.map(|r| r.0),
             seconds_to_reward: self.reached.map(|r| r.1),
             episodes: self.episodes,
-            policy_version: self.version,
+            policy_version: self.policies[0].version,
             stop_reason: self.stop.unwrap_or(StopReason::Failed),
-            last_metrics: self.last_metrics.clone(),
+            last_metrics: self.policies[0].last_metrics.clone(),
             first_dataset_digest: self.first_dataset_digest.map(|d| format!("{d:016x}")),
             signal: None,
             trajectories_produced: 0,
@@ -307,11 +376,14 @@ mod tests {
             env_frames,
             episode_returns: returns.to_vec(),
             episode_lengths: returns.iter().map(|&r| r as u64).collect(),
+            episode_policies: vec![0; returns.len()],
+            policy_frames: vec![env_frames],
         }
     }
 
     fn training(version: u64, loss: f64) -> TrainingReport {
         TrainingReport {
+            policy: 0,
             version,
             metrics: vec![("train/loss".to_owned(), loss)],
             dataset_digest: Some(version),
@@ -352,7 +424,10 @@ mod tests {
         let due = r.due_scalars(false);
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].env_frames, 200);
-        assert_eq!(tags(&due[0]), ["stats/episodes", "reward/reward", "len/len"]);
+        assert_eq!(
+            tags(&due[0]),
+            ["stats/episodes", "reward/reward", "len/len", "stats/agent_steps"]
+        );
         assert_eq!(due[0].values[1].1, 9.0);
         // Within the interval: not due again until frame 1200.
         r.on_rollout_reported(&rollout(500, &[11.0]));

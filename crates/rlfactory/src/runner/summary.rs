@@ -20,6 +20,19 @@ pub enum StopReason {
     Interrupted,
 }
 
+/// One policy's part of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicySummary {
+    /// Mean return of its last 100 episodes.
+    pub mean_return: Option<f64>,
+    /// Episodes its agents finished.
+    pub episodes: u64,
+    /// Agent steps it took.
+    pub agent_steps: u64,
+    /// Its final version (SGD steps).
+    pub policy_version: u64,
+}
+
 /// The outcome of a run, written by `--summary_json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -32,8 +45,11 @@ pub struct Summary {
     pub fps: f64,
     /// Env frames per second of training (from the start of sampling).
     pub fps_overall: f64,
-    /// Mean return of the last 100 episodes (`null` before the first episode ends).
+    /// Mean return of the last 100 episodes, whatever policy played them (`null` before the
+    /// first episode ends).
     pub mean_return: Option<f64>,
+    /// Each policy's returns, episodes, agent steps and version, by policy index.
+    pub policies: Vec<PolicySummary>,
     /// Whether `--stop_at_reward` was reached.
     pub reached_reward: bool,
     /// Env frames when the reward was reached.
@@ -42,11 +58,11 @@ pub struct Summary {
     pub seconds_to_reward: Option<f64>,
     /// Episodes finished.
     pub episodes: u64,
-    /// Final policy version (SGD steps).
+    /// Final version (SGD steps) of policy 0.
     pub policy_version: u64,
     /// Why the run stopped.
     pub stop_reason: StopReason,
-    /// The last training metrics.
+    /// The last training metrics of policy 0.
     pub last_metrics: Vec<(String, f64)>,
     /// Digest of the first dataset trained on (16 hex digits; see `Dataset::digest`): runs that
     /// train on the same first data have the same.

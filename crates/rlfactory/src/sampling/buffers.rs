@@ -71,6 +71,9 @@ pub enum Field {
     /// 1 where the env's agent acts in the step after the last (its [`Field::NextObs`] is a
     /// decision point: always for a single-agent env), one per env, no time axis (rollout worker).
     NextValid,
+    /// The policy controlling the column's agent at the step (rollout worker, with several
+    /// policies; all 0 with one).
+    Policy,
 }
 
 impl Field {
@@ -79,7 +82,7 @@ impl Field {
         matches!(self, Field::NextObs | Field::NextValid)
     }
 
-    const ALL: [Field; 12] = [
+    const ALL: [Field; 13] = [
         Field::Obs,
         Field::Actions,
         Field::LogProbs,
@@ -92,6 +95,7 @@ impl Field {
         Field::FinalObs,
         Field::NextObs,
         Field::NextValid,
+        Field::Policy,
     ];
 }
 
@@ -245,6 +249,16 @@ impl TrajectoryPool {
         Ok(())
     }
 
+    /// Records the policy version that chose each column's action of step `t` of slot `buffer`
+    /// (one version per column).
+    pub fn put_versions(&self, buffer: usize, t: usize, versions: &[u64]) -> Result<()> {
+        let n = self.shape.num_envs;
+        self.range(buffer, Field::LogProbs, t, versions.len())?;
+        self.versions
+            .copy_from_slice((buffer * self.shape.rollout + t) * n, versions);
+        Ok(())
+    }
+
     /// The policy version of every step of slot `buffer`, time-major.
     pub fn versions(&self, buffer: usize) -> Result<Vec<u64>> {
         self.range(buffer, Field::LogProbs, 0, self.shape.num_envs)?;
@@ -308,6 +322,7 @@ mod tests {
             pool.put_version(1, t, 10 + t as u64).unwrap();
         }
         pool.put(1, Field::NextObs, 0, &[9.0; 8]).unwrap();
+        pool.put(1, Field::Policy, 2, &[1.0, 0.0]).unwrap();
         let mut rewards = [0.0; 2];
         other.get(1, Field::Rewards, 2, &mut rewards).unwrap();
         assert_eq!(rewards, [2.0, 1.0]);
@@ -315,6 +330,11 @@ mod tests {
         assert_eq!(view.double_value(&[2, 1, 3]), 23.0);
         assert_eq!(other.tensor(1, Field::NextObs).unwrap().size(), [2, 4]);
         assert_eq!(other.versions(1).unwrap(), [10, 10, 11, 11, 12, 12]);
+        other.put_versions(1, 1, &[20, 21]).unwrap();
+        assert_eq!(pool.versions(1).unwrap(), [10, 10, 20, 21, 12, 12]);
+        let mut policies = [0.0; 2];
+        other.get(1, Field::Policy, 2, &mut policies).unwrap();
+        assert_eq!(policies, [1.0, 0.0]);
         // Slot 0 is untouched by slot 1's writes.
         assert_eq!(
             other
@@ -337,6 +357,7 @@ mod tests {
         assert!(pool.put(0, Field::Obs, 0, &[0.0; 7]).is_err());
         assert!(pool.put(0, Field::NextObs, 1, &[0.0; 8]).is_err());
         assert!(pool.put_version(0, 3, 1).is_err());
+        assert!(pool.put_versions(0, 0, &[1]).is_err());
         assert!(pool.versions(2).is_err());
     }
 }

@@ -1,61 +1,34 @@
-//! The inference worker: every waiting request in, one batched forward pass, actions out, with the
-//! newest weights the learner has published. Observations are read from, and actions,
-//! log-probabilities, values and the policy version written into, the rollout workers' trajectory
-//! slots; the answer (`actions_ready`) only says they are there.
+//! The inference worker: every waiting request in, one batched forward pass per policy, actions
+//! out, with the newest weights each policy's learner has published. Observations are read from,
+//! and actions, log-probabilities, values and policy versions written into, the rollout workers'
+//! trajectory slots; the answer (`actions_ready`) only says they are there.
 //!
-//! Weights come through a seqlock in shared memory ([`rlf_shm::SharedWeights`]): before each batch
-//! the worker compares the published version with its own and, when newer, copies the weights out
-//! (a read that overlaps a write is discarded and retried at the next batch, never used).
+//! With several policies the worker holds one network per policy and reads which policy controls
+//! each column ([`Field::Policy`]): the columns of each policy go through its network together,
+//! and each column's results (and the version of the policy that chose them) go back in place.
+//!
+//! Weights come through a seqlock in shared memory ([`rlf_shm::SharedWeights`], one per policy):
+//! before each batch the worker compares the published version with its own and, when newer,
+//! copies the weights out (a read that overlaps a write is discarded and retried at the next
+//! batch, never used).
 
 use rlf_shm::SharedWeights;
 
 use super::{ActionsReady, Field, PolicyRequest, TrajectoryPool};
 use crate::error::{Result, RlfError};
-use crate::model::{Policy, PolicyWeights};
+use crate::model::{ActOutput, Policy, PolicyWeights};
 
-/// Runs the policy for rollout workers and follows the learner's published weights.
-pub struct InferenceWorker {
+/// One policy's network and the weights it follows.
+struct Served {
     policy: Box<dyn Policy>,
     weights: SharedWeights,
     scratch: PolicyWeights,
     version: u64,
-    /// Every rollout worker's trajectory pool, by worker index.
-    pools: Vec<TrajectoryPool>,
-    obs: Vec<f32>,
 }
 
-impl std::fmt::Debug for InferenceWorker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InferenceWorker")
-            .field("version", &self.version)
-            .finish_non_exhaustive()
-    }
-}
-
-impl InferenceWorker {
-    /// An inference worker with `policy` at version 0, following `weights`, for the rollout
-    /// workers owning `pools` (by worker index).
-    pub fn new(policy: Box<dyn Policy>, weights: SharedWeights, pools: Vec<TrajectoryPool>) -> Self {
-        let scratch = PolicyWeights {
-            values: vec![0.0; weights.len()],
-        };
-        Self {
-            policy,
-            weights,
-            scratch,
-            version: 0,
-            pools,
-            obs: Vec::new(),
-        }
-    }
-
-    /// The version of the weights in use.
-    pub fn version(&self) -> u64 {
-        self.version
-    }
-
+impl Served {
     /// Loads the published weights if they are newer than those in use.
-    pub fn refresh_weights(&mut self) -> Result<()> {
+    fn refresh(&mut self) -> Result<()> {
         if self.weights.version() <= self.version {
             return Ok(());
         }
@@ -67,19 +40,77 @@ impl InferenceWorker {
         }
         Ok(())
     }
+}
 
-    /// Chooses actions for every request with one forward pass and writes them into the
+/// Runs the policies for rollout workers and follows their learners' published weights.
+pub struct InferenceWorker {
+    served: Vec<Served>,
+    /// Every rollout worker's trajectory pool, by worker index.
+    pools: Vec<TrajectoryPool>,
+    obs: Vec<f32>,
+    /// With several policies: each column's policy, and one policy's columns and observations.
+    column_policies: Vec<f32>,
+    rows: Vec<usize>,
+    gathered: Vec<f32>,
+}
+
+impl std::fmt::Debug for InferenceWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InferenceWorker")
+            .field("versions", &self.versions())
+            .finish_non_exhaustive()
+    }
+}
+
+impl InferenceWorker {
+    /// An inference worker running `policies`, each at version 0 and following its own shared
+    /// weights (policy `i` is `policies[i]`), for the rollout workers owning `pools` (by worker
+    /// index).
+    pub fn new(policies: Vec<(Box<dyn Policy>, SharedWeights)>, pools: Vec<TrajectoryPool>) -> Self {
+        let served = policies
+            .into_iter()
+            .map(|(policy, weights)| Served {
+                scratch: PolicyWeights {
+                    values: vec![0.0; weights.len()],
+                },
+                policy,
+                weights,
+                version: 0,
+            })
+            .collect();
+        Self {
+            served,
+            pools,
+            obs: Vec::new(),
+            column_policies: Vec::new(),
+            rows: Vec::new(),
+            gathered: Vec::new(),
+        }
+    }
+
+    /// The version of each policy's weights in use.
+    pub fn versions(&self) -> Vec<u64> {
+        self.served.iter().map(|s| s.version).collect()
+    }
+
+    /// Loads every policy's published weights that are newer than those in use.
+    pub fn refresh_weights(&mut self) -> Result<()> {
+        self.served.iter_mut().try_for_each(Served::refresh)
+    }
+
+    /// Chooses actions for every request, one forward pass per policy, and writes them into the
     /// requesters' slots; returns one answer per request, in order. Requests of a worker process
     /// that has since been replaced get no answer (their slot may be the replacement's now).
     pub fn on_policy_requested(&mut self, requests: &[PolicyRequest]) -> Result<Vec<ActionsReady>> {
         self.refresh_weights()?;
-        let obs_dim = self.policy.obs_dim();
-        let protocol = |message: String| RlfError::Protocol {
-            component: "inference worker",
-            message,
+        let Some(first) = self.served.first() else {
+            return Err(protocol("an inference worker without a policy".into()));
         };
+        let obs_dim = first.policy.obs_dim();
+        let several = self.served.len() > 1;
         let mut live = Vec::with_capacity(requests.len());
         self.obs.clear();
+        self.column_policies.clear();
         for r in requests {
             let pool = self
                 .pools
@@ -98,13 +129,24 @@ impl InferenceWorker {
             let at = self.obs.len();
             self.obs.resize(at + shape.num_envs * obs_dim, 0.0);
             pool.get(r.buffer, Field::Obs, r.step, &mut self.obs[at..])?;
+            if several {
+                let at = self.column_policies.len();
+                self.column_policies.resize(at + shape.num_envs, 0.0);
+                pool.get(r.buffer, Field::Policy, r.step, &mut self.column_policies[at..])?;
+            }
             live.push((r, shape.num_envs));
         }
         if live.is_empty() {
             return Ok(Vec::new());
         }
-        let out = self.policy.act(&self.obs, false)?;
-        let a = self.policy.action_dim();
+        let (out, versions) = if several {
+            self.act_per_policy(obs_dim)?
+        } else {
+            let served = &mut self.served[0];
+            let out = served.policy.act(&self.obs, false)?;
+            (out, Vec::new())
+        };
+        let a = self.served[0].policy.action_dim();
         let mut at = 0;
         let mut answers = Vec::with_capacity(live.len());
         for (r, n) in live {
@@ -117,7 +159,11 @@ impl InferenceWorker {
             )?;
             pool.put(r.buffer, Field::LogProbs, r.step, &out.log_probs[at..at + n])?;
             pool.put(r.buffer, Field::Values, r.step, &out.values[at..at + n])?;
-            pool.put_version(r.buffer, r.step, self.version)?;
+            if several {
+                pool.put_versions(r.buffer, r.step, &versions[at..at + n])?;
+            } else {
+                pool.put_version(r.buffer, r.step, self.served[0].version)?;
+            }
             at += n;
             answers.push(ActionsReady {
                 worker: r.worker,
@@ -126,5 +172,56 @@ impl InferenceWorker {
             });
         }
         Ok(answers)
+    }
+
+    /// Runs each policy on the columns it controls; returns every column's results, in column
+    /// order, and the version of the policy that chose each.
+    fn act_per_policy(&mut self, obs_dim: usize) -> Result<(ActOutput, Vec<u64>)> {
+        let columns = self.column_policies.len();
+        let a = self.served[0].policy.action_dim();
+        let mut out = ActOutput {
+            actions: vec![0.0; columns * a],
+            log_probs: vec![0.0; columns],
+            values: vec![0.0; columns],
+        };
+        let mut versions = vec![0; columns];
+        if let Some(&bad) = self
+            .column_policies
+            .iter()
+            .find(|&&p| p < 0.0 || p as usize >= self.served.len() || p.fract() != 0.0)
+        {
+            return Err(protocol(format!(
+                "a column of policy {bad}, but the run has {} policies",
+                self.served.len()
+            )));
+        }
+        for (p, served) in self.served.iter_mut().enumerate() {
+            self.rows.clear();
+            self.rows
+                .extend((0..columns).filter(|&c| self.column_policies[c] as usize == p));
+            if self.rows.is_empty() {
+                continue;
+            }
+            self.gathered.clear();
+            for &c in &self.rows {
+                self.gathered
+                    .extend_from_slice(&self.obs[c * obs_dim..(c + 1) * obs_dim]);
+            }
+            let part = served.policy.act(&self.gathered, false)?;
+            for (i, &c) in self.rows.iter().enumerate() {
+                out.actions[c * a..(c + 1) * a].copy_from_slice(&part.actions[i * a..(i + 1) * a]);
+                out.log_probs[c] = part.log_probs[i];
+                out.values[c] = part.values[i];
+                versions[c] = served.version;
+            }
+        }
+        Ok((out, versions))
+    }
+}
+
+fn protocol(message: String) -> RlfError {
+    RlfError::Protocol {
+        component: "inference worker",
+        message,
     }
 }

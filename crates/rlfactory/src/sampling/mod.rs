@@ -3,12 +3,14 @@
 
 mod buffers;
 mod inference;
+mod policy_map;
 mod rollout;
 
 use serde::{Deserialize, Serialize};
 
 pub use buffers::{Field, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 pub use inference::InferenceWorker;
+pub use policy_map::{parse_agent_policy_map, Mapping, PolicyAssigner, RESAMPLE_EVERY_EPISODES};
 pub use rollout::{RolloutWorker, StepOutcome, WorkerCounts};
 
 /// A split of a rollout worker wrote its observations at step `step` of slot `buffer` of its
@@ -93,4 +95,19 @@ pub struct RolloutReport {
     pub episode_returns: Vec<f64>,
     /// Lengths of the finished episodes.
     pub episode_lengths: Vec<u64>,
+    /// The policy that played each finished episode.
+    pub episode_policies: Vec<usize>,
+    /// Agent steps since the previous report, by policy.
+    pub policy_frames: Vec<u64>,
+}
+
+impl RolloutReport {
+    /// An empty report of rollout worker `worker` in a run of `num_policies` policies.
+    pub fn new(worker: usize, num_policies: usize) -> Self {
+        Self {
+            worker,
+            policy_frames: vec![0; num_policies.max(1)],
+            ..Self::default()
+        }
+    }
 }

@@ -15,8 +15,14 @@
 //! Multi-agent envs take one slot column per agent of each env ([`Envs`]): a column's step is
 //! valid when its agent acted in it (a turn-based game's waiting player, an agent out until the
 //! next episode write 0), and env frames count the agent steps taken (valid columns).
+//!
+//! With several policies each column records, at every step, the policy controlling its agent
+//! ([`Field::Policy`], from a [`PolicyAssigner`]); an env's policies only change between two of
+//! its episodes. Finished episodes and agent steps are reported per policy.
 
-use super::{ActionsReady, Field, PolicyRequest, RolloutReport, TrajectoryPool, TrajectoryReady};
+use super::{
+    ActionsReady, Field, PolicyAssigner, PolicyRequest, RolloutReport, TrajectoryPool, TrajectoryReady,
+};
 use crate::config::Config;
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
@@ -39,6 +45,39 @@ struct Split {
     actions: Vec<f32>,
     flags: Vec<f32>,
     final_obs: Vec<f32>,
+    /// The policy of each column, and as written into the slot.
+    policies: Vec<u32>,
+    policy_values: Vec<f32>,
+    assigner: PolicyAssigner,
+    /// Columns whose agent's episode ended since its env last reset.
+    ended: Vec<bool>,
+}
+
+impl Split {
+    fn refresh_policy_values(&mut self) {
+        for (v, &p) in self.policy_values.iter_mut().zip(&self.policies) {
+            *v = p as f32;
+        }
+    }
+
+    /// Records the episode ends of the last step; an env whose agents have all ended reset, and
+    /// its agents' policies may be drawn again.
+    fn track_episode_ends(&mut self, num_agents: usize) {
+        let mut changed = false;
+        for e in 0..self.ended.len() / num_agents.max(1) {
+            let columns = e * num_agents..(e + 1) * num_agents;
+            for c in columns.clone() {
+                self.ended[c] |= self.buf.terminated[c] || self.buf.truncated[c];
+            }
+            if self.ended[columns.clone()].iter().all(|&d| d) {
+                self.ended[columns.clone()].fill(false);
+                changed |= self.assigner.on_episode_end(e, &mut self.policies[columns]);
+            }
+        }
+        if changed {
+            self.refresh_policy_values();
+        }
+    }
 }
 
 /// What a rollout worker emits after a step.
@@ -111,6 +150,8 @@ pub struct RolloutWorker {
     report: RolloutReport,
     /// In sync mode, trajectories per split before waiting for a new policy; `None` in async mode.
     rounds_per_update: Option<usize>,
+    /// More than one policy: columns record their policy, reports count per policy.
+    num_policies: usize,
     pool: TrajectoryPool,
     free: Vec<usize>,
     /// The batcher's answer to `worker_started` (the free list) arrived.
@@ -149,8 +190,18 @@ impl RolloutWorker {
         let s = &cfg.sampling;
         let per_split = s.num_envs_per_worker / s.worker_num_splits;
         let mut splits = Vec::with_capacity(s.worker_num_splits);
-        for _ in 0..s.worker_num_splits {
+        for k in 0..s.worker_num_splits {
             let envs = Envs::make(registry, &cfg.env, per_split)?;
+            let mapping = cfg.policy_mapping(&envs.agent_names())?;
+            let first_env = index * s.num_envs_per_worker + k * per_split;
+            let num_agents = envs.num_agents();
+            let mut assigner = PolicyAssigner::new(
+                &mapping,
+                num_agents,
+                per_split,
+                first_env,
+                cfg.env.seed + first_env as u64,
+            );
             let mapper = ActionMapper::new(envs.action_space(), cfg.model.continuous_action_mode)?;
             let (shape, columns) = (pool.shape(), envs.num_columns());
             if shape.num_envs != columns || shape.obs_dim != envs.obs_dim() || shape.rollout != s.rollout {
@@ -161,7 +212,15 @@ impl RolloutWorker {
                     ),
                 });
             }
-            splits.push(Split {
+            let mut policies = vec![0; columns];
+            for (e, chunk) in policies.chunks_mut(num_agents).enumerate() {
+                assigner.assign(e, chunk);
+            }
+            let mut split = Split {
+                policy_values: vec![0.0; columns],
+                policies,
+                assigner,
+                ended: vec![false; columns],
                 buf: VecBuffers::new(columns, envs.obs_dim()),
                 actions: vec![0.0; columns * shape.action_dim],
                 flags: vec![0.0; columns],
@@ -173,10 +232,14 @@ impl RolloutWorker {
                 frames: 0,
                 since_update: 0,
                 paused: false,
-            });
+            };
+            split.refresh_policy_values();
+            splits.push(split);
         }
         let columns = pool.shape().num_envs * s.worker_num_splits * s.num_workers;
-        let rounds_per_update = (!cfg.run.async_rl).then(|| cfg.dataset_size() / (columns * s.rollout));
+        // Sync mode: each policy's dataset fills from its share of the columns.
+        let rounds_per_update =
+            (!cfg.run.async_rl).then(|| (cfg.dataset_size() * s.num_policies / (columns * s.rollout)).max(1));
         pool.set_owner(incarnation);
         Ok(Self {
             index,
@@ -184,11 +247,9 @@ impl RolloutWorker {
             envs_per_split: per_split,
             seed: cfg.env.seed + (index * s.num_envs_per_worker) as u64,
             splits,
-            report: RolloutReport {
-                worker: index,
-                ..RolloutReport::default()
-            },
+            report: RolloutReport::new(index, s.num_policies),
             rounds_per_update,
+            num_policies: s.num_policies,
             free: Vec::new(),
             reclaimed: false,
             incarnation,
@@ -212,6 +273,10 @@ impl RolloutWorker {
             });
         };
         self.pool.put(buffer, Field::Obs, split.t, &split.buf.obs)?;
+        if self.num_policies > 1 {
+            self.pool
+                .put(buffer, Field::Policy, split.t, &split.policy_values)?;
+        }
         Ok(PolicyRequest {
             worker: self.index,
             split: k,
@@ -287,6 +352,9 @@ impl RolloutWorker {
             let acted = split.envs.acted(c);
             *valid = f32::from(u8::from(acted));
             frames += u64::from(acted);
+            if acted && self.num_policies > 1 {
+                self.report.policy_frames[split.policies[c] as usize] += 1;
+            }
         }
         self.pool.put(buffer, Field::Valid, t, &split.flags)?;
         let obs_dim = split.buf.obs.len() / n.max(1);
@@ -302,7 +370,11 @@ impl RolloutWorker {
             if let Some(ep) = split.envs.finished(i) {
                 self.report.episode_returns.push(ep.episode_return);
                 self.report.episode_lengths.push(ep.length);
+                self.report.episode_policies.push(split.policies[i] as usize);
             }
+        }
+        if self.num_policies > 1 {
+            split.track_episode_ends(split.envs.num_agents());
         }
         self.pool.put(buffer, Field::HasFinal, t, &split.flags)?;
         self.pool.put(buffer, Field::FinalObs, t, &split.final_obs)?;
@@ -333,13 +405,14 @@ impl RolloutWorker {
             split: k,
             buffer,
         });
-        outcome.report = Some(std::mem::replace(
+        let mut report = std::mem::replace(
             &mut self.report,
-            RolloutReport {
-                worker: self.index,
-                ..RolloutReport::default()
-            },
-        ));
+            RolloutReport::new(self.index, self.num_policies),
+        );
+        if self.num_policies == 1 {
+            report.policy_frames[0] = report.env_frames;
+        }
+        outcome.report = Some(report);
         outcome.requests = self.resume()?;
         Ok(outcome)
     }

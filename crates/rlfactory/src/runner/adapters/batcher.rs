@@ -5,14 +5,17 @@ use rlf_signal::{Component, Ctx, Signal};
 
 use super::{or_fail, sent};
 use crate::error::{Result, RlfError};
-use crate::learning::{Batch, Batcher, Slot, TrainingReport};
+use crate::learning::{Batch, Batcher, Share, Slot, TrainingReport};
 use crate::runner::counters::CounterLayout;
 use crate::runner::plane::DataPlane;
-use crate::sampling::{BufferReleased, SlotsReclaimed, TrajectoryPool, TrajectoryReady, WorkerStarted};
+use crate::sampling::{
+    BufferReleased, Field, SlotsReclaimed, TrajectoryPool, TrajectoryReady, WorkerStarted,
+};
 
 /// What the batcher emits.
 pub(in crate::runner) struct BatcherSignals {
-    pub batch_ready: Signal<Batch>,
+    /// `batch_ready` of each policy's learner, by policy index.
+    pub batch_ready: Vec<Signal<Batch>>,
     /// `buffer_released` of each rollout worker, by worker index.
     pub buffer_released: Vec<Signal<BufferReleased>>,
     /// `slots_reclaimed` of each rollout worker, by worker index.
@@ -66,20 +69,74 @@ impl BatcherNode {
         })
     }
 
-    /// A trajectory is in its slot: the datasets it completes go to the learner, a slot freed
-    /// (a trajectory too old) back to its worker.
+    /// How the trajectory in slot `buffer` of `pool` is shared among the policies: with one, all
+    /// its columns; with several, each policy's columns are those with a valid step it played.
+    fn shares(&self, pool: &TrajectoryPool, buffer: usize) -> Result<Vec<Share>> {
+        let versions = pool.versions(buffer)?;
+        let shape = pool.shape();
+        let n = shape.num_envs;
+        let num_policies = self.signals.batch_ready.len();
+        if num_policies == 1 {
+            return Ok(vec![Share {
+                policy: 0,
+                columns: std::iter::once(0..n).collect(),
+                newest: versions.iter().copied().max(),
+            }]);
+        }
+        let (mut policies, mut valid) = (vec![0.0; n], vec![0.0; n]);
+        let mut played = vec![vec![false; n]; num_policies];
+        let mut newest = vec![None; num_policies];
+        for t in 0..shape.rollout {
+            pool.get(buffer, Field::Policy, t, &mut policies)?;
+            pool.get(buffer, Field::Valid, t, &mut valid)?;
+            for c in (0..n).filter(|&c| valid[c] > 0.0) {
+                let p = policies[c] as usize;
+                let Some(columns) = played.get_mut(p) else {
+                    return Err(RlfError::Protocol {
+                        component: "batcher",
+                        message: format!("a step of policy {p}, but the run has {num_policies} policies"),
+                    });
+                };
+                columns[c] = true;
+                newest[p] = newest[p].max(Some(versions[t * n + c]));
+            }
+        }
+        Ok(played
+            .iter()
+            .zip(newest)
+            .enumerate()
+            .map(|(policy, (columns, newest))| Share {
+                policy,
+                columns: runs(columns),
+                newest,
+            })
+            .collect())
+    }
+
+    /// A trajectory is in its slot: the datasets it completes go to their policies' learners, a
+    /// slot freed (a trajectory too old) back to its worker.
     pub fn on_trajectory_ready(&mut self, ctx: &mut Ctx<'_, Self>, ready: &TrajectoryReady) {
         let result = self
             .pool(ready.worker)
-            .and_then(|pool| Ok((pool.versions(ready.buffer)?, pool.shape().num_envs)))
-            .and_then(|(versions, num_envs)| {
+            .and_then(|pool| self.shares(pool, ready.buffer))
+            .and_then(|shares| {
                 let slot = Slot {
                     worker: ready.worker,
                     buffer: ready.buffer,
                 };
-                let assembled = self.batcher.on_trajectory_ready(slot, num_envs, &versions);
+                let assembled = self.batcher.on_trajectory_ready(slot, &shares);
                 self.release(ctx, &assembled.released)?;
-                sent(ctx.emit_many(&self.signals.batch_ready, &assembled.datasets))
+                assembled.datasets.iter().try_for_each(|(policy, dataset)| {
+                    let signal = self
+                        .signals
+                        .batch_ready
+                        .get(*policy)
+                        .ok_or_else(|| RlfError::Protocol {
+                            component: "batcher",
+                            message: format!("no learner for policy {policy}"),
+                        })?;
+                    sent(ctx.emit(signal, dataset))
+                })
             });
         or_fail(ctx, result);
     }
@@ -106,12 +163,24 @@ impl BatcherNode {
         or_fail(ctx, result);
     }
 
-    /// The learner trained on the oldest dataset in flight: the slots it closes are free.
+    /// A learner trained on its oldest dataset in flight: the slots no other dataset holds are free.
     pub fn on_training_reported(&mut self, ctx: &mut Ctx<'_, Self>, report: &TrainingReport) {
-        let closed = self.batcher.on_training_reported(report.version);
+        let closed = self.batcher.on_training_reported(report.policy, report.version);
         let released = self.release(ctx, &closed);
         or_fail(ctx, released);
     }
+}
+
+/// The runs of consecutive `true` columns, as ranges.
+fn runs(columns: &[bool]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for (c, _) in columns.iter().enumerate().filter(|(_, &on)| on) {
+        match out.last_mut() {
+            Some(r) if r.end == c => r.end += 1,
+            _ => out.push(c..c + 1),
+        }
+    }
+    out
 }
 
 impl Component for BatcherNode {
@@ -125,5 +194,19 @@ impl Component for BatcherNode {
         if let Ok((_, counters)) = &self.mapped {
             self.layout.store_batcher(counters, self.batcher.counts());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn columns_become_ranges_of_consecutive_ones() {
+        assert_eq!(
+            runs(&[true, true, false, true, false, false, true]),
+            [0..2, 3..4, 6..7]
+        );
+        assert!(runs(&[false, false]).is_empty());
     }
 }

@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use rlf_shm::SharedWeights;
 use rlf_signal::{Component, Ctx, Signal};
 
 use super::{or_fail, sent};
 use crate::config::Config;
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
+use crate::model::Policy;
 use crate::runner::plane::{new_model, DataPlane};
 use crate::sampling::{ActionsReady, InferenceWorker, PolicyRequest};
 
@@ -23,22 +23,21 @@ pub(in crate::runner) struct InferenceNode {
 }
 
 impl InferenceNode {
-    /// An inference worker, in its loop's process: the network starts from the learner's seed,
-    /// then follows the weights the learner publishes.
+    /// An inference worker, in its loop's process: each policy's network starts from its
+    /// learner's seed, then follows the weights that learner publishes.
     pub fn new(
         cfg: &Config,
         registry: &EnvRegistry,
         plane: &DataPlane,
         actions_ready: Vec<Signal<ActionsReady>>,
     ) -> Self {
-        let setup = new_model(cfg, registry).and_then(|model| {
-            let weights = SharedWeights::open(&plane.weights)?;
-            Ok(InferenceWorker::new(
-                Box::new(model),
-                weights,
-                plane.open_pools()?,
-            ))
-        });
+        let setup = (0..cfg.sampling.num_policies)
+            .map(|p| {
+                let model: Box<dyn Policy> = Box::new(new_model(cfg, registry, p)?);
+                Ok((model, plane.open_weights(p)?))
+            })
+            .collect::<Result<Vec<_>>>()
+            .and_then(|policies| Ok(InferenceWorker::new(policies, plane.open_pools()?)));
         Self {
             worker: None,
             setup: Some(setup),

@@ -1,6 +1,5 @@
-//! [`Learner`] on its loop, with the experiment's checkpoints.
+//! [`Learner`] on its loop, with the experiment's checkpoints (one learner per policy).
 
-use rlf_shm::{SharedWeights, ShmArray};
 use rlf_signal::{Component, Ctx, Signal};
 
 use super::{or_fail, sent};
@@ -10,7 +9,6 @@ use crate::env::EnvRegistry;
 use crate::error::Result;
 use crate::experiment::{CheckpointRequest, Checkpointer};
 use crate::learning::{Batch, Learner, PolicyUpdated, TrainingReport};
-use crate::runner::counters::CounterLayout;
 use crate::runner::plane::{new_model, DataPlane};
 
 /// What the learner emits.
@@ -23,7 +21,6 @@ pub(in crate::runner) struct LearnerSignals {
 /// What the learner's loop builds in its process.
 struct Setup {
     learner: Learner,
-    counters: ShmArray<u64>,
     /// With an experiment folder: the checkpointer and the counts of the checkpoint resumed from.
     checkpointer: Option<(Checkpointer, CheckpointRequest)>,
 }
@@ -37,33 +34,29 @@ pub(in crate::runner) struct LearnerNode {
     progress: CheckpointRequest,
     /// The policy version of the last checkpoint saved.
     saved_version: Option<u64>,
-    /// Trajectories completed by the datasets trained on.
-    trained: u64,
-    counters: Option<ShmArray<u64>>,
-    layout: CounterLayout,
 }
 
 impl LearnerNode {
-    /// The learner, in its loop's process; with an experiment folder it continues from the
-    /// newest intact checkpoint.
+    /// The learner of policy `policy`, in its loop's process; with an experiment folder it
+    /// continues from the policy's newest intact checkpoint.
     pub fn new(
+        policy: usize,
         cfg: &Config,
         registry: &EnvRegistry,
         plane: &DataPlane,
-        layout: CounterLayout,
         signals: LearnerSignals,
     ) -> Self {
-        let setup = new_model(cfg, registry).and_then(|model| {
+        let setup = new_model(cfg, registry, policy).and_then(|model| {
             let appo = Appo::new(model, &cfg.appo, cfg.run.train_for_env_steps)?;
-            let mut learner = Learner::new(appo, SharedWeights::open(&plane.weights)?, plane.open_pools()?);
+            let policies = (policy, cfg.sampling.num_policies);
+            let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
             let checkpointer = if cfg.run.save_experiment {
-                Some(Checkpointer::open_and_resume(cfg, &mut learner)?)
+                Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
             } else {
                 None
             };
             Ok(Setup {
                 learner,
-                counters: ShmArray::open(&plane.counters)?,
                 checkpointer,
             })
         });
@@ -74,16 +67,12 @@ impl LearnerNode {
             checkpointer: None,
             progress: CheckpointRequest::default(),
             saved_version: None,
-            trained: 0,
-            counters: None,
-            layout,
         }
     }
 
     pub fn on_batch_ready(&mut self, ctx: &mut Ctx<'_, Self>, batch: &Batch) {
         let Some(learner) = &mut self.learner else { return };
         let result = learner.on_batch_ready(batch).and_then(|(update, report)| {
-            self.trained += batch.trajectories();
             sent(ctx.emit(&self.signals.policy_updated, &update))?;
             sent(ctx.emit(&self.signals.training_reported, &report))
         });
@@ -91,13 +80,13 @@ impl LearnerNode {
     }
 
     pub fn on_progress_reported(&mut self, _ctx: &mut Ctx<'_, Self>, progress: &CheckpointRequest) {
-        self.progress = *progress;
+        self.progress.clone_from(progress);
     }
 
     /// Every `--save_every_sec`: saves, unless no SGD step was taken since the last checkpoint
     /// (requests that queued while the learner was busy then cost nothing).
     pub fn on_checkpoint_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &CheckpointRequest) {
-        self.progress = *request;
+        self.progress.clone_from(request);
         let version = self.learner.as_ref().map(Learner::version);
         if version.is_some() && version == self.saved_version {
             return;
@@ -120,7 +109,6 @@ impl Component for LearnerNode {
         match self.setup.take() {
             Some(Ok(setup)) => {
                 self.learner = Some(setup.learner);
-                self.counters = Some(setup.counters);
                 if let Some((checkpointer, resumed)) = setup.checkpointer {
                     self.checkpointer = Some(checkpointer);
                     self.progress = resumed;
@@ -134,9 +122,6 @@ impl Component for LearnerNode {
     /// The last checkpoint, whatever stopped the run (the stop conditions, a fault elsewhere,
     /// SIGINT, SIGTERM).
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
-        if let Some(counters) = &self.counters {
-            self.layout.store_trained(counters, self.trained);
-        }
         let saved = self.save_checkpoint();
         or_fail(ctx, saved);
     }

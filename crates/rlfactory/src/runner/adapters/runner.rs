@@ -107,7 +107,7 @@ impl RunnerNode {
         match &mut self.experiment {
             Some(exp) => scalars
                 .iter()
-                .try_for_each(|s| exp.write_scalars(s.env_frames, &s.values)),
+                .try_for_each(|s| exp.write_scalars(s.policy, s.env_frames, &s.values)),
             None => Ok(()),
         }
     }

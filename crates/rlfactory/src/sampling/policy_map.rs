@@ -1,0 +1,286 @@
+//! Which policy controls each agent: `--num_policies`, `--agent_policy_map`,
+//! `--pbt_mix_policies_in_one_env`, as Sample Factory maps agents to policies.
+//!
+//! - One policy: every agent is policy 0.
+//! - `--agent_policy_map`: a fixed policy per agent, by agent name (for envs whose agents differ).
+//! - Sync mode (`--async_rl=false`): a fixed mapping, so that every dataset is made of the same
+//!   envs: agent `a` of env `e` (counted over all workers) is policy `(e * agents + a) % N`, or
+//!   `e % N` for the whole env without mixing.
+//! - Otherwise each env draws its policies when it starts and again every
+//!   [`RESAMPLE_EVERY_EPISODES`] episodes: one policy per agent, or one for all its agents
+//!   without mixing. A draw only ever happens between two episodes of the env.
+
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use crate::error::{Result, RlfError};
+
+/// Episodes of an env between two draws of its agents' policies (Sample Factory's value).
+pub const RESAMPLE_EVERY_EPISODES: u64 = 10;
+
+/// Parses `--agent_policy_map` (`prefix=policy,prefix=policy`) for agents named `agents`: each
+/// agent takes the policy of the longest prefix its name starts with. An agent no entry matches,
+/// an entry that matches no agent, a policy not below `num_policies` or a malformed entry is an
+/// error naming it. An empty map is `None` (no explicit mapping).
+pub fn parse_agent_policy_map(
+    text: &str,
+    agents: &[String],
+    num_policies: usize,
+) -> Result<Option<Vec<usize>>> {
+    let err = |m: String| RlfError::Config(format!("--agent_policy_map `{text}`: {m}"));
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let mut entries: Vec<(&str, usize)> = Vec::new();
+    for entry in text.split(',') {
+        let Some((prefix, policy)) = entry.split_once('=') else {
+            return Err(err(format!("`{entry}` is not `agent_prefix=policy`")));
+        };
+        let prefix = prefix.trim();
+        let policy: usize = policy
+            .trim()
+            .parse()
+            .map_err(|_| err(format!("`{}` is not a policy index", policy.trim())))?;
+        if policy >= num_policies {
+            return Err(err(format!(
+                "policy {policy} does not exist (--num_policies {num_policies})"
+            )));
+        }
+        if prefix.is_empty() || entries.iter().any(|(p, _)| *p == prefix) {
+            return Err(err(format!("`{prefix}` is empty or given twice")));
+        }
+        if !agents.iter().any(|a| a.starts_with(prefix)) {
+            return Err(err(format!(
+                "`{prefix}` matches no agent (the agents are {})",
+                agents.join(", ")
+            )));
+        }
+        entries.push((prefix, policy));
+    }
+    agents
+        .iter()
+        .map(|agent| {
+            entries
+                .iter()
+                .filter(|(prefix, _)| agent.starts_with(prefix))
+                .max_by_key(|(prefix, _)| prefix.len())
+                .map(|&(_, policy)| policy)
+                .ok_or_else(|| err(format!("agent `{agent}` matches no entry")))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+#[derive(Debug, Clone)]
+enum Rule {
+    /// A policy per agent of every env.
+    ByAgent(Vec<usize>),
+    /// Fixed by the env's global index (sync mode).
+    Cyclic,
+    /// Drawn at random every few episodes.
+    Drawn,
+}
+
+/// How agents map to policies, from the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// `--num_policies`.
+    pub num_policies: usize,
+    /// The parsed `--agent_policy_map`.
+    pub by_agent: Option<Vec<usize>>,
+    /// Sync mode (`--async_rl=false`).
+    pub sync: bool,
+    /// `--pbt_mix_policies_in_one_env`.
+    pub mix: bool,
+}
+
+/// The policies of the agents of a rollout worker's envs, one column per agent of each env.
+#[derive(Debug, Clone)]
+pub struct PolicyAssigner {
+    num_policies: usize,
+    num_agents: usize,
+    mix: bool,
+    rule: Rule,
+    /// The global index of the worker's first env.
+    first_env: usize,
+    rng: Pcg64Mcg,
+    /// Episodes each env finished since its last draw.
+    episodes: Vec<u64>,
+}
+
+impl PolicyAssigner {
+    /// The assigner of `num_envs` envs of `num_agents` agents, the first being env `first_env`
+    /// of the run; draws are seeded by `seed`.
+    pub fn new(mapping: &Mapping, num_agents: usize, num_envs: usize, first_env: usize, seed: u64) -> Self {
+        let Mapping {
+            num_policies,
+            by_agent,
+            sync,
+            mix,
+        } = mapping.clone();
+        let rule = match by_agent {
+            Some(map) => Rule::ByAgent(map),
+            None if num_policies <= 1 => Rule::ByAgent(vec![0; num_agents]),
+            None if sync => Rule::Cyclic,
+            None => Rule::Drawn,
+        };
+        Self {
+            num_policies: num_policies.max(1),
+            num_agents,
+            mix,
+            rule,
+            first_env,
+            rng: Pcg64Mcg::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+            episodes: vec![0; num_envs],
+        }
+    }
+
+    /// Writes the policies of env `env`'s agents (local index) into `out` (`num_agents` values).
+    pub fn assign(&mut self, env: usize, out: &mut [u32]) {
+        let n = self.num_policies;
+        match &self.rule {
+            Rule::ByAgent(map) => {
+                for (o, &p) in out.iter_mut().zip(map) {
+                    *o = p as u32;
+                }
+            }
+            Rule::Cyclic => {
+                let e = self.first_env + env;
+                for (a, o) in out.iter_mut().enumerate() {
+                    let p = if self.mix {
+                        (e * self.num_agents + a) % n
+                    } else {
+                        e % n
+                    };
+                    *o = p as u32;
+                }
+            }
+            Rule::Drawn => {
+                let whole = self.rng.random_range(0..n) as u32;
+                for o in out.iter_mut() {
+                    *o = if self.mix {
+                        self.rng.random_range(0..n) as u32
+                    } else {
+                        whole
+                    };
+                }
+            }
+        }
+    }
+
+    /// Env `env` finished an episode: every [`RESAMPLE_EVERY_EPISODES`] its policies are drawn
+    /// again into `out`; returns whether they were.
+    pub fn on_episode_end(&mut self, env: usize, out: &mut [u32]) -> bool {
+        if !matches!(self.rule, Rule::Drawn) {
+            return false;
+        }
+        self.episodes[env] += 1;
+        if self.episodes[env] < RESAMPLE_EVERY_EPISODES {
+            return false;
+        }
+        self.episodes[env] = 0;
+        self.assign(env, out);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(num_policies: usize, by_agent: Option<Vec<usize>>, sync: bool, mix: bool) -> Mapping {
+        Mapping {
+            num_policies,
+            by_agent,
+            sync,
+            mix,
+        }
+    }
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|&n| n.to_owned()).collect()
+    }
+
+    #[test]
+    fn agents_take_the_policy_of_their_longest_prefix() {
+        let agents = names(&["adversary_0", "agent_0", "agent_1", "agent_10"]);
+        let map = parse_agent_policy_map("adversary=1, agent=0, agent_10=2", &agents, 3).unwrap();
+        assert_eq!(map, Some(vec![1, 0, 0, 2]));
+        assert_eq!(parse_agent_policy_map(" ", &agents, 3).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_maps_are_errors_that_say_what_is_wrong() {
+        let agents = names(&["player_0", "player_1"]);
+        let cases = [
+            ("player_0=0", "agent `player_1` matches no entry"),
+            ("player=2", "policy 2 does not exist (--num_policies 2)"),
+            ("player=x", "`x` is not a policy index"),
+            ("player", "`player` is not `agent_prefix=policy`"),
+            (
+                "player=0,knight=1",
+                "`knight` matches no agent (the agents are player_0, player_1)",
+            ),
+            ("player=0,player=1", "`player` is empty or given twice"),
+        ];
+        for (text, wanted) in cases {
+            let e = parse_agent_policy_map(text, &agents, 2).unwrap_err().to_string();
+            assert!(
+                e.contains(wanted) && e.contains("--agent_policy_map"),
+                "{text}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn sync_mode_maps_agents_to_policies_in_turn_and_never_redraws() {
+        let mut mixed = PolicyAssigner::new(&mapping(3, None, true, true), 2, 2, 4, 0);
+        let mut out = [0; 2];
+        mixed.assign(1, &mut out);
+        // Env 5 of the run: columns 10 and 11.
+        assert_eq!(out, [1, 2]);
+        let mut whole = PolicyAssigner::new(&mapping(3, None, true, false), 2, 2, 4, 0);
+        whole.assign(1, &mut out);
+        assert_eq!(out, [2, 2]);
+        for _ in 0..3 * RESAMPLE_EVERY_EPISODES {
+            assert!(!whole.on_episode_end(1, &mut out));
+        }
+    }
+
+    #[test]
+    fn drawn_policies_change_only_every_few_episodes_and_cover_every_policy() {
+        let mut a = PolicyAssigner::new(&mapping(4, None, false, true), 3, 1, 0, 7);
+        let mut seen = [false; 4];
+        let mut out = [0; 3];
+        a.assign(0, &mut out);
+        for draw in 0..50 {
+            for p in out {
+                seen[p as usize] = true;
+            }
+            for episode in 1..=RESAMPLE_EVERY_EPISODES {
+                let redrawn = a.on_episode_end(0, &mut out);
+                assert_eq!(redrawn, episode == RESAMPLE_EVERY_EPISODES, "draw {draw}");
+            }
+        }
+        assert_eq!(seen, [true; 4]);
+        let mut whole = PolicyAssigner::new(&mapping(4, None, false, false), 3, 1, 0, 7);
+        for _ in 0..20 {
+            whole.assign(0, &mut out);
+            assert!(out.iter().all(|&p| p == out[0]), "{out:?}");
+        }
+    }
+
+    #[test]
+    fn one_policy_or_an_explicit_map_is_fixed() {
+        let mut one = PolicyAssigner::new(&mapping(1, None, false, true), 2, 1, 0, 0);
+        let mut out = [9; 2];
+        one.assign(0, &mut out);
+        assert_eq!(out, [0, 0]);
+        let mut mapped = PolicyAssigner::new(&mapping(2, Some(vec![1, 0]), false, true), 2, 1, 0, 0);
+        mapped.assign(0, &mut out);
+        assert_eq!(out, [1, 0]);
+        for _ in 0..RESAMPLE_EVERY_EPISODES {
+            assert!(!mapped.on_episode_end(0, &mut out));
+        }
+    }
+}
