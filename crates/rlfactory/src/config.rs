@@ -147,6 +147,21 @@ pub struct SamplingConfig {
     /// matching prefix wins; every agent must match). Empty: Sample Factory's mapping.
     #[arg(long, default_value = "")]
     pub agent_policy_map: String,
+    /// Self-play for multi-agent games: each policy keeps a pool of frozen snapshots of itself,
+    /// and in each episode one agent plays the latest weights while every other agent plays them
+    /// too (`--self_play_latest_prob`) or a snapshot drawn from its policy's pool, whose steps are
+    /// not trained on.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub self_play: bool,
+    /// Env frames between two snapshots of every policy into its pool (self-play).
+    #[arg(long, default_value_t = 100_000)]
+    pub snapshot_every_env_steps: u64,
+    /// Snapshots kept per policy (self-play); a new one replaces the oldest.
+    #[arg(long, default_value_t = 8)]
+    pub opponent_pool_size: usize,
+    /// Probability that an opponent plays the latest weights rather than a snapshot (self-play).
+    #[arg(long, default_value_t = 0.5)]
+    pub self_play_latest_prob: f64,
 }
 
 /// The reference values (the command line's defaults).
@@ -161,6 +176,10 @@ impl Default for SamplingConfig {
             num_policies: 1,
             pbt_mix_policies_in_one_env: true,
             agent_policy_map: String::new(),
+            self_play: false,
+            snapshot_every_env_steps: 100_000,
+            opponent_pool_size: 8,
+            self_play_latest_prob: 0.5,
         }
     }
 }
@@ -699,6 +718,30 @@ impl Config {
         })
     }
 
+    /// Networks an inference worker runs: every policy and, with `--self_play`, every snapshot in
+    /// the pools. Network `i < num_policies` is policy `i`; then come the snapshots of policy 0,
+    /// of policy 1, and so on ([`Config::snapshot_network`]).
+    pub fn num_networks(&self) -> usize {
+        let s = &self.sampling;
+        s.num_policies * (1 + if s.self_play { s.opponent_pool_size } else { 0 })
+    }
+
+    /// The network of snapshot `slot` of policy `policy`'s pool.
+    pub fn snapshot_network(&self, policy: usize, slot: usize) -> usize {
+        let s = &self.sampling;
+        s.num_policies + policy * s.opponent_pool_size + slot
+    }
+
+    /// The policy whose weights network `network` holds (its own, or a snapshot of them).
+    pub fn policy_of_network(&self, network: usize) -> usize {
+        let s = &self.sampling;
+        if network < s.num_policies {
+            network
+        } else {
+            (network - s.num_policies) / s.opponent_pool_size.max(1)
+        }
+    }
+
     /// Envs across all rollout workers.
     pub fn total_envs(&self) -> usize {
         self.sampling.num_workers * self.sampling.num_envs_per_worker
@@ -756,6 +799,26 @@ impl Config {
             ));
         }
         self.policy_mapping(&spec.agent_names)?;
+        if s.self_play {
+            if spec.num_agents < 2 {
+                return err(format!(
+                    "--self_play needs a multi-agent env; {} has one agent",
+                    self.env.env
+                ));
+            }
+            if s.opponent_pool_size == 0 || s.snapshot_every_env_steps == 0 {
+                return err(
+                    "--opponent_pool_size and --snapshot_every_env_steps must be at least 1 with --self_play"
+                        .into(),
+                );
+            }
+            if !(0.0..=1.0).contains(&s.self_play_latest_prob) {
+                return err(format!(
+                    "--self_play_latest_prob must be in [0, 1], got {}",
+                    s.self_play_latest_prob
+                ));
+            }
+        }
         let sampled = self.total_envs() * spec.num_agents * s.rollout;
         if !r.async_rl && self.dataset_size() % sampled != 0 {
             return err(format!(

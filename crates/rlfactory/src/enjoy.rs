@@ -122,10 +122,17 @@ pub struct EvalArgs {
     /// Write one line per episode (`episode,env,return,length`) to this CSV file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
-    /// For `connect_four`: play `--max_num_episodes` games against this built-in player instead
+    /// For `connect_four`: play `--max_num_episodes` games against this opponent instead
     /// (colours alternating, the policy first in game 0) and report wins, draws and losses.
     #[arg(long, value_enum)]
     pub opponent: Option<Opponent>,
+    /// With `--opponent checkpoint`: the opponent's experiment (under the same `--train_dir`;
+    /// the same experiment when not given).
+    #[arg(long)]
+    pub opponent_experiment: Option<String>,
+    /// With `--opponent checkpoint`: which of its policies (`checkpoint_p<i>/`).
+    #[arg(long, default_value_t = 0)]
+    pub opponent_policy_index: usize,
 }
 
 /// A built-in Connect Four player for `eval --opponent`.
@@ -135,6 +142,9 @@ pub enum Opponent {
     Random,
     /// One ply: win if it can, else block the opponent's win, else random.
     Heuristic,
+    /// Another trained policy (`--opponent_experiment`, `--opponent_policy_index`), playing
+    /// as `--eval_deterministic` says.
+    Checkpoint,
 }
 
 /// Games of a policy against an opponent.
@@ -407,19 +417,15 @@ impl Player for PolicyPlayer<'_> {
     }
 }
 
-/// Plays `games` Connect Four games of `policy` against `opponent` (seeded with `seed`), colours
-/// alternating with the policy moving first in game 0.
+/// Plays `games` Connect Four games of `policy` against `other`, colours alternating with the
+/// policy moving first in game 0 (action sampling seeded with `seed`).
 pub fn duel(
     policy: &mut dyn Policy,
-    opponent: Opponent,
+    other: &mut dyn Player,
     games: usize,
     deterministic: bool,
     seed: u64,
 ) -> Result<Record> {
-    let mut other: Box<dyn Player> = match opponent {
-        Opponent::Random => Box::new(RandomPlayer::new(seed)),
-        Opponent::Heuristic => Box::new(HeuristicPlayer::new(seed)),
-    };
     ActorCritic::seed(seed);
     let mut me = PolicyPlayer {
         policy,
@@ -431,9 +437,9 @@ pub fn duel(
     for game in 0..games {
         let mine = if game % 2 == 0 { Side::First } else { Side::Second };
         let outcome = if mine == Side::First {
-            play_game(&mut me, other.as_mut())
+            play_game(&mut me, other)
         } else {
-            play_game(other.as_mut(), &mut me)
+            play_game(other, &mut me)
         };
         let outcome = match (outcome, me.error.take()) {
             (_, Some(e)) => return Err(e),
@@ -448,19 +454,51 @@ pub fn duel(
     Ok(record)
 }
 
-/// `rlfactory eval --opponent`: a trained Connect Four policy against a built-in player.
+/// `rlfactory eval --opponent`: a trained Connect Four policy against a built-in player or
+/// another trained policy.
 fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> Result<Record> {
     let (_, mut model) = args.enjoy.source.load(registry)?;
     let e = &args.enjoy;
+    let mut rival_model = None;
+    let name = match opponent {
+        Opponent::Checkpoint => {
+            let source = CheckpointSource {
+                experiment: args
+                    .opponent_experiment
+                    .clone()
+                    .unwrap_or_else(|| e.source.experiment.clone()),
+                policy_index: args.opponent_policy_index,
+                ..e.source.clone()
+            };
+            rival_model = Some(source.load(registry)?.1);
+            format!("{} policy {}", source.experiment, source.policy_index)
+        }
+        other => format!("{other:?}"),
+    };
+    let mut other: Box<dyn Player + '_> = match (opponent, rival_model.as_mut()) {
+        (Opponent::Random, _) => Box::new(RandomPlayer::new(e.seed)),
+        (Opponent::Heuristic, _) => Box::new(HeuristicPlayer::new(e.seed)),
+        (Opponent::Checkpoint, Some(rival)) => Box::new(PolicyPlayer {
+            policy: rival,
+            deterministic: e.eval_deterministic,
+            obs: vec![0.0; connect_four::OBS_DIM],
+            error: None,
+        }),
+        (Opponent::Checkpoint, None) => {
+            return Err(RlfError::Config(
+                "--opponent checkpoint: no opponent loaded".into(),
+            ));
+        }
+    };
     let record = duel(
         &mut model,
-        opponent,
+        other.as_mut(),
         e.max_num_episodes,
         e.eval_deterministic,
         e.seed,
     )?;
     println!(
-        "against {opponent:?}: {} wins, {} draws, {} losses in {} games (win rate {:.3})",
+        "against {name}: {} wins, {} draws, {} losses in {} games (win rate {:.3})",
         record.wins,
         record.draws,
         record.losses,

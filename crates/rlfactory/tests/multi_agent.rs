@@ -209,26 +209,46 @@ fn a_bad_agent_policy_map_is_a_clear_error() {
     }
 }
 
-/// Connect Four self-play from scratch (one policy playing both sides against its latest weights,
-/// illegal columns masked: a single illegal move would stop the run with an error) wins at least
-/// 75% of 200 games against the uniformly random player, colours alternating, after 600K moves.
-/// Measured with this config on seeds 1-4: 84-92% (and 19-52% against the one-ply heuristic);
-/// self-play against the latest weights alone oscillates, which is why the 90% target
-/// waits for the opponent pool.
+/// The win rate in `eval --opponent` output (`... (win rate 0.905)`).
+fn win_rate(stdout: &str) -> f64 {
+    stdout
+        .split("win rate ")
+        .nth(1)
+        .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no win rate in {stdout}"))
+}
+
+/// Connect Four self-play from scratch with an opponent pool (`--self_play`: a snapshot of the
+/// initial weights, then one every 100K moves, 8 kept; each game one side plays the latest
+/// weights and the other too or, half the time, a snapshot whose moves are not trained on;
+/// illegal columns masked: a single illegal move would stop the run) wins at least 80% of 200
+/// games against the uniformly random player, colours alternating, after 1M moves. Measured:
+/// 84-92% over seeds 1-2 and settings nearby, so the 90% is not reached reliably yet. The
+/// run rates its pool (Elo, win rate against it), and `eval` pits the trained policy against an
+/// early checkpoint of another run.
 #[test]
 fn connect_four_self_play_beats_the_random_player() {
     let dir = temp_dir("connect-four");
     let train_dir = format!("--train_dir={}", dir.path().display());
+    let out = dir.path().join("summary.json");
     let output = run(&[
         "train",
         "--env=connect_four",
         "--seed=1",
         "--experiment=c4",
         &train_dir,
-        "--train_for_env_steps=600000",
+        &format!("--summary_json={}", out.display()),
+        "--self_play",
+        "--train_for_env_steps=1000000",
         "--report_interval_sec=0",
     ]);
     assert!(output.status.success(), "{}", text(&output.stderr));
+    let s = common::summary(&out);
+    let sp = &s["policies"][0]["self_play"];
+    let pool = sp["pool"].as_array().expect("the pool");
+    assert_eq!(pool.len(), 8, "a full pool after 1M moves: {sp}");
+    assert!(sp["games"].as_u64() > Some(1000), "{sp}");
+    assert!(pool.iter().all(|p| p["elo"].as_f64().is_some()), "{sp}");
     let output = run(&[
         "eval",
         "--env=connect_four",
@@ -242,10 +262,33 @@ fn connect_four_self_play_beats_the_random_player() {
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{}{}", stdout, text(&output.stderr));
     eprintln!("{stdout}");
-    let rate: f64 = stdout
-        .split("win rate ")
-        .nth(1)
-        .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
-        .unwrap_or_else(|| panic!("no win rate in {stdout}"));
-    assert!(rate >= 0.75, "win rate {rate} against the random player");
+    let rate = win_rate(&stdout);
+    assert!(rate >= 0.8, "win rate {rate} against the random player");
+    // Against an early checkpoint (20K moves) of another run, both sampling their moves (measured
+    // 0.77 on 100 games).
+    let output = run(&[
+        "train",
+        "--env=connect_four",
+        "--seed=2",
+        "--experiment=early",
+        &train_dir,
+        "--train_for_env_steps=20000",
+        "--report_interval_sec=0",
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let output = run(&[
+        "eval",
+        "--env=connect_four",
+        "--experiment=c4",
+        &train_dir,
+        "--opponent=checkpoint",
+        "--opponent_experiment=early",
+        "--max_num_episodes=100",
+        "--seed=7",
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{}{}", stdout, text(&output.stderr));
+    assert!(stdout.contains("against early policy 0: "), "{stdout}");
+    let rate = win_rate(&stdout);
+    assert!(rate >= 0.6, "win rate {rate} against the early checkpoint");
 }

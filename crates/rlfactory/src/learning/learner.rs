@@ -168,6 +168,21 @@ impl Learner {
         })
     }
 
+    /// Publishes the current weights into `pool_slot` (a self-play snapshot's shared weights) as
+    /// version `number`, the snapshot's number; returns the policy version they hold.
+    pub fn snapshot(&self, pool_slot: &SharedWeights, number: u64) -> Result<u64> {
+        let values = self.appo.model().weights()?.values;
+        if values.len() != pool_slot.len() {
+            return Err(crate::RlfError::WeightMismatch(format!(
+                "{} values for a snapshot buffer of {}",
+                values.len(),
+                pool_slot.len()
+            )));
+        }
+        pool_slot.publish(number, &values);
+        Ok(self.appo.version())
+    }
+
     /// Slot of `batch_ready`: trains on the dataset; returns the new weights and the metrics.
     pub fn on_batch_ready(&mut self, batch: &Batch) -> Result<(PolicyUpdated, TrainingReport)> {
         let dataset = self.dataset(batch)?;

@@ -16,8 +16,8 @@ use crate::env::EnvRegistry;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::{Batch, Batcher, PolicyUpdated, TrainingReport};
 use crate::sampling::{
-    ActionsReady, BufferReleased, PolicyRequest, RolloutReport, SlotsReclaimed, TrajectoryReady,
-    WorkerStarted,
+    ActionsReady, BufferReleased, PolicyRequest, RolloutReport, SlotsReclaimed, SnapshotRequest,
+    SnapshotTaken, TrajectoryReady, WorkerStarted,
 };
 
 /// The loop (and object) name of policy `policy`'s learner: `learner` when it is the only one,
@@ -53,6 +53,7 @@ pub(super) struct Parts {
 /// Learner ──policy_updated──▶ InferenceWorker, RolloutWorker (sync mode resumes)
 /// Learner ──training_reported──▶ Batcher (frees slots), Runner
 /// RolloutWorker ──rollout_reported──▶ Runner ──checkpoint_requested, progress_reported──▶ Learner
+/// Runner ──snapshot_requested──▶ Learner ──snapshot_taken──▶ RolloutWorker, Runner (self-play)
 /// ```
 ///
 /// With several policies each has its own learner (`learner_<i>`) and its own `batch_ready`;
@@ -117,11 +118,17 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         .map(|&l| LearnerSignals {
             policy_updated: app.signal::<PolicyUpdated, _>(l, "policy_updated"),
             training_reported: app.signal::<TrainingReport, _>(l, "training_reported"),
+            snapshot_taken: s
+                .self_play
+                .then(|| app.signal::<SnapshotTaken, _>(l, "snapshot_taken")),
         })
         .collect();
     let runner_signals = RunnerSignals {
         checkpoint_requested: app.signal::<CheckpointRequest, _>(runner, "checkpoint_requested"),
         progress_reported: app.signal::<CheckpointRequest, _>(runner, "progress_reported"),
+        snapshot_requested: s
+            .self_play
+            .then(|| app.signal::<SnapshotRequest, _>(runner, "snapshot_requested")),
     };
 
     // Connections among them.
@@ -150,6 +157,10 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             learner,
             LearnerNode::on_progress_reported,
         );
+        if let (Some(requested), Some(taken)) = (runner_signals.snapshot_requested, signals.snapshot_taken) {
+            app.connect(requested, learner, LearnerNode::on_snapshot_requested);
+            app.connect(taken, runner, RunnerNode::on_snapshot_taken);
+        }
     }
 
     // Each rollout worker's signals and connections: actions and released slots go to the one
@@ -186,6 +197,9 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         app.connect(signals.worker_started, runner, RunnerNode::on_worker_started);
         for signals in &learner_signals {
             app.connect(signals.policy_updated, w, RolloutNode::on_policy_updated);
+            if let Some(taken) = signals.snapshot_taken {
+                app.connect(taken, w, RolloutNode::on_snapshot_taken);
+            }
         }
         worker_signals.push(signals);
     }
@@ -208,6 +222,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         buffer_released,
         slots_reclaimed,
     };
+    let num_networks = cfg.num_networks();
     let assembler = Batcher::new(
         num_policies,
         cfg.dataset_size(),
@@ -216,7 +231,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     );
     let batcher_plane = plane.clone();
     app.construct(batcher, move || {
-        BatcherNode::new(assembler, &batcher_plane, layout, batcher_signals)
+        BatcherNode::new(assembler, num_networks, &batcher_plane, layout, batcher_signals)
     });
     for (p, (&learner, signals)) in learners.iter().zip(learner_signals).enumerate() {
         let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());

@@ -34,7 +34,7 @@ use crate::error::{Result, RlfError};
 use crate::experiment::ExperimentRun;
 
 pub use self::stats::{warm_up, Report, Runner, Scalars};
-pub use self::summary::{PolicySummary, StopReason, Summary};
+pub use self::summary::{PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary};
 
 /// The build function of a child process, for the built-in envs (see [`child_build_with`]).
 pub fn child_build(app: &mut AppBuilder) -> Result<(), BuildError> {

@@ -16,7 +16,8 @@ use crate::sampling::{TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 /// Handles of the regions, for the processes that map them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct DataPlane {
-    /// Each policy's published weights, by policy index.
+    /// The published weights of each network: every policy's, by policy index, then the
+    /// self-play snapshots ([`Config::snapshot_network`]).
     pub weights: Vec<SharedWeightsHandle>,
     pub pools: Vec<TrajectoryPoolHandle>,
     pub counters: ShmArrayHandle,
@@ -50,7 +51,7 @@ pub(super) struct GraphSpec {
 
 /// The regions behind a [`DataPlane`], owned (and removed at the end) by the main process.
 pub(super) struct PlaneRegions {
-    /// Each policy's published weights.
+    /// Each network's published weights (see [`DataPlane::weights`]).
     pub weights: Vec<SharedWeights>,
     _pools: Vec<TrajectoryPool>,
     pub counters: ShmArray<u64>,
@@ -77,7 +78,7 @@ fn buffers_per_worker(cfg: &Config, num_agents: usize) -> usize {
 pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
     let model = new_model(cfg, registry, 0)?;
     let size = model.weights()?.values.len();
-    let weights = (0..cfg.sampling.num_policies)
+    let weights = (0..cfg.num_networks())
         .map(|_| SharedWeights::create(size))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let s = &cfg.sampling;

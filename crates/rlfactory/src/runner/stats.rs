@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::summary::{PolicySummary, StopReason, Summary};
+use super::summary::{PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary};
 use crate::config::Config;
 use crate::experiment::CheckpointRequest;
 use crate::learning::TrainingReport;
-use crate::sampling::RolloutReport;
+use crate::sampling::{RolloutReport, SelfPlayGame, SnapshotRequest, SnapshotTaken};
 
 /// Episodes the mean return is taken over.
 const RETURN_WINDOW: usize = 100;
@@ -73,6 +73,94 @@ impl<T: Copy + Into<f64>> Window<T> {
     }
 }
 
+/// The Elo rating a policy starts with; a snapshot starts with its policy's rating when taken.
+const ELO_START: f64 = 1200.0;
+/// How far one game moves two ratings.
+const ELO_K: f64 = 16.0;
+
+/// The expected score of a player rated `a` against one rated `b`.
+fn elo_expected(a: f64, b: f64) -> f64 {
+    1.0 / (1.0 + 10f64.powf((b - a) / 400.0))
+}
+
+/// A snapshot in a policy's self-play pool.
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    number: u64,
+    version: u64,
+    rating: f64,
+    games: u64,
+}
+
+/// A policy's self-play record: its latest weights' Elo rating, its pool's snapshots, and the
+/// scores of its last games against them.
+#[derive(Debug, Clone)]
+struct SelfPlayStats {
+    rating: f64,
+    /// By pool slot.
+    pool: Vec<Option<Snapshot>>,
+    scores: Window<f64>,
+    games: u64,
+}
+
+impl SelfPlayStats {
+    fn new(pool_size: usize) -> Self {
+        Self {
+            rating: ELO_START,
+            pool: vec![None; pool_size],
+            scores: Window::default(),
+            games: 0,
+        }
+    }
+
+    fn on_snapshot_taken(&mut self, taken: &SnapshotTaken) {
+        if let Some(slot) = self.pool.get_mut(taken.slot) {
+            *slot = Some(Snapshot {
+                number: taken.number,
+                version: taken.version,
+                rating: self.rating,
+                games: 0,
+            });
+        }
+    }
+
+    /// A game of the latest weights against the snapshot in `slot`: both ratings move.
+    fn on_game(&mut self, slot: usize, score: f64) {
+        let Some(Some(snapshot)) = self.pool.get_mut(slot) else {
+            return;
+        };
+        let delta = ELO_K * (score - elo_expected(self.rating, snapshot.rating));
+        self.rating += delta;
+        snapshot.rating -= delta;
+        snapshot.games += 1;
+        self.scores.push(score);
+        self.games += 1;
+    }
+
+    fn summary(&self) -> SelfPlaySummary {
+        SelfPlaySummary {
+            games: self.games,
+            win_rate_vs_pool: self.scores.mean(),
+            elo: self.rating,
+            pool: self
+                .pool
+                .iter()
+                .enumerate()
+                .filter_map(|(slot, s)| {
+                    let s = s.as_ref()?;
+                    Some(SnapshotSummary {
+                        slot,
+                        number: s.number,
+                        policy_version: s.version,
+                        elo: s.rating,
+                        games: s.games,
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One policy's statistics.
 #[derive(Debug, Clone, Default)]
 struct PolicyStats {
@@ -85,6 +173,18 @@ struct PolicyStats {
     last_metrics: Vec<(String, f64)>,
     episode_scalars: Due,
     training_scalars: Due,
+    self_play: Option<SelfPlayStats>,
+}
+
+/// When the next self-play snapshot is due.
+#[derive(Debug, Clone, Copy)]
+struct SnapshotSchedule {
+    every: u64,
+    next: u64,
+    number: u64,
+    /// Networks before the first snapshot (the policies), and snapshots per pool.
+    num_policies: usize,
+    pool_size: usize,
 }
 
 /// Statistics and stop conditions.
@@ -111,12 +211,14 @@ pub struct Runner {
     first_dataset_digest: Option<u64>,
     last_line: (Instant, u64),
     stop: Option<StopReason>,
+    snapshots: Option<SnapshotSchedule>,
 }
 
 impl Runner {
     /// A runner for `cfg`; `process_start` is when the process started.
     pub fn new(cfg: &Config, process_start: Instant) -> Self {
         let now = Instant::now();
+        let s = &cfg.sampling;
         Self {
             process_start,
             sampling_start: now,
@@ -131,10 +233,23 @@ impl Runner {
             episodes: 0,
             returns: Window::default(),
             reached: None,
-            policies: vec![PolicyStats::default(); cfg.sampling.num_policies.max(1)],
+            policies: vec![
+                PolicyStats {
+                    self_play: s.self_play.then(|| SelfPlayStats::new(s.opponent_pool_size)),
+                    ..PolicyStats::default()
+                };
+                s.num_policies.max(1)
+            ],
             first_dataset_digest: None,
             last_line: (now, 0),
             stop: None,
+            snapshots: s.self_play.then_some(SnapshotSchedule {
+                every: s.snapshot_every_env_steps.max(1),
+                next: 0,
+                number: 0,
+                num_policies: s.num_policies,
+                pool_size: s.opponent_pool_size.max(1),
+            }),
         }
     }
 
@@ -183,7 +298,50 @@ impl Runner {
                 p.episode_scalars.fresh = true;
             }
         }
+        for game in &report.games {
+            self.on_game(game);
+        }
         self.check_stop()
+    }
+
+    fn on_game(&mut self, game: &SelfPlayGame) {
+        let Some(schedule) = self.snapshots else { return };
+        let Some(p) = self.policies.get_mut(game.policy) else {
+            return;
+        };
+        let first = schedule.num_policies + game.policy * schedule.pool_size;
+        if let (Some(sp), Some(slot)) = (&mut p.self_play, game.network.checked_sub(first)) {
+            sp.on_game(slot, game.score);
+            p.episode_scalars.fresh = true;
+        }
+    }
+
+    /// The self-play snapshot due now, if any: the first at the first report (the initial
+    /// weights, an opponent close to uniformly random), then one every
+    /// `--snapshot_every_env_steps` env frames.
+    pub fn due_snapshot(&mut self) -> Option<SnapshotRequest> {
+        let schedule = self.snapshots.as_mut()?;
+        if self.env_frames < schedule.next {
+            return None;
+        }
+        while schedule.next <= self.env_frames {
+            schedule.next += schedule.every;
+        }
+        schedule.number += 1;
+        Some(SnapshotRequest {
+            number: schedule.number,
+        })
+    }
+
+    /// Slot of `snapshot_taken`.
+    pub fn on_snapshot_taken(&mut self, taken: &SnapshotTaken) {
+        if let Some(sp) = self
+            .policies
+            .get_mut(taken.policy)
+            .and_then(|p| p.self_play.as_mut())
+        {
+            sp.on_snapshot_taken(taken);
+        }
     }
 
     /// What a checkpoint saved now should record.
@@ -246,6 +404,15 @@ impl Runner {
                 values.extend(p.returns.mean().map(|r| ("reward/reward".to_owned(), r)));
                 values.extend(p.lengths.mean().map(|l| ("len/len".to_owned(), l)));
                 values.push(("stats/agent_steps".to_owned(), p.agent_steps as f64));
+                if let Some(sp) = &p.self_play {
+                    values.extend(
+                        sp.scores
+                            .mean()
+                            .map(|w| ("selfplay/win_rate_vs_pool".to_owned(), w)),
+                    );
+                    values.push(("selfplay/elo".to_owned(), sp.rating));
+                    values.push(("selfplay/games".to_owned(), sp.games as f64));
+                }
                 due.push(Scalars {
                     policy,
                     env_frames: frames,
@@ -330,6 +497,7 @@ impl Runner {
                     episodes: p.episodes,
                     agent_steps: p.agent_steps,
                     policy_version: p.version,
+                    self_play: p.self_play.as_ref().map(SelfPlayStats::summary),
                 })
                 .collect(),
             reached_reward: self.reached.is_some(),
@@ -378,6 +546,7 @@ mod tests {
             episode_lengths: returns.iter().map(|&r| r as u64).collect(),
             episode_policies: vec![0; returns.len()],
             policy_frames: vec![env_frames],
+            games: Vec::new(),
         }
     }
 
@@ -474,5 +643,78 @@ mod tests {
         );
         let s = r.summary();
         assert_eq!((s.env_frames, s.episodes, s.policy_version), (5000, 30, 7));
+    }
+
+    #[test]
+    fn self_play_takes_snapshots_on_schedule_and_rates_them_by_elo() {
+        let mut r = runner(&[
+            "--env=connect_four",
+            "--self_play",
+            "--snapshot_every_env_steps=1000",
+            "--opponent_pool_size=2",
+        ]);
+        assert_eq!(
+            r.due_snapshot(),
+            Some(SnapshotRequest { number: 1 }),
+            "the initial weights"
+        );
+        assert_eq!(r.due_snapshot(), None);
+        r.on_rollout_reported(&rollout(2500, &[]));
+        assert_eq!(r.due_snapshot(), Some(SnapshotRequest { number: 2 }));
+        assert_eq!(r.due_snapshot(), None, "one snapshot per crossing, next at 3000");
+        r.on_snapshot_taken(&SnapshotTaken {
+            policy: 0,
+            slot: 0,
+            number: 1,
+            version: 40,
+        });
+        // Network 1 is slot 0 of policy 0's pool (one policy): three wins and a draw.
+        let mut report = rollout(100, &[]);
+        report.games = [1.0, 1.0, 1.0, 0.5]
+            .iter()
+            .map(|&score| SelfPlayGame {
+                policy: 0,
+                network: 1,
+                score,
+            })
+            .collect();
+        r.on_rollout_reported(&report);
+        let sp = r.summary().policies[0]
+            .self_play
+            .clone()
+            .expect("self-play stats");
+        assert_eq!((sp.games, sp.win_rate_vs_pool), (4, Some(0.875)));
+        assert!(
+            sp.elo > ELO_START && sp.elo < ELO_START + 4.0 * ELO_K,
+            "{}",
+            sp.elo
+        );
+        assert_eq!(sp.pool.len(), 1);
+        let snapshot = &sp.pool[0];
+        assert_eq!(
+            (snapshot.number, snapshot.policy_version, snapshot.games),
+            (1, 40, 4)
+        );
+        // Elo is zero-sum between the two.
+        assert!((snapshot.elo + sp.elo - 2.0 * ELO_START).abs() < 1e-9);
+        let due = r.due_scalars(true);
+        assert!(
+            due.iter()
+                .flat_map(|s| &s.values)
+                .any(|(tag, v)| tag == "selfplay/win_rate_vs_pool" && *v == 0.875),
+            "{due:?}"
+        );
+        // A game against an empty slot (no snapshot yet) counts for nothing.
+        let mut report = rollout(100, &[]);
+        report.games = vec![SelfPlayGame {
+            policy: 0,
+            network: 2,
+            score: 0.0,
+        }];
+        r.on_rollout_reported(&report);
+        assert_eq!(
+            r.summary().policies[0].self_play.as_ref().map(|s| s.games),
+            Some(4)
+        );
     }
 }

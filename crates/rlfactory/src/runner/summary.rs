@@ -31,6 +31,36 @@ pub struct PolicySummary {
     pub agent_steps: u64,
     /// Its final version (SGD steps).
     pub policy_version: u64,
+    /// With `--self_play`: its record against its pool.
+    pub self_play: Option<SelfPlaySummary>,
+}
+
+/// A policy's self-play record.
+#[derive(Debug, Clone, Serialize)]
+pub struct SelfPlaySummary {
+    /// Episodes its latest weights played against snapshots.
+    pub games: u64,
+    /// Mean score of the last 100 of them (win 1, draw 0.5, loss 0).
+    pub win_rate_vs_pool: Option<f64>,
+    /// The Elo rating of its latest weights (all start at 1200).
+    pub elo: f64,
+    /// The snapshots in its pool.
+    pub pool: Vec<SnapshotSummary>,
+}
+
+/// A snapshot in a self-play pool.
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotSummary {
+    /// Its slot in the pool.
+    pub slot: usize,
+    /// Its number (the run's n-th snapshot).
+    pub number: u64,
+    /// The policy version it holds.
+    pub policy_version: u64,
+    /// Its Elo rating (its policy's when it was taken, then moved by its games).
+    pub elo: f64,
+    /// Games it played against the latest weights.
+    pub games: u64,
 }
 
 /// The outcome of a run, written by `--summary_json`.

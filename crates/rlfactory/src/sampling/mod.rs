@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 pub use buffers::{Field, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 pub use inference::InferenceWorker;
-pub use policy_map::{parse_agent_policy_map, Mapping, PolicyAssigner, RESAMPLE_EVERY_EPISODES};
+pub use policy_map::{parse_agent_policy_map, Mapping, PolicyAssigner, SelfPlay, RESAMPLE_EVERY_EPISODES};
 pub use rollout::{RolloutWorker, StepOutcome, WorkerCounts};
 
 /// A split of a rollout worker wrote its observations at step `step` of slot `buffer` of its
@@ -97,8 +97,42 @@ pub struct RolloutReport {
     pub episode_lengths: Vec<u64>,
     /// The policy that played each finished episode.
     pub episode_policies: Vec<usize>,
-    /// Agent steps since the previous report, by policy.
+    /// Agent steps since the previous report, by policy (its latest weights').
     pub policy_frames: Vec<u64>,
+    /// Self-play episodes finished against snapshots.
+    pub games: Vec<SelfPlayGame>,
+}
+
+/// One self-play episode of a policy's latest weights against a snapshot from its pool.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SelfPlayGame {
+    /// The policy (its protagonist agent played the latest weights).
+    pub policy: usize,
+    /// The snapshot's network ([`crate::config::Config::snapshot_network`]).
+    pub network: usize,
+    /// 1 for a win (a higher episode return than the snapshot's agent), 0.5 a draw, 0 a loss.
+    pub score: f64,
+}
+
+/// Every learner is to put a snapshot of its policy into its pool (`snapshot_requested`, from
+/// the runner every `--snapshot_every_env_steps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRequest {
+    /// The snapshot's number (1, 2, ...): it goes into slot `(number - 1) % --opponent_pool_size`.
+    pub number: u64,
+}
+
+/// A learner put a snapshot of its policy into slot `slot` of the pool (`snapshot_taken`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotTaken {
+    /// The policy.
+    pub policy: usize,
+    /// The slot of its pool.
+    pub slot: usize,
+    /// The snapshot's number (1 for the run's first snapshot of every policy, and so on).
+    pub number: u64,
+    /// The policy version the snapshot holds.
+    pub version: u64,
 }
 
 impl RolloutReport {

@@ -9,6 +9,12 @@
 //! - Otherwise each env draws its policies when it starts and again every
 //!   [`RESAMPLE_EVERY_EPISODES`] episodes: one policy per agent, or one for all its agents
 //!   without mixing. A draw only ever happens between two episodes of the env.
+//!
+//! With `--self_play` ([`SelfPlay`]) each episode of an env has one protagonist, an agent drawn
+//! at random that plays its policy's latest weights; every other agent plays them too with
+//! probability `--self_play_latest_prob`, or else a snapshot drawn from its policy's pool (a
+//! network of its own, whose steps no learner trains on). Until a pool holds a snapshot, all play
+//! the latest weights.
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -184,6 +190,61 @@ impl PolicyAssigner {
     }
 }
 
+/// Self-play opponents: which network each agent of an env plays in an episode (see the module
+/// doc). Network `i < num_policies` is policy `i`'s latest weights; snapshot `k` of policy `p`'s
+/// pool is network `num_policies + p * pool_size + k`.
+#[derive(Debug, Clone)]
+pub struct SelfPlay {
+    num_policies: usize,
+    pool_size: usize,
+    latest_prob: f64,
+    /// Snapshots in each policy's pool.
+    filled: Vec<usize>,
+    rng: Pcg64Mcg,
+}
+
+impl SelfPlay {
+    /// Self-play among `num_policies` policies with pools of `pool_size` snapshots, empty at
+    /// first; draws are seeded by `seed`.
+    pub fn new(num_policies: usize, pool_size: usize, latest_prob: f64, seed: u64) -> Self {
+        Self {
+            num_policies,
+            pool_size,
+            latest_prob,
+            filled: vec![0; num_policies],
+            rng: Pcg64Mcg::seed_from_u64(seed ^ 0x5e1f_91a7_0000_0001),
+        }
+    }
+
+    /// Policy `policy`'s snapshot is now in slot `slot` of its pool.
+    pub fn on_snapshot_taken(&mut self, policy: usize, slot: usize) {
+        if let Some(filled) = self.filled.get_mut(policy) {
+            *filled = (*filled).max(slot + 1).min(self.pool_size);
+        }
+    }
+
+    /// For one env whose agents are controlled by the policies `base`, writes the network each
+    /// agent plays this episode into `out`; returns the protagonist.
+    pub fn draw(&mut self, base: &[u32], out: &mut [u32]) -> usize {
+        let protagonist = self.rng.random_range(0..base.len().max(1));
+        for (a, (o, &p)) in out.iter_mut().zip(base).enumerate() {
+            let filled = self.filled.get(p as usize).copied().unwrap_or(0);
+            *o = if a == protagonist || filled == 0 || self.rng.random::<f64>() < self.latest_prob {
+                p
+            } else {
+                let slot = self.rng.random_range(0..filled);
+                (self.num_policies + p as usize * self.pool_size + slot) as u32
+            };
+        }
+        protagonist
+    }
+
+    /// Whether `network` is a snapshot (frozen, never trained).
+    pub fn is_snapshot(&self, network: u32) -> bool {
+        network as usize >= self.num_policies
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +343,33 @@ mod tests {
         for _ in 0..RESAMPLE_EVERY_EPISODES {
             assert!(!mapped.on_episode_end(0, &mut out));
         }
+    }
+
+    #[test]
+    fn self_play_opponents_play_snapshots_once_the_pool_holds_some() {
+        let mut sp = SelfPlay::new(2, 3, 0.25, 5);
+        let mut out = [0; 2];
+        // An empty pool: everyone plays the latest weights.
+        for _ in 0..20 {
+            sp.draw(&[1, 1], &mut out);
+            assert_eq!(out, [1, 1]);
+        }
+        sp.on_snapshot_taken(1, 0);
+        sp.on_snapshot_taken(1, 1);
+        let (mut snapshots, mut protagonists) = (0, [0; 2]);
+        for _ in 0..400 {
+            let hero = sp.draw(&[1, 1], &mut out);
+            protagonists[hero] += 1;
+            assert_eq!(out[hero], 1, "the protagonist plays the latest weights");
+            let other = out[1 - hero];
+            if sp.is_snapshot(other) {
+                snapshots += 1;
+                // Policy 1's pool: networks 2 + 3 + slot, slots 0 and 1 filled.
+                assert!(other == 5 || other == 6, "{other}");
+            }
+        }
+        // About 75% of the opponents are snapshots; both sides are the protagonist.
+        assert!((250..350).contains(&snapshots), "{snapshots}");
+        assert!(protagonists.iter().all(|&n| n > 150), "{protagonists:?}");
     }
 }

@@ -16,12 +16,15 @@
 //! valid when its agent acted in it (a turn-based game's waiting player, an agent out until the
 //! next episode write 0), and env frames count the agent steps taken (valid columns).
 //!
-//! With several policies each column records, at every step, the policy controlling its agent
-//! ([`Field::Policy`], from a [`PolicyAssigner`]); an env's policies only change between two of
-//! its episodes. Finished episodes and agent steps are reported per policy.
+//! With several policies (or self-play snapshots) each column records, at every step, the
+//! network playing its agent ([`Field::Policy`]: a policy from a [`PolicyAssigner`], or a
+//! snapshot from [`SelfPlay`]); an env's networks only change between two of its episodes.
+//! Finished episodes and agent steps are reported per policy, for the agents its latest weights
+//! played; self-play episodes against snapshots are reported as games.
 
 use super::{
-    ActionsReady, Field, PolicyAssigner, PolicyRequest, RolloutReport, TrajectoryPool, TrajectoryReady,
+    ActionsReady, Field, PolicyAssigner, PolicyRequest, RolloutReport, SelfPlay, SelfPlayGame, SnapshotTaken,
+    TrajectoryPool, TrajectoryReady,
 };
 use crate::config::Config;
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
@@ -45,12 +48,19 @@ struct Split {
     actions: Vec<f32>,
     flags: Vec<f32>,
     final_obs: Vec<f32>,
-    /// The policy of each column, and as written into the slot.
+    /// The policy controlling each column's agent.
+    base: Vec<u32>,
+    /// The network playing each column's agent (its policy's, or a self-play snapshot), and as
+    /// written into the slot.
     policies: Vec<u32>,
     policy_values: Vec<f32>,
     assigner: PolicyAssigner,
-    /// Columns whose agent's episode ended since its env last reset.
+    self_play: Option<SelfPlay>,
+    /// Each env's self-play protagonist (agent index).
+    protagonists: Vec<usize>,
+    /// Columns whose agent's episode ended since its env last reset, with its return.
     ended: Vec<bool>,
+    returns: Vec<f64>,
 }
 
 impl Split {
@@ -60,18 +70,53 @@ impl Split {
         }
     }
 
-    /// Records the episode ends of the last step; an env whose agents have all ended reset, and
-    /// its agents' policies may be drawn again.
-    fn track_episode_ends(&mut self, num_agents: usize) {
+    /// Sets the networks of env `e`'s agents for its next episode from their policies (with
+    /// self-play, a protagonist and its opponents).
+    fn start_episode(&mut self, e: usize, num_agents: usize) {
+        let columns = e * num_agents..(e + 1) * num_agents;
+        match &mut self.self_play {
+            Some(sp) => {
+                self.protagonists[e] = sp.draw(&self.base[columns.clone()], &mut self.policies[columns])
+            }
+            None => self.policies[columns.clone()].copy_from_slice(&self.base[columns]),
+        }
+    }
+
+    /// Records the episode ends of the last step. An env whose agents have all ended reset: its
+    /// self-play games are scored (the protagonist's return against each snapshot's), and its
+    /// agents' networks for the next episode set.
+    fn track_episode_ends(&mut self, num_agents: usize, games: &mut Vec<SelfPlayGame>) {
         let mut changed = false;
         for e in 0..self.ended.len() / num_agents.max(1) {
             let columns = e * num_agents..(e + 1) * num_agents;
             for c in columns.clone() {
                 self.ended[c] |= self.buf.terminated[c] || self.buf.truncated[c];
             }
-            if self.ended[columns.clone()].iter().all(|&d| d) {
-                self.ended[columns.clone()].fill(false);
-                changed |= self.assigner.on_episode_end(e, &mut self.policies[columns]);
+            if !self.ended[columns.clone()].iter().all(|&d| d) {
+                continue;
+            }
+            self.ended[columns.clone()].fill(false);
+            if let Some(sp) = &self.self_play {
+                let hero = e * num_agents + self.protagonists[e];
+                for c in columns.clone().filter(|&c| sp.is_snapshot(self.policies[c])) {
+                    let (mine, theirs) = (self.returns[hero], self.returns[c]);
+                    games.push(SelfPlayGame {
+                        policy: self.base[hero] as usize,
+                        network: self.policies[c] as usize,
+                        score: if mine > theirs {
+                            1.0
+                        } else if mine < theirs {
+                            0.0
+                        } else {
+                            0.5
+                        },
+                    });
+                }
+            }
+            let redrawn = self.assigner.on_episode_end(e, &mut self.base[columns]);
+            if redrawn || self.self_play.is_some() {
+                self.start_episode(e, num_agents);
+                changed = true;
             }
         }
         if changed {
@@ -150,8 +195,10 @@ pub struct RolloutWorker {
     report: RolloutReport,
     /// In sync mode, trajectories per split before waiting for a new policy; `None` in async mode.
     rounds_per_update: Option<usize>,
-    /// More than one policy: columns record their policy, reports count per policy.
+    /// Policies trained, and networks played (with self-play snapshots): with more than one
+    /// network, columns record theirs.
     num_policies: usize,
+    num_networks: usize,
     pool: TrajectoryPool,
     free: Vec<usize>,
     /// The batcher's answer to `worker_started` (the free list) arrived.
@@ -212,15 +259,27 @@ impl RolloutWorker {
                     ),
                 });
             }
-            let mut policies = vec![0; columns];
-            for (e, chunk) in policies.chunks_mut(num_agents).enumerate() {
+            let mut base = vec![0; columns];
+            for (e, chunk) in base.chunks_mut(num_agents).enumerate() {
                 assigner.assign(e, chunk);
             }
+            let self_play = s.self_play.then(|| {
+                SelfPlay::new(
+                    s.num_policies,
+                    s.opponent_pool_size,
+                    s.self_play_latest_prob,
+                    cfg.env.seed + first_env as u64,
+                )
+            });
             let mut split = Split {
                 policy_values: vec![0.0; columns],
-                policies,
+                policies: base.clone(),
+                base,
                 assigner,
+                self_play,
+                protagonists: vec![0; per_split],
                 ended: vec![false; columns],
+                returns: vec![0.0; columns],
                 buf: VecBuffers::new(columns, envs.obs_dim()),
                 actions: vec![0.0; columns * shape.action_dim],
                 flags: vec![0.0; columns],
@@ -233,6 +292,9 @@ impl RolloutWorker {
                 since_update: 0,
                 paused: false,
             };
+            for e in 0..per_split {
+                split.start_episode(e, num_agents);
+            }
             split.refresh_policy_values();
             splits.push(split);
         }
@@ -250,6 +312,7 @@ impl RolloutWorker {
             report: RolloutReport::new(index, s.num_policies),
             rounds_per_update,
             num_policies: s.num_policies,
+            num_networks: cfg.num_networks(),
             free: Vec::new(),
             reclaimed: false,
             incarnation,
@@ -352,8 +415,10 @@ impl RolloutWorker {
             let acted = split.envs.acted(c);
             *valid = f32::from(u8::from(acted));
             frames += u64::from(acted);
-            if acted && self.num_policies > 1 {
-                self.report.policy_frames[split.policies[c] as usize] += 1;
+            if acted && self.num_networks > 1 {
+                if let Some(f) = self.report.policy_frames.get_mut(split.policies[c] as usize) {
+                    *f += 1;
+                }
             }
         }
         self.pool.put(buffer, Field::Valid, t, &split.flags)?;
@@ -368,13 +433,17 @@ impl RolloutWorker {
                 }
             }
             if let Some(ep) = split.envs.finished(i) {
-                self.report.episode_returns.push(ep.episode_return);
-                self.report.episode_lengths.push(ep.length);
-                self.report.episode_policies.push(split.policies[i] as usize);
+                split.returns[i] = ep.episode_return;
+                // A snapshot's episodes are not its policy's.
+                if (split.policies[i] as usize) < self.num_policies {
+                    self.report.episode_returns.push(ep.episode_return);
+                    self.report.episode_lengths.push(ep.length);
+                    self.report.episode_policies.push(split.policies[i] as usize);
+                }
             }
         }
-        if self.num_policies > 1 {
-            split.track_episode_ends(split.envs.num_agents());
+        if self.num_networks > 1 {
+            split.track_episode_ends(split.envs.num_agents(), &mut self.report.games);
         }
         self.pool.put(buffer, Field::HasFinal, t, &split.flags)?;
         self.pool.put(buffer, Field::FinalObs, t, &split.final_obs)?;
@@ -409,12 +478,21 @@ impl RolloutWorker {
             &mut self.report,
             RolloutReport::new(self.index, self.num_policies),
         );
-        if self.num_policies == 1 {
+        if self.num_networks == 1 {
             report.policy_frames[0] = report.env_frames;
         }
         outcome.report = Some(report);
         outcome.requests = self.resume()?;
         Ok(outcome)
+    }
+
+    /// Slot of `snapshot_taken`: a policy's pool holds one more snapshot to draw opponents from.
+    pub fn on_snapshot_taken(&mut self, taken: &SnapshotTaken) {
+        for split in &mut self.splits {
+            if let Some(sp) = &mut split.self_play {
+                sp.on_snapshot_taken(taken.policy, taken.slot);
+            }
+        }
     }
 
     /// Slot of `policy_updated`: in sync mode, resumes the splits waiting for a new policy.

@@ -24,6 +24,8 @@ pub(in crate::runner) struct BatcherSignals {
 
 pub(in crate::runner) struct BatcherNode {
     batcher: Batcher,
+    /// Networks the slots' columns may name (policies and self-play snapshots).
+    num_networks: usize,
     /// Every rollout worker's trajectory pool (read for the policy versions) and the counters.
     mapped: Result<(Vec<TrajectoryPool>, ShmArray<u64>)>,
     layout: CounterLayout,
@@ -32,12 +34,19 @@ pub(in crate::runner) struct BatcherNode {
 
 impl BatcherNode {
     /// The batcher, in its loop's process.
-    pub fn new(batcher: Batcher, plane: &DataPlane, layout: CounterLayout, signals: BatcherSignals) -> Self {
+    pub fn new(
+        batcher: Batcher,
+        num_networks: usize,
+        plane: &DataPlane,
+        layout: CounterLayout,
+        signals: BatcherSignals,
+    ) -> Self {
         let mapped = plane
             .open_pools()
             .and_then(|pools| Ok((pools, ShmArray::open(&plane.counters)?)));
         Self {
             batcher,
+            num_networks,
             mapped,
             layout,
             signals,
@@ -69,56 +78,19 @@ impl BatcherNode {
         })
     }
 
-    /// How the trajectory in slot `buffer` of `pool` is shared among the policies: with one, all
-    /// its columns; with several, each policy's columns are those with a valid step it played.
-    fn shares(&self, pool: &TrajectoryPool, buffer: usize) -> Result<Vec<Share>> {
-        let versions = pool.versions(buffer)?;
-        let shape = pool.shape();
-        let n = shape.num_envs;
-        let num_policies = self.signals.batch_ready.len();
-        if num_policies == 1 {
-            return Ok(vec![Share {
-                policy: 0,
-                columns: std::iter::once(0..n).collect(),
-                newest: versions.iter().copied().max(),
-            }]);
-        }
-        let (mut policies, mut valid) = (vec![0.0; n], vec![0.0; n]);
-        let mut played = vec![vec![false; n]; num_policies];
-        let mut newest = vec![None; num_policies];
-        for t in 0..shape.rollout {
-            pool.get(buffer, Field::Policy, t, &mut policies)?;
-            pool.get(buffer, Field::Valid, t, &mut valid)?;
-            for c in (0..n).filter(|&c| valid[c] > 0.0) {
-                let p = policies[c] as usize;
-                let Some(columns) = played.get_mut(p) else {
-                    return Err(RlfError::Protocol {
-                        component: "batcher",
-                        message: format!("a step of policy {p}, but the run has {num_policies} policies"),
-                    });
-                };
-                columns[c] = true;
-                newest[p] = newest[p].max(Some(versions[t * n + c]));
-            }
-        }
-        Ok(played
-            .iter()
-            .zip(newest)
-            .enumerate()
-            .map(|(policy, (columns, newest))| Share {
-                policy,
-                columns: runs(columns),
-                newest,
-            })
-            .collect())
-    }
-
     /// A trajectory is in its slot: the datasets it completes go to their policies' learners, a
     /// slot freed (a trajectory too old) back to its worker.
     pub fn on_trajectory_ready(&mut self, ctx: &mut Ctx<'_, Self>, ready: &TrajectoryReady) {
         let result = self
             .pool(ready.worker)
-            .and_then(|pool| self.shares(pool, ready.buffer))
+            .and_then(|pool| {
+                shares(
+                    pool,
+                    ready.buffer,
+                    self.signals.batch_ready.len(),
+                    self.num_networks,
+                )
+            })
             .and_then(|shares| {
                 let slot = Slot {
                     worker: ready.worker,
@@ -171,6 +143,52 @@ impl BatcherNode {
     }
 }
 
+/// How the trajectory in slot `buffer` of `pool` is shared among `num_policies` policies: with
+/// one network, all its columns; otherwise each policy's columns are those with a valid step its
+/// latest weights played. Networks past the policies are self-play snapshots, never trained on.
+fn shares(
+    pool: &TrajectoryPool,
+    buffer: usize,
+    num_policies: usize,
+    num_networks: usize,
+) -> Result<Vec<Share>> {
+    let versions = pool.versions(buffer)?;
+    let shape = pool.shape();
+    let n = shape.num_envs;
+    if num_networks == 1 {
+        return Ok(vec![Share {
+            policy: 0,
+            columns: std::iter::once(0..n).collect(),
+            newest: versions.iter().copied().max(),
+        }]);
+    }
+    let (mut policies, mut valid) = (vec![0.0; n], vec![0.0; n]);
+    let mut played = vec![vec![false; n]; num_policies];
+    let mut newest = vec![None; num_policies];
+    for t in 0..shape.rollout {
+        pool.get(buffer, Field::Policy, t, &mut policies)?;
+        pool.get(buffer, Field::Valid, t, &mut valid)?;
+        for c in (0..n).filter(|&c| valid[c] > 0.0) {
+            let p = policies[c] as usize;
+            let Some(columns) = played.get_mut(p) else {
+                continue;
+            };
+            columns[c] = true;
+            newest[p] = newest[p].max(Some(versions[t * n + c]));
+        }
+    }
+    Ok(played
+        .iter()
+        .zip(newest)
+        .enumerate()
+        .map(|(policy, (columns, newest))| Share {
+            policy,
+            columns: runs(columns),
+            newest,
+        })
+        .collect())
+}
+
 /// The runs of consecutive `true` columns, as ranges.
 fn runs(columns: &[bool]) -> Vec<std::ops::Range<usize>> {
     let mut out: Vec<std::ops::Range<usize>> = Vec::new();
@@ -199,7 +217,51 @@ impl Component for BatcherNode {
 
 #[cfg(test)]
 mod tests {
-    use super::runs;
+    use super::{runs, shares};
+    use crate::learning::Share;
+    use crate::sampling::{Field, TrajectoryPool, TrajectoryShape};
+
+    #[test]
+    fn each_policy_takes_the_columns_it_played_and_snapshots_none() {
+        // 4 columns, 2 steps; policies 0 and 1, networks 2 and 3 are snapshots.
+        let shape = TrajectoryShape {
+            rollout: 2,
+            num_envs: 4,
+            obs_dim: 1,
+            action_dim: 1,
+        };
+        let pool = TrajectoryPool::create(shape, 1).unwrap();
+        // Column 0: policy 0 then (after its episode) policy 1. Column 1: a snapshot. Column 2:
+        // policy 0, but its agent never acted. Column 3: policy 1.
+        pool.put(0, Field::Policy, 0, &[0.0, 2.0, 0.0, 1.0]).unwrap();
+        pool.put(0, Field::Policy, 1, &[1.0, 3.0, 0.0, 1.0]).unwrap();
+        pool.put(0, Field::Valid, 0, &[1.0, 1.0, 0.0, 1.0]).unwrap();
+        pool.put(0, Field::Valid, 1, &[1.0, 1.0, 0.0, 0.0]).unwrap();
+        pool.put_versions(0, 0, &[5, 1, 5, 7]).unwrap();
+        pool.put_versions(0, 1, &[8, 1, 6, 9]).unwrap();
+        let got = shares(&pool, 0, 2, 4).unwrap();
+        assert_eq!(
+            got,
+            [
+                Share {
+                    policy: 0,
+                    columns: std::iter::once(0..1).collect(),
+                    newest: Some(5)
+                },
+                Share {
+                    policy: 1,
+                    columns: vec![0..1, 3..4],
+                    newest: Some(8)
+                },
+            ]
+        );
+        // One network: every column, whatever the flags.
+        let one = shares(&pool, 0, 1, 1).unwrap();
+        assert_eq!(
+            (one.len(), &one[0].columns),
+            (1, &std::iter::once(0..4).collect::<Vec<_>>())
+        );
+    }
 
     #[test]
     fn columns_become_ranges_of_consecutive_ones() {

@@ -24,17 +24,18 @@ pub(in crate::runner) struct InferenceNode {
 
 impl InferenceNode {
     /// An inference worker, in its loop's process: each policy's network starts from its
-    /// learner's seed, then follows the weights that learner publishes.
+    /// learner's seed, then follows the weights that learner publishes; each self-play snapshot's
+    /// follows its slot of the pool.
     pub fn new(
         cfg: &Config,
         registry: &EnvRegistry,
         plane: &DataPlane,
         actions_ready: Vec<Signal<ActionsReady>>,
     ) -> Self {
-        let setup = (0..cfg.sampling.num_policies)
-            .map(|p| {
-                let model: Box<dyn Policy> = Box::new(new_model(cfg, registry, p)?);
-                Ok((model, plane.open_weights(p)?))
+        let setup = (0..cfg.num_networks())
+            .map(|n| {
+                let model: Box<dyn Policy> = Box::new(new_model(cfg, registry, cfg.policy_of_network(n))?);
+                Ok((model, plane.open_weights(n)?))
             })
             .collect::<Result<Vec<_>>>()
             .and_then(|policies| Ok(InferenceWorker::new(policies, plane.open_pools()?)));

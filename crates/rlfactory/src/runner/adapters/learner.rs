@@ -1,5 +1,6 @@
 //! [`Learner`] on its loop, with the experiment's checkpoints (one learner per policy).
 
+use rlf_shm::SharedWeights;
 use rlf_signal::{Component, Ctx, Signal};
 
 use super::{or_fail, sent};
@@ -10,17 +11,22 @@ use crate::error::Result;
 use crate::experiment::{CheckpointRequest, Checkpointer};
 use crate::learning::{Batch, Learner, PolicyUpdated, TrainingReport};
 use crate::runner::plane::{new_model, DataPlane};
+use crate::sampling::{SnapshotRequest, SnapshotTaken};
 
 /// What the learner emits.
 #[derive(Clone, Copy)]
 pub(in crate::runner) struct LearnerSignals {
     pub policy_updated: Signal<PolicyUpdated>,
     pub training_reported: Signal<TrainingReport>,
+    /// With `--self_play`.
+    pub snapshot_taken: Option<Signal<SnapshotTaken>>,
 }
 
 /// What the learner's loop builds in its process.
 struct Setup {
     learner: Learner,
+    /// The slots of the policy's self-play pool.
+    pool: Vec<SharedWeights>,
     /// With an experiment folder: the checkpointer and the counts of the checkpoint resumed from.
     checkpointer: Option<(Checkpointer, CheckpointRequest)>,
 }
@@ -34,6 +40,7 @@ pub(in crate::runner) struct LearnerNode {
     progress: CheckpointRequest,
     /// The policy version of the last checkpoint saved.
     saved_version: Option<u64>,
+    pool: Vec<SharedWeights>,
 }
 
 impl LearnerNode {
@@ -55,8 +62,17 @@ impl LearnerNode {
             } else {
                 None
             };
+            let slots = if cfg.sampling.self_play {
+                cfg.sampling.opponent_pool_size
+            } else {
+                0
+            };
+            let pool = (0..slots)
+                .map(|k| plane.open_weights(cfg.snapshot_network(policy, k)))
+                .collect::<Result<Vec<_>>>()?;
             Ok(Setup {
                 learner,
+                pool,
                 checkpointer,
             })
         });
@@ -67,7 +83,32 @@ impl LearnerNode {
             checkpointer: None,
             progress: CheckpointRequest::default(),
             saved_version: None,
+            pool: Vec::new(),
         }
+    }
+
+    /// Every `--snapshot_every_env_steps` with `--self_play`: the current weights go into the
+    /// next slot of the policy's pool (replacing the oldest snapshot once it is full).
+    pub fn on_snapshot_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &SnapshotRequest) {
+        let (Some(learner), Some(signal)) = (&self.learner, self.signals.snapshot_taken) else {
+            return;
+        };
+        if self.pool.is_empty() || request.number == 0 {
+            return;
+        }
+        let slot = ((request.number - 1) % self.pool.len() as u64) as usize;
+        let taken = learner
+            .snapshot(&self.pool[slot], request.number)
+            .and_then(|version| {
+                let taken = SnapshotTaken {
+                    policy: learner.policy(),
+                    slot,
+                    number: request.number,
+                    version,
+                };
+                sent(ctx.emit(&signal, &taken))
+            });
+        or_fail(ctx, taken);
     }
 
     pub fn on_batch_ready(&mut self, ctx: &mut Ctx<'_, Self>, batch: &Batch) {
@@ -109,6 +150,7 @@ impl Component for LearnerNode {
         match self.setup.take() {
             Some(Ok(setup)) => {
                 self.learner = Some(setup.learner);
+                self.pool = setup.pool;
                 if let Some((checkpointer, resumed)) = setup.checkpointer {
                     self.checkpointer = Some(checkpointer);
                     self.progress = resumed;

@@ -13,8 +13,8 @@ use crate::learning::PolicyUpdated;
 use crate::runner::counters::CounterLayout;
 use crate::runner::plane::DataPlane;
 use crate::sampling::{
-    ActionsReady, BufferReleased, PolicyRequest, RolloutReport, RolloutWorker, SlotsReclaimed, StepOutcome,
-    TrajectoryPool, TrajectoryReady, WorkerStarted,
+    ActionsReady, BufferReleased, PolicyRequest, RolloutReport, RolloutWorker, SlotsReclaimed, SnapshotTaken,
+    StepOutcome, TrajectoryPool, TrajectoryReady, WorkerStarted,
 };
 
 /// What a rollout worker emits.
@@ -165,6 +165,12 @@ impl RolloutNode {
         let Some(worker) = &mut self.worker else { return };
         let requests = worker.on_slots_reclaimed(reclaimed.incarnation, &reclaimed.free);
         self.emit_requests(ctx, requests);
+    }
+
+    pub fn on_snapshot_taken(&mut self, _ctx: &mut Ctx<'_, Self>, taken: &SnapshotTaken) {
+        if let Some(worker) = &mut self.worker {
+            worker.on_snapshot_taken(taken);
+        }
     }
 
     pub fn on_policy_updated(&mut self, ctx: &mut Ctx<'_, Self>, _update: &PolicyUpdated) {

@@ -12,7 +12,7 @@ use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::TrainingReport;
 use crate::runner::stats::{Runner, Scalars};
 use crate::runner::summary::Summary;
-use crate::sampling::{RolloutReport, WorkerStarted};
+use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken, WorkerStarted};
 
 /// Where the runner leaves the summary for the caller of `train`.
 pub(in crate::runner) type SummarySlot = Arc<Mutex<Option<Summary>>>;
@@ -22,6 +22,8 @@ pub(in crate::runner) type SummarySlot = Arc<Mutex<Option<Summary>>>;
 pub(in crate::runner) struct RunnerSignals {
     pub checkpoint_requested: Signal<CheckpointRequest>,
     pub progress_reported: Signal<CheckpointRequest>,
+    /// With `--self_play`.
+    pub snapshot_requested: Option<Signal<SnapshotRequest>>,
 }
 
 pub(in crate::runner) struct RunnerNode {
@@ -67,8 +69,11 @@ impl RunnerNode {
             return;
         }
         let stop = self.runner.on_rollout_reported(report);
-        let written = self.write_due_scalars(false);
-        or_fail(ctx, written);
+        let mut done = self.write_due_scalars(false);
+        if let (Some(request), Some(signal)) = (self.runner.due_snapshot(), self.signals.snapshot_requested) {
+            done = done.and_then(|()| sent(ctx.emit(&signal, &request)));
+        }
+        or_fail(ctx, done);
         if stop.is_some() {
             self.stop(ctx);
         }
@@ -78,6 +83,16 @@ impl RunnerNode {
         self.runner.on_training_reported(report);
         let written = self.write_due_scalars(false);
         or_fail(ctx, written);
+    }
+
+    /// A learner put a snapshot into its pool: logged, and rated from now on.
+    pub fn on_snapshot_taken(&mut self, ctx: &mut Ctx<'_, Self>, taken: &SnapshotTaken) {
+        self.runner.on_snapshot_taken(taken);
+        let logged = self.log(&format!(
+            "self-play: snapshot {} of policy {} (version {}) in slot {} of its pool",
+            taken.number, taken.policy, taken.version, taken.slot
+        ));
+        or_fail(ctx, logged);
     }
 
     /// Logs the replacement of a rollout worker's process and what its predecessor lost.
