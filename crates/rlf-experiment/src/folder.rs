@@ -136,6 +136,14 @@ impl Experiment {
         })
     }
 
+    /// Writes `bytes` to the file `name` of the folder atomically (temporary file, fsync, rename):
+    /// a reader sees the old content or the new, never a mix.
+    pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf> {
+        let path = self.dir.join(name);
+        atomic::write(&path, bytes)?;
+        Ok(path)
+    }
+
     /// The experiment folder.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -459,6 +459,10 @@ pub struct RunConfig {
     /// Times each rollout worker process is replaced when it dies or hangs before the run stops.
     #[arg(long, default_value_t = 5)]
     pub max_worker_restarts: u32,
+    /// Episodes the mean returns are taken over (the progress line, `--stop_at_reward`, the best
+    /// checkpoint, each policy's PBT objective).
+    #[arg(long, default_value_t = 100)]
+    pub stats_avg: usize,
 }
 
 /// The reference values (the command line's defaults).
@@ -481,6 +485,7 @@ impl Default for RunConfig {
             benchmark: false,
             heartbeat_interval: 20.0,
             max_worker_restarts: 5,
+            stats_avg: 100,
         }
     }
 }
@@ -564,6 +569,54 @@ impl Default for CheckpointingConfig {
     }
 }
 
+/// Population-based training (Sample Factory's flags; see [`crate::pbt`]).
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
+#[command(rename_all = "snake_case")]
+#[serde(default)]
+pub struct PbtConfig {
+    /// Population-based training of the `--num_policies` policies (needs an experiment folder:
+    /// weights are copied through checkpoints).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub with_pbt: bool,
+    /// A policy's agent steps between two of its PBT updates.
+    #[arg(long, default_value_t = 5_000_000)]
+    pub pbt_period_env_steps: u64,
+    /// No PBT update before the run has this many env frames.
+    #[arg(long, default_value_t = 20_000_000)]
+    pub pbt_start_mutation: u64,
+    /// The fraction of policies counted as best and as worst.
+    #[arg(long, default_value_t = 0.3)]
+    pub pbt_replace_fraction: f64,
+    /// Probability that each hyper-parameter of a policy outside the best is mutated.
+    #[arg(long, default_value_t = 0.15)]
+    pub pbt_mutation_rate: f64,
+    /// Relative gap in objective a worst policy must trail a best one by to take its weights.
+    #[arg(long, default_value_t = 0.1)]
+    pub pbt_replace_reward_gap: f64,
+    /// Absolute gap, as above.
+    #[arg(long, default_value_t = 1e-6)]
+    pub pbt_replace_reward_gap_absolute: f64,
+    /// Whether gamma is mutated too (through `1 - gamma`).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub pbt_optimize_gamma: bool,
+}
+
+/// The reference values (Sample Factory's defaults).
+impl Default for PbtConfig {
+    fn default() -> Self {
+        Self {
+            with_pbt: false,
+            pbt_period_env_steps: 5_000_000,
+            pbt_start_mutation: 20_000_000,
+            pbt_replace_fraction: 0.3,
+            pbt_mutation_rate: 0.15,
+            pbt_replace_reward_gap: 0.1,
+            pbt_replace_reward_gap_absolute: 1e-6,
+            pbt_optimize_gamma: false,
+        }
+    }
+}
+
 /// The shipped default settings for `env`, as TOML, if there are any.
 pub fn shipped_config(env: &str) -> Option<&'static str> {
     match env {
@@ -635,6 +688,10 @@ pub struct Config {
     #[command(flatten)]
     #[serde(flatten)]
     pub checkpoint: CheckpointingConfig,
+    /// Population-based training.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub pbt: PbtConfig,
 }
 
 impl Config {
@@ -876,6 +933,42 @@ impl Config {
                 "--heartbeat_interval must be at least 0.05 s, got {}",
                 r.heartbeat_interval
             ));
+        }
+        if r.stats_avg == 0 {
+            return err("--stats_avg must be at least 1".into());
+        }
+        let p = &self.pbt;
+        if p.with_pbt {
+            if s.num_policies < 2 {
+                return err("--with_pbt needs a population: --num_policies of at least 2".into());
+            }
+            if !r.save_experiment {
+                return err(
+                    "--with_pbt copies weights through checkpoints: it needs --save_experiment".into(),
+                );
+            }
+            if p.pbt_period_env_steps == 0 {
+                return err("--pbt_period_env_steps must be at least 1".into());
+            }
+            for (name, v) in [
+                ("--pbt_replace_fraction", p.pbt_replace_fraction),
+                ("--pbt_mutation_rate", p.pbt_mutation_rate),
+            ] {
+                if !(0.0..=1.0).contains(&v) {
+                    return err(format!("{name} must be in [0, 1], got {v}"));
+                }
+            }
+            for (name, v) in [
+                ("--pbt_replace_reward_gap", p.pbt_replace_reward_gap),
+                (
+                    "--pbt_replace_reward_gap_absolute",
+                    p.pbt_replace_reward_gap_absolute,
+                ),
+            ] {
+                if !v.is_finite() || v < 0.0 {
+                    return err(format!("{name} must be a non-negative number, got {v}"));
+                }
+            }
         }
         if self.checkpoint.keep_checkpoints == 0 {
             return err("--keep_checkpoints must be at least 1".into());

@@ -29,6 +29,7 @@ use crate::config::{CheckpointKind, Config, RestartBehaviorArg};
 use crate::error::{Result, RlfError};
 use crate::learning::Learner;
 use crate::model::NamedTensor;
+use crate::pbt::PolicyState;
 
 /// The TensorBoard tag of the learning curve.
 const REWARD_TAG: &str = "reward/reward";
@@ -131,6 +132,47 @@ pub fn load(store: &CheckpointStore, kind: CheckpointKind) -> Result<Option<Rest
             _ => Err(broken.into()),
         },
     }
+}
+
+/// Loads the checkpoint whose sidecar (or weights) is `path`.
+pub fn load_path(path: &Path) -> Result<RestoredState> {
+    let checkpoint = rlf_experiment::load_checkpoint(path)?;
+    restored(Loaded {
+        checkpoint,
+        path: path.to_owned(),
+        skipped: Vec::new(),
+    })
+}
+
+/// The file holding policy `policy`'s PBT state in an experiment folder.
+pub fn policy_state_file(policy: usize) -> String {
+    format!("policy_{policy}_cfg.json")
+}
+
+/// Policy `policy`'s PBT state saved in the experiment folder `dir`, if there is one.
+pub fn read_policy_state(dir: &Path, policy: usize) -> Result<Option<PolicyState>> {
+    let path = dir.join(policy_state_file(policy));
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(RlfError::Io {
+                what: "reading",
+                path,
+                source,
+            })
+        }
+    };
+    let state: PolicyState = serde_json::from_str(&text)
+        .map_err(|e| RlfError::Config(format!("{}: not a PBT policy state: {e}", path.display())))?;
+    if state.policy != policy {
+        return Err(RlfError::Config(format!(
+            "{}: the state of policy {}, not {policy}",
+            path.display(),
+            state.policy
+        )));
+    }
+    Ok(Some(state))
 }
 
 fn restored(loaded: Loaded) -> Result<RestoredState> {
@@ -252,6 +294,14 @@ impl ExperimentRun {
     /// The experiment folder.
     pub fn dir(&self) -> &Path {
         self.exp.dir()
+    }
+
+    /// Writes policy `state.policy`'s PBT state to `policy_<i>_cfg.json`, atomically.
+    pub fn write_policy_state(&self, state: &PolicyState) -> Result<()> {
+        let text = serde_json::to_vec_pretty(state)
+            .map_err(|e| RlfError::Config(format!("cannot serialise the PBT state: {e}")))?;
+        self.exp.write_file(&policy_state_file(state.policy), &text)?;
+        Ok(())
     }
 
     /// Redraws each policy's learning curve PNG and, with several policies, the one with a
@@ -383,7 +433,7 @@ impl Checkpointer {
         &mut self,
         (named, training): (Vec<NamedTensor>, TrainingState),
         request: &CheckpointRequest,
-    ) -> Result<()> {
+    ) -> Result<PathBuf> {
         let started = Instant::now();
         let extra = ExtraState {
             episodes: request.episodes,
@@ -413,10 +463,12 @@ impl Checkpointer {
             "saved {}{best_note} in {:.0} ms",
             path.display(),
             started.elapsed().as_secs_f64() * 1e3
-        ))
+        ))?;
+        Ok(path)
     }
 
-    fn log(&mut self, line: &str) -> Result<()> {
+    /// Writes `line` to the log file and to stderr.
+    pub fn log(&mut self, line: &str) -> Result<()> {
         use std::io::Write;
         eprintln!("[rlfactory] {line}");
         writeln!(self.log, "{line}").map_err(|source| RlfError::Io {

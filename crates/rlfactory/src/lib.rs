@@ -23,6 +23,7 @@ mod error;
 pub mod experiment;
 pub mod learning;
 pub mod model;
+pub mod pbt;
 pub mod runner;
 pub mod sampling;
 

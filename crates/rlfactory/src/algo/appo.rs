@@ -51,6 +51,7 @@ use super::adam::{Adam, AdamConfig};
 use crate::config::{AppoConfig, LrScheduleKind};
 use crate::error::{Result, RlfError};
 use crate::model::{ActorCritic, NamedTensor};
+use crate::pbt::Hyper;
 
 // ---------------------------------------------------------------------------------------------
 // 1. The data
@@ -473,6 +474,13 @@ impl LrSchedule {
         self.lr = lr;
     }
 
+    /// Restarts the schedule from a new base rate (PBT), at `frames` env frames trained on.
+    pub fn rebase(&mut self, base: f64, frames: u64) {
+        self.base = base;
+        self.lr = base;
+        self.on_progress(frames);
+    }
+
     /// Whether [`on_minibatch`](Self::on_minibatch) / [`on_epoch`](Self::on_epoch) need the KL.
     pub fn needs_kl(&self) -> bool {
         matches!(
@@ -609,6 +617,26 @@ impl Appo {
         self.schedule.resume_at(state.lr);
         self.optimizer.set_lr(state.lr);
         self.optimizer.load_state(tensors, state.version)
+    }
+
+    /// The hyper-parameters PBT mutates, as they are now.
+    pub fn hyper(&self) -> Hyper {
+        Hyper::of(&self.cfg)
+    }
+
+    /// Replaces the hyper-parameters PBT mutates; the learning rate restarts the schedule from it.
+    pub fn set_hyper(&mut self, hyper: &Hyper) {
+        hyper.apply(&mut self.cfg);
+        self.schedule.rebase(hyper.learning_rate, self.frames_trained);
+        self.optimizer.set_lr(self.schedule.lr());
+    }
+
+    /// Takes another policy's weights and Adam's moments from a checkpoint's `tensors` (loaded
+    /// into the model by the caller), keeping this policy's version, which moves on by one so
+    /// that the inference workers load the new weights.
+    pub fn adopt(&mut self, tensors: &[NamedTensor]) -> Result<bool> {
+        self.version += 1;
+        self.optimizer.load_state(tensors, self.version)
     }
 
     /// Adam's moments as named tensors.

@@ -168,6 +168,24 @@ impl Learner {
         })
     }
 
+    /// The hyper-parameters PBT mutates.
+    pub fn hyper(&self) -> crate::pbt::Hyper {
+        self.appo.hyper()
+    }
+
+    /// Replaces the hyper-parameters PBT mutates.
+    pub fn set_hyper(&mut self, hyper: &crate::pbt::Hyper) {
+        self.appo.set_hyper(hyper);
+    }
+
+    /// Takes another policy's weights, statistics and Adam's moments from its checkpoint's
+    /// `tensors` (PBT), and publishes them under this policy's next version.
+    pub fn adopt(&mut self, tensors: &[NamedTensor]) -> Result<PolicyUpdated> {
+        self.appo.model_mut().load_named_tensors(tensors)?;
+        self.appo.adopt(tensors)?;
+        self.publish()
+    }
+
     /// Publishes the current weights into `pool_slot` (a self-play snapshot's shared weights) as
     /// version `number`, the snapshot's number; returns the policy version they hold.
     pub fn snapshot(&self, pool_slot: &SharedWeights, number: u64) -> Result<u64> {

@@ -4,7 +4,11 @@
 mod batcher;
 mod learner;
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
+
+use crate::pbt::Hyper;
 
 pub use batcher::{Assembled, Batcher, BatcherCounts, Share, Slot};
 pub use learner::Learner;
@@ -71,4 +75,27 @@ pub struct TrainingReport {
     /// [`Dataset::digest`](crate::algo::appo::Dataset::digest) of the dataset trained on, for the
     /// learner's first dataset.
     pub dataset_digest: Option<u64>,
+}
+
+/// A PBT update of policy `policy` (`pbt_update`, from the runner to every learner): it takes the
+/// weights of `replace_from`, if any (whose learner saves a checkpoint for it first), and the
+/// hyper-parameters `hyper`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PbtUpdate {
+    /// The policy updated.
+    pub policy: usize,
+    /// The policy whose weights it takes.
+    pub replace_from: Option<usize>,
+    /// Its new hyper-parameters.
+    pub hyper: Hyper,
+}
+
+/// The learner of `from` saved the checkpoint `path` for `policy` to take its weights from
+/// (`pbt_weights_saved`, to every learner), with the update it answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PbtWeightsSaved {
+    /// The update.
+    pub update: PbtUpdate,
+    /// The checkpoint's sidecar.
+    pub path: PathBuf,
 }

@@ -14,7 +14,8 @@ use super::stats::Runner;
 use crate::config::Config;
 use crate::env::EnvRegistry;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
-use crate::learning::{Batch, Batcher, PolicyUpdated, TrainingReport};
+use crate::learning::{Batch, Batcher, PbtUpdate, PbtWeightsSaved, PolicyUpdated, TrainingReport};
+use crate::pbt::Pbt;
 use crate::sampling::{
     ActionsReady, BufferReleased, PolicyRequest, RolloutReport, SlotsReclaimed, SnapshotRequest,
     SnapshotTaken, TrajectoryReady, WorkerStarted,
@@ -28,6 +29,24 @@ pub(super) fn learner_name(policy: usize, num_policies: usize) -> String {
     } else {
         format!("learner_{policy}")
     }
+}
+
+/// With `--with_pbt`, the population, continuing the states saved in the experiment folder.
+fn pbt_population(cfg: &Config, experiment: Option<&ExperimentRun>) -> Result<Option<Pbt>, BuildError> {
+    let (true, Some(exp)) = (cfg.pbt.with_pbt, experiment) else {
+        return Ok(None);
+    };
+    let saved = (0..cfg.sampling.num_policies)
+        .map(|p| crate::experiment::read_policy_state(exp.dir(), p))
+        .collect::<crate::Result<Vec<_>>>()
+        .map_err(|e| BuildError::User(e.to_string()))?;
+    Ok(Some(Pbt::new(
+        &cfg.pbt,
+        &cfg.appo,
+        cfg.sampling.num_policies,
+        &saved,
+        cfg.env.seed,
+    )))
 }
 
 /// Everything the components are built from.
@@ -121,6 +140,10 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             snapshot_taken: s
                 .self_play
                 .then(|| app.signal::<SnapshotTaken, _>(l, "snapshot_taken")),
+            pbt_weights_saved: cfg
+                .pbt
+                .with_pbt
+                .then(|| app.signal::<PbtWeightsSaved, _>(l, "pbt_weights_saved")),
         })
         .collect();
     let runner_signals = RunnerSignals {
@@ -129,6 +152,10 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         snapshot_requested: s
             .self_play
             .then(|| app.signal::<SnapshotRequest, _>(runner, "snapshot_requested")),
+        pbt_update: cfg
+            .pbt
+            .with_pbt
+            .then(|| app.signal::<PbtUpdate, _>(runner, "pbt_update")),
     };
 
     // Connections among them.
@@ -157,6 +184,14 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             learner,
             LearnerNode::on_progress_reported,
         );
+        if let Some(update) = runner_signals.pbt_update {
+            app.connect(update, learner, LearnerNode::on_pbt_update);
+        }
+        for other in &learner_signals {
+            if let Some(saved) = other.pbt_weights_saved {
+                app.connect(saved, learner, LearnerNode::on_pbt_weights_saved);
+            }
+        }
         if let (Some(requested), Some(taken)) = (runner_signals.snapshot_requested, signals.snapshot_taken) {
             app.connect(requested, learner, LearnerNode::on_snapshot_requested);
             app.connect(taken, runner, RunnerNode::on_snapshot_taken);
@@ -246,6 +281,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     let report_interval =
         (cfg.run.report_interval_sec > 0.0).then(|| Duration::from_secs_f64(cfg.run.report_interval_sec));
     let save_every = Duration::from_secs_f64(cfg.checkpoint.save_every_sec);
+    let pbt = pbt_population(&cfg, experiment.as_ref())?;
     app.construct(runner, move || {
         RunnerNode::new(
             stats,
@@ -254,6 +290,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             save_every,
             runner_signals,
             summary,
+            pbt,
         )
     });
     Ok(())

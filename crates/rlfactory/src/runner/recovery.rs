@@ -44,5 +44,6 @@ pub(super) fn save_published(
         episodes: summary.episodes,
         mean_returns: summary.policies.iter().map(|p| p.mean_return).collect(),
     };
-    Checkpointer::open(cfg, policy)?.save((model.named_tensors()?, training), &progress)
+    Checkpointer::open(cfg, policy)?.save((model.named_tensors()?, training), &progress)?;
+    Ok(())
 }

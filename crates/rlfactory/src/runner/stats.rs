@@ -11,8 +11,8 @@ use crate::experiment::CheckpointRequest;
 use crate::learning::TrainingReport;
 use crate::sampling::{RolloutReport, SelfPlayGame, SnapshotRequest, SnapshotTaken};
 
-/// Episodes the mean return is taken over.
-const RETURN_WINDOW: usize = 100;
+/// Self-play games the win rate against the pool is taken over.
+const GAMES_WINDOW: usize = 100;
 
 /// The start-up excluded from the steady-state FPS: 2 s, or a fifth of `--train_for_seconds` if
 /// that is shorter.
@@ -52,13 +52,17 @@ impl Due {
     }
 }
 
-/// A window of the last [`RETURN_WINDOW`] values.
+/// A window of the last `capacity` values.
 #[derive(Debug, Clone, Default)]
-struct Window<T>(VecDeque<T>);
+struct Window<T>(VecDeque<T>, usize);
 
 impl<T: Copy + Into<f64>> Window<T> {
+    fn new(capacity: usize) -> Self {
+        Self(VecDeque::with_capacity(capacity), capacity.max(1))
+    }
+
     fn push(&mut self, v: T) {
-        if self.0.len() == RETURN_WINDOW {
+        if self.0.len() == self.1 {
             self.0.pop_front();
         }
         self.0.push_back(v);
@@ -69,7 +73,7 @@ impl<T: Copy + Into<f64>> Window<T> {
     }
 
     fn is_full(&self) -> bool {
-        self.0.len() == RETURN_WINDOW
+        self.0.len() == self.1
     }
 }
 
@@ -108,7 +112,7 @@ impl SelfPlayStats {
         Self {
             rating: ELO_START,
             pool: vec![None; pool_size],
-            scores: Window::default(),
+            scores: Window::new(GAMES_WINDOW),
             games: 0,
         }
     }
@@ -231,7 +235,7 @@ impl Runner {
             summary_every: cfg.run.summary_every_env_steps,
             env_frames: 0,
             episodes: 0,
-            returns: Window::default(),
+            returns: Window::new(cfg.run.stats_avg),
             reached: None,
             policies: vec![
                 PolicyStats {
@@ -253,14 +257,31 @@ impl Runner {
         }
     }
 
-    /// Mean return of the last 100 episodes, whatever policy played them.
+    /// Mean return of the last `--stats_avg` episodes, whatever policy played them.
     pub fn mean_return(&self) -> Option<f64> {
         self.returns.mean()
     }
 
-    /// Mean return of the last 100 episodes of `policy`.
+    /// Mean return of the last `--stats_avg` episodes of `policy` (its PBT objective).
     pub fn policy_mean_return(&self, policy: usize) -> Option<f64> {
         self.policies.get(policy).and_then(|p| p.returns.mean())
+    }
+
+    /// Continues each policy's agent steps from a resumed run's (PBT's saved states).
+    pub fn resume_agent_steps(&mut self, steps: &[u64]) {
+        for (p, &s) in self.policies.iter_mut().zip(steps) {
+            p.agent_steps = s;
+        }
+    }
+
+    /// Agent steps `policy`'s latest weights took.
+    pub fn policy_agent_steps(&self, policy: usize) -> u64 {
+        self.policies.get(policy).map_or(0, |p| p.agent_steps)
+    }
+
+    /// Env frames so far.
+    pub fn env_frames(&self) -> u64 {
+        self.env_frames
     }
 
     /// Continues the counts of a resumed run: env frames, episodes and policy 0's version.

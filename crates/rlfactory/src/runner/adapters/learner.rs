@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::env::EnvRegistry;
 use crate::error::Result;
 use crate::experiment::{CheckpointRequest, Checkpointer};
-use crate::learning::{Batch, Learner, PolicyUpdated, TrainingReport};
+use crate::learning::{Batch, Learner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, TrainingReport};
 use crate::runner::plane::{new_model, DataPlane};
 use crate::sampling::{SnapshotRequest, SnapshotTaken};
 
@@ -20,6 +20,8 @@ pub(in crate::runner) struct LearnerSignals {
     pub training_reported: Signal<TrainingReport>,
     /// With `--self_play`.
     pub snapshot_taken: Option<Signal<SnapshotTaken>>,
+    /// With `--with_pbt`.
+    pub pbt_weights_saved: Option<Signal<PbtWeightsSaved>>,
 }
 
 /// What the learner's loop builds in its process.
@@ -57,11 +59,21 @@ impl LearnerNode {
             let appo = Appo::new(model, &cfg.appo, cfg.run.train_for_env_steps)?;
             let policies = (policy, cfg.sampling.num_policies);
             let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
-            let checkpointer = if cfg.run.save_experiment {
+            let mut checkpointer = if cfg.run.save_experiment {
                 Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
             } else {
                 None
             };
+            if let (true, Some((checkpointer, _))) = (cfg.pbt.with_pbt, &mut checkpointer) {
+                let dir = cfg.run.train_dir.join(&cfg.run.experiment);
+                if let Some(state) = crate::experiment::read_policy_state(&dir, policy)? {
+                    learner.set_hyper(&state.hyper);
+                    checkpointer.log(&format!(
+                        "pbt: policy {policy} continues with its saved hyper-parameters (learning rate {:e}, {} updates)",
+                        state.hyper.learning_rate, state.updates
+                    ))?;
+                }
+            }
             let slots = if cfg.sampling.self_play {
                 cfg.sampling.opponent_pool_size
             } else {
@@ -132,16 +144,75 @@ impl LearnerNode {
         if version.is_some() && version == self.saved_version {
             return;
         }
-        let saved = self.save_checkpoint();
+        let saved = self.save_checkpoint().map(drop);
         or_fail(ctx, saved);
     }
 
-    fn save_checkpoint(&mut self) -> Result<()> {
+    fn save_checkpoint(&mut self) -> Result<Option<std::path::PathBuf>> {
         if let (Some(learner), Some(checkpointer)) = (&self.learner, &mut self.checkpointer) {
-            checkpointer.save(learner.state()?, &self.progress)?;
+            let path = checkpointer.save(learner.state()?, &self.progress)?;
             self.saved_version = Some(learner.version());
+            return Ok(Some(path));
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// A PBT update: the learner of the policy whose weights are taken saves a checkpoint for it
+    /// and says where; the updated policy's learner takes new hyper-parameters at once, or with
+    /// those weights once they are saved.
+    pub fn on_pbt_update(&mut self, ctx: &mut Ctx<'_, Self>, update: &PbtUpdate) {
+        let Some(me) = self.learner.as_ref().map(Learner::policy) else {
+            return;
+        };
+        let result = match update.replace_from {
+            Some(from) if from == me && update.policy != me => self.save_checkpoint().and_then(|path| {
+                let (Some(path), Some(signal)) = (path, self.signals.pbt_weights_saved) else {
+                    return Ok(());
+                };
+                sent(ctx.emit(
+                    &signal,
+                    &PbtWeightsSaved {
+                        update: *update,
+                        path,
+                    },
+                ))
+            }),
+            None if update.policy == me => {
+                if let Some(learner) = &mut self.learner {
+                    learner.set_hyper(&update.hyper);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        or_fail(ctx, result);
+    }
+
+    /// The checkpoint a PBT update of this policy takes its weights from is saved: loaded,
+    /// adopted (published under this policy's next version) and the new hyper-parameters set.
+    pub fn on_pbt_weights_saved(&mut self, ctx: &mut Ctx<'_, Self>, saved: &PbtWeightsSaved) {
+        let Some(learner) = &mut self.learner else { return };
+        if saved.update.policy != learner.policy() {
+            return;
+        }
+        let result = crate::experiment::load_path(&saved.path).and_then(|state| {
+            let update = learner.adopt(&state.tensors)?;
+            learner.set_hyper(&saved.update.hyper);
+            if let Some(checkpointer) = &mut self.checkpointer {
+                checkpointer.log(&format!(
+                    "pbt: policy {} loaded {} (policy {}'s weights) as its version {}",
+                    update.policy,
+                    saved.path.display(),
+                    saved
+                        .update
+                        .replace_from
+                        .map_or_else(|| "?".to_owned(), |p| p.to_string()),
+                    update.version
+                ))?;
+            }
+            sent(ctx.emit(&self.signals.policy_updated, &update))
+        });
+        or_fail(ctx, result);
     }
 }
 
@@ -164,7 +235,7 @@ impl Component for LearnerNode {
     /// The last checkpoint, whatever stopped the run (the stop conditions, a fault elsewhere,
     /// SIGINT, SIGTERM).
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
-        let saved = self.save_checkpoint();
+        let saved = self.save_checkpoint().map(drop);
         or_fail(ctx, saved);
     }
 }

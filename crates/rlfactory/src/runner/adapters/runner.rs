@@ -9,7 +9,8 @@ use rlf_signal::{Component, Ctx, Signal};
 use super::{or_fail, sent};
 use crate::error::Result;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
-use crate::learning::TrainingReport;
+use crate::learning::{PbtUpdate, TrainingReport};
+use crate::pbt::{Decision, Pbt};
 use crate::runner::stats::{Runner, Scalars};
 use crate::runner::summary::Summary;
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken, WorkerStarted};
@@ -24,6 +25,8 @@ pub(in crate::runner) struct RunnerSignals {
     pub progress_reported: Signal<CheckpointRequest>,
     /// With `--self_play`.
     pub snapshot_requested: Option<Signal<SnapshotRequest>>,
+    /// With `--with_pbt`.
+    pub pbt_update: Option<Signal<PbtUpdate>>,
 }
 
 pub(in crate::runner) struct RunnerNode {
@@ -36,6 +39,8 @@ pub(in crate::runner) struct RunnerNode {
     summary: SummarySlot,
     /// The final counts went to the learner and the app is stopping.
     stopping: bool,
+    /// With `--with_pbt`: the population.
+    pbt: Option<Pbt>,
 }
 
 /// How often the runner checks the time limit, passes its counts to the learner and flushes the
@@ -50,7 +55,13 @@ impl RunnerNode {
         save_every: Duration,
         signals: RunnerSignals,
         summary: SummarySlot,
+        pbt: Option<Pbt>,
     ) -> Self {
+        let mut runner = runner;
+        if let Some(pbt) = &pbt {
+            let steps: Vec<u64> = pbt.states().iter().map(|s| s.agent_steps).collect();
+            runner.resume_agent_steps(&steps);
+        }
         Self {
             runner,
             report_interval,
@@ -59,7 +70,65 @@ impl RunnerNode {
             signals,
             summary,
             stopping: false,
+            pbt,
         }
+    }
+
+    /// Every policy's PBT state into its `policy_<i>_cfg.json`, with its agent steps so far.
+    fn write_pbt_states(&mut self) -> Result<()> {
+        let (Some(pbt), Some(exp)) = (&mut self.pbt, &self.experiment) else {
+            return Ok(());
+        };
+        for p in 0..pbt.states().len() {
+            pbt.set_agent_steps(p, self.runner.policy_agent_steps(p));
+        }
+        pbt.states().iter().try_for_each(|s| exp.write_policy_state(s))
+    }
+
+    /// The PBT updates due after a rollout report: each logged, written to its policy's
+    /// TensorBoard folder and `policy_<i>_cfg.json`, and sent to the learners.
+    fn pbt_step(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<()> {
+        let (Some(pbt), Some(signal)) = (&mut self.pbt, self.signals.pbt_update) else {
+            return Ok(());
+        };
+        let n = pbt.states().len();
+        let objectives: Vec<Option<f64>> = (0..n).map(|p| self.runner.policy_mean_return(p)).collect();
+        let frames = self.runner.env_frames();
+        let decisions: Vec<Decision> = (0..n)
+            .filter_map(|p| pbt.on_progress(p, self.runner.policy_agent_steps(p), frames, &objectives))
+            .collect();
+        for p in 0..n {
+            pbt.set_agent_steps(p, self.runner.policy_agent_steps(p));
+        }
+        let states = pbt.states().to_vec();
+        for d in decisions {
+            self.log(&pbt_line(&d))?;
+            let mut values: Vec<(String, f64)> = d
+                .after
+                .named()
+                .iter()
+                .map(|(name, v)| (format!("pbt/{name}"), *v))
+                .collect();
+            values.push((
+                "pbt/replaced_from".to_owned(),
+                d.replace_from.map_or(-1.0, |p| p as f64),
+            ));
+            self.write(&[Scalars {
+                policy: d.policy,
+                env_frames: frames,
+                values,
+            }])?;
+            if let Some(exp) = &self.experiment {
+                exp.write_policy_state(&states[d.policy])?;
+            }
+            let update = PbtUpdate {
+                policy: d.policy,
+                replace_from: d.replace_from,
+                hyper: d.after,
+            };
+            sent(ctx.emit(&signal, &update))?;
+        }
+        Ok(())
     }
 
     pub fn on_rollout_reported(&mut self, ctx: &mut Ctx<'_, Self>, report: &RolloutReport) {
@@ -69,7 +138,7 @@ impl RunnerNode {
             return;
         }
         let stop = self.runner.on_rollout_reported(report);
-        let mut done = self.write_due_scalars(false);
+        let mut done = self.write_due_scalars(false).and_then(|()| self.pbt_step(ctx));
         if let (Some(request), Some(signal)) = (self.runner.due_snapshot(), self.signals.snapshot_requested) {
             done = done.and_then(|()| sent(ctx.emit(&signal, &request)));
         }
@@ -165,18 +234,20 @@ impl RunnerNode {
     /// Every `--save_every_sec`: asks the learner for a checkpoint and redraws the learning curve.
     fn request_checkpoint(&mut self, ctx: &mut Ctx<'_, Self>) {
         let request = self.runner.checkpoint_request();
-        let done = sent(ctx.emit(&self.signals.checkpoint_requested, &request)).and_then(|()| {
-            match &self.experiment {
+        let done = self.write_pbt_states();
+        let done = done
+            .and_then(|()| sent(ctx.emit(&self.signals.checkpoint_requested, &request)))
+            .and_then(|()| match &self.experiment {
                 Some(exp) => exp.plot(),
                 None => Ok(()),
-            }
-        });
+            });
         or_fail(ctx, done);
     }
 
     /// The last scalars, the event file flushed, the curve drawn, the end logged.
     fn finish(&mut self, summary: &Summary) -> Result<()> {
         self.write_due_scalars(true)?;
+        self.write_pbt_states()?;
         let Some(exp) = &mut self.experiment else {
             return Ok(());
         };
@@ -192,8 +263,44 @@ impl RunnerNode {
     }
 }
 
+/// The log line of a PBT update.
+fn pbt_line(d: &Decision) -> String {
+    let p = d.policy;
+    let mut line = format!("pbt: policy {p} (objective {:.2})", d.objectives[p]);
+    let taken = if p == 0 {
+        "the weights"
+    } else {
+        "the weights and hyper-parameters"
+    };
+    match d.replace_from {
+        Some(from) => line.push_str(&format!(
+            " takes {taken} of policy {from} (objective {:.2})",
+            d.objectives[from]
+        )),
+        None => line.push_str(" keeps its weights"),
+    }
+    let changed: Vec<String> = d
+        .before
+        .named()
+        .iter()
+        .zip(d.after.named())
+        .filter(|((_, a), (_, b))| a != b)
+        .map(|((name, a), (_, b))| format!("{name} {a:.4e} -> {b:.4e}"))
+        .collect();
+    if p == 0 {
+        line.push_str("; policy 0 keeps its hyper-parameters (the population's reference)");
+    } else if changed.is_empty() {
+        line.push_str("; hyper-parameters unchanged");
+    } else {
+        line.push_str(&format!("; mutated: {}", changed.join(", ")));
+    }
+    line
+}
+
 impl Component for RunnerNode {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let written = self.write_pbt_states();
+        or_fail(ctx, written);
         ctx.timer_periodic(self.report_interval.unwrap_or(TICK), RunnerNode::tick);
         if let Some(period) = self.save_every {
             ctx.timer_periodic(period, RunnerNode::request_checkpoint);
