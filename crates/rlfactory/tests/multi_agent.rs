@@ -221,11 +221,11 @@ fn win_rate(stdout: &str) -> f64 {
 /// Connect Four self-play from scratch with an opponent pool (`--self_play`: a snapshot of the
 /// initial weights, then one every 100K moves, 8 kept; each game one side plays the latest
 /// weights and the other too or, half the time, a snapshot whose moves are not trained on;
-/// illegal columns masked: a single illegal move would stop the run) wins at least 80% of 200
-/// games against the uniformly random player, colours alternating, after 1M moves. Measured:
-/// 84-92% over seeds 1-2 and settings nearby, so the 90% is not reached reliably yet. The
-/// run rates its pool (Elo, win rate against it), and `eval` pits the trained policy against an
-/// early checkpoint of another run.
+/// illegal columns masked: a single illegal move would stop the run) wins at least 85% of 200
+/// games against the uniformly random player, colours alternating, after 1M moves. Measured on
+/// seeds 1-4: 95%, 85%, 96%, 92% (and 72-93% after 2M), so the 90% is not reached
+/// reliably yet. The latest weights beat their own pool (measured 0.81-0.91: snapshots really
+/// play), and `eval` pits the trained policy against an early checkpoint of another run.
 #[test]
 fn connect_four_self_play_beats_the_random_player() {
     let dir = temp_dir("connect-four");
@@ -248,6 +248,13 @@ fn connect_four_self_play_beats_the_random_player() {
     let pool = sp["pool"].as_array().expect("the pool");
     assert_eq!(pool.len(), 8, "a full pool after 1M moves: {sp}");
     assert!(sp["games"].as_u64() > Some(1000), "{sp}");
+    let against_pool = sp["win_rate_vs_pool"]
+        .as_f64()
+        .expect("a win rate against the pool");
+    assert!(
+        against_pool > 0.6,
+        "the latest weights against their snapshots: {against_pool}\n{sp}"
+    );
     assert!(pool.iter().all(|p| p["elo"].as_f64().is_some()), "{sp}");
     let output = run(&[
         "eval",
@@ -263,7 +270,7 @@ fn connect_four_self_play_beats_the_random_player() {
     assert!(output.status.success(), "{}{}", stdout, text(&output.stderr));
     eprintln!("{stdout}");
     let rate = win_rate(&stdout);
-    assert!(rate >= 0.8, "win rate {rate} against the random player");
+    assert!(rate >= 0.85, "win rate {rate} against the random player");
     // Against an early checkpoint (20K moves) of another run, both sampling their moves (measured
     // 0.77 on 100 games).
     let output = run(&[

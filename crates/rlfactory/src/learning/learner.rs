@@ -22,7 +22,7 @@ use crate::sampling::{Field, TrajectoryPool};
 #[derive(Debug)]
 pub struct Learner {
     appo: Appo,
-    /// The policy trained, and whether the run has others.
+    /// The policy trained, and whether the run has other networks (policies or snapshots).
     policy: usize,
     several: bool,
     weights: SharedWeights,
@@ -34,11 +34,12 @@ pub struct Learner {
 }
 
 impl Learner {
-    /// The learner of policy `policy` of `num_policies` around an APPO state, publishing into
-    /// `weights`, reading trajectories from `pools` (by worker index).
+    /// The learner of policy `policy`, in a run of `num_networks` networks (policies and
+    /// self-play snapshots), around an APPO state, publishing into `weights`, reading
+    /// trajectories from `pools` (by worker index).
     pub fn new(
         appo: Appo,
-        (policy, num_policies): (usize, usize),
+        (policy, num_networks): (usize, usize),
         weights: SharedWeights,
         pools: Vec<TrajectoryPool>,
     ) -> Self {
@@ -46,7 +47,7 @@ impl Learner {
         Self {
             appo,
             policy,
-            several: num_policies > 1,
+            several: num_networks > 1,
             weights,
             pools,
             digested: false,

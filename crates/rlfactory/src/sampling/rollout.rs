@@ -336,7 +336,7 @@ impl RolloutWorker {
             });
         };
         self.pool.put(buffer, Field::Obs, split.t, &split.buf.obs)?;
-        if self.num_policies > 1 {
+        if self.num_networks > 1 {
             self.pool
                 .put(buffer, Field::Policy, split.t, &split.policy_values)?;
         }
@@ -548,7 +548,8 @@ impl RolloutWorker {
 
 #[cfg(test)]
 mod tests {
-    use super::WorkerCounts;
+    use super::*;
+    use crate::sampling::TrajectoryShape;
 
     #[test]
     fn a_replacement_counts_its_predecessors_unfinished_frames_as_lost() {
@@ -572,5 +573,77 @@ mod tests {
         // lost nothing, and a second replacement adds only what the first left unfinished.
         assert_eq!(next.inherit(), next);
         assert_eq!(WorkerCounts::from_words(next.to_words()), next);
+    }
+
+    /// Self-play with one policy: once its pool holds snapshots, the slots record some columns as
+    /// played by a snapshot's network (1 or 2 here), never by a network that does not exist.
+    #[test]
+    fn self_play_columns_record_the_snapshot_that_plays_them() {
+        let cfg = Config::for_env(
+            "connect_four",
+            &[
+                "--self_play",
+                "--opponent_pool_size=2",
+                "--num_envs_per_worker=4",
+                "--worker_num_splits=1",
+                "--rollout=8",
+                "--batch_size=64",
+            ],
+        )
+        .expect("config");
+        let registry = EnvRegistry::with_builtin();
+        let shape = TrajectoryShape {
+            rollout: 8,
+            num_envs: 8,
+            obs_dim: rlf_env::connect_four::OBS_DIM,
+            action_dim: 1,
+        };
+        let pool = TrajectoryPool::create(shape, 2).expect("pool");
+        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        let mut worker =
+            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default()).expect("worker");
+        for slot in 0..2 {
+            worker.on_snapshot_taken(&SnapshotTaken {
+                policy: 0,
+                slot,
+                number: slot as u64 + 1,
+                version: 1,
+            });
+        }
+        worker.start().expect("reset");
+        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        let (mut obs, mut networks) = (vec![0.0; 8 * shape.obs_dim], vec![0.0; 8]);
+        let mut seen = [0usize; 3];
+        for _ in 0..600 {
+            let r = requests.pop().expect("a request");
+            reader.get(r.buffer, Field::Obs, r.step, &mut obs).expect("obs");
+            reader
+                .get(r.buffer, Field::Policy, r.step, &mut networks)
+                .expect("networks");
+            for &n in &networks {
+                assert!(n == 0.0 || n == 1.0 || n == 2.0, "network {n}");
+                seen[n as usize] += 1;
+            }
+            // Each column plays its first legal move (any move for a waiting column).
+            let actions: Vec<f32> = obs
+                .chunks(shape.obs_dim)
+                .map(|o| o[..7].iter().position(|&m| m > 0.0).unwrap_or(0) as f32)
+                .collect();
+            reader
+                .put(r.buffer, Field::Actions, r.step, &actions)
+                .expect("actions");
+            let outcome = worker
+                .on_actions_ready(&ActionsReady {
+                    worker: 0,
+                    split: 0,
+                    incarnation: 0,
+                })
+                .expect("step");
+            requests.extend(outcome.requests);
+            if let Some(t) = outcome.trajectory {
+                requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
+            }
+        }
+        assert!(seen[0] > 0 && seen[1] + seen[2] > 0, "networks seen: {seen:?}");
     }
 }

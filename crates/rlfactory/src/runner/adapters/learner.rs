@@ -57,7 +57,7 @@ impl LearnerNode {
     ) -> Self {
         let setup = new_model(cfg, registry, policy).and_then(|model| {
             let appo = Appo::new(model, &cfg.appo, cfg.run.train_for_env_steps)?;
-            let policies = (policy, cfg.sampling.num_policies);
+            let policies = (policy, cfg.num_networks());
             let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
             let mut checkpointer = if cfg.run.save_experiment {
                 Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
