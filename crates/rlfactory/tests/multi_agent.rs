@@ -6,46 +6,11 @@
 mod common;
 
 use common::{run, temp_dir, text, train_summary};
-use rlf_env::{ActionBatch, EnvRegistry, MultiVecEnv, VecBuffers};
-
-/// A small deterministic generator for the random baseline (xorshift64*).
-struct Xorshift(u64);
-
-impl Xorshift {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
 
 /// Mean return per agent and episode of uniformly random actions on treasurehunt (default config:
 /// 5 agents, 50 turns), over 200 agent episodes.
 fn random_return_per_agent() -> f64 {
-    let registry = EnvRegistry::with_builtin();
-    let envs = (0..4)
-        .map(|_| {
-            registry
-                .make_multi_agent("treasurehunt", &[])
-                .expect("treasurehunt")
-        })
-        .collect();
-    let mut envs = MultiVecEnv::new(envs).expect("vector");
-    let mut buf = VecBuffers::new(envs.num_columns(), envs.obs_dim());
-    envs.reset(Some(11), &mut buf.obs).expect("reset");
-    let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
-    let mut actions = vec![0_i64; envs.num_columns()];
-    let mut returns = Vec::new();
-    while returns.len() < 200 {
-        for a in &mut actions {
-            *a = rng.below(4) as i64;
-        }
-        envs.step(ActionBatch::Discrete(&actions), buf.view())
-            .expect("step");
-        returns.extend(envs.finished().iter().flatten().map(|e| e.episode_return));
-    }
-    returns.iter().sum::<f64>() / returns.len() as f64
+    common::random_return_per_agent("treasurehunt", 4, 200)
 }
 
 /// Treasurehunt, 5 agents taking turns, one shared policy: the mean return per agent (last 100

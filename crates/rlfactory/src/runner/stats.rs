@@ -53,7 +53,7 @@ impl Due {
 }
 
 /// A window of the last `capacity` values.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Window<T>(VecDeque<T>, usize);
 
 impl<T: Copy + Into<f64>> Window<T> {
@@ -166,7 +166,7 @@ impl SelfPlayStats {
 }
 
 /// One policy's statistics.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct PolicyStats {
     agent_steps: u64,
     episodes: u64,
@@ -239,8 +239,16 @@ impl Runner {
             reached: None,
             policies: vec![
                 PolicyStats {
+                    agent_steps: 0,
+                    episodes: 0,
+                    returns: Window::new(cfg.run.stats_avg),
+                    lengths: Window::new(cfg.run.stats_avg),
+                    version: 0,
+                    version_diff: 0.0,
+                    last_metrics: Vec::new(),
+                    episode_scalars: Due::default(),
+                    training_scalars: Due::default(),
                     self_play: s.self_play.then(|| SelfPlayStats::new(s.opponent_pool_size)),
-                    ..PolicyStats::default()
                 };
                 s.num_policies.max(1)
             ],
@@ -737,5 +745,14 @@ mod tests {
             r.summary().policies[0].self_play.as_ref().map(|s| s.games),
             Some(4)
         );
+    }
+
+    #[test]
+    fn each_policys_mean_is_over_its_last_stats_avg_episodes() {
+        let mut r = runner(&["--stats_avg=3"]);
+        r.on_rollout_reported(&rollout(10, &[100.0, 1.0, 2.0, 3.0]));
+        assert_eq!(r.mean_return(), Some(2.0));
+        assert_eq!(r.policy_mean_return(0), Some(2.0));
+        assert_eq!(r.summary().policies[0].mean_return, Some(2.0));
     }
 }

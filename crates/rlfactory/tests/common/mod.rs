@@ -133,3 +133,40 @@ pub fn expect_failed_run(run: Watched, train_dir: &Path) -> (String, String) {
     assert_no_segments(run.pid);
     (errors[0].clone(), log)
 }
+
+/// A small deterministic generator for random baselines (xorshift64*).
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// Mean return per agent and episode of uniformly random discrete actions (`0..num_actions`) on
+/// 4 copies of the multi-agent env `id` (default keyword arguments), over `episodes` agent
+/// episodes.
+pub fn random_return_per_agent(id: &str, num_actions: u64, episodes: usize) -> f64 {
+    let registry = rlf_env::EnvRegistry::with_builtin();
+    let envs = (0..4)
+        .map(|_| registry.make_multi_agent(id, &[]).expect("the env"))
+        .collect();
+    let mut envs = rlf_env::MultiVecEnv::new(envs).expect("vector");
+    let mut buf = rlf_env::VecBuffers::new(envs.num_columns(), envs.obs_dim());
+    envs.reset(Some(11), &mut buf.obs).expect("reset");
+    let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
+    let mut actions = vec![0_i64; envs.num_columns()];
+    let mut returns = Vec::new();
+    while returns.len() < episodes {
+        for a in &mut actions {
+            *a = rng.below(num_actions) as i64;
+        }
+        envs.step(rlf_env::ActionBatch::Discrete(&actions), buf.view())
+            .expect("step");
+        returns.extend(envs.finished().iter().flatten().map(|e| e.episode_return));
+    }
+    returns.iter().sum::<f64>() / returns.len() as f64
+}
