@@ -863,6 +863,10 @@ impl Config {
                     self.env.env
                 ));
             }
+            if !r.async_rl {
+                // A snapshot's columns fill no dataset: sync mode's rounds could wait for ever.
+                return err("--self_play needs --async_rl=true: sync mode cannot count the rounds a snapshot's columns leave unfilled".into());
+            }
             if s.opponent_pool_size == 0 || s.snapshot_every_env_steps == 0 {
                 return err(
                     "--opponent_pool_size and --snapshot_every_env_steps must be at least 1 with --self_play"

@@ -75,6 +75,43 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
     );
     rejects(&["train", "--env", "CartPole-v1", "--gamma", "1.5"], "--gamma");
     rejects(
+        &["train", "--env", "CartPole-v1", "--self_play"],
+        "--self_play needs a multi-agent env",
+    );
+    rejects(
+        &[
+            "train",
+            "--env",
+            "connect_four",
+            "--self_play",
+            "--async_rl=false",
+        ],
+        "--self_play needs --async_rl=true",
+    );
+    rejects(
+        &[
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--with_pbt",
+            "--num_policies",
+            "1",
+        ],
+        "--with_pbt needs a population",
+    );
+    rejects(
+        &[
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--num_policies",
+            "2",
+            "--with_pbt",
+            "--save_experiment=false",
+        ],
+        "--with_pbt copies weights through checkpoints",
+    );
+    rejects(
         &["train", "--env", "CartPole-v1", "--learning_rate", "-1"],
         "--learning_rate",
     );
