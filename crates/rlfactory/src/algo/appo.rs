@@ -619,11 +619,6 @@ impl Appo {
         self.optimizer.load_state(tensors, state.version)
     }
 
-    /// The hyper-parameters PBT mutates, as they are now.
-    pub fn hyper(&self) -> Hyper {
-        Hyper::of(&self.cfg)
-    }
-
     /// Replaces the hyper-parameters PBT mutates; the learning rate restarts the schedule from it.
     pub fn set_hyper(&mut self, hyper: &Hyper) {
         hyper.apply(&mut self.cfg);

@@ -301,7 +301,7 @@ mod tests {
             ready[0].1.parts,
             [part(0, 1, 0, 4, true), part(1, 0, 0, 2, false)]
         );
-        assert_eq!(ready[0].1.trajectories(), 1);
+        assert_eq!(ready[0].1.parts.iter().filter(|p| p.closes).count(), 1);
         // (0, 1) is in a dataset the learner has not trained on yet: still held.
         assert!(b.holds(slot(0, 1)) && b.holds(slot(1, 0)));
         let ready = whole(&mut b, slot(0, 2), 4, &[0]).datasets;

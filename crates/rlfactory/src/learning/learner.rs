@@ -169,11 +169,6 @@ impl Learner {
         })
     }
 
-    /// The hyper-parameters PBT mutates.
-    pub fn hyper(&self) -> crate::pbt::Hyper {
-        self.appo.hyper()
-    }
-
     /// Replaces the hyper-parameters PBT mutates.
     pub fn set_hyper(&mut self, hyper: &crate::pbt::Hyper) {
         self.appo.set_hyper(hyper);

@@ -47,13 +47,6 @@ pub struct Batch {
     pub parts: Vec<Part>,
 }
 
-impl Batch {
-    /// Trajectories whose last sequences this dataset holds.
-    pub fn trajectories(&self) -> u64 {
-        self.parts.iter().filter(|p| p.closes).count() as u64
-    }
-}
-
 /// New weights were published into shared memory after training (`policy_updated`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyUpdated {
