@@ -9,6 +9,10 @@ pub struct EpisodeStats {
     pub episode_return: f64,
     /// Number of steps.
     pub length: u64,
+    /// What the episode achieved by the env's own measure, when the env reports one
+    /// ([`Info::true_objective`], Sample Factory's `info["true_objective"]`): population-based
+    /// training and `--save_best_metric true_objective` rank by it instead of the return.
+    pub true_objective: Option<f64>,
 }
 
 /// The light per-step info: set by [`EpisodeStatistics`](crate::wrappers::EpisodeStatistics) and by
@@ -17,6 +21,9 @@ pub struct EpisodeStats {
 pub struct Info {
     /// The finished episode's statistics, on its last step.
     pub episode: Option<EpisodeStats>,
+    /// Set by an env on the step that ends an episode: the episode's true objective (see
+    /// [`EpisodeStats::true_objective`]).
+    pub true_objective: Option<f64>,
 }
 
 /// What [`Env::step`] returns besides the observation it writes.

@@ -4,7 +4,8 @@
 //! call takes the GIL. Spaces are translated (`Discrete`, `Box`, `MultiDiscrete`, `MultiBinary` as a
 //! `MultiDiscrete` of 2s, `Dict`, `Tuple`), observations flattened to `f32` in the crate's
 //! [flat encoding](crate::space). A Python exception becomes an [`EnvError::Python`] naming the env
-//! and the call.
+//! and the call. A number in the `info` of the step that ends an episode under the key
+//! `true_objective` (Sample Factory's convention) becomes [`Info::true_objective`].
 //!
 //! # Finding Python and the packages
 //! The binary links the libpython pyo3 was built against and finds it at run time through an rpath
@@ -27,7 +28,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyModule;
 
 use crate::env::check_action;
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Info, Space, Step};
 
 const HELPER: &std::ffi::CStr = c"
 import os, site, sys
@@ -93,8 +94,11 @@ def step(env, kind, action):
         action = np.asarray(action, dtype=np.float32)
     elif kind == 2:
         action = np.asarray(action, dtype=np.int64)
-    obs, reward, terminated, truncated, _info = env.step(action)
-    return flatten(env.observation_space, obs), float(reward), bool(terminated), bool(truncated)
+    obs, reward, terminated, truncated, info = env.step(action)
+    done = bool(terminated) or bool(truncated)
+    objective = info.get('true_objective') if done and isinstance(info, dict) else None
+    objective = None if objective is None else float(objective)
+    return flatten(env.observation_space, obs), float(reward), bool(terminated), bool(truncated), objective
 
 
 def set_state(env, state):
@@ -106,6 +110,10 @@ def set_state(env, state):
             return np.ascontiguousarray(get(), dtype=np.float32).ravel()
     return np.asarray(state, dtype=np.float32)
 ";
+
+/// What the helper's `step` returns: the observation, reward, flags, and the episode's
+/// `info["true_objective"]` on the step that ends it.
+type GymStep<'py> = (Bound<'py, PyAny>, f64, bool, bool, Option<f64>);
 
 /// A Gymnasium env made by `gymnasium.make(id)` in the embedded interpreter (see the module doc).
 pub struct GymEnv {
@@ -290,14 +298,17 @@ impl Env for GymEnv {
                 .bind(py)
                 .call1((self.env.bind(py), kind, action))
                 .map_err(python_error(&self.id, "step"))?;
-            let (array, reward, terminated, truncated): (Bound<'_, PyAny>, f64, bool, bool) =
+            let (array, reward, terminated, truncated, true_objective): GymStep<'_> =
                 result.extract().map_err(python_error(&self.id, "step"))?;
             self.read_obs(py, "step", &array, obs)?;
             Ok(Step {
                 reward,
                 terminated,
                 truncated,
-                ..Step::default()
+                info: Info {
+                    episode: None,
+                    true_objective,
+                },
             })
         })
     }

@@ -52,6 +52,13 @@ pub trait MultiAgentEnv: Send {
 
     /// Whether `agent` acts in the next step (see the contract above).
     fn is_active(&self, agent: usize) -> bool;
+
+    /// The true objective of `agent`'s episode if it ended in the last step and the env measures
+    /// one (see [`EpisodeStats::true_objective`]); `None` by default.
+    fn true_objective(&self, agent: usize) -> Option<f64> {
+        let _ = agent;
+        None
+    }
 }
 
 /// Adapts any single-agent [`Env`] into a [`MultiAgentEnv`] of one agent that is always active
@@ -60,12 +67,17 @@ pub trait MultiAgentEnv: Send {
 #[derive(Debug, Clone)]
 pub struct SingleAgent<E> {
     inner: E,
+    /// The true objective the last step reported.
+    objective: Option<f64>,
 }
 
 impl<E: Env> SingleAgent<E> {
     /// Wraps `inner`.
     pub fn new(inner: E) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            objective: None,
+        }
     }
 
     /// The wrapped env.
@@ -114,6 +126,7 @@ impl<E: Env> MultiAgentEnv for SingleAgent<E> {
         out.rewards[0] = step.reward as f32;
         out.terminated[0] = step.terminated;
         out.truncated[0] = step.truncated;
+        self.objective = step.info.true_objective.filter(|_| step.done());
         if step.done() {
             self.inner.reset(None, out.obs)?;
         }
@@ -121,6 +134,9 @@ impl<E: Env> MultiAgentEnv for SingleAgent<E> {
     }
     fn is_active(&self, agent: usize) -> bool {
         agent == 0
+    }
+    fn true_objective(&self, agent: usize) -> Option<f64> {
+        self.objective.filter(|_| agent == 0)
     }
 }
 
@@ -256,28 +272,32 @@ mod tests {
                     0,
                     EpisodeStats {
                         episode_return: 1.0,
-                        length: 1
+                        length: 1,
+                        true_objective: None,
                     }
                 ),
                 (
                     1,
                     EpisodeStats {
                         episode_return: 4.0,
-                        length: 2
+                        length: 2,
+                        true_objective: None,
                     }
                 ),
                 (
                     2,
                     EpisodeStats {
                         episode_return: 9.0,
-                        length: 3
+                        length: 3,
+                        true_objective: None,
                     }
                 ),
                 (
                     0,
                     EpisodeStats {
                         episode_return: 1.0,
-                        length: 1
+                        length: 1,
+                        true_objective: None,
                     }
                 ),
             ]
@@ -296,7 +316,8 @@ mod tests {
             episodes.running(1),
             Some(EpisodeStats {
                 episode_return: 2.0,
-                length: 1
+                length: 1,
+                true_objective: None,
             })
         );
         assert_eq!(episodes.record(5, true, 1.0, true), None);

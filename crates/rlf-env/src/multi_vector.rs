@@ -228,7 +228,12 @@ impl MultiVecEnv {
             for a in 0..agents {
                 let c = e * agents + a;
                 let done = terminated[a] || truncated[a];
-                self.finished[c] = self.episodes[e].record(a, self.acted[c], rewards[a], done);
+                self.finished[c] = self.episodes[e]
+                    .record(a, self.acted[c], rewards[a], done)
+                    .map(|stats| EpisodeStats {
+                        true_objective: env.true_objective(a),
+                        ..stats
+                    });
             }
         }
         self.refresh_active();
@@ -289,10 +294,12 @@ mod tests {
         let won = EpisodeStats {
             episode_return: 1.0,
             length: 4,
+            true_objective: None,
         };
         let lost = EpisodeStats {
             episode_return: -1.0,
             length: 3,
+            true_objective: None,
         };
         assert_eq!(envs.finished(), [Some(won), Some(lost), Some(won), Some(lost)]);
         assert_eq!(&buf.rewards, &[1.0, -1.0, 1.0, -1.0]);

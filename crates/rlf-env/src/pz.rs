@@ -45,7 +45,9 @@
 //! then until the env resets it is inactive (even if the env keeps it in `env.agents`), its flags
 //! are false, its reward is what the env reports for it (normally nothing: 0) and its observation
 //! slot is all zeros. Whatever the env leaves out for an agent (an agent not in `env.agents`, not
-//! spawned yet or gone) counts as reward 0, flags false and an all-zero observation.
+//! spawned yet or gone) counts as reward 0, flags false and an all-zero observation. A number under
+//! `true_objective` in an agent's info (`env.infos` for AEC) in the step its episode ended is its
+//! [`MultiAgentEnv::true_objective`].
 //!
 //! # Finding Python and the packages
 //! As for the [Gymnasium bridge](crate::gym): `VIRTUAL_ENV` or `PYTHONPATH`. `scripts/setup_python.sh`
@@ -134,23 +136,32 @@ class Bridge:
         env = self.env
         if self.parallel:
             acting = {a: self._action(a, actions[self.index[a]]) for a in env.agents}
-            observations, rewards, terminations, truncations, _infos = env.step(acting)
+            observations, rewards, terminations, truncations, infos = env.step(acting)
         else:
             selected = env.agent_selection
             env.step(self._action(selected, actions[self.index[selected]]))
             # Read before the dead steps, which delete the dead agents' entries.
             rewards, terminations, truncations = env.rewards, env.terminations, env.truncations
+            infos = dict(env.infos)
             observations = self._observe()
         rewards = self._per_agent(rewards, 0.0, float)
         terminated = self._per_agent(terminations, False, bool)
         truncated = self._per_agent(truncations, False, bool)
+        objectives = [self._objective(infos, a) if terminated[k] or truncated[k] else None
+                      for k, a in enumerate(self.agents)]
         if not self.parallel:
             self._dead_steps(rewards)
         obs = self._flat(observations)
         reset = not env.agents
         if reset:
             obs, _active = self.reset(None)
-        return obs, rewards, terminated, truncated, self._active(), reset
+        return obs, rewards, terminated, truncated, self._active(), reset, objectives
+
+    @staticmethod
+    def _objective(infos, agent):
+        info = infos.get(agent) if isinstance(infos, dict) else None
+        value = info.get('true_objective') if isinstance(info, dict) else None
+        return None if value is None else float(value)
 
     def _dead_steps(self, rewards):
         env = self.env
@@ -210,8 +221,17 @@ class Bridge:
 type Description<'py> = (bool, Vec<String>, Vec<Bound<'py, PyAny>>, Vec<Bound<'py, PyAny>>);
 
 /// What the helper's `Bridge.step()` returns: the observations (agents × obs_dim), and per agent
-/// the reward, termination, truncation and whether it is live; then whether the env was reset.
-type StepOutcome<'py> = (Bound<'py, PyAny>, Vec<f64>, Vec<bool>, Vec<bool>, Vec<bool>, bool);
+/// the reward, termination, truncation and whether it is live; then whether the env was reset;
+/// then per agent its `info["true_objective"]` if its episode ended in the step.
+type StepOutcome<'py> = (
+    Bound<'py, PyAny>,
+    Vec<f64>,
+    Vec<bool>,
+    Vec<bool>,
+    Vec<bool>,
+    bool,
+    Vec<Option<f64>>,
+);
 
 /// Which of PettingZoo's APIs a [`PettingZooEnv`] drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,6 +256,8 @@ pub struct PettingZooEnv {
     active: Vec<bool>,
     /// Whether each agent's episode has ended (and its flag been reported) in the running episode.
     ended: Vec<bool>,
+    /// The true objective each agent's episode reported, if it ended in the last step.
+    objectives: Vec<Option<f64>>,
 }
 
 impl std::fmt::Debug for PettingZooEnv {
@@ -378,6 +400,7 @@ impl PettingZooEnv {
                 action_dim,
                 active: vec![false; n],
                 ended: vec![false; n],
+                objectives: vec![None; n],
             })
         })
     }
@@ -499,7 +522,7 @@ impl MultiAgentEnv for PettingZooEnv {
                 .bind(py)
                 .call_method1("step", (per_agent,))
                 .map_err(python_error(&self.id, "step"))?;
-            let (array, rewards, terminated, truncated, live, reset): StepOutcome<'_> =
+            let (array, rewards, terminated, truncated, live, reset, objectives): StepOutcome<'_> =
                 result.extract().map_err(python_error(&self.id, "step"))?;
             self.read_obs(py, "step", &array, out.obs)?;
             let dim = self.obs_dim;
@@ -510,6 +533,11 @@ impl MultiAgentEnv for PettingZooEnv {
                 out.rewards[k] = rewards.get(k).copied().unwrap_or(0.0) as f32;
                 out.terminated[k] = term && !*ended;
                 out.truncated[k] = trunc && !*ended;
+                self.objectives[k] = objectives
+                    .get(k)
+                    .copied()
+                    .flatten()
+                    .filter(|_| (term || trunc) && !*ended);
                 if *ended && !reset {
                     out.obs[k * dim..(k + 1) * dim].fill(0.0);
                 }
@@ -525,6 +553,10 @@ impl MultiAgentEnv for PettingZooEnv {
 
     fn is_active(&self, agent: usize) -> bool {
         self.active.get(agent).copied().unwrap_or(false)
+    }
+
+    fn true_objective(&self, agent: usize) -> Option<f64> {
+        self.objectives.get(agent).copied().flatten()
     }
 }
 

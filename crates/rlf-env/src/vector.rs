@@ -253,7 +253,11 @@ impl VecEnv {
             running.length += 1;
             if step.done() {
                 self.infos[i] = Info {
-                    episode: Some(*running),
+                    episode: Some(EpisodeStats {
+                        true_objective: step.info.true_objective,
+                        ..*running
+                    }),
+                    true_objective: step.info.true_objective,
                 };
                 *running = EpisodeStats::default();
                 self.final_obs[i * d..(i + 1) * d].copy_from_slice(slot);
@@ -324,7 +328,8 @@ mod tests {
             venv.infos()[0].episode,
             Some(EpisodeStats {
                 episode_return: 2.0,
-                length: 2
+                length: 2,
+                true_objective: None,
             })
         );
         assert_eq!(venv.infos()[1].episode, None);

@@ -525,8 +525,11 @@ pub enum CheckpointKind {
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum BestMetric {
-    /// The mean return of the last 100 episodes.
+    /// The mean return of the last `--stats_avg` episodes.
     Reward,
+    /// The mean true objective of the same episodes: what the env reports as
+    /// `info["true_objective"]` at an episode's end, the return where it reports none.
+    TrueObjective,
 }
 
 /// The experiment folder's checkpoints and restarts.

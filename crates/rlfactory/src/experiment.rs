@@ -41,15 +41,15 @@ pub struct CheckpointRequest {
     pub env_steps: u64,
     /// Episodes finished so far.
     pub episodes: u64,
-    /// Mean return of the last 100 episodes of each policy (the best-checkpoint metric), by
-    /// policy index.
-    pub mean_returns: Vec<Option<f64>>,
+    /// Each policy's best-checkpoint metric (`--save_best_metric` over its last `--stats_avg`
+    /// episodes), by policy index.
+    pub best_metrics: Vec<Option<f64>>,
 }
 
 impl CheckpointRequest {
     /// The best-checkpoint metric of `policy`.
-    pub fn mean_return(&self, policy: usize) -> Option<f64> {
-        self.mean_returns.get(policy).copied().flatten()
+    pub fn best_metric(&self, policy: usize) -> Option<f64> {
+        self.best_metrics.get(policy).copied().flatten()
     }
 }
 
@@ -447,7 +447,7 @@ impl Checkpointer {
                 train_step: training.version,
                 env_steps: request.env_steps,
                 policy_version: training.version,
-                metric: request.mean_return(self.policy),
+                metric: request.best_metric(self.policy),
                 extra: serde_json::to_value(extra)
                     .map_err(|e| RlfError::Config(format!("cannot serialise the training state: {e}")))?,
             },

@@ -3,8 +3,9 @@
 //! [`Decision`]s.
 //!
 //! Every `--pbt_period_env_steps` agent steps of a policy, once the run has passed
-//! `--pbt_start_mutation` env frames, the policies are ranked by their objective (the mean return
-//! of their last `--stats_avg` episodes). A policy in the best `--pbt_replace_fraction` keeps
+//! `--pbt_start_mutation` env frames, the policies are ranked by their objective (the mean true
+//! objective of their last `--stats_avg` episodes: what the env reports as `info["true_objective"]`
+//! at an episode's end, else its return). A policy in the best `--pbt_replace_fraction` keeps
 //! everything. One in the worst fraction takes the weights and the hyper-parameters of a policy
 //! drawn from the best fraction when the gap passes both `--pbt_replace_reward_gap` (relative)
 //! and `--pbt_replace_reward_gap_absolute`. Every policy outside the best fraction then has its

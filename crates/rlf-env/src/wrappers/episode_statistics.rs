@@ -43,7 +43,10 @@ impl<E: Env> Env for EpisodeStatistics<E> {
         self.current.episode_return += step.reward;
         self.current.length += 1;
         if step.done() {
-            step.info.episode = Some(self.current);
+            step.info.episode = Some(EpisodeStats {
+                true_objective: step.info.true_objective,
+                ..self.current
+            });
             self.current = EpisodeStats::default();
         }
         Ok(step)
@@ -73,7 +76,8 @@ mod tests {
             env.current(),
             EpisodeStats {
                 episode_return: 3.0,
-                length: 3
+                length: 3,
+                true_objective: None,
             }
         );
         let last = env.step(Action::Discrete(1), &mut obs).unwrap();
@@ -81,7 +85,8 @@ mod tests {
             last.info.episode,
             Some(EpisodeStats {
                 episode_return: 4.0,
-                length: 4
+                length: 4,
+                true_objective: None,
             })
         );
         assert_eq!(env.current(), EpisodeStats::default());

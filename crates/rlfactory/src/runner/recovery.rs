@@ -5,7 +5,7 @@ use rlf_shm::SharedWeights;
 use super::plane::new_model;
 use super::summary::Summary;
 use crate::algo::appo::TrainingState;
-use crate::config::Config;
+use crate::config::{BestMetric, Config};
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer};
@@ -42,7 +42,14 @@ pub(super) fn save_published(
     let progress = CheckpointRequest {
         env_steps: summary.env_frames,
         episodes: summary.episodes,
-        mean_returns: summary.policies.iter().map(|p| p.mean_return).collect(),
+        best_metrics: summary
+            .policies
+            .iter()
+            .map(|p| match cfg.checkpoint.save_best_metric {
+                BestMetric::Reward => p.mean_return,
+                BestMetric::TrueObjective => p.true_objective,
+            })
+            .collect(),
     };
     Checkpointer::open(cfg, policy)?.save((model.named_tensors()?, training), &progress)?;
     Ok(())

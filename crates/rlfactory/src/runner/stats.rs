@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::summary::{PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary};
-use crate::config::Config;
+use crate::config::{BestMetric, Config};
 use crate::experiment::CheckpointRequest;
 use crate::learning::TrainingReport;
 use crate::sampling::{RolloutReport, SelfPlayGame, SnapshotRequest, SnapshotTaken};
@@ -171,6 +171,7 @@ struct PolicyStats {
     agent_steps: u64,
     episodes: u64,
     returns: Window<f64>,
+    objectives: Window<f64>,
     lengths: Window<f64>,
     version: u64,
     version_diff: f64,
@@ -216,6 +217,7 @@ pub struct Runner {
     last_line: (Instant, u64),
     stop: Option<StopReason>,
     snapshots: Option<SnapshotSchedule>,
+    best_metric: BestMetric,
 }
 
 impl Runner {
@@ -242,6 +244,7 @@ impl Runner {
                     agent_steps: 0,
                     episodes: 0,
                     returns: Window::new(cfg.run.stats_avg),
+                    objectives: Window::new(cfg.run.stats_avg),
                     lengths: Window::new(cfg.run.stats_avg),
                     version: 0,
                     version_diff: 0.0,
@@ -262,6 +265,7 @@ impl Runner {
                 num_policies: s.num_policies,
                 pool_size: s.opponent_pool_size.max(1),
             }),
+            best_metric: cfg.checkpoint.save_best_metric,
         }
     }
 
@@ -270,9 +274,10 @@ impl Runner {
         self.returns.mean()
     }
 
-    /// Mean return of the last `--stats_avg` episodes of `policy` (its PBT objective).
-    pub fn policy_mean_return(&self, policy: usize) -> Option<f64> {
-        self.policies.get(policy).and_then(|p| p.returns.mean())
+    /// Mean true objective of the last `--stats_avg` episodes of `policy` (its PBT objective; the
+    /// mean return when the env reports no objective).
+    pub fn policy_objective(&self, policy: usize) -> Option<f64> {
+        self.policies.get(policy).and_then(|p| p.objectives.mean())
     }
 
     /// Continues each policy's agent steps from a resumed run's (PBT's saved states).
@@ -321,6 +326,8 @@ impl Runner {
             let policy = report.episode_policies.get(i).copied().unwrap_or(0);
             if let Some(p) = self.policies.get_mut(policy) {
                 p.returns.push(r);
+                p.objectives
+                    .push(report.episode_objectives.get(i).copied().unwrap_or(r));
                 p.lengths
                     .push(report.episode_lengths.get(i).copied().unwrap_or(0) as f64);
                 p.episodes += 1;
@@ -378,7 +385,14 @@ impl Runner {
         CheckpointRequest {
             env_steps: self.env_frames,
             episodes: self.episodes,
-            mean_returns: self.policies.iter().map(|p| p.returns.mean()).collect(),
+            best_metrics: self
+                .policies
+                .iter()
+                .map(|p| match self.best_metric {
+                    BestMetric::Reward => p.returns.mean(),
+                    BestMetric::TrueObjective => p.objectives.mean(),
+                })
+                .collect(),
         }
     }
 
@@ -431,6 +445,11 @@ impl Runner {
             if p.episode_scalars.take(frames, every, force) {
                 let mut values = vec![("stats/episodes".to_owned(), p.episodes as f64)];
                 values.extend(p.returns.mean().map(|r| ("reward/reward".to_owned(), r)));
+                values.extend(
+                    p.objectives
+                        .mean()
+                        .map(|o| ("policy_stats/avg_true_objective".to_owned(), o)),
+                );
                 values.extend(p.lengths.mean().map(|l| ("len/len".to_owned(), l)));
                 values.push(("stats/agent_steps".to_owned(), p.agent_steps as f64));
                 if let Some(sp) = &p.self_play {
@@ -523,6 +542,7 @@ impl Runner {
                 .iter()
                 .map(|p| PolicySummary {
                     mean_return: p.returns.mean(),
+                    true_objective: p.objectives.mean(),
                     episodes: p.episodes,
                     agent_steps: p.agent_steps,
                     policy_version: p.version,
@@ -572,6 +592,7 @@ mod tests {
             worker: 0,
             env_frames,
             episode_returns: returns.to_vec(),
+            episode_objectives: returns.to_vec(),
             episode_lengths: returns.iter().map(|&r| r as u64).collect(),
             episode_policies: vec![0; returns.len()],
             policy_frames: vec![env_frames],
@@ -624,7 +645,13 @@ mod tests {
         assert_eq!(due[0].env_frames, 200);
         assert_eq!(
             tags(&due[0]),
-            ["stats/episodes", "reward/reward", "len/len", "stats/agent_steps"]
+            [
+                "stats/episodes",
+                "reward/reward",
+                "policy_stats/avg_true_objective",
+                "len/len",
+                "stats/agent_steps"
+            ]
         );
         assert_eq!(due[0].values[1].1, 9.0);
         // Within the interval: not due again until frame 1200.
@@ -752,7 +779,28 @@ mod tests {
         let mut r = runner(&["--stats_avg=3"]);
         r.on_rollout_reported(&rollout(10, &[100.0, 1.0, 2.0, 3.0]));
         assert_eq!(r.mean_return(), Some(2.0));
-        assert_eq!(r.policy_mean_return(0), Some(2.0));
+        assert_eq!(r.policy_objective(0), Some(2.0));
         assert_eq!(r.summary().policies[0].mean_return, Some(2.0));
+    }
+
+    #[test]
+    fn the_true_objective_ranks_policies_and_checkpoints_when_asked() {
+        let mut report = rollout(10, &[10.0, 20.0]);
+        report.episode_objectives = vec![1.0, 0.0];
+        let mut by_reward = runner(&[]);
+        by_reward.on_rollout_reported(&report);
+        assert_eq!(by_reward.policy_objective(0), Some(0.5));
+        assert_eq!(by_reward.summary().policies[0].true_objective, Some(0.5));
+        assert_eq!(by_reward.checkpoint_request().best_metric(0), Some(15.0));
+        let due = by_reward.due_scalars(true);
+        assert!(
+            due.iter()
+                .flat_map(|s| &s.values)
+                .any(|(tag, v)| tag == "policy_stats/avg_true_objective" && *v == 0.5),
+            "{due:?}"
+        );
+        let mut by_objective = runner(&["--save_best_metric=true_objective"]);
+        by_objective.on_rollout_reported(&report);
+        assert_eq!(by_objective.checkpoint_request().best_metric(0), Some(0.5));
     }
 }

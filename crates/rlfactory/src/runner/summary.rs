@@ -25,6 +25,8 @@ pub enum StopReason {
 pub struct PolicySummary {
     /// Mean return of its last 100 episodes.
     pub mean_return: Option<f64>,
+    /// Mean true objective of the same episodes (the return where the env reports none).
+    pub true_objective: Option<f64>,
     /// Episodes its agents finished.
     pub episodes: u64,
     /// Agent steps it took.

@@ -93,6 +93,9 @@ pub struct RolloutReport {
     pub env_frames: u64,
     /// Returns of the finished episodes.
     pub episode_returns: Vec<f64>,
+    /// The true objective of each finished episode: the env's (`info["true_objective"]`), or its
+    /// return when the env reports none (Sample Factory's rule).
+    pub episode_objectives: Vec<f64>,
     /// Lengths of the finished episodes.
     pub episode_lengths: Vec<u64>,
     /// The policy that played each finished episode.

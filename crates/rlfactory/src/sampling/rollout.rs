@@ -437,6 +437,9 @@ impl RolloutWorker {
                 // A snapshot's episodes are not its policy's.
                 if (split.policies[i] as usize) < self.num_policies {
                     self.report.episode_returns.push(ep.episode_return);
+                    self.report
+                        .episode_objectives
+                        .push(ep.true_objective.unwrap_or(ep.episode_return));
                     self.report.episode_lengths.push(ep.length);
                     self.report.episode_policies.push(split.policies[i] as usize);
                 }

@@ -92,7 +92,7 @@ impl RunnerNode {
             return Ok(());
         };
         let n = pbt.states().len();
-        let objectives: Vec<Option<f64>> = (0..n).map(|p| self.runner.policy_mean_return(p)).collect();
+        let objectives: Vec<Option<f64>> = (0..n).map(|p| self.runner.policy_objective(p)).collect();
         let frames = self.runner.env_frames();
         let decisions: Vec<Decision> = (0..n)
             .filter_map(|p| pbt.on_progress(p, self.runner.policy_agent_steps(p), frames, &objectives))
