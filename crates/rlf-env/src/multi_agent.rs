@@ -11,8 +11,13 @@ use crate::{ActionBatch, Env, EnvError, EpisodeStats, Space, StepBuffers};
 /// An env with `num_agents` agents.
 ///
 /// # Contract
-/// - Buffers hold one slot per agent (see [`StepBuffers`]); all agents of one env share the
-///   observation and action spaces.
+/// - Buffers hold one slot per agent (see [`StepBuffers`]). Agents may have different spaces
+///   ([`agent_observation_space`](MultiAgentEnv::agent_observation_space),
+///   [`agent_action_space`](MultiAgentEnv::agent_action_space)): every observation slot is then
+///   [`obs_dim`](MultiAgentEnv::obs_dim) values long (the largest agent's), an agent with a smaller
+///   space writing its observation at the start of its slot and zeros after it; action spaces may
+///   differ only within one kind and one [`Space::action_dim`] (`Discrete(5)` and `Discrete(4)`,
+///   two boxes of one shape), so every action slot has one size.
 /// - [`MultiAgentEnv::is_active`], after [`reset`](MultiAgentEnv::reset) or
 ///   [`step`](MultiAgentEnv::step), says whether an agent acts in the next step: its observation
 ///   slot is a decision point and its action will be applied. The actions of inactive agents are
@@ -38,11 +43,33 @@ pub trait MultiAgentEnv: Send {
         format!("agent_{agent}")
     }
 
-    /// The space of one agent's observation.
+    /// The space of one agent's observation (agent 0's when agents differ).
     fn observation_space(&self) -> &Space;
 
-    /// The space of one agent's action.
+    /// The space of one agent's action (agent 0's when agents differ).
     fn action_space(&self) -> &Space;
+
+    /// The observation space of `agent`: [`observation_space`](MultiAgentEnv::observation_space)
+    /// unless the env's agents differ.
+    fn agent_observation_space(&self, agent: usize) -> &Space {
+        let _ = agent;
+        self.observation_space()
+    }
+
+    /// The action space of `agent`: [`action_space`](MultiAgentEnv::action_space) unless the
+    /// env's agents differ.
+    fn agent_action_space(&self, agent: usize) -> &Space {
+        let _ = agent;
+        self.action_space()
+    }
+
+    /// Values per observation slot: the largest flat size of the agents' observation spaces.
+    fn obs_dim(&self) -> usize {
+        (0..self.num_agents())
+            .map(|a| self.agent_observation_space(a).flat_dim())
+            .max()
+            .unwrap_or_else(|| self.observation_space().flat_dim())
+    }
 
     /// Starts a new episode, writing `num_agents * obs_dim` values into `obs`.
     fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError>;

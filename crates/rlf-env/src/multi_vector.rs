@@ -13,12 +13,51 @@ use crate::env::check_observation;
 use crate::vector::in_slot;
 use crate::{ActionBatch, AgentEpisodes, EnvError, EpisodeStats, MultiAgentEnv, Space, StepBuffers};
 
+/// The size of every action slot when `spaces` (one per agent) are of one kind and size (see
+/// [`MultiAgentEnv`]'s contract), or an error naming two that differ.
+pub fn one_action_size(env: &str, spaces: &[Space]) -> Result<usize, EnvError> {
+    let kind = |s: &Space| match s {
+        Space::Discrete { .. } => Some(0),
+        Space::Box(_) => Some(1),
+        Space::MultiDiscrete(_) => Some(2),
+        Space::Dict(_) | Space::Tuple(_) => None,
+    };
+    let Some(first) = spaces.first() else {
+        return Err(EnvError::Unsupported {
+            env: env.to_owned(),
+            what: "an env of 0 agents".into(),
+        });
+    };
+    for space in spaces {
+        let (Some(dim), Some(k)) = (space.action_dim(), kind(space)) else {
+            return Err(EnvError::Unsupported {
+                env: env.to_owned(),
+                what: format!("the action space {space}"),
+            });
+        };
+        if Some(k) != kind(first) || Some(dim) != first.action_dim() {
+            return Err(EnvError::Unsupported {
+                env: env.to_owned(),
+                what: format!(
+                    "agents whose action spaces differ in kind or size ({first} and {space}; agents may have \
+                     different action spaces of one kind and size only)"
+                ),
+            });
+        }
+    }
+    first.action_dim().ok_or_else(|| EnvError::Unsupported {
+        env: env.to_owned(),
+        what: format!("the action space {first}"),
+    })
+}
+
 /// N multi-agent envs with identical spaces and agent counts; see the module doc.
 pub struct MultiVecEnv {
     envs: Vec<Box<dyn MultiAgentEnv>>,
     num_agents: usize,
-    observation_space: Space,
-    action_space: Space,
+    /// By agent.
+    observation_spaces: Vec<Space>,
+    action_spaces: Vec<Space>,
     obs_dim: usize,
     action_dim: usize,
     active: Vec<bool>,
@@ -32,15 +71,16 @@ impl std::fmt::Debug for MultiVecEnv {
         f.debug_struct("MultiVecEnv")
             .field("num_envs", &self.envs.len())
             .field("num_agents", &self.num_agents)
-            .field("observation_space", &self.observation_space)
-            .field("action_space", &self.action_space)
+            .field("observation_spaces", &self.observation_spaces)
+            .field("action_spaces", &self.action_spaces)
             .finish_non_exhaustive()
     }
 }
 
 impl MultiVecEnv {
-    /// Bundles `envs`, which must be non-empty and share their spaces and agent counts (at least
-    /// one agent each), with a discrete, box or multi-discrete action space.
+    /// Bundles `envs`, which must be non-empty and share their agents' spaces and agent counts (at
+    /// least one agent each), with discrete, box or multi-discrete action spaces of one kind and
+    /// size (see [`MultiAgentEnv`]'s contract).
     pub fn new(envs: Vec<Box<dyn MultiAgentEnv>>) -> Result<Self, EnvError> {
         let Some(first) = envs.first() else {
             return Err(EnvError::Unsupported {
@@ -48,42 +88,42 @@ impl MultiVecEnv {
                 what: "a vector of 0 envs".into(),
             });
         };
-        let (num_agents, observation_space, action_space) = (
-            first.num_agents(),
-            first.observation_space().clone(),
-            first.action_space().clone(),
-        );
-        let Some(action_dim) = action_space.action_dim() else {
-            return Err(EnvError::Unsupported {
-                env: first.id().to_owned(),
-                what: format!("the action space {action_space} in a MultiVecEnv"),
-            });
-        };
+        let num_agents = first.num_agents();
         if num_agents == 0 {
             return Err(EnvError::Unsupported {
                 env: first.id().to_owned(),
                 what: "an env of 0 agents".into(),
             });
         }
+        let observation_spaces: Vec<Space> = (0..num_agents)
+            .map(|a| first.agent_observation_space(a).clone())
+            .collect();
+        let action_spaces: Vec<Space> = (0..num_agents)
+            .map(|a| first.agent_action_space(a).clone())
+            .collect();
+        let action_dim = one_action_size(first.id(), &action_spaces)?;
         if let Some(i) = envs.iter().position(|e| {
             e.num_agents() != num_agents
-                || e.observation_space() != &observation_space
-                || e.action_space() != &action_space
+                || (0..num_agents).any(|a| {
+                    e.agent_observation_space(a) != &observation_spaces[a]
+                        || e.agent_action_space(a) != &action_spaces[a]
+                })
         }) {
             return Err(in_slot(i)(EnvError::InvalidSpace(format!(
-                "{}: its agents or spaces differ from env 0's ({num_agents} agents, {observation_space}, \
-                 {action_space})",
-                envs[i].id()
+                "{}: its agents or spaces differ from env 0's ({num_agents} agents, {}, {})",
+                envs[i].id(),
+                observation_spaces[0],
+                action_spaces[0]
             ))));
         }
         let columns = envs.len() * num_agents;
         Ok(Self {
-            obs_dim: observation_space.flat_dim(),
+            obs_dim: first.obs_dim(),
             episodes: (0..envs.len()).map(|_| AgentEpisodes::new(num_agents)).collect(),
             envs,
             num_agents,
-            observation_space,
-            action_space,
+            observation_spaces,
+            action_spaces,
             action_dim,
             active: vec![false; columns],
             acted: vec![false; columns],
@@ -123,14 +163,14 @@ impl MultiVecEnv {
         self.action_dim
     }
 
-    /// One agent's observation space.
-    pub fn observation_space(&self) -> &Space {
-        &self.observation_space
+    /// The observation space of agent `agent` (of every env).
+    pub fn agent_observation_space(&self, agent: usize) -> Option<&Space> {
+        self.observation_spaces.get(agent)
     }
 
-    /// One agent's action space.
-    pub fn action_space(&self) -> &Space {
-        &self.action_space
+    /// The action space of agent `agent` (of every env).
+    pub fn agent_action_space(&self, agent: usize) -> Option<&Space> {
+        self.action_spaces.get(agent)
     }
 
     /// Which columns act in the next step.

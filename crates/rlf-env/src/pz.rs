@@ -17,9 +17,11 @@
 //! to `f32` exactly as the [Gymnasium bridge](crate::gym) does: a `Dict` observation flattens in
 //! its space's key order, which Gymnasium sorts, so Connect Four's observation is the 7
 //! `action_mask` values then the 84 board values, as the native
-//! [`ConnectFour`](crate::connect_four::ConnectFour). A [`MultiAgentEnv`] has one observation space
-//! and one action space for all its agents: an env whose agents differ (MPE's `simple_adversary_v3`,
-//! `simple_tag_v3`) is an [`EnvError::Unsupported`] naming two agents and their spaces. Actions may
+//! [`ConnectFour`](crate::connect_four::ConnectFour). Agents may have different observation spaces
+//! (MPE's `simple_adversary_v3`, `simple_tag_v3`): each agent's observation is written at the start
+//! of a slot as long as the largest, zeros after it. Their action spaces may differ within one kind
+//! and size (`Discrete(5)` and `Discrete(20)`); others are an [`EnvError::Unsupported`] naming two of
+//! them. Actions may
 //! be `Discrete` (passed as a Python `int`), `Box` or `MultiDiscrete`/`MultiBinary` (passed as NumPy
 //! arrays of the space's dtype and shape).
 //!
@@ -74,8 +76,8 @@ use pyo3::types::{PyList, PyModule};
 use crate::env::check_action;
 use crate::gym::{helper_module, translate};
 use crate::{
-    Action, ActionBatch, EnvError, EnvKwargs, MultiAgentEnv, Space, StepBuffers, PETTINGZOO_AEC_PREFIX,
-    PETTINGZOO_PREFIX,
+    one_action_size, Action, ActionBatch, EnvError, EnvKwargs, MultiAgentEnv, Space, StepBuffers,
+    PETTINGZOO_AEC_PREFIX, PETTINGZOO_PREFIX,
 };
 
 const HELPER: &std::ffi::CStr = c"
@@ -121,8 +123,9 @@ class Bridge:
             [describe(s) for s in self.action_spaces],
         )
 
-    def set_obs_dim(self, dim):
+    def set_obs_dim(self, dim, dims):
         self.dim = dim
+        self.dims = dims
 
     def reset(self, seed):
         if self.parallel:
@@ -207,12 +210,12 @@ class Bridge:
         for agent, x in observations.items():
             k = self.index[agent]
             flat = flatten(self.observation_spaces[k], x)
-            if flat.size != self.dim:
+            if flat.size != self.dims[k]:
                 raise ValueError(
                     'the observation of %s has %d values, but its observation space %s has %d'
-                    % (agent, flat.size, self.observation_spaces[k], self.dim)
+                    % (agent, flat.size, self.observation_spaces[k], self.dims[k])
                 )
-            out[k] = flat
+            out[k, :flat.size] = flat
         return out
 ";
 
@@ -248,8 +251,9 @@ pub struct PettingZooEnv {
     api: PettingZooApi,
     bridge: Py<PyAny>,
     agents: Vec<String>,
-    observation_space: Space,
-    action_space: Space,
+    /// By agent.
+    observation_spaces: Vec<Space>,
+    action_spaces: Vec<Space>,
     obs_dim: usize,
     action_dim: usize,
     /// Whether each agent acts in the next step.
@@ -266,8 +270,8 @@ impl std::fmt::Debug for PettingZooEnv {
             .field("id", &self.id)
             .field("api", &self.api)
             .field("agents", &self.agents)
-            .field("observation_space", &self.observation_space)
-            .field("action_space", &self.action_space)
+            .field("observation_spaces", &self.observation_spaces)
+            .field("action_spaces", &self.action_spaces)
             .finish_non_exhaustive()
     }
 }
@@ -280,14 +284,8 @@ fn python_error<'a>(env: &'a str, call: &'static str) -> impl FnOnce(PyErr) -> E
     }
 }
 
-/// The one space all agents share, or an error naming the first agent whose space differs from
-/// agent 0's.
-fn shared_space(
-    id: &str,
-    which: &str,
-    agents: &[String],
-    descriptions: &[Bound<'_, PyAny>],
-) -> Result<Space, EnvError> {
+/// Each agent's space, from the helper's descriptions; an env without agents is an error.
+fn agent_spaces(id: &str, which: &str, descriptions: &[Bound<'_, PyAny>]) -> Result<Vec<Space>, EnvError> {
     let spaces = descriptions
         .iter()
         .map(translate)
@@ -296,22 +294,13 @@ fn shared_space(
             env: id.to_owned(),
             what: format!("its {which} space ({reason})"),
         })?;
-    let (Some(first), Some(first_agent)) = (spaces.first(), agents.first()) else {
+    if spaces.is_empty() {
         return Err(EnvError::Unsupported {
             env: id.to_owned(),
             what: "an env without agents (empty `possible_agents`)".into(),
         });
-    };
-    match agents.iter().zip(&spaces).find(|(_, space)| *space != first) {
-        None => Ok(first.clone()),
-        Some((agent, space)) => Err(EnvError::Unsupported {
-            env: id.to_owned(),
-            what: format!(
-                "agents with different {which} spaces (`{first_agent}`: {first}, `{agent}`: {space}; all \
-                 agents must share one space until agents can be mapped to separate policies)"
-            ),
-        }),
     }
+    Ok(spaces)
 }
 
 /// A Python object for one agent's action.
@@ -372,17 +361,13 @@ impl PettingZooEnv {
             let description = bridge.call_method0("describe").map_err(make_error)?;
             let (parallel, agents, obs_descs, act_descs): Description<'_> =
                 description.extract().map_err(make_error)?;
-            let observation_space = shared_space(id, "observation", &agents, &obs_descs)?;
-            let action_space = shared_space(id, "action", &agents, &act_descs)?;
-            let Some(action_dim) = action_space.action_dim() else {
-                return Err(EnvError::Unsupported {
-                    env: id.to_owned(),
-                    what: format!("the action space {action_space}"),
-                });
-            };
-            let obs_dim = observation_space.flat_dim();
+            let observation_spaces = agent_spaces(id, "observation", &obs_descs)?;
+            let action_spaces = agent_spaces(id, "action", &act_descs)?;
+            let action_dim = one_action_size(id, &action_spaces)?;
+            let dims: Vec<usize> = observation_spaces.iter().map(Space::flat_dim).collect();
+            let obs_dim = dims.iter().copied().max().unwrap_or(0);
             bridge
-                .call_method1("set_obs_dim", (obs_dim,))
+                .call_method1("set_obs_dim", (obs_dim, dims))
                 .map_err(make_error)?;
             let n = agents.len();
             Ok(Self {
@@ -394,8 +379,8 @@ impl PettingZooEnv {
                 },
                 bridge: bridge.unbind(),
                 agents,
-                observation_space,
-                action_space,
+                observation_spaces,
+                action_spaces,
                 obs_dim,
                 action_dim,
                 active: vec![false; n],
@@ -430,7 +415,7 @@ impl PettingZooEnv {
                 call,
                 expected: obs.len(),
                 got: buffer.item_count(),
-                space: format!("{} agents × {}", self.agents.len(), self.observation_space),
+                space: format!("{} agents × {} values", self.agents.len(), self.obs_dim),
             });
         }
         buffer
@@ -463,11 +448,25 @@ impl MultiAgentEnv for PettingZooEnv {
     }
 
     fn observation_space(&self) -> &Space {
-        &self.observation_space
+        &self.observation_spaces[0]
     }
 
     fn action_space(&self) -> &Space {
-        &self.action_space
+        &self.action_spaces[0]
+    }
+
+    fn agent_observation_space(&self, agent: usize) -> &Space {
+        self.observation_spaces
+            .get(agent)
+            .unwrap_or(&self.observation_spaces[0])
+    }
+
+    fn agent_action_space(&self, agent: usize) -> &Space {
+        self.action_spaces.get(agent).unwrap_or(&self.action_spaces[0])
+    }
+
+    fn obs_dim(&self) -> usize {
+        self.obs_dim
     }
 
     fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
@@ -510,7 +509,7 @@ impl MultiAgentEnv for PettingZooEnv {
             for (k, &active) in self.active.iter().enumerate() {
                 let item = match actions.get(k, self.action_dim) {
                     Some(action) if active => {
-                        check_action(&self.id, &self.action_space, action)?;
+                        check_action(&self.id, &self.action_spaces[k], action)?;
                         action_object(py, action).map_err(python_error(&self.id, "step"))?
                     }
                     _ => py.None().into_bound(py),

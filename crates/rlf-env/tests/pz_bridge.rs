@@ -264,13 +264,14 @@ def env(**kwargs):
 
 /// The relay with a larger action space for `c`.
 const MIXED: &std::ffi::CStr = c"
+import numpy as np
 from gymnasium import spaces
 from rlf_pz_relay import Relay
 
 
 class Mixed(Relay):
     def action_space(self, agent):
-        return spaces.Discrete(4 if agent == 'c' else 3)
+        return spaces.Box(-1.0, 1.0, (2,), np.float32) if agent == 'c' else spaces.Discrete(3)
 
 
 def env(**kwargs):
@@ -466,27 +467,42 @@ fn bad_modules_kwargs_and_spaces_are_clear_errors() {
         "pz:json: Python raised during make: AttributeError: module json has no parallel_env() or env(): not \
          a PettingZoo env module"
     );
+}
 
-    let err = make_error("pz:pettingzoo.mpe.simple_adversary_v3", "");
-    assert_eq!(
-        err.to_string(),
-        "pz:pettingzoo.mpe.simple_adversary_v3: agents with different observation spaces (`adversary_0`: \
-         Box(-inf, inf, (8,), float32), `agent_0`: Box(-inf, inf, (10,), float32); all agents must share one \
-         space until agents can be mapped to separate policies) is not supported"
-    );
-    assert!(matches!(
-        make_error("pz:pettingzoo.mpe.simple_tag_v3", ""),
-        EnvError::Unsupported { .. }
-    ));
+/// MPE's simple_adversary: the adversary sees 8 values, the good agents 10. Every slot is 10
+/// values long, the adversary's observation in its first 8 and zeros after; each agent's own
+/// spaces are reported.
+#[test]
+fn agents_with_different_observation_spaces_share_slots_as_wide_as_the_largest() {
+    let mut env = PettingZooEnv::from_id("pz:pettingzoo.mpe.simple_adversary_v3", &[]).unwrap();
+    assert_eq!(env.obs_dim(), 10);
+    let dims: Vec<usize> = (0..3)
+        .map(|a| env.agent_observation_space(a).flat_dim())
+        .collect();
+    assert_eq!(dims, [8, 10, 10]);
+    assert!((0..3).all(|a| env.agent_action_space(a) == &Space::Discrete { n: 5, start: 0 }));
+    let mut buf = VecBuffers::new(3, 10);
+    buf.obs.fill(9.0);
+    env.reset(Some(3), &mut buf.obs).unwrap();
+    for _ in 0..30 {
+        assert_eq!(buf.obs[8..10], [0.0, 0.0], "the adversary's padding");
+        assert!(
+            buf.obs[..8].iter().any(|&v| v != 0.0),
+            "the adversary's observation"
+        );
+        assert!(buf.obs[10..].iter().all(|v| v.is_finite()));
+        env.step(ActionBatch::Discrete(&[1, 2, 3]), buf.view()).unwrap();
+    }
 }
 
 #[test]
-fn agents_with_different_action_spaces_are_named() {
+fn action_spaces_of_different_kinds_are_named() {
     register_test_modules();
     let err = make_error("pza:rlf_pz_mixed", "");
-    assert_eq!(
-        err.to_string(),
-        "pza:rlf_pz_mixed: agents with different action spaces (`a`: Discrete(3), `c`: Discrete(4); all \
-         agents must share one space until agents can be mapped to separate policies) is not supported"
+    assert!(
+        err.to_string().starts_with(
+            "pza:rlf_pz_mixed: agents whose action spaces differ in kind or size (Discrete(3) and Box("
+        ) && err.to_string().ends_with("is not supported"),
+        "{err}"
     );
 }

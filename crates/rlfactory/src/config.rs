@@ -858,7 +858,10 @@ impl Config {
                 s.num_policies
             ));
         }
-        self.policy_mapping(&spec.agent_names)?;
+        let mapping = self.policy_mapping(&spec.agent_names)?;
+        for policy in 0..s.num_policies {
+            spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+        }
         if s.self_play {
             if spec.num_agents < 2 {
                 return err(format!(

@@ -68,7 +68,7 @@ use rlf_env::connect_four::{self, play_game, ConnectFour, HeuristicPlayer, Playe
 use crate::env::{ActionMapper, EnvRegistry, EnvSpec, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
 use crate::experiment::{self, RestoredState};
-use crate::model::{ActorCritic, Policy};
+use crate::model::{ActOutput, ActorCritic, Policy};
 
 /// Which experiment and checkpoint to load.
 #[derive(Debug, Clone, Args)]
@@ -259,12 +259,10 @@ impl CheckpointSource {
             eprintln!("[rlfactory] skipped a broken checkpoint: {skipped}");
         }
         let spec = EnvSpec::of(registry, &cfg.env)?;
-        let mut model = ActorCritic::new(
-            &spec.observation_space,
-            &spec.action_space,
-            &cfg.model,
-            cfg.run.device,
-        )?;
+        let mapping = cfg.policy_mapping(&spec.agent_names)?;
+        let (observation_space, action_space) =
+            spec.policy_spaces(self.policy_index, mapping.by_agent.as_deref())?;
+        let mut model = ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
         model.load_named_tensors(&state.tensors)?;
         eprintln!(
             "[rlfactory] loaded {} (env frames {}, policy version {})",
@@ -288,27 +286,121 @@ pub struct Episode {
     pub length: u64,
 }
 
-/// Runs `episodes` episodes of `policy` on `envs` (of `cfg`'s env) stepped together, in the
+/// Who plays the agents in `enjoy` and `eval`: the loaded policy plays them all; in an env whose
+/// agents differ each agent plays the policy the experiment mapped it to (`--agent_policy_map`),
+/// and only the episodes of `--policy_index`'s agents are reported.
+pub struct Lineup {
+    /// By policy (one for all agents when they are alike).
+    models: Vec<ActorCritic>,
+    /// The model of each agent.
+    of_agent: Vec<usize>,
+    /// Whether each agent's episodes are reported.
+    reported: Vec<bool>,
+    /// Values per observation slot.
+    width: usize,
+    gathered: Vec<f32>,
+}
+
+impl Lineup {
+    /// `model` playing every agent of `source`'s env; for agents that differ, every policy of the
+    /// experiment loaded from `source`'s checkpoints, each playing its agents.
+    pub fn load(source: &CheckpointSource, registry: &EnvRegistry) -> Result<(Config, Self)> {
+        let (cfg, model) = source.load(registry)?;
+        let spec = EnvSpec::of(registry, &cfg.env)?;
+        let n = spec.num_agents;
+        let by_agent = cfg.policy_mapping(&spec.agent_names)?.by_agent;
+        let lineup = match by_agent.filter(|_| !spec.agents_alike()) {
+            None => Self {
+                models: vec![model],
+                of_agent: vec![0; n],
+                reported: vec![true; n],
+                width: spec.obs_dim,
+                gathered: Vec::new(),
+            },
+            Some(by_agent) => {
+                let mut models = Vec::with_capacity(cfg.sampling.num_policies);
+                let mut mine = Some(model);
+                for policy in 0..cfg.sampling.num_policies {
+                    models.push(match mine.take_if(|_| policy == source.policy_index) {
+                        Some(m) => m,
+                        None => {
+                            let other = CheckpointSource {
+                                policy_index: policy,
+                                ..source.clone()
+                            };
+                            other.load(registry)?.1
+                        }
+                    });
+                }
+                Self {
+                    reported: by_agent.iter().map(|&p| p == source.policy_index).collect(),
+                    of_agent: by_agent,
+                    models,
+                    width: spec.obs_dim,
+                    gathered: Vec::new(),
+                }
+            }
+        };
+        Ok((cfg, lineup))
+    }
+
+    /// Actions for every column of `obs` (`width` values each): each column's agent's network
+    /// takes the first values of its slot.
+    fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput> {
+        if self.models.len() == 1 {
+            return self.models[0].act(obs, deterministic);
+        }
+        let (agents, width) = (self.of_agent.len().max(1), self.width.max(1));
+        let columns = obs.len() / width;
+        let a = self.models[0].action_dim();
+        let mut out = ActOutput {
+            actions: vec![0.0; columns * a],
+            log_probs: vec![0.0; columns],
+            values: vec![0.0; columns],
+        };
+        for (m, model) in self.models.iter_mut().enumerate() {
+            let rows: Vec<usize> = (0..columns).filter(|&c| self.of_agent[c % agents] == m).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let d = model.obs_dim();
+            self.gathered.clear();
+            for &c in &rows {
+                self.gathered.extend_from_slice(&obs[c * width..c * width + d]);
+            }
+            let part = model.act(&self.gathered, deterministic)?;
+            for (i, &c) in rows.iter().enumerate() {
+                out.actions[c * a..(c + 1) * a].copy_from_slice(&part.actions[i * a..(i + 1) * a]);
+                out.log_probs[c] = part.log_probs[i];
+                out.values[c] = part.values[i];
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs `episodes` episodes of `lineup` on `envs` (of `cfg`'s env) stepped together, in the
 /// order they finish; `on_episode` sees each one.
 pub fn run_episodes(
     cfg: &Config,
     mut envs: Envs,
-    policy: &mut dyn Policy,
+    lineup: &mut Lineup,
     episodes: usize,
     deterministic: bool,
     seed: u64,
     mut on_episode: impl FnMut(usize, &Episode) -> Result<()>,
 ) -> Result<Vec<Episode>> {
-    let mut mapper = ActionMapper::new(envs.action_space(), cfg.model.continuous_action_mode)?;
+    let mut mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.model.continuous_action_mode)?;
     let columns = envs.num_columns();
     let mut buf = VecBuffers::new(columns, envs.obs_dim());
     ActorCritic::seed(seed);
     envs.reset(Some(seed), &mut buf.obs)?;
     let mut done = Vec::with_capacity(episodes);
     while done.len() < episodes {
-        let out = policy.act(&buf.obs, deterministic)?;
+        let out = lineup.act(&buf.obs, deterministic)?;
         envs.step(mapper.map(&out.actions), buf.view())?;
-        for c in 0..columns {
+        let agents = lineup.reported.len().max(1);
+        for c in (0..columns).filter(|&c| lineup.reported[c % agents]) {
             if let Some(ep) = envs.finished(c) {
                 if done.len() < episodes {
                     let episode = Episode {
@@ -331,12 +423,12 @@ fn mean_return(episodes: &[Episode]) -> f64 {
 
 /// `rlfactory enjoy`: prints each episode's return and length, then the mean; returns the episodes.
 pub fn enjoy(args: &EnjoyArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
-    let (cfg, mut model) = args.source.load(registry)?;
+    let (cfg, mut lineup) = Lineup::load(&args.source, registry)?;
     let envs = Envs::make(registry, &cfg.env, 1)?;
     let episodes = run_episodes(
         &cfg,
         envs,
-        &mut model,
+        &mut lineup,
         args.max_num_episodes,
         args.eval_deterministic,
         args.seed,
@@ -361,13 +453,13 @@ pub fn eval(args: &EvalArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
         eval_against(args, opponent, registry)?;
         return Ok(Vec::new());
     }
-    let (cfg, mut model) = args.enjoy.source.load(registry)?;
+    let (cfg, mut lineup) = Lineup::load(&args.enjoy.source, registry)?;
     let mut csv = args.csv.as_deref().map(Csv::create).transpose()?;
     let envs = Envs::make(registry, &cfg.env, args.num_envs)?;
     let episodes = run_episodes(
         &cfg,
         envs,
-        &mut model,
+        &mut lineup,
         args.enjoy.max_num_episodes,
         args.enjoy.eval_deterministic,
         args.enjoy.seed,

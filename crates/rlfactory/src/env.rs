@@ -9,18 +9,20 @@ pub use rlf_env::{
 use crate::config::{ContinuousActionMode, EnvConfig};
 use crate::error::{Result, RlfError};
 
-/// What the models and the trajectory slots are built from: one agent's spaces and the agents per
-/// env (1 for a single-agent env).
+/// What the models and the trajectory slots are built from: each agent's spaces, the agents per
+/// env (1 for a single-agent env) and the slots' widths.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnvSpec {
-    /// One agent's observation space.
-    pub observation_space: Space,
-    /// One agent's action space.
-    pub action_space: Space,
+    /// Each agent's observation space.
+    pub observation_spaces: Vec<Space>,
+    /// Each agent's action space.
+    pub action_spaces: Vec<Space>,
     /// Agents per env: columns of the trajectory slots per env.
     pub num_agents: usize,
     /// The agents' names (`agent_0` for a single-agent env), which `--agent_policy_map` matches.
     pub agent_names: Vec<String>,
+    /// Values per observation slot: the largest agent's observation.
+    pub obs_dim: usize,
 }
 
 impl EnvSpec {
@@ -28,11 +30,13 @@ impl EnvSpec {
     pub fn of(registry: &EnvRegistry, cfg: &EnvConfig) -> Result<Self> {
         if registry.is_multi_agent(&cfg.env) {
             let env = registry.make_multi_agent(&cfg.env, &parse_kwargs(&cfg.env_kwargs)?)?;
+            let n = env.num_agents();
             return Ok(Self {
-                observation_space: env.observation_space().clone(),
-                action_space: env.action_space().clone(),
-                num_agents: env.num_agents(),
-                agent_names: (0..env.num_agents()).map(|a| env.agent_name(a)).collect(),
+                observation_spaces: (0..n).map(|a| env.agent_observation_space(a).clone()).collect(),
+                action_spaces: (0..n).map(|a| env.agent_action_space(a).clone()).collect(),
+                num_agents: n,
+                agent_names: (0..n).map(|a| env.agent_name(a)).collect(),
+                obs_dim: env.obs_dim(),
             });
         }
         if !cfg.env_kwargs.trim().is_empty() {
@@ -43,11 +47,63 @@ impl EnvSpec {
         }
         let env = registry.make(&cfg.env)?;
         Ok(Self {
-            observation_space: env.observation_space().clone(),
-            action_space: env.action_space().clone(),
+            observation_spaces: vec![env.observation_space().clone()],
+            action_spaces: vec![env.action_space().clone()],
             num_agents: 1,
             agent_names: vec!["agent_0".to_owned()],
+            obs_dim: env.observation_space().flat_dim(),
         })
+    }
+
+    /// Whether every agent has the same spaces.
+    pub fn agents_alike(&self) -> bool {
+        let same = |v: &[Space]| v.iter().all(|s| s == &v[0]);
+        same(&self.observation_spaces) && same(&self.action_spaces)
+    }
+
+    /// The observation and action spaces of the network of `policy`, whose agents `by_agent`
+    /// (`--agent_policy_map`, parsed) names: every agent's when they are alike; otherwise those of
+    /// the agents mapped to it, which must be alike and at least one. Agents that differ without
+    /// an explicit map, a policy mapped to agents that differ, and one mapped to none are errors.
+    pub fn policy_spaces(&self, policy: usize, by_agent: Option<&[usize]>) -> Result<(&Space, &Space)> {
+        let spaces = |a: usize| (&self.observation_spaces[a], &self.action_spaces[a]);
+        if self.agents_alike() {
+            return Ok(spaces(0));
+        }
+        let describe = |a: usize| {
+            format!(
+                "`{}` (observations {}, actions {})",
+                self.agent_names[a], self.observation_spaces[a], self.action_spaces[a]
+            )
+        };
+        let Some(by_agent) = by_agent else {
+            let other = (1..self.num_agents)
+                .find(|&a| spaces(a) != spaces(0))
+                .unwrap_or(0);
+            return Err(RlfError::Config(format!(
+                "--agent_policy_map: the agents have different spaces ({} and {}); map them to separate \
+                 policies by name, e.g. --num_policies 2 --agent_policy_map {}=0,{}=1",
+                describe(0),
+                describe(other),
+                self.agent_names[0],
+                self.agent_names[other]
+            )));
+        };
+        let mut mine = (0..self.num_agents).filter(|&a| by_agent.get(a) == Some(&policy));
+        let Some(first) = mine.next() else {
+            return Err(RlfError::Config(format!(
+                "--agent_policy_map: policy {policy} controls no agent, and the agents have different spaces \
+                 (its network would have none to take)"
+            )));
+        };
+        if let Some(other) = mine.find(|&a| spaces(a) != spaces(first)) {
+            return Err(RlfError::Config(format!(
+                "--agent_policy_map: policy {policy} controls agents with different spaces, {} and {}",
+                describe(first),
+                describe(other)
+            )));
+        }
+        Ok(spaces(first))
     }
 }
 
@@ -107,11 +163,13 @@ impl Envs {
         }
     }
 
-    /// One agent's action space.
-    pub fn action_space(&self) -> &Space {
+    /// Each agent's action space, by agent.
+    pub fn action_spaces(&self) -> Vec<Space> {
         match self {
-            Envs::Single(v) => v.action_space(),
-            Envs::Multi(m) => m.action_space(),
+            Envs::Single(v) => vec![v.action_space().clone()],
+            Envs::Multi(m) => (0..m.num_agents())
+                .filter_map(|a| m.agent_action_space(a).cloned())
+                .collect(),
         }
     }
 
@@ -181,18 +239,20 @@ enum Mapping {
 
 /// Maps raw actions (`f32`: category indices, or an unbounded Gaussian sample) to an env's action
 /// space: discrete values shifted by the space's start; continuous ones clipped to the bounds or
-/// squashed into them with tanh.
+/// squashed into them with tanh. A multi-agent env's agents may differ in these (within one kind
+/// and size): column `c` is mapped by agent `c % agents`'s space.
 #[derive(Debug, Clone)]
 pub struct ActionMapper {
-    mapping: Mapping,
+    /// By agent, all of one kind.
+    mappings: Vec<Mapping>,
+    action_dim: usize,
     ints: Vec<i64>,
     floats: Vec<f32>,
 }
 
-impl ActionMapper {
-    /// The mapper for `space`.
-    pub fn new(space: &Space, mode: ContinuousActionMode) -> Result<Self> {
-        let mapping = match space {
+impl Mapping {
+    fn of(space: &Space, mode: ContinuousActionMode) -> Result<Self> {
+        Ok(match space {
             Space::Discrete { start, .. } => Mapping::Discrete { start: *start },
             Space::MultiDiscrete(_) => Mapping::MultiDiscrete,
             Space::Box(b) => Mapping::Continuous {
@@ -203,9 +263,25 @@ impl ActionMapper {
             Space::Dict(_) | Space::Tuple(_) => {
                 return Err(RlfError::UnsupportedSpace(format!("action space {space}")));
             }
-        };
+        })
+    }
+}
+
+impl ActionMapper {
+    /// The mapper for one action space.
+    pub fn new(space: &Space, mode: ContinuousActionMode) -> Result<Self> {
+        Self::for_agents(std::slice::from_ref(space), mode)
+    }
+
+    /// The mapper for the agents' action spaces (by agent), which must be of one kind and size.
+    pub fn for_agents(spaces: &[Space], mode: ContinuousActionMode) -> Result<Self> {
+        let action_dim = rlf_env::one_action_size("the action mapper", spaces)?;
         Ok(Self {
-            mapping,
+            mappings: spaces
+                .iter()
+                .map(|s| Mapping::of(s, mode))
+                .collect::<Result<_>>()?,
+            action_dim,
             ints: Vec::new(),
             floats: Vec::new(),
         })
@@ -213,10 +289,16 @@ impl ActionMapper {
 
     /// The env actions for `raw` (`n * action_dim` values).
     pub fn map(&mut self, raw: &[f32]) -> ActionBatch<'_> {
-        match &self.mapping {
-            Mapping::Discrete { start } => {
+        let (agents, dim) = (self.mappings.len().max(1), self.action_dim.max(1));
+        let of_column = |i: usize| &self.mappings[(i / dim) % agents];
+        match &self.mappings[0] {
+            Mapping::Discrete { .. } => {
                 self.ints.clear();
-                self.ints.extend(raw.iter().map(|&a| a as i64 + start));
+                self.ints
+                    .extend(raw.iter().enumerate().map(|(i, &a)| match of_column(i) {
+                        Mapping::Discrete { start } => a as i64 + start,
+                        _ => a as i64,
+                    }));
                 ActionBatch::Discrete(&self.ints)
             }
             Mapping::MultiDiscrete => {
@@ -224,11 +306,13 @@ impl ActionMapper {
                 self.ints.extend(raw.iter().map(|&a| a as i64));
                 ActionBatch::MultiDiscrete(&self.ints)
             }
-            Mapping::Continuous { low, high, mode } => {
+            Mapping::Continuous { .. } => {
                 self.floats.clear();
-                let d = low.len().max(1);
                 self.floats.extend(raw.iter().enumerate().map(|(i, &a)| {
-                    let (lo, hi) = (low[i % d], high[i % d]);
+                    let Mapping::Continuous { low, high, mode } = of_column(i) else {
+                        return a;
+                    };
+                    let (lo, hi) = (low[i % dim], high[i % dim]);
                     match mode {
                         ContinuousActionMode::Clip => a.clamp(lo, hi),
                         ContinuousActionMode::Tanh if lo.is_finite() && hi.is_finite() => {
@@ -261,5 +345,30 @@ mod tests {
             panic!("continuous")
         };
         assert!((x[0] - 2.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn each_column_takes_its_agents_mapping() {
+        let spaces = [
+            Space::Discrete { n: 3, start: 0 },
+            Space::Discrete { n: 5, start: 10 },
+        ];
+        let mut m = ActionMapper::for_agents(&spaces, ContinuousActionMode::Clip).unwrap();
+        assert_eq!(
+            m.map(&[1.0, 1.0, 2.0, 4.0]),
+            ActionBatch::Discrete(&[1, 11, 2, 14])
+        );
+        let boxes = [
+            Space::box_1d(vec![-1.0, -1.0], vec![1.0, 1.0]).unwrap(),
+            Space::box_1d(vec![0.0, 0.0], vec![5.0, 5.0]).unwrap(),
+        ];
+        let mut m = ActionMapper::for_agents(&boxes, ContinuousActionMode::Clip).unwrap();
+        assert_eq!(
+            m.map(&[3.0, -3.0, 3.0, -3.0]),
+            ActionBatch::Continuous(&[1.0, -1.0, 3.0, 0.0])
+        );
+        let mixed = [Space::Discrete { n: 3, start: 0 }, boxes[0].clone()];
+        let err = ActionMapper::for_agents(&mixed, ContinuousActionMode::Clip).unwrap_err();
+        assert!(err.to_string().contains("differ in kind or size"), "{err}");
     }
 }

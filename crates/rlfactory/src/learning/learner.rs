@@ -81,6 +81,7 @@ impl Learner {
             return Err(protocol("a dataset with no part".into()));
         };
         let (s, t) = (parts.iter().map(|(_, p)| p.num_envs).sum::<usize>(), sh.rollout);
+        let obs_dim = self.appo.model().obs_dim() as i64;
         let rows = |field: Field| -> Result<Tensor> {
             let views = parts
                 .iter()
@@ -97,9 +98,12 @@ impl Learner {
             };
             let width = sh.width(field) as i64;
             let shaped = match field {
-                Field::Obs | Field::Actions | Field::FinalObs | Field::NextObs => {
-                    whole.f_reshape([-1, width])?
+                // Slots are as wide as the largest agent's observation: this policy's agents
+                // fill the first values.
+                Field::Obs | Field::FinalObs | Field::NextObs => {
+                    whole.f_reshape([-1, width])?.f_narrow(1, 0, obs_dim.min(width))?
                 }
+                Field::Actions => whole.f_reshape([-1, width])?,
                 _ => whole.f_reshape([-1])?,
             };
             Ok(shaped)

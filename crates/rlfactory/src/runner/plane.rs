@@ -76,19 +76,26 @@ fn buffers_per_worker(cfg: &Config, num_agents: usize) -> usize {
 
 /// Creates the regions for `cfg`.
 pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
-    let model = new_model(cfg, registry, 0)?;
-    let size = model.weights()?.values.len();
+    // Each network's size: policies whose agents differ have networks of their own shapes.
+    let models = (0..cfg.sampling.num_policies)
+        .map(|p| new_model(cfg, registry, p))
+        .collect::<Result<Vec<_>>>()?;
+    let sizes = models
+        .iter()
+        .map(|m| Ok(m.weights()?.values.len()))
+        .collect::<Result<Vec<_>>>()?;
     let weights = (0..cfg.num_networks())
-        .map(|_| SharedWeights::create(size))
+        .map(|n| SharedWeights::create(sizes[cfg.policy_of_network(n)]))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let s = &cfg.sampling;
-    let num_agents = EnvSpec::of(registry, &cfg.env)?.num_agents;
-    // One column per agent of each env.
+    let spec = EnvSpec::of(registry, &cfg.env)?;
+    let num_agents = spec.num_agents;
+    // One column per agent of each env, as wide as the largest agent's observation.
     let shape = TrajectoryShape {
         rollout: s.rollout,
         num_envs: s.num_envs_per_worker / s.worker_num_splits * num_agents,
-        obs_dim: model.obs_dim(),
-        action_dim: model.action_dim(),
+        obs_dim: spec.obs_dim,
+        action_dim: models[0].action_dim(),
     };
     let pools = (0..s.num_workers)
         .map(|_| TrajectoryPool::create(shape, buffers_per_worker(cfg, num_agents)))
@@ -114,11 +121,8 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<Plane
 /// process that builds it starts from the same weights, and policies start from different ones.
 pub(super) fn new_model(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<ActorCritic> {
     let spec = EnvSpec::of(registry, &cfg.env)?;
+    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
     ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
-    ActorCritic::new(
-        &spec.observation_space,
-        &spec.action_space,
-        &cfg.model,
-        cfg.run.device,
-    )
+    ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)
 }

@@ -103,11 +103,22 @@ impl InferenceWorker {
     /// that has since been replaced get no answer (their slot may be the replacement's now).
     pub fn on_policy_requested(&mut self, requests: &[PolicyRequest]) -> Result<Vec<ActionsReady>> {
         self.refresh_weights()?;
-        let Some(first) = self.served.first() else {
+        if self.served.is_empty() {
             return Err(protocol("an inference worker without a policy".into()));
-        };
-        let obs_dim = first.policy.obs_dim();
+        }
+        // Slots are as wide as the largest agent's observation; with several networks each takes
+        // the first values of its columns (agents that differ have policies of their own).
         let several = self.served.len() > 1;
+        let width = self.pools.first().map_or(0, |p| p.shape().obs_dim);
+        if let Some((p, s)) = self.served.iter().enumerate().find(|(_, s)| {
+            let d = s.policy.obs_dim();
+            d > width || (!several && d != width)
+        }) {
+            return Err(protocol(format!(
+                "network {p} takes observations of {} values, the slots hold {width}",
+                s.policy.obs_dim()
+            )));
+        }
         let mut live = Vec::with_capacity(requests.len());
         self.obs.clear();
         self.column_policies.clear();
@@ -120,14 +131,14 @@ impl InferenceWorker {
                 continue;
             }
             let shape = pool.shape();
-            if shape.obs_dim != obs_dim {
+            if shape.obs_dim != width {
                 return Err(protocol(format!(
-                    "worker {}: observations of {} values, the policy takes {obs_dim}",
+                    "worker {}: observations of {} values, worker 0's of {width}",
                     r.worker, shape.obs_dim
                 )));
             }
             let at = self.obs.len();
-            self.obs.resize(at + shape.num_envs * obs_dim, 0.0);
+            self.obs.resize(at + shape.num_envs * width, 0.0);
             pool.get(r.buffer, Field::Obs, r.step, &mut self.obs[at..])?;
             if several {
                 let at = self.column_policies.len();
@@ -140,7 +151,7 @@ impl InferenceWorker {
             return Ok(Vec::new());
         }
         let (out, versions) = if several {
-            self.act_per_policy(obs_dim)?
+            self.act_per_policy(width)?
         } else {
             let served = &mut self.served[0];
             let out = served.policy.act(&self.obs, false)?;
@@ -176,7 +187,7 @@ impl InferenceWorker {
 
     /// Runs each policy on the columns it controls; returns every column's results, in column
     /// order, and the version of the policy that chose each.
-    fn act_per_policy(&mut self, obs_dim: usize) -> Result<(ActOutput, Vec<u64>)> {
+    fn act_per_policy(&mut self, width: usize) -> Result<(ActOutput, Vec<u64>)> {
         let columns = self.column_policies.len();
         let a = self.served[0].policy.action_dim();
         let mut out = ActOutput {
@@ -202,10 +213,11 @@ impl InferenceWorker {
             if self.rows.is_empty() {
                 continue;
             }
+            let obs_dim = served.policy.obs_dim();
             self.gathered.clear();
             for &c in &self.rows {
                 self.gathered
-                    .extend_from_slice(&self.obs[c * obs_dim..(c + 1) * obs_dim]);
+                    .extend_from_slice(&self.obs[c * width..c * width + obs_dim]);
             }
             let part = served.policy.act(&self.gathered, false)?;
             for (i, &c) in self.rows.iter().enumerate() {

@@ -249,7 +249,7 @@ impl RolloutWorker {
                 first_env,
                 cfg.env.seed + first_env as u64,
             );
-            let mapper = ActionMapper::new(envs.action_space(), cfg.model.continuous_action_mode)?;
+            let mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.model.continuous_action_mode)?;
             let (shape, columns) = (pool.shape(), envs.num_columns());
             if shape.num_envs != columns || shape.obs_dim != envs.obs_dim() || shape.rollout != s.rollout {
                 return Err(RlfError::Protocol {

@@ -150,6 +150,11 @@ impl Xorshift {
 /// 4 copies of the multi-agent env `id` (default keyword arguments), over `episodes` agent
 /// episodes.
 pub fn random_return_per_agent(id: &str, num_actions: u64, episodes: usize) -> f64 {
+    random_return_of(id, num_actions, episodes, |_| true)
+}
+
+/// As [`random_return_per_agent`], over the episodes of the agents (by index) that `keep` picks.
+pub fn random_return_of(id: &str, num_actions: u64, episodes: usize, keep: impl Fn(usize) -> bool) -> f64 {
     let registry = rlf_env::EnvRegistry::with_builtin();
     let envs = (0..4)
         .map(|_| registry.make_multi_agent(id, &[]).expect("the env"))
@@ -166,7 +171,14 @@ pub fn random_return_per_agent(id: &str, num_actions: u64, episodes: usize) -> f
         }
         envs.step(rlf_env::ActionBatch::Discrete(&actions), buf.view())
             .expect("step");
-        returns.extend(envs.finished().iter().flatten().map(|e| e.episode_return));
+        let agents = envs.num_agents();
+        returns.extend(
+            envs.finished()
+                .iter()
+                .enumerate()
+                .filter(|(c, _)| keep(c % agents))
+                .filter_map(|(_, e)| e.map(|e| e.episode_return)),
+        );
     }
     returns.iter().sum::<f64>() / returns.len() as f64
 }
