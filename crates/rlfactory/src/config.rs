@@ -84,6 +84,79 @@ impl fmt::Display for Layers {
     }
 }
 
+/// One convolution of the encoder: `channels` filters of `kernel` × `kernel`, moved by `stride`
+/// (padded to keep the size when the stride is 1, unpadded otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvLayer {
+    /// Output channels.
+    pub channels: i64,
+    /// Kernel height and width.
+    pub kernel: i64,
+    /// Stride.
+    pub stride: i64,
+}
+
+/// The convolutions of the encoder, written `64x3,64x3` (channels × kernel, stride 1) or `32x8s4`
+/// (stride 4); empty for none (an MLP on the flat observation).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConvLayers(pub Vec<ConvLayer>);
+
+impl FromStr for ConvLayers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        let bad = |p: &str| {
+            format!("`{p}` in `{s}` is not a convolution `CHANNELSxKERNEL` or `CHANNELSxKERNELsSTRIDE`")
+        };
+        let positive = |t: &str, p: &str| match t.trim().parse::<i64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(bad(p)),
+        };
+        s.split(',')
+            .map(|p| {
+                let (channels, rest) = p.split_once('x').ok_or_else(|| bad(p))?;
+                let (kernel, stride) = rest.split_once('s').unwrap_or((rest, "1"));
+                Ok(ConvLayer {
+                    channels: positive(channels, p)?,
+                    kernel: positive(kernel, p)?,
+                    stride: positive(stride, p)?,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map(Self)
+    }
+}
+
+impl fmt::Display for ConvLayers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|l| match l.stride {
+                1 => format!("{}x{}", l.channels, l.kernel),
+                s => format!("{}x{}s{s}", l.channels, l.kernel),
+            })
+            .collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+impl Serialize for ConvLayers {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ConvLayers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// The environment and the seeds.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
@@ -224,7 +297,12 @@ pub enum PolicyInitialization {
 #[command(rename_all = "snake_case")]
 #[serde(default)]
 pub struct ModelConfig {
-    /// Hidden layer sizes of the MLP encoder.
+    /// Convolutions applied first to the image part of the observation (a Box of shape
+    /// `(H, W, C)`, alone or in a Dict), each followed by a ReLU: `64x3,64x3` (channels × kernel)
+    /// or `32x8s4` (with a stride). Empty: none.
+    #[arg(long, default_value = "")]
+    pub encoder_conv_layers: ConvLayers,
+    /// Hidden layer sizes of the MLP encoder (after the convolutions, if any).
     #[arg(long, default_value = "64,64")]
     pub encoder_mlp_layers: Layers,
     /// Nonlinearity after each hidden layer.
@@ -257,6 +335,7 @@ pub struct ModelConfig {
 impl Default for ModelConfig {
     fn default() -> Self {
         Self {
+            encoder_conv_layers: ConvLayers::default(),
             encoder_mlp_layers: Layers(vec![64, 64]),
             nonlinearity: Nonlinearity::Tanh,
             actor_critic_share_weights: false,

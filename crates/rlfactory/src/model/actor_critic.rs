@@ -156,6 +156,151 @@ fn linear(
     nn::linear(path, inputs, outputs, config)
 }
 
+/// Where the image of an observation lies in its flat form: a Box of shape `(H, W, C)`, the
+/// whole observation or one part of a Dict, and the ranges `(offset, length)` of the other parts.
+#[derive(Debug, Clone, PartialEq)]
+struct ImagePart {
+    offset: i64,
+    shape: [i64; 3],
+    rest: Vec<(i64, i64)>,
+}
+
+impl ImagePart {
+    /// The image part of `space`, for `--encoder_conv_layers`; an observation without exactly one
+    /// is an error.
+    fn of(space: &Space) -> Result<Self> {
+        let parts: Vec<(&Space, i64)> = match space {
+            Space::Dict(parts) => {
+                let mut offset = 0;
+                parts
+                    .iter()
+                    .map(|(_, part)| {
+                        let at = offset;
+                        offset += part.flat_dim() as i64;
+                        (part, at)
+                    })
+                    .collect()
+            }
+            other => vec![(other, 0)],
+        };
+        let image = |s: &Space| match s {
+            Space::Box(b) => <[usize; 3]>::try_from(b.shape()).ok(),
+            _ => None,
+        };
+        let images: Vec<usize> = (0..parts.len())
+            .filter(|&i| image(parts[i].0).is_some())
+            .collect();
+        let [k] = images[..] else {
+            return Err(RlfError::UnsupportedSpace(format!(
+                "--encoder_conv_layers needs one image in the observation (a Box of shape (H, W, C)); \
+                 {space} has {}",
+                images.len()
+            )));
+        };
+        let shape = image(parts[k].0).map_or([0; 3], |d| d.map(|v| v as i64));
+        Ok(Self {
+            offset: parts[k].1,
+            shape,
+            rest: parts
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != k)
+                .map(|(_, &(part, at))| (at, part.flat_dim() as i64))
+                .filter(|&(_, len)| len > 0)
+                .collect(),
+        })
+    }
+}
+
+/// The convolutions of an encoder over the image part of the observation, each followed by a
+/// ReLU; their flattened output is concatenated with the observation's other parts.
+struct Convs {
+    layers: Vec<nn::Conv2D>,
+    image: ImagePart,
+}
+
+impl Convs {
+    /// The convolutions `cfg` asks for over `image`, and their output size (with the other parts).
+    fn new(path: &nn::Path<'_>, image: ImagePart, cfg: &ModelConfig) -> Result<(Self, i64)> {
+        let [mut h, mut w, mut c] = image.shape;
+        let mut layers = Vec::with_capacity(cfg.encoder_conv_layers.0.len());
+        for (i, l) in cfg.encoder_conv_layers.0.iter().enumerate() {
+            let padding = if l.stride == 1 { l.kernel / 2 } else { 0 };
+            let config = nn::ConvConfig {
+                stride: l.stride,
+                padding,
+                bs_init: nn::Init::Const(0.0),
+                ..Default::default()
+            };
+            let mut conv = nn::conv2d(path / format!("conv{i}"), c, l.channels, l.kernel, config);
+            if cfg.policy_initialization == PolicyInitialization::Orthogonal {
+                // tch's orthogonal initialiser returns the flattened 2-D matrix for a 4-D shape: draw
+                // it flat and copy it in as the kernel.
+                let flat = nn::init::f_init(
+                    nn::Init::Orthogonal { gain: 2f64.sqrt() },
+                    &[l.channels, c * l.kernel * l.kernel],
+                    path.device(),
+                    Kind::Float,
+                )?;
+                tch::no_grad(|| conv.ws.f_copy_(&flat.f_view_as(&conv.ws)?))?;
+            }
+            layers.push(conv);
+            h = (h + 2 * padding - l.kernel) / l.stride + 1;
+            w = (w + 2 * padding - l.kernel) / l.stride + 1;
+            c = l.channels;
+            if h < 1 || w < 1 {
+                return Err(RlfError::UnsupportedSpace(format!(
+                    "--encoder_conv_layers {}: convolution {i} leaves nothing of the {}x{} image",
+                    cfg.encoder_conv_layers, image.shape[0], image.shape[1]
+                )));
+            }
+        }
+        let rest: i64 = image.rest.iter().map(|&(_, len)| len).sum();
+        Ok((Self { layers, image }, h * w * c + rest))
+    }
+
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let [h, w, c] = self.image.shape;
+        let mut y = x
+            .narrow(-1, self.image.offset, h * w * c)
+            .reshape([-1, h, w, c])
+            .permute([0, 3, 1, 2]);
+        for layer in &self.layers {
+            y = y.apply(layer).relu();
+        }
+        let mut parts = vec![y.flatten(1, -1)];
+        parts.extend(self.image.rest.iter().map(|&(at, len)| x.narrow(-1, at, len)));
+        Tensor::cat(&parts, -1)
+    }
+}
+
+/// An encoder: convolutions over the image part (with `--encoder_conv_layers`), then the MLP.
+struct Encoder {
+    convs: Option<Convs>,
+    mlp: Mlp,
+}
+
+impl Encoder {
+    /// The encoder of an observation of `space` (`obs_dim` values), and its output size.
+    fn new(path: &nn::Path<'_>, space: &Space, obs_dim: i64, cfg: &ModelConfig) -> Result<(Self, i64)> {
+        let (convs, inputs) = if cfg.encoder_conv_layers.0.is_empty() {
+            (None, obs_dim)
+        } else {
+            let (convs, size) = Convs::new(path, ImagePart::of(space)?, cfg)?;
+            (Some(convs), size)
+        };
+        let (mlp, hidden) = mlp(path, inputs, cfg);
+        Ok((Self { convs, mlp }, hidden))
+    }
+
+    fn forward(&self, x: &Tensor) -> Tensor {
+        match &self.convs {
+            Some(convs) => self.mlp.forward(&convs.forward(x)),
+            None => self.mlp.forward(x),
+        }
+    }
+}
+
 fn mlp(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Mlp, i64) {
     let mut size = inputs;
     let mut layers = Vec::with_capacity(cfg.encoder_mlp_layers.0.len());
@@ -185,8 +330,8 @@ pub struct ActorCritic {
     obs_dim: i64,
     /// `(offset, length)` of the action mask in the flat observation.
     action_mask: Option<(i64, i64)>,
-    actor: Mlp,
-    critic: Option<Mlp>,
+    actor: Encoder,
+    critic: Option<Encoder>,
     action_out: nn::Linear,
     value_out: nn::Linear,
     log_std: Option<Tensor>,
@@ -232,11 +377,11 @@ impl ActorCritic {
         };
         let vs = nn::VarStore::new(device);
         let root = vs.root();
-        let (actor, hidden) = mlp(&(&root / "actor_encoder"), obs_dim, cfg);
+        let (actor, hidden) = Encoder::new(&(&root / "actor_encoder"), observation_space, obs_dim, cfg)?;
         let critic = if cfg.actor_critic_share_weights {
             None
         } else {
-            Some(mlp(&(&root / "critic_encoder"), obs_dim, cfg).0)
+            Some(Encoder::new(&(&root / "critic_encoder"), observation_space, obs_dim, cfg)?.0)
         };
         let action_out = linear(
             &root / "action_head",
@@ -557,9 +702,50 @@ mod tests {
 
     use super::{ActorCritic, ACTION_MASK_KEY};
     use crate::config::{Config, DeviceKind};
+    use crate::model::Policy;
 
     fn unit_box(size: usize) -> Space {
         Space::Box(BoxSpace::uniform(0.0, 1.0, vec![size]).expect("box"))
+    }
+
+    /// A Connect Four-like Dict observation (a 7-value mask, then a 6×7×2 board) through
+    /// convolutions: the board's cells are seen by position (moving a piece changes the output),
+    /// the mask still masks, and the weights go through the flat buffer and back unchanged.
+    #[test]
+    fn convolutions_read_the_image_part_and_keep_the_mask() {
+        tch::manual_seed(0);
+        let board = Space::Box(BoxSpace::uniform(0.0, 1.0, vec![6, 7, 2]).expect("box"));
+        let obs_space = Space::Dict(vec![
+            (ACTION_MASK_KEY.to_owned(), unit_box(7)),
+            ("observation".to_owned(), board),
+        ]);
+        let mut cfg = Config::default().model;
+        cfg.encoder_conv_layers = "8x3,8x3".parse().expect("layers");
+        let mut model =
+            ActorCritic::new(&obs_space, &Space::discrete(7), &cfg, DeviceKind::Cpu).expect("model");
+        let mut obs = vec![0.0_f32; 7 + 84];
+        obs[..7].copy_from_slice(&[1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+        obs[7 + (5 * 7 + 3) * 2] = 1.0;
+        let mut moved = obs.clone();
+        moved[7 + (5 * 7 + 3) * 2] = 0.0;
+        moved[7 + (5 * 7 + 4) * 2] = 1.0;
+        let out = model.act(&[obs.clone(), moved].concat(), false).expect("act");
+        assert_ne!(out.values[0], out.values[1], "the board's layout matters");
+        for _ in 0..200 {
+            let a = model.act(&obs, false).expect("act").actions[0];
+            assert_ne!(a, 1.0, "a masked column");
+        }
+        let weights = model.weights().expect("weights");
+        let mut other =
+            ActorCritic::new(&obs_space, &Space::discrete(7), &cfg, DeviceKind::Cpu).expect("model");
+        other.load_weights(&weights).expect("load");
+        assert_eq!(
+            other.act(&obs, true).expect("act").values,
+            model.act(&obs, true).expect("act").values
+        );
+        let flat = Space::Box(BoxSpace::uniform(0.0, 1.0, vec![10]).expect("box"));
+        let err = ActorCritic::new(&flat, &Space::discrete(2), &cfg, DeviceKind::Cpu).unwrap_err();
+        assert!(err.to_string().contains("needs one image"), "{err}");
     }
 
     /// A Dict observation of a 5-value mask then 3 features, and a 5-action head.
