@@ -1,6 +1,6 @@
 //! An env's own measure of an episode (`info["true_objective"]` on its last step, Sample
 //! Factory's convention) through the Gymnasium and PettingZoo bridges into the run's statistics:
-//! each policy's mean true objective, and the best checkpoint under
+//! each policy's and each agent's mean true objective, and the best checkpoint under
 //! `--save_best_metric true_objective`.
 
 mod common;
@@ -168,5 +168,13 @@ fn each_pettingzoo_agents_true_objective_goes_to_its_policy() {
             Some(expected),
             "policy {k}: {policy}"
         );
+        let agent = &s["agents"][k];
+        assert_eq!(agent["name"].as_str(), Some(format!("a_{k}").as_str()), "{s}");
+        assert_eq!(
+            agent["true_objective"].as_f64(),
+            Some(expected),
+            "agent {k}: {agent}"
+        );
+        assert_eq!(agent["episodes"], policy["episodes"], "{s}");
     }
 }

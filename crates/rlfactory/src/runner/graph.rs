@@ -61,6 +61,8 @@ pub(super) struct Parts {
     pub experiment: Option<ExperimentRun>,
     /// `(env frames, episodes, policy version)` of the checkpoint the run resumes from.
     pub resumed: Option<(u64, u64, u64)>,
+    /// A multi-agent env's agents, whose statistics the runner keeps (main process).
+    pub agent_names: Vec<String>,
 }
 
 /// The component graph:
@@ -90,6 +92,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         summary,
         experiment,
         resumed,
+        agent_names,
     } = parts;
     let s = &cfg.sampling;
     app.set_serial(cfg.run.serial_mode);
@@ -275,6 +278,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         });
     }
     let mut stats = Runner::new(&cfg, process_start);
+    stats.track_agents(&agent_names);
     if let Some((frames, episodes, version)) = resumed {
         stats.resume_from(frames, episodes, version);
     }

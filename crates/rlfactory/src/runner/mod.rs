@@ -29,7 +29,7 @@ use self::counters::CounterLayout;
 use self::graph::{build_graph, Parts};
 use self::plane::{create_plane, GraphSpec};
 use crate::config::Config;
-use crate::env::EnvRegistry;
+use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 use crate::experiment::ExperimentRun;
 
@@ -56,6 +56,7 @@ pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(
         summary: Arc::default(),
         experiment: None,
         resumed: None,
+        agent_names: Vec::new(),
     };
     build_graph(app, parts)
 }
@@ -98,6 +99,7 @@ pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) 
         plane: regions.plane.clone(),
     };
     let summary_slot = Arc::default();
+    let env_spec = EnvSpec::of(registry, &cfg.env)?;
     let parts = Parts {
         cfg: cfg.clone(),
         registry: registry.clone(),
@@ -106,6 +108,11 @@ pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) 
         summary: Arc::clone(&summary_slot),
         experiment,
         resumed,
+        agent_names: if env_spec.num_agents > 1 {
+            env_spec.agent_names
+        } else {
+            Vec::new()
+        },
     };
     let app = App::new("rlfactory")
         .with_config(&spec)

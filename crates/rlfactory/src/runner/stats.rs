@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::summary::{PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary};
+use super::summary::{AgentSummary, PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary};
 use crate::config::{BestMetric, Config};
 use crate::experiment::CheckpointRequest;
 use crate::learning::TrainingReport;
@@ -181,6 +181,15 @@ struct PolicyStats {
     self_play: Option<SelfPlayStats>,
 }
 
+/// One agent's statistics (multi-agent envs).
+#[derive(Debug, Clone)]
+struct AgentStats {
+    name: String,
+    returns: Window<f64>,
+    objectives: Window<f64>,
+    episodes: u64,
+}
+
 /// When the next self-play snapshot is due.
 #[derive(Debug, Clone, Copy)]
 struct SnapshotSchedule {
@@ -218,6 +227,9 @@ pub struct Runner {
     stop: Option<StopReason>,
     snapshots: Option<SnapshotSchedule>,
     best_metric: BestMetric,
+    /// By agent index, for multi-agent envs ([`Runner::track_agents`]).
+    agents: Vec<AgentStats>,
+    stats_avg: usize,
 }
 
 impl Runner {
@@ -266,7 +278,22 @@ impl Runner {
                 pool_size: s.opponent_pool_size.max(1),
             }),
             best_metric: cfg.checkpoint.save_best_metric,
+            agents: Vec::new(),
+            stats_avg: cfg.run.stats_avg,
         }
+    }
+
+    /// Keeps statistics per agent of a multi-agent env whose agents are named `names`.
+    pub fn track_agents(&mut self, names: &[String]) {
+        self.agents = names
+            .iter()
+            .map(|name| AgentStats {
+                name: name.clone(),
+                returns: Window::new(self.stats_avg),
+                objectives: Window::new(self.stats_avg),
+                episodes: 0,
+            })
+            .collect();
     }
 
     /// Mean return of the last `--stats_avg` episodes, whatever policy played them.
@@ -323,11 +350,16 @@ impl Runner {
         for (i, &r) in report.episode_returns.iter().enumerate() {
             self.returns.push(r);
             self.episodes += 1;
+            let objective = report.episode_objectives.get(i).copied().unwrap_or(r);
+            if let Some(a) = report.episode_agents.get(i).and_then(|&a| self.agents.get_mut(a)) {
+                a.returns.push(r);
+                a.objectives.push(objective);
+                a.episodes += 1;
+            }
             let policy = report.episode_policies.get(i).copied().unwrap_or(0);
             if let Some(p) = self.policies.get_mut(policy) {
                 p.returns.push(r);
-                p.objectives
-                    .push(report.episode_objectives.get(i).copied().unwrap_or(r));
+                p.objectives.push(objective);
                 p.lengths
                     .push(report.episode_lengths.get(i).copied().unwrap_or(0) as f64);
                 p.episodes += 1;
@@ -549,6 +581,16 @@ impl Runner {
                     self_play: p.self_play.as_ref().map(SelfPlayStats::summary),
                 })
                 .collect(),
+            agents: self
+                .agents
+                .iter()
+                .map(|a| AgentSummary {
+                    name: a.name.clone(),
+                    mean_return: a.returns.mean(),
+                    true_objective: a.objectives.mean(),
+                    episodes: a.episodes,
+                })
+                .collect(),
             reached_reward: self.reached.is_some(),
             frames_to_reward: self.reached.map(|r| r.0),
             seconds_to_reward: self.reached.map(|r| r.1),
@@ -595,6 +637,7 @@ mod tests {
             episode_objectives: returns.to_vec(),
             episode_lengths: returns.iter().map(|&r| r as u64).collect(),
             episode_policies: vec![0; returns.len()],
+            episode_agents: vec![0; returns.len()],
             policy_frames: vec![env_frames],
             games: Vec::new(),
         }
@@ -781,6 +824,22 @@ mod tests {
         assert_eq!(r.mean_return(), Some(2.0));
         assert_eq!(r.policy_objective(0), Some(2.0));
         assert_eq!(r.summary().policies[0].mean_return, Some(2.0));
+    }
+
+    #[test]
+    fn each_agents_episodes_are_averaged_under_its_name() {
+        let mut r = runner(&["--stats_avg=2"]);
+        r.track_agents(&["player_0".to_owned(), "player_1".to_owned()]);
+        let mut report = rollout(10, &[1.0, -1.0, 3.0, -3.0, 5.0]);
+        report.episode_agents = vec![0, 1, 0, 1, 0];
+        r.on_rollout_reported(&report);
+        let agents = r.summary().agents;
+        let seen: Vec<(&str, Option<f64>, u64)> = agents
+            .iter()
+            .map(|a| (a.name.as_str(), a.mean_return, a.episodes))
+            .collect();
+        assert_eq!(seen, [("player_0", Some(4.0), 3), ("player_1", Some(-2.0), 2)]);
+        assert!(runner(&[]).summary().agents.is_empty());
     }
 
     #[test]

@@ -37,6 +37,19 @@ pub struct PolicySummary {
     pub self_play: Option<SelfPlaySummary>,
 }
 
+/// One agent's episodes (of every env, by its index in its env), for multi-agent envs.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentSummary {
+    /// Its name (PettingZoo's agent id, `agent_<i>` otherwise).
+    pub name: String,
+    /// Mean return of its last `--stats_avg` episodes.
+    pub mean_return: Option<f64>,
+    /// Mean true objective of the same episodes.
+    pub true_objective: Option<f64>,
+    /// Its episodes finished.
+    pub episodes: u64,
+}
+
 /// A policy's self-play record.
 #[derive(Debug, Clone, Serialize)]
 pub struct SelfPlaySummary {
@@ -82,6 +95,8 @@ pub struct Summary {
     pub mean_return: Option<f64>,
     /// Each policy's returns, episodes, agent steps and version, by policy index.
     pub policies: Vec<PolicySummary>,
+    /// Per agent of a multi-agent env (empty for a single-agent env).
+    pub agents: Vec<AgentSummary>,
     /// Whether `--stop_at_reward` was reached.
     pub reached_reward: bool,
     /// Env frames when the reward was reached.

@@ -100,6 +100,8 @@ pub struct RolloutReport {
     pub episode_lengths: Vec<u64>,
     /// The policy that played each finished episode.
     pub episode_policies: Vec<usize>,
+    /// The agent (its index in its env) of each finished episode.
+    pub episode_agents: Vec<usize>,
     /// Agent steps since the previous report, by policy (its latest weights').
     pub policy_frames: Vec<u64>,
     /// Self-play episodes finished against snapshots.

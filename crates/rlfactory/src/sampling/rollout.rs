@@ -442,6 +442,9 @@ impl RolloutWorker {
                         .push(ep.true_objective.unwrap_or(ep.episode_return));
                     self.report.episode_lengths.push(ep.length);
                     self.report.episode_policies.push(split.policies[i] as usize);
+                    self.report
+                        .episode_agents
+                        .push(i % split.envs.num_agents().max(1));
                 }
             }
         }
