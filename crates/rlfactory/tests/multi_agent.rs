@@ -184,16 +184,17 @@ fn win_rate(stdout: &str) -> f64 {
 }
 
 /// Connect Four self-play from scratch with an opponent pool (`--self_play`: a snapshot of the
-/// initial weights, then one every 100K moves, 8 kept; each game one side plays the latest
+/// initial weights, then one every 250K moves, the last 8 kept; each game one side plays the latest
 /// weights and the other too or, half the time, a snapshot whose moves are not trained on;
 /// illegal columns masked: a single illegal move would stop the run) wins at least 85% of 200
-/// games against the uniformly random player, colours alternating, after 1M moves. Measured on
-/// seeds 1-4: 95%, 85%, 96%, 92% (and 72-93% after 2M), so the 90% is not reached
-/// reliably yet. The latest weights beat their own pool (measured 0.81-0.91 on an idle machine,
-/// 0.57 while other tests ran: with fewer updates per move the snapshots are closer to the latest
-/// weights) and the oldest snapshot's Elo is far below theirs (300 points in that loaded run), so
-/// snapshots really play; `eval` pits the trained policy against an early checkpoint of another
-/// run.
+/// games against the uniformly random player, colours alternating, after 2M moves with the
+/// shipped config (learning rate annealed to 0 over them). Measured on seeds 1-4: 92.5%, 94%,
+/// 94.5%, 92.5% (release runs; a constant rate gave 72-93% after 2M), but 85.5% after 3M on
+/// seed 1, so the 90% is not asserted: it is not reached reliably enough yet. The latest
+/// weights beat their own pool (0.61 on seed 1, release build; with snapshots every 100K moves
+/// and a constant rate 0.81-0.91 on an idle machine, 0.57 while other tests ran) and the oldest
+/// snapshot's Elo is far below theirs (282 points), so snapshots really play; `eval` pits the
+/// trained policy against an early checkpoint of another run.
 #[test]
 fn connect_four_self_play_beats_the_random_player() {
     let dir = temp_dir("connect-four");
@@ -207,14 +208,15 @@ fn connect_four_self_play_beats_the_random_player() {
         &train_dir,
         &format!("--summary_json={}", out.display()),
         "--self_play",
-        "--train_for_env_steps=1000000",
+        "--snapshot_every_env_steps=250000",
+        "--train_for_env_steps=2000000",
         "--report_interval_sec=0",
     ]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let s = common::summary(&out);
     let sp = &s["policies"][0]["self_play"];
     let pool = sp["pool"].as_array().expect("the pool");
-    assert_eq!(pool.len(), 8, "a full pool after 1M moves: {sp}");
+    assert_eq!(pool.len(), 8, "a full pool after 2M moves: {sp}");
     assert!(sp["games"].as_u64() > Some(1000), "{sp}");
     let against_pool = sp["win_rate_vs_pool"]
         .as_f64()
