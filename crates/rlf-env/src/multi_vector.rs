@@ -163,11 +163,6 @@ impl MultiVecEnv {
         self.action_dim
     }
 
-    /// The observation space of agent `agent` (of every env).
-    pub fn agent_observation_space(&self, agent: usize) -> Option<&Space> {
-        self.observation_spaces.get(agent)
-    }
-
     /// The action space of agent `agent` (of every env).
     pub fn agent_action_space(&self, agent: usize) -> Option<&Space> {
         self.action_spaces.get(agent)
