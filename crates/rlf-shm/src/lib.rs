@@ -30,8 +30,12 @@ pub mod array;
 pub mod process;
 pub mod queue;
 pub mod region;
+#[cfg(not(loom))]
+pub mod replay;
 mod sync;
 
 pub use array::{Pod, SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandle, TornRead};
 pub use queue::{Batch, GetError, PutError, Queue, QueueConfig, QueueHandle};
 pub use region::{Region, RegionHandle, ShmError};
+#[cfg(not(loom))]
+pub use replay::{Gone, InsertError, ReplayRing, ReplayRingHandle, Wait};

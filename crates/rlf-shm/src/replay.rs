@@ -1,0 +1,608 @@
+//! A replay ring: a fixed number of rows of `f32` words in shared memory, written by any number of processes
+//! and sampled by any number of readers, with a monotonic insert counter that readers can sleep on.
+//!
+//! # Layout
+//! One region: a [`Header`], then one `u64` stamp per row, then the rows (`row_words` words each, stored as
+//! `AtomicU32` bit patterns, so concurrent access is never a data race). A ring of capacity `c` has `c + 1` rows:
+//! the extra one is the row the next insert writes, so the last `c` inserts are always intact, even when a writer
+//! dies in the middle of overwriting the oldest row.
+//!
+//! # Protocol
+//! - **Inserts** are serialised by a process-shared robust mutex. Insert number `k` (counting from 0) goes to row
+//!   `k % (capacity + 1)`: the writer stores the row's stamp `2k + 1` (odd: being written), a release fence, the words,
+//!   then the stamp `2k + 2` (even: complete) with release, and only then the insert counter `k + 1`. So a row
+//!   becomes visible (its index below the counter) only after it is completely written.
+//! - **A writer killed mid-row** leaves its row's stamp odd and the counter unchanged. The kernel releases the
+//!   robust lock; the next writer is told (`EOWNERDEAD`) and writes insert `k` again into the same row. No reader
+//!   ever accepts a row whose stamp is odd, so the half-written row is never seen.
+//! - **Reads** are seqlock reads of one row: load the stamp (acquire), copy the words, acquire fence, load the
+//!   stamp again. The row is insert `k` only if both loads are `2k + 2`; otherwise it was being overwritten (the
+//!   ring wrapped onto it) and the read reports [`Gone`]. Visible inserts are the last `capacity` below the counter,
+//!   so a sampler draws among them and draws again for a row that is gone.
+//! - **Waiting** for "counter ≥ target": a waiter registers (`waiters += 1`), reads the futex word, then checks the
+//!   counter, and sleeps on the word only if the target is not met. A writer stores the counter, then reads
+//!   `waiters` and, if non-zero, bumps the word and wakes every sleeper. All four are sequentially consistent: either
+//!   the waiter's check sees the new counter, or the writer sees the waiter registered and its bump comes after the
+//!   waiter's read of the word, so the kernel refuses to sleep on the stale value. No wake-up is lost, none is
+//!   needed by a waiter whose target is not met (it is not woken unless the counter moved), and a writer with no
+//!   waiter makes no system call. [`ReplayRing::interrupt`] and [`ReplayRing::close`] end every wait at once.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::region::{Region, RegionHandle, ShmError};
+use crate::sync::{Futex, RobustMutex};
+
+const MAGIC: u64 = 0x726c_662d_7265_706c; // "rlf-repl"
+
+/// The ring's shared state.
+#[repr(C, align(64))]
+struct Header {
+    magic: AtomicU64,
+    capacity: u64,
+    row_words: u64,
+    lock: RobustMutex,
+    /// Inserts completed: rows below it (the last `capacity`) are visible.
+    inserted: AtomicU64,
+    /// Writers that died mid-row (their inserts were written again by the next writer).
+    writer_deaths: AtomicU64,
+    /// Bumped when a waiter may have to wake (a publish with waiters, an interrupt, the close).
+    wake: Futex,
+    waiters: AtomicU32,
+    interrupts: AtomicU32,
+    closed: AtomicU32,
+}
+
+fn stamps_offset() -> usize {
+    std::mem::size_of::<Header>().next_multiple_of(64)
+}
+
+fn rows_offset(rows: usize) -> usize {
+    (stamps_offset() + rows * 8).next_multiple_of(64)
+}
+
+/// The bytes of a ring of `capacity` (`capacity + 1` rows) of `row_words` words, if it fits the address space.
+fn footprint(capacity: usize, row_words: usize) -> Option<usize> {
+    let rows = capacity.checked_add(1)?;
+    rows.checked_mul(8)?;
+    rows.checked_mul(row_words)?
+        .checked_mul(4)?
+        .checked_add(rows_offset(rows))
+}
+
+/// Everything another process needs to open the ring.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayRingHandle {
+    /// The region holding the ring.
+    pub region: RegionHandle,
+}
+
+/// The row asked for is no longer (or not yet) in the ring, or was being overwritten during the read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("replay row {0} is not in the ring")]
+pub struct Gone(pub u64);
+
+/// Why an insert failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InsertError {
+    /// The row does not have `row_words` words.
+    #[error("a replay row of {got} words, the ring holds rows of {expected}")]
+    RowSize {
+        /// The ring's row size.
+        expected: usize,
+        /// The row given.
+        got: usize,
+    },
+    /// Another writer held the lock past the deadline.
+    #[error("the replay ring's lock was not free before the deadline")]
+    Timeout,
+    /// The ring was closed.
+    #[error("the replay ring is closed")]
+    Closed,
+}
+
+/// How a [`ReplayRing::wait_for`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// The insert counter reached the target; it holds this value.
+    Reached(u64),
+    /// [`ReplayRing::interrupt`] was called during the wait.
+    Interrupted,
+    /// The deadline passed first.
+    Timeout,
+    /// The ring was closed.
+    Closed,
+}
+
+/// A replay ring in shared memory (see the module doc). `&ReplayRing` is `Sync`: threads share one mapping, other
+/// processes open the ring from its [`ReplayRingHandle`]. The creator's drop removes the segment's name.
+pub struct ReplayRing {
+    region: Region,
+    capacity: usize,
+    row_words: usize,
+}
+
+impl std::fmt::Debug for ReplayRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayRing")
+            .field("capacity", &self.capacity)
+            .field("row_words", &self.row_words)
+            .field("inserted", &self.inserted())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplayRing {
+    /// A new, empty ring of `capacity` rows of `row_words` words.
+    pub fn create(capacity: usize, row_words: usize) -> Result<Self, ShmError> {
+        let too_big = || {
+            ShmError::Config(format!(
+                "a replay ring of {capacity} rows of {row_words} words is too large"
+            ))
+        };
+        if capacity == 0 || row_words == 0 {
+            return Err(ShmError::Config(format!(
+                "a replay ring needs at least one row of one word, got {capacity} rows of {row_words}"
+            )));
+        }
+        let bytes = footprint(capacity, row_words).ok_or_else(too_big)?;
+        let region = Region::create(bytes)?;
+        let hdr = region.as_ptr().cast::<Header>();
+        // SAFETY: the region is fresh (zero-filled: every atomic is a valid 0) and no other process has its handle
+        // yet; it is page-aligned and longer than the header, so the writes are in bounds and aligned.
+        unsafe {
+            std::ptr::addr_of_mut!((*hdr).capacity).write(capacity as u64);
+            std::ptr::addr_of_mut!((*hdr).row_words).write(row_words as u64);
+            RobustMutex::init(std::ptr::addr_of_mut!((*hdr).lock)).map_err(|source| ShmError::Io {
+                name: region.name().to_string(),
+                op: "pthread_mutex_init",
+                source,
+            })?;
+            (*hdr).magic.store(MAGIC, Ordering::Release);
+        }
+        Ok(Self {
+            region,
+            capacity,
+            row_words,
+        })
+    }
+
+    /// Opens a ring created by another process (or this one).
+    pub fn open(handle: &ReplayRingHandle) -> Result<Self, ShmError> {
+        let region = Region::open(&handle.region)?;
+        let invalid = |what: String| ShmError::Invalid {
+            name: handle.region.name.clone(),
+            what,
+        };
+        if region.len() < stamps_offset() {
+            return Err(invalid(format!(
+                "is too small for a replay ring ({} bytes)",
+                region.len()
+            )));
+        }
+        let hdr = region.as_ptr().cast::<Header>();
+        // SAFETY: the region is page-aligned and at least a header long; capacity and row_words are written once by
+        // the creator before it publishes the magic with release, which is read here with acquire first.
+        let (magic, capacity, row_words) = unsafe {
+            let magic = (*hdr).magic.load(Ordering::Acquire);
+            (magic, (*hdr).capacity as usize, (*hdr).row_words as usize)
+        };
+        if magic != MAGIC {
+            return Err(invalid("is not a replay ring".into()));
+        }
+        if footprint(capacity, row_words).is_none_or(|n| n > region.len()) {
+            return Err(invalid(format!(
+                "{} bytes cannot hold {capacity} rows of {row_words} words",
+                region.len()
+            )));
+        }
+        Ok(Self {
+            region,
+            capacity,
+            row_words,
+        })
+    }
+
+    /// The handle to pass to other processes.
+    pub fn handle(&self) -> ReplayRingHandle {
+        ReplayRingHandle {
+            region: self.region.handle(),
+        }
+    }
+
+    /// Rows the ring holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Words per row.
+    pub fn row_words(&self) -> usize {
+        self.row_words
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the region starts with a Header initialised by the creator (checked by its magic in `open`), lives
+        // as long as `self`, and every field written after creation is an atomic or the robust mutex.
+        unsafe { &*self.region.as_ptr().cast::<Header>() }
+    }
+
+    fn stamp(&self, row: usize) -> &AtomicU64 {
+        debug_assert!(row <= self.capacity);
+        // SAFETY: `row <= capacity` (of `capacity + 1`) stamps of 8 bytes from the 64-aligned stamps offset lie inside the region (checked
+        // at create/open); a stamp is only ever accessed atomically.
+        unsafe {
+            &*self
+                .region
+                .as_ptr()
+                .add(stamps_offset() + row * 8)
+                .cast::<AtomicU64>()
+        }
+    }
+
+    fn words(&self, row: usize) -> &[AtomicU32] {
+        debug_assert!(row <= self.capacity);
+        // SAFETY: row `row <= capacity` (of `capacity + 1`) of `row_words` 4-byte words from the 64-aligned rows offset lies inside the
+        // region (checked at create/open); its words are only ever accessed atomically.
+        unsafe {
+            let start = self
+                .region
+                .as_ptr()
+                .add(rows_offset(self.capacity + 1) + row * self.row_words * 4);
+            std::slice::from_raw_parts(start.cast::<AtomicU32>(), self.row_words)
+        }
+    }
+
+    /// Inserts completed so far: inserts `inserted − capacity ..< inserted` are the visible ones.
+    pub fn inserted(&self) -> u64 {
+        self.header().inserted.load(Ordering::SeqCst)
+    }
+
+    /// Writers that died mid-row since the ring was created.
+    pub fn writer_deaths(&self) -> u64 {
+        self.header().writer_deaths.load(Ordering::Relaxed)
+    }
+
+    /// Rows visible now.
+    pub fn len(&self) -> usize {
+        self.inserted().min(self.capacity as u64) as usize
+    }
+
+    /// Whether no row was inserted yet.
+    pub fn is_empty(&self) -> bool {
+        self.inserted() == 0
+    }
+
+    /// Appends `rows` (a whole number of rows, oldest first) under one lock, waiting for the lock at most until
+    /// `deadline`; returns the insert counter after them. Waiters whose target they reach are woken.
+    pub fn insert(&self, rows: &[f32], deadline: Option<Instant>) -> Result<u64, InsertError> {
+        let w = self.row_words;
+        if rows.len() % w != 0 || rows.is_empty() {
+            return Err(InsertError::RowSize {
+                expected: w,
+                got: rows.len(),
+            });
+        }
+        let h = self.header();
+        if h.closed.load(Ordering::Acquire) != 0 {
+            return Err(InsertError::Closed);
+        }
+        let locked = h.lock.lock(deadline).map_err(|_| InsertError::Timeout)?;
+        if locked.previous_owner_died {
+            // The dead writer's row has an odd stamp and the counter was not moved: the next insert rewrites it.
+            h.writer_deaths.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut k = h.inserted.load(Ordering::Relaxed);
+        for row in rows.chunks_exact(w) {
+            let r = (k % (self.capacity as u64 + 1)) as usize;
+            let stamp = self.stamp(r);
+            stamp.store(2 * k + 1, Ordering::Relaxed);
+            fence(Ordering::Release);
+            for (dst, &v) in self.words(r).iter().zip(row) {
+                dst.store(v.to_bits(), Ordering::Relaxed);
+            }
+            stamp.store(2 * k + 2, Ordering::Release);
+            k += 1;
+            h.inserted.store(k, Ordering::SeqCst);
+        }
+        drop(locked.guard);
+        if h.waiters.load(Ordering::SeqCst) > 0 {
+            h.wake.bump();
+            h.wake.wake(u32::MAX);
+        }
+        Ok(k)
+    }
+
+    /// Copies insert `index` into `out` (`row_words` words), or says it is [`Gone`]: not yet inserted, already
+    /// overwritten, or being overwritten during the copy (`out` then holds garbage).
+    pub fn read(&self, index: u64, out: &mut [f32]) -> Result<(), Gone> {
+        assert_eq!(out.len(), self.row_words, "ReplayRing::read: wrong row size");
+        let end = self.inserted();
+        if index >= end || index + (self.capacity as u64) < end {
+            return Err(Gone(index));
+        }
+        let r = (index % (self.capacity as u64 + 1)) as usize;
+        let stamp = self.stamp(r);
+        let complete = 2 * index + 2;
+        if stamp.load(Ordering::Acquire) != complete {
+            return Err(Gone(index));
+        }
+        for (o, w) in out.iter_mut().zip(self.words(r)) {
+            *o = f32::from_bits(w.load(Ordering::Relaxed));
+        }
+        fence(Ordering::Acquire);
+        if stamp.load(Ordering::Relaxed) != complete {
+            return Err(Gone(index));
+        }
+        Ok(())
+    }
+
+    /// Copies `n` rows drawn uniformly from the visible ones into `out` (`n * row_words` words) and their insert
+    /// numbers into `indices`; `draw(m)` must return a uniform integer below `m`. A row overwritten while being
+    /// read is drawn again. Returns `false` (and copies nothing) while the ring is empty.
+    pub fn sample_uniform(
+        &self,
+        n: usize,
+        mut draw: impl FnMut(u64) -> u64,
+        indices: &mut Vec<u64>,
+        out: &mut [f32],
+    ) -> bool {
+        assert_eq!(
+            out.len(),
+            n * self.row_words,
+            "ReplayRing::sample_uniform: wrong output size"
+        );
+        indices.clear();
+        for row in out.chunks_exact_mut(self.row_words) {
+            loop {
+                let end = self.inserted();
+                if end == 0 {
+                    return false;
+                }
+                let visible = end.min(self.capacity as u64);
+                let index = end - visible + draw(visible);
+                if self.read(index, row).is_ok() {
+                    indices.push(index);
+                    break;
+                }
+            }
+        }
+        true
+    }
+
+    /// The interrupt epoch: read it before deciding to wait, and pass it to [`wait_for`](Self::wait_for), so that
+    /// an [`interrupt`](Self::interrupt) that comes in between is not missed.
+    pub fn interrupts(&self) -> u32 {
+        self.header().interrupts.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps until the insert counter is at least `target` (returned at once if it is), the deadline passes, the
+    /// ring is closed, or it has been [`interrupt`](Self::interrupt)ed since the epoch `interrupts` (from
+    /// [`interrupts`](Self::interrupts)). Uses no CPU while it waits, and is woken only when the counter moves (or by
+    /// an interrupt or the close).
+    pub fn wait_for(&self, target: u64, deadline: Option<Instant>, interrupts: u32) -> Wait {
+        let h = self.header();
+        loop {
+            h.waiters.fetch_add(1, Ordering::SeqCst);
+            let seen = h.wake.load();
+            let outcome = {
+                let count = h.inserted.load(Ordering::SeqCst);
+                if count >= target {
+                    Some(Wait::Reached(count))
+                } else if h.closed.load(Ordering::SeqCst) != 0 {
+                    Some(Wait::Closed)
+                } else if h.interrupts.load(Ordering::SeqCst) != interrupts {
+                    Some(Wait::Interrupted)
+                } else {
+                    None
+                }
+            };
+            if outcome.is_none() {
+                let timeout = match deadline {
+                    None => None,
+                    Some(d) => match d.checked_duration_since(Instant::now()) {
+                        Some(left) if !left.is_zero() => Some(left),
+                        _ => {
+                            h.waiters.fetch_sub(1, Ordering::SeqCst);
+                            return Wait::Timeout;
+                        }
+                    },
+                };
+                h.wake.wait(seen, timeout);
+            }
+            h.waiters.fetch_sub(1, Ordering::SeqCst);
+            if let Some(outcome) = outcome {
+                return outcome;
+            }
+        }
+    }
+
+    /// Ends every [`wait_for`](Self::wait_for) of an earlier epoch with [`Wait::Interrupted`] (a stop request,
+    /// SIGTERM), now and until its caller reads the epoch again.
+    pub fn interrupt(&self) {
+        let h = self.header();
+        h.interrupts.fetch_add(1, Ordering::SeqCst);
+        h.wake.bump();
+        h.wake.wake(u32::MAX);
+    }
+
+    /// Closes the ring: inserts fail from now on and every wait ends with [`Wait::Closed`] (unless its target is
+    /// met). Rows stay readable.
+    pub fn close(&self) {
+        let h = self.header();
+        h.closed.store(1, Ordering::SeqCst);
+        h.wake.bump();
+        h.wake.wake(u32::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn row(k: u64, w: usize) -> Vec<f32> {
+        (0..w).map(|i| (k * 1000 + i as u64) as f32).collect()
+    }
+
+    #[test]
+    fn rows_wrap_around_and_old_ones_are_gone() {
+        let ring = ReplayRing::create(4, 3).unwrap();
+        let other = ReplayRing::open(&ring.handle()).unwrap();
+        assert!(ring.is_empty());
+        for k in 0..6 {
+            assert_eq!(ring.insert(&row(k, 3), None), Ok(k + 1));
+        }
+        assert_eq!((other.inserted(), other.len()), (6, 4));
+        let mut out = [0.0; 3];
+        for k in 0..2 {
+            assert_eq!(other.read(k, &mut out), Err(Gone(k)), "overwritten");
+        }
+        for k in 2..6 {
+            other.read(k, &mut out).unwrap();
+            assert_eq!(out.to_vec(), row(k, 3));
+        }
+        assert_eq!(other.read(6, &mut out), Err(Gone(6)), "not yet inserted");
+    }
+
+    #[test]
+    fn batches_insert_in_order_and_bad_rows_are_refused() {
+        let ring = ReplayRing::create(8, 2).unwrap();
+        let batch: Vec<f32> = (0..3).flat_map(|k| row(k, 2)).collect();
+        assert_eq!(ring.insert(&batch, None), Ok(3));
+        assert_eq!(
+            ring.insert(&[1.0; 3], None),
+            Err(InsertError::RowSize { expected: 2, got: 3 })
+        );
+        let mut out = [0.0; 2];
+        ring.read(2, &mut out).unwrap();
+        assert_eq!(out.to_vec(), row(2, 2));
+        assert!(ReplayRing::create(0, 2).is_err());
+    }
+
+    #[test]
+    fn uniform_samples_cover_only_the_visible_rows() {
+        let ring = ReplayRing::create(16, 1).unwrap();
+        let (mut indices, mut out) = (Vec::new(), vec![0.0; 64]);
+        let mut state = 7u64;
+        let mut draw = |m: u64| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (state >> 33) % m
+        };
+        assert!(!ring.sample_uniform(64, &mut draw, &mut indices, &mut out));
+        for k in 0..40 {
+            ring.insert(&[k as f32], None).unwrap();
+        }
+        assert!(ring.sample_uniform(64, &mut draw, &mut indices, &mut out));
+        let mut seen = [false; 16];
+        for (&i, &v) in indices.iter().zip(&out) {
+            assert!((24..40).contains(&i), "insert {i} is not visible");
+            assert_eq!(v, i as f32);
+            seen[(i - 24) as usize] = true;
+        }
+        assert!(seen.iter().filter(|&&s| s).count() > 10, "{seen:?}");
+    }
+
+    #[test]
+    fn a_waiter_wakes_when_its_target_is_met_and_not_before() {
+        let ring = ReplayRing::create(8, 1).unwrap();
+        assert_eq!(ring.wait_for(0, None, 0), Wait::Reached(0));
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert_eq!(ring.wait_for(1, Some(soon), 0), Wait::Timeout);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| ring.wait_for(3, None, 0));
+            for k in 0..3 {
+                std::thread::sleep(Duration::from_millis(5));
+                ring.insert(&[k as f32], None).unwrap();
+            }
+            assert_eq!(waiter.join().unwrap(), Wait::Reached(3));
+        });
+    }
+
+    /// The context switches of the calling thread so far (voluntary and not), from `/proc`.
+    fn context_switches() -> u64 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+            .sum()
+    }
+
+    #[test]
+    fn an_idle_waiter_sleeps_without_waking() {
+        let ring = ReplayRing::create(8, 1).unwrap();
+        ring.insert(&[1.0], None).unwrap();
+        let before = context_switches();
+        let outcome = ring.wait_for(2, Some(Instant::now() + Duration::from_secs(3)), 0);
+        let switches = context_switches() - before;
+        assert_eq!(outcome, Wait::Timeout);
+        assert!(switches <= 2, "{switches} context switches in 3 s of waiting");
+    }
+
+    /// 1M inserts in bursts with random pauses while a waiter keeps asking for a little more than there is: every
+    /// wait whose target the writer reaches returns (a lost wake-up would leave it asleep until its 10 s deadline,
+    /// reported as a timeout).
+    #[test]
+    fn no_wake_up_is_lost_over_a_million_inserts() {
+        const TOTAL: u64 = 1_000_000;
+        let ring = ReplayRing::create(1024, 1).unwrap();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let mut state = 3u64;
+                let mut waits = 0u64;
+                loop {
+                    state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    let target = (ring.inserted() + 1 + (state >> 33) % 64).min(TOTAL);
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    match ring.wait_for(target, Some(deadline), 0) {
+                        Wait::Reached(n) if n >= TOTAL => return Ok(waits),
+                        Wait::Reached(n) if n >= target => waits += 1,
+                        other => {
+                            return Err(format!(
+                                "waiting for {target}: {other:?}, {} inserted",
+                                ring.inserted()
+                            ))
+                        }
+                    }
+                }
+            });
+            let mut state = 11u64;
+            let mut k = 0;
+            while k < TOTAL {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let burst = (1 + (state >> 33) % 200).min(TOTAL - k);
+                for _ in 0..burst {
+                    ring.insert(&[k as f32], None).unwrap();
+                    k += 1;
+                }
+                if (state >> 20) % 16 == 0 {
+                    std::thread::sleep(Duration::from_micros((state >> 40) % 300));
+                }
+            }
+            let waits = waiter.join().unwrap().unwrap();
+            assert!(waits > 100, "the waiter waited {waits} times");
+        });
+    }
+
+    #[test]
+    fn interrupt_and_close_end_every_wait() {
+        let ring = &ReplayRing::create(8, 1).unwrap();
+        std::thread::scope(|s| {
+            let epoch = ring.interrupts();
+            let waiter = s.spawn(move || ring.wait_for(100, None, epoch));
+            std::thread::sleep(Duration::from_millis(20));
+            ring.interrupt();
+            assert_eq!(waiter.join().unwrap(), Wait::Interrupted);
+            // An interrupt between reading the epoch and waiting is not missed.
+            assert_eq!(ring.wait_for(100, None, epoch), Wait::Interrupted);
+            let epoch = ring.interrupts();
+            let waiter = s.spawn(move || ring.wait_for(100, None, epoch));
+            std::thread::sleep(Duration::from_millis(20));
+            ring.close();
+            assert_eq!(waiter.join().unwrap(), Wait::Closed);
+        });
+        assert_eq!(ring.insert(&[1.0], None), Err(InsertError::Closed));
+    }
+}
