@@ -1,5 +1,6 @@
-//! Shared memory for rlfactory: named regions, a crash-safe multi-process MPMC byte queue, shared arrays
-//! (and the one process-wide allocator setting, [`process`], that also needs a raw OS call).
+//! Shared memory for rlfactory: named regions, a crash-safe multi-process MPMC byte queue, shared arrays, a replay
+//! ring for off-policy learners ([`replay`]: rows visible only once complete, a wake-up on an insert count, Reverb's
+//! rate limit) (and the one process-wide allocator setting, [`process`], that also needs a raw OS call).
 //!
 //! This is the only crate of the workspace allowed `unsafe`; every block states its invariant.
 //!
@@ -38,4 +39,4 @@ pub use array::{Pod, SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandl
 pub use queue::{Batch, GetError, PutError, Queue, QueueConfig, QueueHandle};
 pub use region::{Region, RegionHandle, ShmError};
 #[cfg(not(loom))]
-pub use replay::{Gone, InsertError, ReplayRing, ReplayRingHandle, Wait};
+pub use replay::{Gone, InsertError, RateLimit, ReplayRing, ReplayRingHandle, Wait};

@@ -53,6 +53,52 @@ struct Header {
     waiters: AtomicU32,
     interrupts: AtomicU32,
     closed: AtomicU32,
+    /// The rate limit ([`RateLimit`]; `limited` 0: none), fixed at creation.
+    limited: u64,
+    samples_per_insert: f64,
+    min_size_to_sample: u64,
+    error_buffer: f64,
+    /// Samples the learners recorded ([`ReplayRing::record_samples`]).
+    sampled: AtomicU64,
+    /// Bumped when a writer held back by the rate limit may go on (samples recorded, an interrupt, the close).
+    sample_wake: Futex,
+    insert_waiters: AtomicU32,
+}
+
+/// DeepMind Reverb's samples-per-insert rate limiter (`SampleToInsertRatio`): the learners' samples and the
+/// writers' inserts are kept near `samples_per_insert` samples per insert, within `error_buffer` samples either side
+/// of the ratio once `min_size_to_sample` rows were inserted. An insert that would put the samples more than the
+/// buffer behind waits for samples (the learner is the slow side); a sample that would run more than the buffer
+/// ahead waits for inserts (the writers are). So what is learned does not depend on which side is faster.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RateLimit {
+    /// Samples per inserted row (`--replay_ratio`).
+    pub samples_per_insert: f64,
+    /// Inserts before the first sample (`--learning_starts`); inserts up to it never wait.
+    pub min_size_to_sample: u64,
+    /// Samples the two sides may drift from the ratio, either way; at least `max(1, samples_per_insert)`.
+    pub error_buffer: f64,
+}
+
+impl RateLimit {
+    /// `inserts * ratio - samples` must stay between these two.
+    fn bounds(&self) -> (f64, f64) {
+        let offset = self.samples_per_insert * self.min_size_to_sample as f64;
+        (offset - self.error_buffer, offset + self.error_buffer)
+    }
+
+    /// Whether `rows` more inserts are allowed after `inserts` inserts and `samples` samples.
+    pub fn can_insert(&self, inserts: u64, samples: u64, rows: u64) -> bool {
+        let after = inserts + rows;
+        after <= self.min_size_to_sample
+            || after as f64 * self.samples_per_insert - samples as f64 <= self.bounds().1
+    }
+
+    /// The insert count at which `n` more samples are allowed after `samples` samples.
+    pub fn sample_target(&self, samples: u64, n: u64) -> u64 {
+        let needed = ((samples + n) as f64 + self.bounds().0) / self.samples_per_insert;
+        self.min_size_to_sample.max(needed.max(0.0).ceil() as u64)
+    }
 }
 
 fn stamps_offset() -> usize {
@@ -101,6 +147,9 @@ pub enum InsertError {
     /// The ring was closed.
     #[error("the replay ring is closed")]
     Closed,
+    /// [`ReplayRing::interrupt`] was called while the insert waited for the learners (rate limit).
+    #[error("the insert was interrupted")]
+    Interrupted,
 }
 
 /// How a [`ReplayRing::wait_for`] ended.
@@ -122,6 +171,7 @@ pub struct ReplayRing {
     region: Region,
     capacity: usize,
     row_words: usize,
+    limit: Option<RateLimit>,
 }
 
 impl std::fmt::Debug for ReplayRing {
@@ -135,8 +185,21 @@ impl std::fmt::Debug for ReplayRing {
 }
 
 impl ReplayRing {
-    /// A new, empty ring of `capacity` rows of `row_words` words.
-    pub fn create(capacity: usize, row_words: usize) -> Result<Self, ShmError> {
+    /// A new, empty ring of `capacity` rows of `row_words` words, its inserts and samples held to `limit` if any.
+    pub fn create(capacity: usize, row_words: usize, limit: Option<RateLimit>) -> Result<Self, ShmError> {
+        if let Some(l) = limit {
+            let valid = l.samples_per_insert > 0.0
+                && l.samples_per_insert.is_finite()
+                && l.error_buffer >= l.samples_per_insert.max(1.0)
+                && l.error_buffer.is_finite();
+            if !valid {
+                return Err(ShmError::Config(format!(
+                    "a rate limit needs samples per insert > 0 and an error buffer of at least max(1, samples per \
+                     insert), got {} and {}",
+                    l.samples_per_insert, l.error_buffer
+                )));
+            }
+        }
         let too_big = || {
             ShmError::Config(format!(
                 "a replay ring of {capacity} rows of {row_words} words is too large"
@@ -155,6 +218,12 @@ impl ReplayRing {
         unsafe {
             std::ptr::addr_of_mut!((*hdr).capacity).write(capacity as u64);
             std::ptr::addr_of_mut!((*hdr).row_words).write(row_words as u64);
+            if let Some(l) = limit {
+                std::ptr::addr_of_mut!((*hdr).limited).write(1);
+                std::ptr::addr_of_mut!((*hdr).samples_per_insert).write(l.samples_per_insert);
+                std::ptr::addr_of_mut!((*hdr).min_size_to_sample).write(l.min_size_to_sample);
+                std::ptr::addr_of_mut!((*hdr).error_buffer).write(l.error_buffer);
+            }
             RobustMutex::init(std::ptr::addr_of_mut!((*hdr).lock)).map_err(|source| ShmError::Io {
                 name: region.name().to_string(),
                 op: "pthread_mutex_init",
@@ -166,6 +235,7 @@ impl ReplayRing {
             region,
             capacity,
             row_words,
+            limit,
         })
     }
 
@@ -185,9 +255,14 @@ impl ReplayRing {
         let hdr = region.as_ptr().cast::<Header>();
         // SAFETY: the region is page-aligned and at least a header long; capacity and row_words are written once by
         // the creator before it publishes the magic with release, which is read here with acquire first.
-        let (magic, capacity, row_words) = unsafe {
+        let (magic, capacity, row_words, limit) = unsafe {
             let magic = (*hdr).magic.load(Ordering::Acquire);
-            (magic, (*hdr).capacity as usize, (*hdr).row_words as usize)
+            let limit = ((*hdr).limited != 0).then(|| RateLimit {
+                samples_per_insert: (*hdr).samples_per_insert,
+                min_size_to_sample: (*hdr).min_size_to_sample,
+                error_buffer: (*hdr).error_buffer,
+            });
+            (magic, (*hdr).capacity as usize, (*hdr).row_words as usize, limit)
         };
         if magic != MAGIC {
             return Err(invalid("is not a replay ring".into()));
@@ -202,6 +277,7 @@ impl ReplayRing {
             region,
             capacity,
             row_words,
+            limit,
         })
     }
 
@@ -220,6 +296,32 @@ impl ReplayRing {
     /// Words per row.
     pub fn row_words(&self) -> usize {
         self.row_words
+    }
+
+    /// The rate limit, if any.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.limit
+    }
+
+    /// Samples the learners recorded so far.
+    pub fn sampled(&self) -> u64 {
+        self.header().sampled.load(Ordering::SeqCst)
+    }
+
+    /// Records `n` samples taken (a learner's batch): writers held back by the rate limit may go on.
+    pub fn record_samples(&self, n: u64) {
+        let h = self.header();
+        h.sampled.fetch_add(n, Ordering::SeqCst);
+        if h.insert_waiters.load(Ordering::SeqCst) > 0 {
+            h.sample_wake.bump();
+            h.sample_wake.wake(u32::MAX);
+        }
+    }
+
+    /// The insert count a learner must wait for ([`wait_for`](Self::wait_for)) before sampling `n` rows: what the
+    /// rate limit allows, or one row without a limit.
+    pub fn sample_target(&self, n: u64) -> u64 {
+        self.limit.map_or(1, |l| l.sample_target(self.sampled(), n))
     }
 
     fn header(&self) -> &Header {
@@ -274,8 +376,9 @@ impl ReplayRing {
         self.inserted() == 0
     }
 
-    /// Appends `rows` (a whole number of rows, oldest first) under one lock, waiting for the lock at most until
-    /// `deadline`; returns the insert counter after them. Waiters whose target they reach are woken.
+    /// Appends `rows` (a whole number of rows, oldest first) under one lock; returns the insert counter after them.
+    /// Waiters whose target they reach are woken. With a rate limit it first waits, until `deadline` at most, for
+    /// the learners to sample enough; an [`interrupt`](Self::interrupt) during the call or the close ends the wait.
     pub fn insert(&self, rows: &[f32], deadline: Option<Instant>) -> Result<u64, InsertError> {
         let w = self.row_words;
         if rows.len() % w != 0 || rows.is_empty() {
@@ -285,10 +388,28 @@ impl ReplayRing {
             });
         }
         let h = self.header();
-        if h.closed.load(Ordering::Acquire) != 0 {
-            return Err(InsertError::Closed);
-        }
-        let locked = h.lock.lock(deadline).map_err(|_| InsertError::Timeout)?;
+        let n = (rows.len() / w) as u64;
+        let interrupts = h.interrupts.load(Ordering::SeqCst);
+        let locked = loop {
+            if h.closed.load(Ordering::SeqCst) != 0 {
+                return Err(InsertError::Closed);
+            }
+            if let Some(limit) = self.limit {
+                self.wait_to_insert(limit, n, deadline, interrupts)?;
+            }
+            let locked = h.lock.lock(deadline).map_err(|_| InsertError::Timeout)?;
+            // Another writer may have used up the allowance since.
+            let allowed = self.limit.is_none_or(|l| {
+                l.can_insert(
+                    h.inserted.load(Ordering::SeqCst),
+                    h.sampled.load(Ordering::SeqCst),
+                    n,
+                )
+            });
+            if allowed {
+                break locked;
+            }
+        };
         if locked.previous_owner_died {
             // The dead writer's row has an odd stamp and the counter was not moved: the next insert rewrites it.
             h.writer_deaths.fetch_add(1, Ordering::Relaxed);
@@ -312,6 +433,45 @@ impl ReplayRing {
             h.wake.wake(u32::MAX);
         }
         Ok(k)
+    }
+
+    /// Sleeps until `limit` allows `n` more inserts (the same no-lost-wake-up protocol as
+    /// [`wait_for`](Self::wait_for), on the samples counter).
+    fn wait_to_insert(
+        &self,
+        limit: RateLimit,
+        n: u64,
+        deadline: Option<Instant>,
+        interrupts: u32,
+    ) -> Result<(), InsertError> {
+        let h = self.header();
+        loop {
+            h.insert_waiters.fetch_add(1, Ordering::SeqCst);
+            let seen = h.sample_wake.load();
+            let outcome = if limit.can_insert(
+                h.inserted.load(Ordering::SeqCst),
+                h.sampled.load(Ordering::SeqCst),
+                n,
+            ) {
+                Some(Ok(()))
+            } else if h.closed.load(Ordering::SeqCst) != 0 {
+                Some(Err(InsertError::Closed))
+            } else if h.interrupts.load(Ordering::SeqCst) != interrupts {
+                Some(Err(InsertError::Interrupted))
+            } else {
+                match remaining(deadline) {
+                    Err(()) => Some(Err(InsertError::Timeout)),
+                    Ok(timeout) => {
+                        h.sample_wake.wait(seen, timeout);
+                        None
+                    }
+                }
+            };
+            h.insert_waiters.fetch_sub(1, Ordering::SeqCst);
+            if let Some(outcome) = outcome {
+                return outcome;
+            }
+        }
     }
 
     /// Copies insert `index` into `out` (`row_words` words), or says it is [`Gone`]: not yet inserted, already
@@ -398,19 +558,13 @@ impl ReplayRing {
                     None
                 }
             };
-            if outcome.is_none() {
-                let timeout = match deadline {
-                    None => None,
-                    Some(d) => match d.checked_duration_since(Instant::now()) {
-                        Some(left) if !left.is_zero() => Some(left),
-                        _ => {
-                            h.waiters.fetch_sub(1, Ordering::SeqCst);
-                            return Wait::Timeout;
-                        }
-                    },
-                };
-                h.wake.wait(seen, timeout);
-            }
+            let outcome = outcome.or_else(|| match remaining(deadline) {
+                Err(()) => Some(Wait::Timeout),
+                Ok(timeout) => {
+                    h.wake.wait(seen, timeout);
+                    None
+                }
+            });
             h.waiters.fetch_sub(1, Ordering::SeqCst);
             if let Some(outcome) = outcome {
                 return outcome;
@@ -418,13 +572,20 @@ impl ReplayRing {
         }
     }
 
-    /// Ends every [`wait_for`](Self::wait_for) of an earlier epoch with [`Wait::Interrupted`] (a stop request,
+    /// Ends every [`wait_for`](Self::wait_for) of an earlier epoch, and every insert waiting for samples, with [`Wait::Interrupted`] (a stop request,
     /// SIGTERM), now and until its caller reads the epoch again.
     pub fn interrupt(&self) {
         let h = self.header();
         h.interrupts.fetch_add(1, Ordering::SeqCst);
-        h.wake.bump();
-        h.wake.wake(u32::MAX);
+        self.wake_everyone();
+    }
+
+    fn wake_everyone(&self) {
+        let h = self.header();
+        for word in [&h.wake, &h.sample_wake] {
+            word.bump();
+            word.wake(u32::MAX);
+        }
     }
 
     /// Closes the ring: inserts fail from now on and every wait ends with [`Wait::Closed`] (unless its target is
@@ -432,8 +593,18 @@ impl ReplayRing {
     pub fn close(&self) {
         let h = self.header();
         h.closed.store(1, Ordering::SeqCst);
-        h.wake.bump();
-        h.wake.wake(u32::MAX);
+        self.wake_everyone();
+    }
+}
+
+/// The time left until `deadline` (`None`: no limit), or `Err` once it has passed.
+fn remaining(deadline: Option<Instant>) -> Result<Option<std::time::Duration>, ()> {
+    match deadline {
+        None => Ok(None),
+        Some(d) => match d.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => Ok(Some(left)),
+            _ => Err(()),
+        },
     }
 }
 
@@ -448,7 +619,7 @@ mod tests {
 
     #[test]
     fn rows_wrap_around_and_old_ones_are_gone() {
-        let ring = ReplayRing::create(4, 3).unwrap();
+        let ring = ReplayRing::create(4, 3, None).unwrap();
         let other = ReplayRing::open(&ring.handle()).unwrap();
         assert!(ring.is_empty());
         for k in 0..6 {
@@ -468,7 +639,7 @@ mod tests {
 
     #[test]
     fn batches_insert_in_order_and_bad_rows_are_refused() {
-        let ring = ReplayRing::create(8, 2).unwrap();
+        let ring = ReplayRing::create(8, 2, None).unwrap();
         let batch: Vec<f32> = (0..3).flat_map(|k| row(k, 2)).collect();
         assert_eq!(ring.insert(&batch, None), Ok(3));
         assert_eq!(
@@ -478,12 +649,12 @@ mod tests {
         let mut out = [0.0; 2];
         ring.read(2, &mut out).unwrap();
         assert_eq!(out.to_vec(), row(2, 2));
-        assert!(ReplayRing::create(0, 2).is_err());
+        assert!(ReplayRing::create(0, 2, None).is_err());
     }
 
     #[test]
     fn uniform_samples_cover_only_the_visible_rows() {
-        let ring = ReplayRing::create(16, 1).unwrap();
+        let ring = ReplayRing::create(16, 1, None).unwrap();
         let (mut indices, mut out) = (Vec::new(), vec![0.0; 64]);
         let mut state = 7u64;
         let mut draw = |m: u64| {
@@ -506,7 +677,7 @@ mod tests {
 
     #[test]
     fn a_waiter_wakes_when_its_target_is_met_and_not_before() {
-        let ring = ReplayRing::create(8, 1).unwrap();
+        let ring = ReplayRing::create(8, 1, None).unwrap();
         assert_eq!(ring.wait_for(0, None, 0), Wait::Reached(0));
         let soon = Instant::now() + Duration::from_millis(20);
         assert_eq!(ring.wait_for(1, Some(soon), 0), Wait::Timeout);
@@ -532,7 +703,7 @@ mod tests {
 
     #[test]
     fn an_idle_waiter_sleeps_without_waking() {
-        let ring = ReplayRing::create(8, 1).unwrap();
+        let ring = ReplayRing::create(8, 1, None).unwrap();
         ring.insert(&[1.0], None).unwrap();
         let before = context_switches();
         let outcome = ring.wait_for(2, Some(Instant::now() + Duration::from_secs(3)), 0);
@@ -547,7 +718,7 @@ mod tests {
     #[test]
     fn no_wake_up_is_lost_over_a_million_inserts() {
         const TOTAL: u64 = 1_000_000;
-        let ring = ReplayRing::create(1024, 1).unwrap();
+        let ring = ReplayRing::create(1024, 1, None).unwrap();
         std::thread::scope(|s| {
             let waiter = s.spawn(|| {
                 let mut state = 3u64;
@@ -587,8 +758,116 @@ mod tests {
     }
 
     #[test]
+    fn the_rate_limit_keeps_samples_within_the_buffer_of_the_ratio() {
+        let l = RateLimit {
+            samples_per_insert: 4.0,
+            min_size_to_sample: 10,
+            error_buffer: 8.0,
+        };
+        // Up to the minimum size inserts never wait; then at most 8 samples' worth ahead of the ratio.
+        assert!(l.can_insert(0, 0, 10));
+        assert!(l.can_insert(11, 0, 1), "12 * 4 - 0 = 48 <= 40 + 8");
+        assert!(!l.can_insert(12, 0, 1), "13 * 4 = 52 > 48");
+        assert!(l.can_insert(12, 4, 1));
+        // Sampling waits for the minimum size, then for inserts that keep it at least 8 behind the ratio.
+        assert_eq!(l.sample_target(0, 1), 10);
+        assert_eq!(l.sample_target(0, 32), 16, "16 * 4 - 32 = 32 >= 40 - 8");
+        assert_eq!(l.sample_target(32, 32), 24);
+        assert!(ReplayRing::create(
+            8,
+            1,
+            Some(RateLimit {
+                error_buffer: 2.0,
+                ..l
+            })
+        )
+        .is_err());
+    }
+
+    /// A writer and a learner held to 4 samples per insert: the measured ratio stays within 5% of it after the
+    /// warm-up whichever side is slowed down.
+    #[test]
+    fn samples_per_insert_hold_whichever_side_is_slow() {
+        const RATIO: f64 = 4.0;
+        const BATCH: u64 = 32;
+        const INSERTS: u64 = 6000;
+        for slow_writer in [true, false] {
+            let limit = RateLimit {
+                samples_per_insert: RATIO,
+                min_size_to_sample: 200,
+                error_buffer: 2.0 * BATCH as f64,
+            };
+            let ring = &ReplayRing::create(512, 2, Some(limit)).unwrap();
+            let (warm, end) = std::thread::scope(|s| {
+                let learner = s.spawn(move || {
+                    let (mut indices, mut out) = (Vec::new(), vec![0.0; BATCH as usize * 2]);
+                    let epoch = ring.interrupts();
+                    let mut draw = |m: u64| m / 2;
+                    let mut warm = None;
+                    loop {
+                        match ring.wait_for(ring.sample_target(BATCH), None, epoch) {
+                            Wait::Reached(_) => {}
+                            Wait::Closed | Wait::Interrupted => return warm,
+                            Wait::Timeout => unreachable!("no deadline"),
+                        }
+                        assert!(ring.sample_uniform(BATCH as usize, &mut draw, &mut indices, &mut out));
+                        ring.record_samples(BATCH);
+                        if warm.is_none() && ring.inserted() >= 1000 {
+                            warm = Some((ring.inserted(), ring.sampled()));
+                        }
+                        if !slow_writer {
+                            std::thread::sleep(Duration::from_micros(500));
+                        }
+                    }
+                });
+                for k in 0..INSERTS {
+                    ring.insert(&[k as f32, 0.0], None).unwrap();
+                    if slow_writer {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+                let end = (ring.inserted(), ring.sampled());
+                ring.interrupt();
+                (learner.join().unwrap().expect("a warm-up point"), end)
+            });
+            let ratio = (end.1 - warm.1) as f64 / (end.0 - warm.0) as f64;
+            assert!(
+                (ratio / RATIO - 1.0).abs() < 0.05,
+                "slow writer {slow_writer}: {ratio} samples per insert after the warm-up"
+            );
+        }
+    }
+
+    #[test]
+    fn an_insert_held_back_by_the_rate_limit_ends_on_interrupt_close_or_deadline() {
+        let limit = RateLimit {
+            samples_per_insert: 1.0,
+            min_size_to_sample: 2,
+            error_buffer: 1.0,
+        };
+        let ring = &ReplayRing::create(8, 1, Some(limit)).unwrap();
+        ring.insert(&[0.0, 1.0, 2.0], None).unwrap();
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert_eq!(ring.insert(&[3.0], Some(soon)), Err(InsertError::Timeout));
+        std::thread::scope(|s| {
+            let writer = s.spawn(move || ring.insert(&[3.0], None));
+            std::thread::sleep(Duration::from_millis(20));
+            ring.record_samples(1);
+            assert_eq!(writer.join().unwrap(), Ok(4), "a sample lets one insert through");
+            let writer = s.spawn(move || ring.insert(&[4.0], None));
+            std::thread::sleep(Duration::from_millis(20));
+            ring.interrupt();
+            assert_eq!(writer.join().unwrap(), Err(InsertError::Interrupted));
+            let writer = s.spawn(move || ring.insert(&[4.0], None));
+            std::thread::sleep(Duration::from_millis(20));
+            ring.close();
+            assert_eq!(writer.join().unwrap(), Err(InsertError::Closed));
+        });
+    }
+
+    #[test]
     fn interrupt_and_close_end_every_wait() {
-        let ring = &ReplayRing::create(8, 1).unwrap();
+        let ring = &ReplayRing::create(8, 1, None).unwrap();
         std::thread::scope(|s| {
             let epoch = ring.interrupts();
             let waiter = s.spawn(move || ring.wait_for(100, None, epoch));

@@ -186,7 +186,7 @@ fn check_visible(ring: &ReplayRing) -> Result<u64, String> {
 fn concurrent() -> Result<(), Failed> {
     const WRITERS: u32 = 4;
     const ROWS: u32 = 100_000;
-    let ring = ReplayRing::create(1024, 67).map_err(|e| e.to_string())?;
+    let ring = ReplayRing::create(1024, 67, None).map_err(|e| e.to_string())?;
     let total = u64::from(WRITERS * ROWS);
     let samplers = (0..2)
         .map(|_| {
@@ -222,7 +222,7 @@ fn concurrent() -> Result<(), Failed> {
 
 fn kill_mid_row() -> Result<(), Failed> {
     const ROUNDS: u32 = 40;
-    let ring = ReplayRing::create(12, 1 << 18).map_err(|e| e.to_string())?;
+    let ring = ReplayRing::create(12, 1 << 18, None).map_err(|e| e.to_string())?;
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for round in 0..ROUNDS {
         let before = ring.inserted();
