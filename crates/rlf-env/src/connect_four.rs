@@ -444,7 +444,25 @@ impl MultiAgentEnv for ConnectFour {
     fn is_active(&self, agent: usize) -> bool {
         !self.is_over() && agent == self.to_move.index()
     }
+
+    /// [`RandomPlayer`] and [`HeuristicPlayer`], as `eval --opponent` names them.
+    fn builtin_players(&self) -> &[&'static str] {
+        &BUILTIN_PLAYERS
+    }
+
+    fn builtin_action(&self, player: usize, agent: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
+        if !self.is_active(agent) {
+            return None;
+        }
+        match BUILTIN_PLAYERS.get(player)? {
+            &"random" => random_legal(rng, self),
+            _ => heuristic_move(rng, self),
+        }
+    }
 }
+
+/// The built-in players' names, by index.
+const BUILTIN_PLAYERS: [&str; 2] = ["random", "heuristic"];
 
 /// Anything that picks a move: a built-in opponent, a scripted line, or a policy.
 pub trait Player {
@@ -503,12 +521,17 @@ impl HeuristicPlayer {
 
 impl Player for HeuristicPlayer {
     fn choose(&mut self, game: &ConnectFour) -> Option<usize> {
-        let me = game.to_move();
-        let first_where = |side: Side| CENTRE_FIRST.into_iter().find(|&c| game.is_winning_move(c, side));
-        first_where(me)
-            .or_else(|| first_where(me.opponent()))
-            .or_else(|| random_legal(&mut self.rng, game))
+        heuristic_move(&mut self.rng, game)
     }
+}
+
+/// [`HeuristicPlayer`]'s column for the side to move in `game`, its random fallback from `rng`.
+fn heuristic_move(rng: &mut Pcg64Mcg, game: &ConnectFour) -> Option<usize> {
+    let me = game.to_move();
+    let first_where = |side: Side| CENTRE_FIRST.into_iter().find(|&c| game.is_winning_move(c, side));
+    first_where(me)
+        .or_else(|| first_where(me.opponent()))
+        .or_else(|| random_legal(rng, game))
 }
 
 /// Plays one game from an empty board, `first` as `player_0` and `second` as `player_1`, and

@@ -5,6 +5,8 @@
 //!
 //! A single-agent [`Env`] is a multi-agent env of one through [`SingleAgent`].
 
+use rand_pcg::Pcg64Mcg;
+
 use crate::env::check_action;
 use crate::{ActionBatch, Env, EnvError, EpisodeStats, Space, StepBuffers};
 
@@ -84,6 +86,21 @@ pub trait MultiAgentEnv: Send {
     /// one (see [`EpisodeStats::true_objective`]); `None` by default.
     fn true_objective(&self, agent: usize) -> Option<f64> {
         let _ = agent;
+        None
+    }
+
+    /// The names of the env's built-in players: scripted opponents (Connect Four's `random` and
+    /// `heuristic`) that self-play can mix into an agent's opponents. None by default.
+    fn builtin_players(&self) -> &[&'static str] {
+        &[]
+    }
+
+    /// The action built-in player `player` (an index into
+    /// [`builtin_players`](MultiAgentEnv::builtin_players)) takes as `agent` in the current
+    /// state, as an index into the agent's `Discrete` action space, drawing any randomness from
+    /// `rng`; `None` when `agent` does not act next or there is no such player.
+    fn builtin_action(&self, player: usize, agent: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
+        let _ = (player, agent, rng);
         None
     }
 }

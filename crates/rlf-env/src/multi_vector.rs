@@ -9,6 +9,8 @@
 //! [`finished`](MultiVecEnv::finished) holds the statistics of the agents' episodes that ended in
 //! it (return: every reward the agent received; length: the steps it acted in).
 
+use rand_pcg::Pcg64Mcg;
+
 use crate::env::check_observation;
 use crate::vector::in_slot;
 use crate::{ActionBatch, AgentEpisodes, EnvError, EpisodeStats, MultiAgentEnv, Space, StepBuffers};
@@ -166,6 +168,20 @@ impl MultiVecEnv {
     /// The action space of agent `agent` (of every env).
     pub fn agent_action_space(&self, agent: usize) -> Option<&Space> {
         self.action_spaces.get(agent)
+    }
+
+    /// The built-in players of the envs ([`MultiAgentEnv::builtin_players`]).
+    pub fn builtin_players(&self) -> &[&'static str] {
+        self.envs.first().map_or(&[], |env| env.builtin_players())
+    }
+
+    /// The action built-in player `player` takes as column `column`'s agent in its env's
+    /// current state ([`MultiAgentEnv::builtin_action`]).
+    pub fn builtin_action(&self, column: usize, player: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
+        let agents = self.num_agents.max(1);
+        self.envs
+            .get(column / agents)?
+            .builtin_action(player, column % agents, rng)
     }
 
     /// Which columns act in the next step.

@@ -235,6 +235,16 @@ pub struct SamplingConfig {
     /// Probability that an opponent plays the latest weights rather than a snapshot (self-play).
     #[arg(long, default_value_t = 0.5)]
     pub self_play_latest_prob: f64,
+    /// Built-in players of the env (Connect Four's `random` and `heuristic`) that may play an
+    /// opponent in self-play, comma-separated: with probability `--self_play_builtin_prob` an
+    /// opponent is one of them, drawn uniformly. Their steps are not trained on; the win rate
+    /// against each is reported.
+    #[arg(long, default_value = "")]
+    pub self_play_builtin_opponents: String,
+    /// Probability that a self-play opponent is a built-in player
+    /// (`--self_play_builtin_opponents`) rather than the latest weights or a snapshot.
+    #[arg(long, default_value_t = 0.0)]
+    pub self_play_builtin_prob: f64,
 }
 
 /// The reference values (the command line's defaults).
@@ -253,6 +263,8 @@ impl Default for SamplingConfig {
             snapshot_every_env_steps: 100_000,
             opponent_pool_size: 8,
             self_play_latest_prob: 0.5,
+            self_play_builtin_opponents: String::new(),
+            self_play_builtin_prob: 0.0,
         }
     }
 }
@@ -871,6 +883,24 @@ impl Config {
         s.num_policies + policy * s.opponent_pool_size + slot
     }
 
+    /// The built-in players self-play mixes into the opponents (`--self_play_builtin_opponents`),
+    /// in order.
+    pub fn builtin_opponents(&self) -> Vec<&str> {
+        self.sampling
+            .self_play_builtin_opponents
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .collect()
+    }
+
+    /// The network id that stands for built-in opponent `k` (of
+    /// [`builtin_opponents`](Config::builtin_opponents)) in the slots: past every policy and
+    /// snapshot. No inference worker runs it: the rollout worker asks the env for its actions.
+    pub fn builtin_network(&self, k: usize) -> usize {
+        self.num_networks() + k
+    }
+
     /// The policy whose weights network `network` holds (its own, or a snapshot of them).
     pub fn policy_of_network(&self, network: usize) -> usize {
         let s = &self.sampling;
@@ -964,6 +994,36 @@ impl Config {
                     s.self_play_latest_prob
                 ));
             }
+        }
+        let builtin = self.builtin_opponents();
+        if !(0.0..=1.0).contains(&s.self_play_builtin_prob) {
+            return err(format!(
+                "--self_play_builtin_prob must be in [0, 1], got {}",
+                s.self_play_builtin_prob
+            ));
+        }
+        if (s.self_play_builtin_prob > 0.0) == builtin.is_empty() {
+            return err(
+                "--self_play_builtin_opponents and --self_play_builtin_prob > 0 go together: name the players and how often they play"
+                    .into(),
+            );
+        }
+        if !builtin.is_empty() && !s.self_play {
+            return err("--self_play_builtin_opponents needs --self_play".into());
+        }
+        if let Some(unknown) = builtin
+            .iter()
+            .find(|b| !spec.builtin_players.iter().any(|p| p == *b))
+        {
+            return err(format!(
+                "--self_play_builtin_opponents: {} has no built-in player `{unknown}` (it has: {})",
+                self.env.env,
+                if spec.builtin_players.is_empty() {
+                    "none".to_owned()
+                } else {
+                    spec.builtin_players.join(", ")
+                }
+            ));
         }
         let sampled = self.total_envs() * spec.num_agents * s.rollout;
         if !r.async_rl && self.dataset_size() % sampled != 0 {

@@ -6,6 +6,8 @@ pub use rlf_env::{
     parse_kwargs, ActionBatch, EnvRegistry, EpisodeStats, MultiVecEnv, Space, StepBuffers, VecBuffers, VecEnv,
 };
 
+use rand_pcg::Pcg64Mcg;
+
 use crate::config::{ContinuousActionMode, EnvConfig};
 use crate::error::{Result, RlfError};
 
@@ -23,6 +25,8 @@ pub struct EnvSpec {
     pub agent_names: Vec<String>,
     /// Values per observation slot: the largest agent's observation.
     pub obs_dim: usize,
+    /// The env's built-in players ([`rlf_env::MultiAgentEnv::builtin_players`]).
+    pub builtin_players: Vec<String>,
 }
 
 impl EnvSpec {
@@ -37,6 +41,7 @@ impl EnvSpec {
                 num_agents: n,
                 agent_names: (0..n).map(|a| env.agent_name(a)).collect(),
                 obs_dim: env.obs_dim(),
+                builtin_players: env.builtin_players().iter().map(|&p| p.to_owned()).collect(),
             });
         }
         if !cfg.env_kwargs.trim().is_empty() {
@@ -52,6 +57,7 @@ impl EnvSpec {
             num_agents: 1,
             agent_names: vec!["agent_0".to_owned()],
             obs_dim: env.observation_space().flat_dim(),
+            builtin_players: Vec::new(),
         })
     }
 
@@ -170,6 +176,23 @@ impl Envs {
             Envs::Multi(m) => (0..m.num_agents())
                 .filter_map(|a| m.agent_action_space(a).cloned())
                 .collect(),
+        }
+    }
+
+    /// The names of the envs' built-in players (none for single-agent envs).
+    pub fn builtin_players(&self) -> &[&'static str] {
+        match self {
+            Envs::Single(_) => &[],
+            Envs::Multi(m) => m.builtin_players(),
+        }
+    }
+
+    /// The action (an index into its `Discrete` space) built-in player `player` takes as column
+    /// `c`'s agent now; `None` when the agent does not act next.
+    pub fn builtin_action(&self, c: usize, player: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
+        match self {
+            Envs::Single(_) => None,
+            Envs::Multi(m) => m.builtin_action(c, player, rng),
         }
     }
 

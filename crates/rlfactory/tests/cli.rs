@@ -88,6 +88,49 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
         ],
         "--self_play needs --async_rl=true",
     );
+    let c4 = ["train", "--env", "connect_four", "--self_play"];
+    for (flags, wanted) in [
+        (
+            &[
+                "--self_play_builtin_opponents",
+                "minimax",
+                "--self_play_builtin_prob",
+                "0.2",
+            ][..],
+            "connect_four has no built-in player `minimax` (it has: random, heuristic)",
+        ),
+        (
+            &["--self_play_builtin_opponents", "heuristic"][..],
+            "--self_play_builtin_opponents and --self_play_builtin_prob > 0 go together",
+        ),
+        (
+            &["--self_play_builtin_prob", "0.2"][..],
+            "--self_play_builtin_opponents and --self_play_builtin_prob > 0 go together",
+        ),
+        (
+            &[
+                "--self_play_builtin_opponents",
+                "random",
+                "--self_play_builtin_prob",
+                "1.5",
+            ][..],
+            "--self_play_builtin_prob must be in [0, 1], got 1.5",
+        ),
+    ] {
+        rejects(&[&c4[..], flags].concat(), wanted);
+    }
+    rejects(
+        &[
+            "train",
+            "--env",
+            "connect_four",
+            "--self_play_builtin_opponents",
+            "random",
+            "--self_play_builtin_prob",
+            "0.2",
+        ],
+        "--self_play_builtin_opponents needs --self_play",
+    );
     rejects(
         &[
             "train",

@@ -787,17 +787,24 @@ impl Appo {
                 }
             })
             .collect();
+        // Over the steps this policy could train on: another policy's, a snapshot's or a
+        // waiting agent's steps carry versions that are not this policy's.
+        let own: Vec<u64> = lags
+            .iter()
+            .zip(&trainable)
+            .filter_map(|(&l, &v)| v.then_some(l))
+            .collect();
         metrics.insert(
             "train/version_diff_avg".into(),
-            lags.iter().sum::<u64>() as f64 / n as f64,
+            own.iter().sum::<u64>() as f64 / own.len().max(1) as f64,
         );
         metrics.insert(
             "train/version_diff_min".into(),
-            lags.iter().copied().min().unwrap_or(0) as f64,
+            own.iter().copied().min().unwrap_or(0) as f64,
         );
         metrics.insert(
             "train/version_diff_max".into(),
-            lags.iter().copied().max().unwrap_or(0) as f64,
+            own.iter().copied().max().unwrap_or(0) as f64,
         );
         metrics.insert(
             "train/valids_fraction".into(),

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::summary::{AgentSummary, PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary};
+use super::summary::{
+    AgentSummary, BuiltinSummary, PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary,
+};
 use crate::config::{BestMetric, Config};
 use crate::experiment::CheckpointRequest;
 use crate::learning::TrainingReport;
@@ -96,8 +98,16 @@ struct Snapshot {
     games: u64,
 }
 
+/// A policy's games against one built-in opponent.
+#[derive(Debug, Clone)]
+struct BuiltinRecord {
+    name: String,
+    scores: Window<f64>,
+    games: u64,
+}
+
 /// A policy's self-play record: its latest weights' Elo rating, its pool's snapshots, and the
-/// scores of its last games against them.
+/// scores of its last games against them and against each built-in opponent.
 #[derive(Debug, Clone)]
 struct SelfPlayStats {
     rating: f64,
@@ -105,15 +115,33 @@ struct SelfPlayStats {
     pool: Vec<Option<Snapshot>>,
     scores: Window<f64>,
     games: u64,
+    /// By built-in opponent (`--self_play_builtin_opponents`, in order).
+    builtin: Vec<BuiltinRecord>,
 }
 
 impl SelfPlayStats {
-    fn new(pool_size: usize) -> Self {
+    fn new(pool_size: usize, builtin: &[&str]) -> Self {
         Self {
             rating: ELO_START,
             pool: vec![None; pool_size],
             scores: Window::new(GAMES_WINDOW),
             games: 0,
+            builtin: builtin
+                .iter()
+                .map(|&name| BuiltinRecord {
+                    name: name.to_owned(),
+                    scores: Window::new(GAMES_WINDOW),
+                    games: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// A game of the latest weights against built-in opponent `b` (no rating: a fixed player).
+    fn on_builtin_game(&mut self, b: usize, score: f64) {
+        if let Some(record) = self.builtin.get_mut(b) {
+            record.scores.push(score);
+            record.games += 1;
         }
     }
 
@@ -159,6 +187,15 @@ impl SelfPlayStats {
                         elo: s.rating,
                         games: s.games,
                     })
+                })
+                .collect(),
+            builtin: self
+                .builtin
+                .iter()
+                .map(|b| BuiltinSummary {
+                    name: b.name.clone(),
+                    games: b.games,
+                    win_rate: b.scores.mean(),
                 })
                 .collect(),
         }
@@ -263,7 +300,9 @@ impl Runner {
                     last_metrics: Vec::new(),
                     episode_scalars: Due::default(),
                     training_scalars: Due::default(),
-                    self_play: s.self_play.then(|| SelfPlayStats::new(s.opponent_pool_size)),
+                    self_play: s
+                        .self_play
+                        .then(|| SelfPlayStats::new(s.opponent_pool_size, &cfg.builtin_opponents())),
                 };
                 s.num_policies.max(1)
             ],
@@ -377,11 +416,17 @@ impl Runner {
         let Some(p) = self.policies.get_mut(game.policy) else {
             return;
         };
+        let Some(sp) = &mut p.self_play else { return };
+        let first_builtin = schedule.num_policies * (1 + schedule.pool_size);
         let first = schedule.num_policies + game.policy * schedule.pool_size;
-        if let (Some(sp), Some(slot)) = (&mut p.self_play, game.network.checked_sub(first)) {
+        if let Some(b) = game.network.checked_sub(first_builtin) {
+            sp.on_builtin_game(b, game.score);
+        } else if let Some(slot) = game.network.checked_sub(first) {
             sp.on_game(slot, game.score);
-            p.episode_scalars.fresh = true;
+        } else {
+            return;
         }
+        p.episode_scalars.fresh = true;
     }
 
     /// The self-play snapshot due now, if any: the first at the first report (the initial
@@ -492,6 +537,13 @@ impl Runner {
                     );
                     values.push(("selfplay/elo".to_owned(), sp.rating));
                     values.push(("selfplay/games".to_owned(), sp.games as f64));
+                    for b in &sp.builtin {
+                        values.extend(
+                            b.scores
+                                .mean()
+                                .map(|w| (format!("selfplay/win_rate_vs_{}", b.name), w)),
+                        );
+                    }
                 }
                 due.push(Scalars {
                     policy,
@@ -529,7 +581,7 @@ impl Runner {
         );
         for (i, p) in self.policies.iter().enumerate() {
             let tag = if self.policies.len() == 1 {
-                String::new()
+                " |".to_owned()
             } else {
                 format!(" | p{i}")
             };
@@ -544,6 +596,17 @@ impl Runner {
                 "{tag} policy lag {:.1} | version {}",
                 p.version_diff, p.version
             ));
+            if let Some(sp) = &p.self_play {
+                let rate = |w: Option<f64>| w.map_or_else(|| "n/a".to_owned(), |w| format!("{w:.2}"));
+                line.push_str(&format!(
+                    "{tag} Elo {:.0}, won {} against the pool",
+                    sp.rating,
+                    rate(sp.scores.mean())
+                ));
+                for b in &sp.builtin {
+                    line.push_str(&format!(", {} against {}", rate(b.scores.mean()), b.name));
+                }
+            }
         }
         Report {
             line,
@@ -814,6 +877,51 @@ mod tests {
         assert_eq!(
             r.summary().policies[0].self_play.as_ref().map(|s| s.games),
             Some(4)
+        );
+    }
+
+    #[test]
+    fn games_against_built_in_players_are_scored_apart_from_the_pool() {
+        let mut r = runner(&[
+            "--env=connect_four",
+            "--self_play",
+            "--opponent_pool_size=2",
+            "--self_play_builtin_opponents=random,heuristic",
+            "--self_play_builtin_prob=0.5",
+        ]);
+        // One policy, pools of 2: networks 3 and 4 are `random` and `heuristic`.
+        let mut report = rollout(100, &[]);
+        report.games = [(3, 1.0), (3, 1.0), (4, 0.0), (4, 1.0), (4, 0.0), (4, 0.5)]
+            .iter()
+            .map(|&(network, score)| SelfPlayGame {
+                policy: 0,
+                network,
+                score,
+            })
+            .collect();
+        r.on_rollout_reported(&report);
+        let sp = r.summary().policies[0]
+            .self_play
+            .clone()
+            .expect("self-play stats");
+        assert_eq!((sp.games, sp.elo), (0, ELO_START), "no pool game, no rating");
+        let records: Vec<_> = sp
+            .builtin
+            .iter()
+            .map(|b| (b.name.as_str(), b.games, b.win_rate))
+            .collect();
+        assert_eq!(records, [("random", 2, Some(1.0)), ("heuristic", 4, Some(0.375))]);
+        let line = r.report().line;
+        assert!(
+            line.contains("1.00 against random, 0.38 against heuristic"),
+            "{line}"
+        );
+        let due = r.due_scalars(true);
+        assert!(
+            due.iter()
+                .flat_map(|s| &s.values)
+                .any(|(tag, v)| tag == "selfplay/win_rate_vs_heuristic" && *v == 0.375),
+            "{due:?}"
         );
     }
 

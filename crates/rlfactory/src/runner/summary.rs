@@ -61,6 +61,19 @@ pub struct SelfPlaySummary {
     pub elo: f64,
     /// The snapshots in its pool.
     pub pool: Vec<SnapshotSummary>,
+    /// Its record against each built-in opponent (`--self_play_builtin_opponents`).
+    pub builtin: Vec<BuiltinSummary>,
+}
+
+/// A policy's games against a built-in opponent in self-play.
+#[derive(Debug, Clone, Serialize)]
+pub struct BuiltinSummary {
+    /// The player's name (`heuristic`).
+    pub name: String,
+    /// Episodes its latest weights played against it.
+    pub games: u64,
+    /// Mean score of the last 100 of them (win 1, draw 0.5, loss 0).
+    pub win_rate: Option<f64>,
 }
 
 /// A snapshot in a self-play pool.

@@ -52,6 +52,9 @@ pub struct InferenceWorker {
     column_policies: Vec<f32>,
     rows: Vec<usize>,
     gathered: Vec<f32>,
+    /// Network ids past the served ones that stand for built-in self-play opponents: their
+    /// columns are left to the rollout workers.
+    builtin: usize,
 }
 
 impl std::fmt::Debug for InferenceWorker {
@@ -85,6 +88,16 @@ impl InferenceWorker {
             column_policies: Vec::new(),
             rows: Vec::new(),
             gathered: Vec::new(),
+            builtin: 0,
+        }
+    }
+
+    /// Leaves the columns of `count` built-in opponents (network ids right past the served
+    /// networks) to the rollout workers, which take their moves from the env.
+    pub fn with_builtin(self, count: usize) -> Self {
+        Self {
+            builtin: count,
+            ..self
         }
     }
 
@@ -186,7 +199,7 @@ impl InferenceWorker {
     }
 
     /// Runs each policy on the columns it controls; returns every column's results, in column
-    /// order, and the version of the policy that chose each.
+    /// order, and the version of the policy that chose each (zeros for built-in players' columns).
     fn act_per_policy(&mut self, width: usize) -> Result<(ActOutput, Vec<u64>)> {
         let columns = self.column_policies.len();
         let a = self.served[0].policy.action_dim();
@@ -199,11 +212,12 @@ impl InferenceWorker {
         if let Some(&bad) = self
             .column_policies
             .iter()
-            .find(|&&p| p < 0.0 || p as usize >= self.served.len() || p.fract() != 0.0)
+            .find(|&&p| p < 0.0 || p as usize >= self.served.len() + self.builtin || p.fract() != 0.0)
         {
             return Err(protocol(format!(
-                "a column of policy {bad}, but the run has {} policies",
-                self.served.len()
+                "a column of network {bad}, but the run has {} networks and {} built-in players",
+                self.served.len(),
+                self.builtin
             )));
         }
         for (p, served) in self.served.iter_mut().enumerate() {

@@ -14,7 +14,9 @@
 //! at random that plays its policy's latest weights; every other agent plays them too with
 //! probability `--self_play_latest_prob`, or else a snapshot drawn from its policy's pool (a
 //! network of its own, whose steps no learner trains on). Until a pool holds a snapshot, all play
-//! the latest weights.
+//! the latest weights. With built-in opponents (`--self_play_builtin_opponents`) every agent but
+//! the protagonist is first, with probability `--self_play_builtin_prob`, one of the env's
+//! scripted players instead (network ids past the snapshots; no learner trains on them either).
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -192,12 +194,16 @@ impl PolicyAssigner {
 
 /// Self-play opponents: which network each agent of an env plays in an episode (see the module
 /// doc). Network `i < num_policies` is policy `i`'s latest weights; snapshot `k` of policy `p`'s
-/// pool is network `num_policies + p * pool_size + k`.
+/// pool is network `num_policies + p * pool_size + k`; built-in player `b` is network
+/// `num_policies * (1 + pool_size) + b`.
 #[derive(Debug, Clone)]
 pub struct SelfPlay {
     num_policies: usize,
     pool_size: usize,
     latest_prob: f64,
+    /// Built-in players that may play opponents, and how often.
+    builtin: usize,
+    builtin_prob: f64,
     /// Snapshots in each policy's pool.
     filled: Vec<usize>,
     rng: Pcg64Mcg,
@@ -211,9 +217,32 @@ impl SelfPlay {
             num_policies,
             pool_size,
             latest_prob,
+            builtin: 0,
+            builtin_prob: 0.0,
             filled: vec![0; num_policies],
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x5e1f_91a7_0000_0001),
         }
+    }
+
+    /// Lets `count` built-in players play an opponent with probability `prob`.
+    pub fn with_builtin(self, count: usize, prob: f64) -> Self {
+        Self {
+            builtin: count,
+            builtin_prob: prob,
+            ..self
+        }
+    }
+
+    /// The network of built-in player `b`.
+    fn builtin_network(&self, b: usize) -> usize {
+        self.num_policies * (1 + self.pool_size) + b
+    }
+
+    /// The built-in player that `network` stands for, if it is one.
+    pub fn builtin(&self, network: u32) -> Option<usize> {
+        (network as usize)
+            .checked_sub(self.builtin_network(0))
+            .filter(|&b| b < self.builtin)
     }
 
     /// Policy `policy`'s snapshot is now in slot `slot` of its pool.
@@ -229,7 +258,12 @@ impl SelfPlay {
         let protagonist = self.rng.random_range(0..base.len().max(1));
         for (a, (o, &p)) in out.iter_mut().zip(base).enumerate() {
             let filled = self.filled.get(p as usize).copied().unwrap_or(0);
-            *o = if a == protagonist || filled == 0 || self.rng.random::<f64>() < self.latest_prob {
+            *o = if a == protagonist {
+                p
+            } else if self.builtin > 0 && self.rng.random::<f64>() < self.builtin_prob {
+                let b = self.rng.random_range(0..self.builtin);
+                self.builtin_network(b) as u32
+            } else if filled == 0 || self.rng.random::<f64>() < self.latest_prob {
                 p
             } else {
                 let slot = self.rng.random_range(0..filled);
@@ -239,8 +273,8 @@ impl SelfPlay {
         protagonist
     }
 
-    /// Whether `network` is a snapshot (frozen, never trained).
-    pub fn is_snapshot(&self, network: u32) -> bool {
+    /// Whether `network` is a frozen opponent (a snapshot or a built-in player, never trained).
+    pub fn is_frozen(&self, network: u32) -> bool {
         network as usize >= self.num_policies
     }
 }
@@ -362,7 +396,7 @@ mod tests {
             protagonists[hero] += 1;
             assert_eq!(out[hero], 1, "the protagonist plays the latest weights");
             let other = out[1 - hero];
-            if sp.is_snapshot(other) {
+            if sp.is_frozen(other) {
                 snapshots += 1;
                 // Policy 1's pool: networks 2 + 3 + slot, slots 0 and 1 filled.
                 assert!(other == 5 || other == 6, "{other}");
@@ -371,5 +405,30 @@ mod tests {
         // About 75% of the opponents are snapshots; both sides are the protagonist.
         assert!((250..350).contains(&snapshots), "{snapshots}");
         assert!(protagonists.iter().all(|&n| n > 150), "{protagonists:?}");
+    }
+
+    #[test]
+    fn built_in_players_play_opponents_at_their_rate_even_before_the_first_snapshot() {
+        // One policy, pools of 2: networks 0 (latest), 1 and 2 (snapshots), 3 and 4 (built-in).
+        let mut sp = SelfPlay::new(1, 2, 0.5, 3).with_builtin(2, 0.4);
+        let mut out = [0; 2];
+        let mut builtin = [0; 2];
+        for round in 0..1000 {
+            if round == 500 {
+                sp.on_snapshot_taken(0, 0);
+            }
+            let hero = sp.draw(&[0, 0], &mut out);
+            assert_eq!(out[hero], 0, "the protagonist plays the latest weights");
+            let other = out[1 - hero];
+            assert!(other <= 4 && other != 2, "network {other}");
+            if let Some(b) = sp.builtin(other) {
+                assert!(sp.is_frozen(other));
+                builtin[b] += 1;
+            }
+        }
+        assert_eq!(sp.builtin(0), None);
+        assert_eq!(sp.builtin(2), None);
+        // 40% of 1000 opponents, half of them each player.
+        assert!(builtin.iter().all(|&n| (160..240).contains(&n)), "{builtin:?}");
     }
 }

@@ -20,7 +20,9 @@
 //! network playing its agent ([`Field::Policy`]: a policy from a [`PolicyAssigner`], or a
 //! snapshot from [`SelfPlay`]); an env's networks only change between two of its episodes.
 //! Finished episodes and agent steps are reported per policy, for the agents its latest weights
-//! played; self-play episodes against snapshots are reported as games.
+//! played; self-play episodes against snapshots and built-in players are reported as games. The
+//! columns a built-in player plays take its moves from the env
+//! ([`Envs::builtin_action`]), written into the slot over what no inference worker computed.
 
 use super::{
     ActionsReady, Field, PolicyAssigner, PolicyRequest, RolloutReport, SelfPlay, SelfPlayGame, SnapshotTaken,
@@ -29,6 +31,8 @@ use super::{
 use crate::config::Config;
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
+use rand::SeedableRng;
+use rand_pcg::Pcg64Mcg;
 use serde::{Deserialize, Serialize};
 
 struct Split {
@@ -58,6 +62,10 @@ struct Split {
     self_play: Option<SelfPlay>,
     /// Each env's self-play protagonist (agent index).
     protagonists: Vec<usize>,
+    /// The env's index of each built-in opponent (`--self_play_builtin_opponents`), and the
+    /// randomness of their moves.
+    builtin: Vec<usize>,
+    builtin_rng: Pcg64Mcg,
     /// Columns whose agent's episode ended since its env last reset, with its return.
     ended: Vec<bool>,
     returns: Vec<f64>,
@@ -82,6 +90,27 @@ impl Split {
         }
     }
 
+    /// Replaces the actions of the columns that built-in players play (read from the slot, where
+    /// no inference worker wrote them) with the players' moves; returns whether there were any.
+    fn play_builtin(&mut self) -> bool {
+        let Some(sp) = self.self_play.as_ref().filter(|_| !self.builtin.is_empty()) else {
+            return false;
+        };
+        let dim = self.actions.len() / self.policies.len().max(1);
+        let mut any = false;
+        for (c, &network) in self.policies.iter().enumerate() {
+            let Some(b) = sp.builtin(network) else {
+                continue;
+            };
+            let action = self
+                .envs
+                .builtin_action(c, self.builtin[b], &mut self.builtin_rng);
+            self.actions[c * dim] = action.unwrap_or(0) as f32;
+            any = true;
+        }
+        any
+    }
+
     /// Records the episode ends of the last step. An env whose agents have all ended reset: its
     /// self-play games are scored (the protagonist's return against each snapshot's), and its
     /// agents' networks for the next episode set.
@@ -98,7 +127,7 @@ impl Split {
             self.ended[columns.clone()].fill(false);
             if let Some(sp) = &self.self_play {
                 let hero = e * num_agents + self.protagonists[e];
-                for c in columns.clone().filter(|&c| sp.is_snapshot(self.policies[c])) {
+                for c in columns.clone().filter(|&c| sp.is_frozen(self.policies[c])) {
                     let (mine, theirs) = (self.returns[hero], self.returns[c]);
                     games.push(SelfPlayGame {
                         policy: self.base[hero] as usize,
@@ -263,6 +292,21 @@ impl RolloutWorker {
             for (e, chunk) in base.chunks_mut(num_agents).enumerate() {
                 assigner.assign(e, chunk);
             }
+            let builtin = cfg
+                .builtin_opponents()
+                .iter()
+                .map(|&name| {
+                    envs.builtin_players()
+                        .iter()
+                        .position(|&p| p == name)
+                        .ok_or_else(|| {
+                            RlfError::Config(format!(
+                                "--self_play_builtin_opponents: {} has no built-in player `{name}`",
+                                cfg.env.env
+                            ))
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?;
             let self_play = s.self_play.then(|| {
                 SelfPlay::new(
                     s.num_policies,
@@ -270,6 +314,7 @@ impl RolloutWorker {
                     s.self_play_latest_prob,
                     cfg.env.seed + first_env as u64,
                 )
+                .with_builtin(builtin.len(), s.self_play_builtin_prob)
             });
             let mut split = Split {
                 policy_values: vec![0.0; columns],
@@ -278,6 +323,10 @@ impl RolloutWorker {
                 assigner,
                 self_play,
                 protagonists: vec![0; per_split],
+                builtin,
+                builtin_rng: Pcg64Mcg::seed_from_u64(
+                    (cfg.env.seed + first_env as u64) ^ 0xb117_1a00_0000_0001,
+                ),
                 ended: vec![false; columns],
                 returns: vec![0.0; columns],
                 buf: VecBuffers::new(columns, envs.obs_dim()),
@@ -402,6 +451,9 @@ impl RolloutWorker {
         let t = split.t;
         let n = split.envs.num_columns();
         self.pool.get(buffer, Field::Actions, t, &mut split.actions)?;
+        if split.play_builtin() {
+            self.pool.put(buffer, Field::Actions, t, &split.actions)?;
+        }
         let env_actions = split.mapper.map(&split.actions);
         split.envs.step(env_actions, split.buf.view())?;
 
@@ -651,5 +703,103 @@ mod tests {
             }
         }
         assert!(seen[0] > 0 && seen[1] + seen[2] > 0, "networks seen: {seen:?}");
+    }
+
+    /// A built-in opponent's columns take its moves from the env, whatever the slot held: here
+    /// every column is given its first legal column, and the `random` player's moves, recorded
+    /// in the slot, are legal and mostly other columns; its games are reported against it.
+    #[test]
+    fn built_in_opponents_play_their_own_moves_and_their_games_are_reported() {
+        let cfg = Config::for_env(
+            "connect_four",
+            &[
+                "--self_play",
+                "--opponent_pool_size=2",
+                "--self_play_builtin_opponents=random",
+                "--self_play_builtin_prob=1",
+                "--num_envs_per_worker=4",
+                "--worker_num_splits=1",
+                "--rollout=8",
+                "--batch_size=64",
+            ],
+        )
+        .expect("config");
+        let builtin = cfg.builtin_network(0) as f32;
+        assert_eq!(builtin, 3.0, "after the policy and its two snapshots");
+        let registry = EnvRegistry::with_builtin();
+        let shape = TrajectoryShape {
+            rollout: 8,
+            num_envs: 8,
+            obs_dim: rlf_env::connect_four::OBS_DIM,
+            action_dim: 1,
+        };
+        let pool = TrajectoryPool::create(shape, 2).expect("pool");
+        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        let mut worker =
+            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default()).expect("worker");
+        worker.start().expect("reset");
+        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        let (mut obs, mut networks) = (vec![0.0; 8 * shape.obs_dim], vec![0.0; 8]);
+        let (mut played, mut valid) = (vec![0.0; 8], vec![0.0; 8]);
+        let (mut moves, mut elsewhere, mut games) = (0, 0, 0);
+        for _ in 0..600 {
+            let r = requests.pop().expect("a request");
+            reader.get(r.buffer, Field::Obs, r.step, &mut obs).expect("obs");
+            reader
+                .get(r.buffer, Field::Policy, r.step, &mut networks)
+                .expect("networks");
+            let first_legal: Vec<f32> = obs
+                .chunks(shape.obs_dim)
+                .map(|o| o[..7].iter().position(|&m| m > 0.0).unwrap_or(0) as f32)
+                .collect();
+            reader
+                .put(r.buffer, Field::Actions, r.step, &first_legal)
+                .expect("actions");
+            let outcome = worker
+                .on_actions_ready(&ActionsReady {
+                    worker: 0,
+                    split: 0,
+                    incarnation: 0,
+                })
+                .expect("step");
+            reader
+                .get(r.buffer, Field::Actions, r.step, &mut played)
+                .expect("actions played");
+            reader
+                .get(r.buffer, Field::Valid, r.step, &mut valid)
+                .expect("valid");
+            for c in 0..8 {
+                assert!(
+                    networks[c] == 0.0 || networks[c] == builtin,
+                    "network {}",
+                    networks[c]
+                );
+                if networks[c] != builtin || valid[c] == 0.0 {
+                    continue;
+                }
+                let column = played[c] as usize;
+                assert!(
+                    obs[c * shape.obs_dim + column] > 0.0,
+                    "an illegal column {column}"
+                );
+                moves += 1;
+                elsewhere += usize::from(played[c] != first_legal[c]);
+            }
+            if let Some(report) = &outcome.report {
+                for game in &report.games {
+                    assert_eq!((game.policy, game.network), (0, 3), "{game:?}");
+                    games += 1;
+                }
+            }
+            requests.extend(outcome.requests);
+            if let Some(t) = outcome.trajectory {
+                requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
+            }
+        }
+        assert!(moves > 500 && games > 20, "{moves} moves, {games} games");
+        assert!(
+            elsewhere * 2 > moves,
+            "{elsewhere} of {moves} moves off the first legal column"
+        );
     }
 }

@@ -38,7 +38,10 @@ impl InferenceNode {
                 Ok((model, plane.open_weights(n)?))
             })
             .collect::<Result<Vec<_>>>()
-            .and_then(|policies| Ok(InferenceWorker::new(policies, plane.open_pools()?)));
+            .and_then(|policies| {
+                Ok(InferenceWorker::new(policies, plane.open_pools()?)
+                    .with_builtin(cfg.builtin_opponents().len()))
+            });
         Self {
             worker: None,
             setup: Some(setup),
