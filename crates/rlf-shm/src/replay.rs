@@ -94,6 +94,13 @@ impl RateLimit {
             || after as f64 * self.samples_per_insert - samples as f64 <= self.bounds().1
     }
 
+    /// How many of `rows` inserts are allowed now, after `inserts` inserts and `samples` samples.
+    pub fn allowed(&self, inserts: u64, samples: u64, rows: u64) -> u64 {
+        let below_min = self.min_size_to_sample.saturating_sub(inserts);
+        let within = ((self.bounds().1 + samples as f64) / self.samples_per_insert).floor() - inserts as f64;
+        below_min.max(within.max(0.0) as u64).min(rows)
+    }
+
     /// The insert count at which `n` more samples are allowed after `samples` samples.
     pub fn sample_target(&self, samples: u64, n: u64) -> u64 {
         let needed = ((samples + n) as f64 + self.bounds().0) / self.samples_per_insert;
@@ -376,9 +383,10 @@ impl ReplayRing {
         self.inserted() == 0
     }
 
-    /// Appends `rows` (a whole number of rows, oldest first) under one lock; returns the insert counter after them.
-    /// Waiters whose target they reach are woken. With a rate limit it first waits, until `deadline` at most, for
-    /// the learners to sample enough; an [`interrupt`](Self::interrupt) during the call or the close ends the wait.
+    /// Appends `rows` (a whole number of rows, oldest first); returns the insert counter after them. Waiters whose
+    /// target they reach are woken. Without a rate limit the rows go in under one lock. With one, as many as the
+    /// limit allows go in at a time, and the call waits (until `deadline` at most) for the learners to sample before
+    /// the rest; an [`interrupt`](Self::interrupt) during the call or the close ends the wait (rows already in stay).
     pub fn insert(&self, rows: &[f32], deadline: Option<Instant>) -> Result<u64, InsertError> {
         let w = self.row_words;
         if rows.len() % w != 0 || rows.is_empty() {
@@ -388,49 +396,46 @@ impl ReplayRing {
             });
         }
         let h = self.header();
-        let n = (rows.len() / w) as u64;
         let interrupts = h.interrupts.load(Ordering::SeqCst);
-        let locked = loop {
+        let mut rest = rows;
+        let mut k = 0;
+        while !rest.is_empty() {
             if h.closed.load(Ordering::SeqCst) != 0 {
                 return Err(InsertError::Closed);
             }
             if let Some(limit) = self.limit {
-                self.wait_to_insert(limit, n, deadline, interrupts)?;
+                self.wait_to_insert(limit, 1, deadline, interrupts)?;
             }
             let locked = h.lock.lock(deadline).map_err(|_| InsertError::Timeout)?;
-            // Another writer may have used up the allowance since.
-            let allowed = self.limit.is_none_or(|l| {
-                l.can_insert(
-                    h.inserted.load(Ordering::SeqCst),
-                    h.sampled.load(Ordering::SeqCst),
-                    n,
-                )
-            });
-            if allowed {
-                break locked;
+            if locked.previous_owner_died {
+                // The dead writer's row has an odd stamp and the counter was not moved: the next insert rewrites it.
+                h.writer_deaths.fetch_add(1, Ordering::Relaxed);
             }
-        };
-        if locked.previous_owner_died {
-            // The dead writer's row has an odd stamp and the counter was not moved: the next insert rewrites it.
-            h.writer_deaths.fetch_add(1, Ordering::Relaxed);
-        }
-        let mut k = h.inserted.load(Ordering::Relaxed);
-        for row in rows.chunks_exact(w) {
-            let r = (k % (self.capacity as u64 + 1)) as usize;
-            let stamp = self.stamp(r);
-            stamp.store(2 * k + 1, Ordering::Relaxed);
-            fence(Ordering::Release);
-            for (dst, &v) in self.words(r).iter().zip(row) {
-                dst.store(v.to_bits(), Ordering::Relaxed);
+            k = h.inserted.load(Ordering::Relaxed);
+            let wanted = (rest.len() / w) as u64;
+            // Another writer may have used up the allowance since the wait.
+            let n = self
+                .limit
+                .map_or(wanted, |l| l.allowed(k, h.sampled.load(Ordering::SeqCst), wanted));
+            let (now, later) = rest.split_at(n as usize * w);
+            for row in now.chunks_exact(w) {
+                let r = (k % (self.capacity as u64 + 1)) as usize;
+                let stamp = self.stamp(r);
+                stamp.store(2 * k + 1, Ordering::Relaxed);
+                fence(Ordering::Release);
+                for (dst, &v) in self.words(r).iter().zip(row) {
+                    dst.store(v.to_bits(), Ordering::Relaxed);
+                }
+                stamp.store(2 * k + 2, Ordering::Release);
+                k += 1;
+                h.inserted.store(k, Ordering::SeqCst);
             }
-            stamp.store(2 * k + 2, Ordering::Release);
-            k += 1;
-            h.inserted.store(k, Ordering::SeqCst);
-        }
-        drop(locked.guard);
-        if h.waiters.load(Ordering::SeqCst) > 0 {
-            h.wake.bump();
-            h.wake.wake(u32::MAX);
+            drop(locked.guard);
+            rest = later;
+            if n > 0 && h.waiters.load(Ordering::SeqCst) > 0 {
+                h.wake.bump();
+                h.wake.wake(u32::MAX);
+            }
         }
         Ok(k)
     }
@@ -769,6 +774,10 @@ mod tests {
         assert!(l.can_insert(11, 0, 1), "12 * 4 - 0 = 48 <= 40 + 8");
         assert!(!l.can_insert(12, 0, 1), "13 * 4 = 52 > 48");
         assert!(l.can_insert(12, 4, 1));
+        assert_eq!(l.allowed(0, 0, 30), 12, "(48 + 0) / 4 = 12 rows");
+        assert_eq!(l.allowed(5, 0, 3), 3);
+        assert_eq!(l.allowed(12, 0, 3), 0);
+        assert_eq!(l.allowed(12, 9, 3), 2, "(48 + 9) / 4 = 14.25");
         // Sampling waits for the minimum size, then for inserts that keep it at least 8 behind the ratio.
         assert_eq!(l.sample_target(0, 1), 10);
         assert_eq!(l.sample_target(0, 32), 16, "16 * 4 - 32 = 32 >= 40 - 8");
@@ -820,10 +829,13 @@ mod tests {
                         }
                     }
                 });
-                for k in 0..INSERTS {
-                    ring.insert(&[k as f32, 0.0], None).unwrap();
+                // In chunks of 50 rows, more than the limit lets in at once (2 × 64 / 4 = 32): they go in as
+                // the learner samples.
+                for k in (0..INSERTS).step_by(50) {
+                    let rows: Vec<f32> = (k..k + 50).flat_map(|i| [i as f32, 0.0]).collect();
+                    ring.insert(&rows, None).unwrap();
                     if slow_writer {
-                        std::thread::sleep(Duration::from_micros(50));
+                        std::thread::sleep(Duration::from_micros(2500));
                     }
                 }
                 let end = (ring.inserted(), ring.sampled());
