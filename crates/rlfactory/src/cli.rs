@@ -115,7 +115,7 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
     let given = matches
         .subcommand_matches("train")
         .ok_or_else(|| RlfError::Config("the command line lost the train command".into()))?;
-    let mut config = Config::for_env_defaults(&train.config.env.env)?;
+    let mut config = Config::for_env_defaults(&train.config.env.env, train.config.off_policy.algo)?;
     if let Some(path) = &train.config_file {
         config.apply(&read_settings(path)?, path)?;
     }

@@ -4,7 +4,8 @@
 //!
 //! # Where values come from, later ones winning
 //! 1. [`Config::default`] (the reference values),
-//! 2. the shipped defaults for the env (`configs/<env>.toml`, see [`shipped_config`]),
+//! 2. the shipped defaults for the env (`configs/<env>.toml`, or `configs/<env>-dqn.toml` with `--algo dqn` on the
+//!    command line; see [`shipped_config`]),
 //! 3. the file given with `--config FILE`,
 //! 4. the values given on the command line.
 //!
@@ -481,6 +482,101 @@ impl Default for AppoConfig {
     }
 }
 
+/// The learning algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Algo {
+    /// Asynchronous PPO (on-policy, from the trajectory slots).
+    Appo,
+    /// DQN (off-policy, from a replay buffer; `Discrete` actions).
+    Dqn,
+}
+
+/// Off-policy learning (`--algo dqn`): the replay buffer, its rate limit, targets and exploration. The batch size,
+/// learning rate, discount, gradient clipping and Adam's settings are the ones above.
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
+#[command(rename_all = "snake_case")]
+#[serde(default)]
+pub struct OffPolicyConfig {
+    /// The learning algorithm.
+    #[arg(long, value_enum, default_value_t = Algo::Appo)]
+    pub algo: Algo,
+    /// Transitions each policy's replay buffer holds (the oldest are overwritten).
+    #[arg(long, default_value_t = 100_000)]
+    pub replay_buffer_size: usize,
+    /// Transitions in a policy's buffer before its learner samples.
+    #[arg(long, default_value_t = 1000)]
+    pub learning_starts: u64,
+    /// Transitions sampled for gradients per transition inserted (`--batch_size` × SGD steps ÷ inserts), held by a
+    /// rate limiter whichever side is faster: inserts wait for the learner and the learner for inserts. 0: no
+    /// limit, each side as fast as it can.
+    #[arg(long, default_value_t = 8.0)]
+    pub replay_ratio: f64,
+    /// Steps of each transition's return (n-step returns).
+    #[arg(long, default_value_t = 1)]
+    pub n_step: usize,
+    /// SGD steps between two updates of the target network.
+    #[arg(long, default_value_t = 1000)]
+    pub target_update_interval: u64,
+    /// How far each update moves the target network towards the online one (1: a copy; less: Polyak averaging).
+    #[arg(long, default_value_t = 1.0)]
+    pub tau: f64,
+    /// Fraction of `--train_for_env_steps` over which ε falls linearly from its initial to its final value.
+    #[arg(long, default_value_t = 0.1)]
+    pub exploration_fraction: f64,
+    /// ε of ε-greedy exploration at the start.
+    #[arg(long, default_value_t = 1.0)]
+    pub exploration_initial_eps: f64,
+    /// ε at the end of the schedule, and after.
+    #[arg(long, default_value_t = 0.05)]
+    pub exploration_final_eps: f64,
+    /// Double DQN: the online network picks the next action, the target network values it.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub double_q: bool,
+    /// The dueling head: Q = V + A − mean(A).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub dueling: bool,
+    /// SGD steps between two publications of the weights to the actors.
+    #[arg(long, default_value_t = 10)]
+    pub publish_interval: u64,
+}
+
+/// The reference values (the command line's defaults).
+impl Default for OffPolicyConfig {
+    fn default() -> Self {
+        Self {
+            algo: Algo::Appo,
+            replay_buffer_size: 100_000,
+            learning_starts: 1000,
+            replay_ratio: 8.0,
+            n_step: 1,
+            target_update_interval: 1000,
+            tau: 1.0,
+            exploration_fraction: 0.1,
+            exploration_initial_eps: 1.0,
+            exploration_final_eps: 0.05,
+            double_q: true,
+            dueling: false,
+            publish_interval: 10,
+        }
+    }
+}
+
+impl OffPolicyConfig {
+    /// ε after `steps` env steps of a run of `total` (linear from the initial to the final value over
+    /// `--exploration_fraction` of the run, then constant).
+    pub fn epsilon(&self, steps: u64, total: u64) -> f64 {
+        let span = self.exploration_fraction * total as f64;
+        let progress = if span > 0.0 {
+            (steps as f64 / span).min(1.0)
+        } else {
+            1.0
+        };
+        self.exploration_initial_eps + progress * (self.exploration_final_eps - self.exploration_initial_eps)
+    }
+}
+
 /// Device the learner and inference run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -711,8 +807,15 @@ impl Default for PbtConfig {
     }
 }
 
-/// The shipped default settings for `env`, as TOML, if there are any.
-pub fn shipped_config(env: &str) -> Option<&'static str> {
+/// The shipped default settings for `env` and `algo`, as TOML, if there are any (an env's APPO settings are not
+/// DQN's: without settings of its own, DQN starts from the reference values).
+pub fn shipped_config(env: &str, algo: Algo) -> Option<&'static str> {
+    if algo == Algo::Dqn {
+        return match env {
+            "CartPole-v1" => Some(include_str!("../configs/CartPole-v1-dqn.toml")),
+            _ => None,
+        };
+    }
     match env {
         "CartPole-v1" => Some(include_str!("../configs/CartPole-v1.toml")),
         "Acrobot-v1" => Some(include_str!("../configs/Acrobot-v1.toml")),
@@ -774,6 +877,10 @@ pub struct Config {
     #[command(flatten)]
     #[serde(flatten)]
     pub appo: AppoConfig,
+    /// Off-policy learning.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub off_policy: OffPolicyConfig,
     /// The run.
     #[command(flatten)]
     #[serde(flatten)]
@@ -789,8 +896,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// The defaults for `env`: the reference values, then the env's shipped config.
-    pub fn for_env_defaults(env: &str) -> Result<Config> {
+    /// The defaults for `env` learned by `algo`: the reference values, then the shipped config.
+    pub fn for_env_defaults(env: &str, algo: Algo) -> Result<Config> {
         let mut config = Config {
             env: EnvConfig {
                 env: env.to_owned(),
@@ -798,8 +905,11 @@ impl Config {
             },
             ..Config::default()
         };
-        if let Some(text) = shipped_config(env) {
-            let origin = PathBuf::from(format!("configs/{env}.toml"));
+        if let Some(text) = shipped_config(env, algo) {
+            let origin = PathBuf::from(match algo {
+                Algo::Appo => format!("configs/{env}.toml"),
+                Algo::Dqn => format!("configs/{env}-dqn.toml"),
+            });
             config.apply(&parse_settings(text, &origin)?, &origin)?;
         }
         Ok(config)
@@ -881,6 +991,61 @@ impl Config {
     pub fn snapshot_network(&self, policy: usize, slot: usize) -> usize {
         let s = &self.sampling;
         s.num_policies + policy * s.opponent_pool_size + slot
+    }
+
+    /// The checks of `--algo dqn`: what it supports so far, and settings in range.
+    fn validate_off_policy(&self, spec: &EnvSpec) -> Result<()> {
+        let err = |m: String| Err(RlfError::Config(m));
+        let o = &self.off_policy;
+        for (flag, on) in [
+            ("--self_play", self.sampling.self_play),
+            ("--with_pbt", self.pbt.with_pbt),
+            ("--async_rl=false", !self.run.async_rl),
+        ] {
+            if on {
+                return err(format!("{flag} is not supported with --algo dqn yet"));
+            }
+        }
+        if let Some(space) = spec
+            .action_spaces
+            .iter()
+            .find(|s| !matches!(s, rlf_env::Space::Discrete { .. }))
+        {
+            return err(format!(
+                "--algo dqn needs Discrete actions; {} has {space}",
+                self.env.env
+            ));
+        }
+        if o.n_step == 0 || o.publish_interval == 0 || o.target_update_interval == 0 {
+            return err(
+                "--n_step, --publish_interval and --target_update_interval must be at least 1".into(),
+            );
+        }
+        if o.replay_buffer_size < self.appo.batch_size {
+            return err(format!(
+                "--replay_buffer_size ({}) must hold at least one --batch_size ({})",
+                o.replay_buffer_size, self.appo.batch_size
+            ));
+        }
+        if !(o.tau > 0.0 && o.tau <= 1.0) {
+            return err(format!("--tau must be in (0, 1], got {}", o.tau));
+        }
+        if !(o.replay_ratio >= 0.0 && o.replay_ratio.is_finite()) {
+            return err(format!(
+                "--replay_ratio must be 0 (no limit) or more, got {}",
+                o.replay_ratio
+            ));
+        }
+        for (flag, v) in [
+            ("--exploration_fraction", o.exploration_fraction),
+            ("--exploration_initial_eps", o.exploration_initial_eps),
+            ("--exploration_final_eps", o.exploration_final_eps),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return err(format!("{flag} must be in [0, 1], got {v}"));
+            }
+        }
+        Ok(())
     }
 
     /// The built-in players self-play mixes into the opponents (`--self_play_builtin_opponents`),
@@ -994,6 +1159,9 @@ impl Config {
                     s.self_play_latest_prob
                 ));
             }
+        }
+        if self.off_policy.algo == Algo::Dqn {
+            self.validate_off_policy(&spec)?;
         }
         let builtin = self.builtin_opponents();
         if !(0.0..=1.0).contains(&s.self_play_builtin_prob) {

@@ -62,13 +62,13 @@ use std::path::{Path, PathBuf};
 
 use clap::{ArgAction, Args};
 
-use crate::config::{parse_bool, CheckpointKind, Config};
+use crate::config::{parse_bool, Algo, CheckpointKind, Config};
 use rlf_env::connect_four::{self, play_game, ConnectFour, HeuristicPlayer, Player, RandomPlayer, Side};
 
 use crate::env::{ActionMapper, EnvRegistry, EnvSpec, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
 use crate::experiment::{self, RestoredState};
-use crate::model::{ActOutput, ActorCritic, Policy};
+use crate::model::{ActOutput, ActorCritic, Policy, QNetwork};
 
 /// Which experiment and checkpoint to load.
 #[derive(Debug, Clone, Args)]
@@ -235,8 +235,9 @@ impl CheckpointSource {
         Ok(cfg)
     }
 
-    /// The trained network with the checkpoint's weights and statistics, and its config.
-    pub fn load(&self, registry: &EnvRegistry) -> Result<(Config, ActorCritic)> {
+    /// The trained network with the checkpoint's weights and statistics (an actor-critic, or a Q-network
+    /// acting greedily for `--algo dqn`), and its config.
+    pub fn load(&self, registry: &EnvRegistry) -> Result<(Config, Box<dyn Policy>)> {
         let cfg = self.config(registry)?;
         if self.policy_index >= cfg.sampling.num_policies {
             return Err(RlfError::Config(format!(
@@ -262,8 +263,27 @@ impl CheckpointSource {
         let mapping = cfg.policy_mapping(&spec.agent_names)?;
         let (observation_space, action_space) =
             spec.policy_spaces(self.policy_index, mapping.by_agent.as_deref())?;
-        let mut model = ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
-        model.load_named_tensors(&state.tensors)?;
+        let model: Box<dyn Policy> = match cfg.off_policy.algo {
+            Algo::Appo => {
+                let mut model =
+                    ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
+                model.load_named_tensors(&state.tensors)?;
+                Box::new(model)
+            }
+            Algo::Dqn => {
+                let mut model = QNetwork::new(
+                    observation_space,
+                    action_space,
+                    &cfg.model,
+                    cfg.off_policy.dueling,
+                    cfg.run.device,
+                )?;
+                model.load_named_tensors(&state.tensors)?;
+                // Sampled moves explore as at the end of training; deterministic ones are greedy.
+                model.set_epsilon(cfg.off_policy.exploration_final_eps);
+                Box::new(model)
+            }
+        };
         eprintln!(
             "[rlfactory] loaded {} (env frames {}, policy version {})",
             state.path.display(),
@@ -291,7 +311,7 @@ pub struct Episode {
 /// and only the episodes of `--policy_index`'s agents are reported.
 pub struct Lineup {
     /// By policy (one for all agents when they are alike).
-    models: Vec<ActorCritic>,
+    models: Vec<Box<dyn Policy>>,
     /// The model of each agent.
     of_agent: Vec<usize>,
     /// Whether each agent's episodes are reported.
@@ -571,7 +591,7 @@ fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> 
         (Opponent::Random, _) => Box::new(RandomPlayer::new(e.seed)),
         (Opponent::Heuristic, _) => Box::new(HeuristicPlayer::new(e.seed)),
         (Opponent::Checkpoint, Some(rival)) => Box::new(PolicyPlayer {
-            policy: rival,
+            policy: rival.as_mut(),
             deterministic: e.eval_deterministic,
             obs: vec![0.0; connect_four::OBS_DIM],
             error: None,
@@ -583,7 +603,7 @@ fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> 
         }
     };
     let record = duel(
-        &mut model,
+        model.as_mut(),
         other.as_mut(),
         e.max_num_episodes,
         e.eval_deterministic,

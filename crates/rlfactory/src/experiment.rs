@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::appo::TrainingState;
 use crate::config::{CheckpointKind, Config, RestartBehaviorArg};
 use crate::error::{Result, RlfError};
-use crate::learning::Learner;
+use crate::learning::{Learner, OffPolicyLearner, PolicyUpdated};
 use crate::model::NamedTensor;
 use crate::pbt::PolicyState;
 
@@ -343,6 +343,35 @@ fn earlier_curve(dir: &Path) -> Result<Vec<(u64, f64)>> {
     Ok(curve)
 }
 
+/// A learner a checkpoint can continue: its state restored, then its weights published.
+pub trait Resumable {
+    /// Continues from a checkpoint's tensors and training state; returns whether Adam's moments were in it.
+    fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool>;
+
+    /// Publishes the current weights to the inference workers.
+    fn publish(&self) -> Result<PolicyUpdated>;
+}
+
+impl Resumable for Learner {
+    fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
+        Learner::restore(self, tensors, state)
+    }
+
+    fn publish(&self) -> Result<PolicyUpdated> {
+        Learner::publish(self)
+    }
+}
+
+impl Resumable for OffPolicyLearner {
+    fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
+        OffPolicyLearner::restore(self, tensors, state)
+    }
+
+    fn publish(&self) -> Result<PolicyUpdated> {
+        OffPolicyLearner::publish(self)
+    }
+}
+
 /// The learner's side: saves checkpoints (keep N, best by mean return, milestones) and logs them.
 #[derive(Debug)]
 pub struct Checkpointer {
@@ -393,7 +422,7 @@ impl Checkpointer {
     pub fn open_and_resume(
         cfg: &Config,
         policy: usize,
-        learner: &mut Learner,
+        learner: &mut impl Resumable,
     ) -> Result<(Self, CheckpointRequest)> {
         let mut checkpointer = Self::open(cfg, policy)?;
         let mut progress = CheckpointRequest::default();

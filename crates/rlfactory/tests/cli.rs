@@ -119,6 +119,44 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
     ] {
         rejects(&[&c4[..], flags].concat(), wanted);
     }
+    for (flags, wanted) in [
+        (
+            &["--env", "Pendulum-v1", "--algo", "dqn"][..],
+            "--algo dqn needs Discrete actions; Pendulum-v1 has Box",
+        ),
+        (
+            &["--env", "connect_four", "--algo", "dqn", "--self_play"][..],
+            "--self_play is not supported with --algo dqn yet",
+        ),
+        (
+            &["--env", "CartPole-v1", "--algo", "dqn", "--tau", "0"][..],
+            "--tau must be in (0, 1], got 0",
+        ),
+        (
+            &[
+                "--env",
+                "CartPole-v1",
+                "--algo",
+                "dqn",
+                "--replay_buffer_size",
+                "10",
+            ][..],
+            "--replay_buffer_size (10) must hold at least one --batch_size (64)",
+        ),
+        (
+            &[
+                "--env",
+                "CartPole-v1",
+                "--algo",
+                "dqn",
+                "--exploration_final_eps",
+                "2",
+            ][..],
+            "--exploration_final_eps must be in [0, 1], got 2",
+        ),
+    ] {
+        rejects(&[&["train"][..], flags].concat(), wanted);
+    }
     rejects(
         &[
             "train",

@@ -113,6 +113,11 @@ impl Adam {
         self.lr = lr;
     }
 
+    /// The learning rate.
+    pub fn lr(&self) -> f64 {
+        self.lr
+    }
+
     /// Steps taken since the moments were zero.
     pub fn steps(&self) -> u64 {
         self.step

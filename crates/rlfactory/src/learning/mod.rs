@@ -3,6 +3,8 @@
 
 mod batcher;
 mod learner;
+mod off_policy;
+pub mod replay;
 
 use std::path::PathBuf;
 
@@ -12,6 +14,7 @@ use crate::pbt::Hyper;
 
 pub use batcher::{Assembled, Batcher, BatcherCounts, Share, Slot};
 pub use learner::Learner;
+pub use off_policy::{OffPolicyLearner, Round};
 
 /// Sequences `first_env..first_env + num_envs` (env columns) of the trajectory in slot `buffer`
 /// of rollout worker `worker`'s pool.

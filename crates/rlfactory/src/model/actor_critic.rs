@@ -21,7 +21,7 @@ pub const ACTION_MASK_KEY: &str = "action_mask";
 
 /// Where the `action_mask` of a Dict observation lies in the flat observation, if there is one:
 /// `(offset, length)`; it must have one value per action of a `Discrete` action space.
-fn action_mask_range(observation_space: &Space, head: &ActionHead) -> Result<Option<(i64, i64)>> {
+pub(super) fn action_mask_range(observation_space: &Space, head: &ActionHead) -> Result<Option<(i64, i64)>> {
     let Space::Dict(parts) = observation_space else {
         return Ok(None);
     };
@@ -138,7 +138,7 @@ impl Mlp {
     }
 }
 
-fn linear(
+pub(super) fn linear(
     path: nn::Path<'_>,
     inputs: i64,
     outputs: i64,
@@ -275,14 +275,19 @@ impl Convs {
 }
 
 /// An encoder: convolutions over the image part (with `--encoder_conv_layers`), then the MLP.
-struct Encoder {
+pub(super) struct Encoder {
     convs: Option<Convs>,
     mlp: Mlp,
 }
 
 impl Encoder {
     /// The encoder of an observation of `space` (`obs_dim` values), and its output size.
-    fn new(path: &nn::Path<'_>, space: &Space, obs_dim: i64, cfg: &ModelConfig) -> Result<(Self, i64)> {
+    pub(super) fn new(
+        path: &nn::Path<'_>,
+        space: &Space,
+        obs_dim: i64,
+        cfg: &ModelConfig,
+    ) -> Result<(Self, i64)> {
         let (convs, inputs) = if cfg.encoder_conv_layers.0.is_empty() {
             (None, obs_dim)
         } else {
@@ -293,7 +298,7 @@ impl Encoder {
         Ok((Self { convs, mlp }, hidden))
     }
 
-    fn forward(&self, x: &Tensor) -> Tensor {
+    pub(super) fn forward(&self, x: &Tensor) -> Tensor {
         match &self.convs {
             Some(convs) => self.mlp.forward(&convs.forward(x)),
             None => self.mlp.forward(x),
@@ -559,47 +564,97 @@ impl ActorCritic {
     /// Every variable (weights and normalisation statistics) by its PyTorch-style name
     /// (`actor_encoder.fc0.weight`, `obs_normalizer.mean`, ...), with its shape, in name order.
     pub fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
-        self.named
-            .iter()
-            .map(|(name, t)| {
-                Ok(NamedTensor {
-                    name: name.clone(),
-                    shape: t.size().iter().map(|&d| d as usize).collect(),
-                    values: to_vec(&t.detach())?,
-                })
-            })
-            .collect()
+        named_tensors(&self.named)
     }
 
     /// Replaces every variable with the tensor of the same name in `tensors`; a missing name or
     /// a wrong shape is an error naming the variable, and nothing is changed then.
     pub fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
-        let mut sources = Vec::with_capacity(self.named.len());
-        for (name, t) in &self.named {
-            let src = tensors
-                .iter()
-                .find(|n| &n.name == name)
-                .ok_or_else(|| RlfError::WeightMismatch(format!("no tensor `{name}`")))?;
-            let shape: Vec<i64> = src.shape.iter().map(|&d| d as i64).collect();
-            let numel: usize = src.shape.iter().product();
-            if shape != t.size() || numel != src.values.len() {
-                return Err(RlfError::WeightMismatch(format!(
-                    "`{name}` has shape {:?} ({} values), the model's is {:?}",
-                    src.shape,
-                    src.values.len(),
-                    t.size()
-                )));
-            }
-            sources.push(Tensor::f_from_slice(&src.values)?.f_view(shape.as_slice())?);
-        }
         let device = self.device();
-        tch::no_grad(|| {
-            for ((_, t), src) in self.named.iter_mut().zip(sources) {
-                t.f_copy_(&src.f_to_device(device)?)?;
-            }
-            Ok(())
-        })
+        load_named_tensors(&mut self.named, tensors, device)
     }
+}
+
+/// `named`'s variables as [`NamedTensor`]s.
+pub(super) fn named_tensors(named: &[(String, Tensor)]) -> Result<Vec<NamedTensor>> {
+    named
+        .iter()
+        .map(|(name, t)| {
+            Ok(NamedTensor {
+                name: name.clone(),
+                shape: t.size().iter().map(|&d| d as usize).collect(),
+                values: to_vec(&t.detach())?,
+            })
+        })
+        .collect()
+}
+
+/// Replaces each of `named`'s variables (on `device`) with the tensor of the same name in `tensors`; a missing
+/// name or a wrong shape is an error naming the variable, and nothing is changed then.
+pub(super) fn load_named_tensors(
+    named: &mut [(String, Tensor)],
+    tensors: &[NamedTensor],
+    device: tch::Device,
+) -> Result<()> {
+    let mut sources = Vec::with_capacity(named.len());
+    for (name, t) in named.iter() {
+        let src = tensors
+            .iter()
+            .find(|n| &n.name == name)
+            .ok_or_else(|| RlfError::WeightMismatch(format!("no tensor `{name}`")))?;
+        let shape: Vec<i64> = src.shape.iter().map(|&d| d as i64).collect();
+        let numel: usize = src.shape.iter().product();
+        if shape != t.size() || numel != src.values.len() {
+            return Err(RlfError::WeightMismatch(format!(
+                "`{name}` has shape {:?} ({} values), the model's is {:?}",
+                src.shape,
+                src.values.len(),
+                t.size()
+            )));
+        }
+        sources.push(Tensor::f_from_slice(&src.values)?.f_view(shape.as_slice())?);
+    }
+    tch::no_grad(|| {
+        for ((_, t), src) in named.iter_mut().zip(sources) {
+            t.f_copy_(&src.f_to_device(device)?)?;
+        }
+        Ok(())
+    })
+}
+
+/// All of `named`'s values, flat, variable after variable.
+pub(super) fn flat_weights(named: &[(String, Tensor)]) -> Result<PolicyWeights> {
+    let flat: Vec<Tensor> = named.iter().map(|(_, t)| t.detach().flatten(0, -1)).collect();
+    Ok(PolicyWeights {
+        values: to_vec(&Tensor::f_cat(&flat, 0)?)?,
+    })
+}
+
+/// Copies `weights` (from [`flat_weights`] of the same architecture) into `named`, on `device`.
+pub(super) fn load_flat_weights(
+    named: &mut [(String, Tensor)],
+    weights: &PolicyWeights,
+    device: tch::Device,
+) -> Result<()> {
+    let total: usize = named.iter().map(|(_, t)| t.numel()).sum();
+    if weights.values.len() != total {
+        return Err(RlfError::WeightMismatch(format!(
+            "{} values for a model of {total} values",
+            weights.values.len()
+        )));
+    }
+    tch::no_grad(|| {
+        let mut offset = 0;
+        for (_, t) in named.iter_mut() {
+            let n = t.numel();
+            let src = Tensor::f_from_slice(&weights.values[offset..offset + n])?
+                .f_view(t.size().as_slice())?
+                .f_to_device(device)?;
+            t.f_copy_(&src)?;
+            offset += n;
+        }
+        Ok(())
+    })
 }
 
 /// One variable of a model: PyTorch-style name, shape and row-major values.
@@ -613,7 +668,7 @@ pub struct NamedTensor {
     pub values: Vec<f32>,
 }
 
-fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
+pub(super) fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
     Ok(Vec::<f32>::try_from(
         t.f_to_kind(Kind::Float)?
             .f_flatten(0, -1)?
@@ -645,37 +700,16 @@ impl Policy for ActorCritic {
     }
 
     fn weights(&self) -> Result<PolicyWeights> {
-        let flat: Vec<Tensor> = self
-            .named
-            .iter()
-            .map(|(_, t)| t.detach().flatten(0, -1))
-            .collect();
-        Ok(PolicyWeights {
-            values: to_vec(&Tensor::f_cat(&flat, 0)?)?,
-        })
+        flat_weights(&self.named)
     }
 
     fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()> {
-        let total: usize = self.named.iter().map(|(_, t)| t.numel()).sum();
-        if weights.values.len() != total {
-            return Err(RlfError::WeightMismatch(format!(
-                "{} values for a model of {total} values",
-                weights.values.len()
-            )));
-        }
         let device = self.device();
-        tch::no_grad(|| {
-            let mut offset = 0;
-            for (_, t) in &mut self.named {
-                let n = t.numel();
-                let src = Tensor::f_from_slice(&weights.values[offset..offset + n])?
-                    .f_view(t.size().as_slice())?
-                    .f_to_device(device)?;
-                t.f_copy_(&src)?;
-                offset += n;
-            }
-            Ok(())
-        })
+        load_flat_weights(&mut self.named, weights, device)
+    }
+
+    fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
+        ActorCritic::named_tensors(self)
     }
 
     fn save(&self, path: &Path) -> Result<()> {

@@ -5,12 +5,14 @@
 //!   the action space ([`ActionHead`]), a value head; shared or separate actor and critic;
 //!   orthogonal initialisation; running normalisation of observations and returns, stored beside
 //!   the weights.
+//! - [`QNetwork`]: the same encoders with one Q-value per action (or a dueling head), acting ε-greedily, for DQN.
 //! - [`Policy`]: what inference needs: act on a batch of observations, export and import weights,
 //!   save and load.
 
 mod actor_critic;
 mod distribution;
 mod normalize;
+mod q_network;
 
 use std::path::Path;
 
@@ -19,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use actor_critic::{ActionHead, ActorCritic, NamedTensor, ACTION_MASK_KEY};
 pub use distribution::Distribution;
 pub use normalize::RunningMeanStd;
+pub use q_network::QNetwork;
 
 use crate::error::Result;
 
@@ -65,4 +68,13 @@ pub trait Policy {
 
     /// Loads weights and statistics saved by [`save`](Policy::save).
     fn load(&mut self, path: &Path) -> Result<()>;
+
+    /// Every variable by its PyTorch-style name, with its shape, in name order (what checkpoints hold).
+    fn named_tensors(&self) -> Result<Vec<NamedTensor>>;
+
+    /// Sets ε, the exploration of an ε-greedy policy ([`QNetwork`]); a policy that samples from its
+    /// distribution ignores it.
+    fn set_exploration(&mut self, epsilon: f64) {
+        let _ = epsilon;
+    }
 }

@@ -6,12 +6,12 @@ use rlf_signal::{AppBuilder, BuildError};
 
 use super::adapters::{
     BatcherNode, BatcherSignals, InferenceNode, LearnerNode, LearnerSignals, RolloutNode, RolloutSignals,
-    RunnerNode, RunnerSignals, SummarySlot,
+    RunnerNode, RunnerSignals, SummarySlot, TrainTick,
 };
 use super::counters::CounterLayout;
 use super::plane::DataPlane;
 use super::stats::Runner;
-use crate::config::Config;
+use crate::config::{Algo, Config};
 use crate::env::EnvRegistry;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::{Batch, Batcher, PbtUpdate, PbtWeightsSaved, PolicyUpdated, TrainingReport};
@@ -147,6 +147,8 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
                 .pbt
                 .with_pbt
                 .then(|| app.signal::<PbtWeightsSaved, _>(l, "pbt_weights_saved")),
+            train_tick: (cfg.off_policy.algo == Algo::Dqn)
+                .then(|| app.signal::<TrainTick, _>(l, "train_tick")),
         })
         .collect();
     let runner_signals = RunnerSignals {
@@ -167,6 +169,9 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     }
     for ((&learner, signals), &batch) in learners.iter().zip(&learner_signals).zip(&batch_ready) {
         app.connect(batch, learner, LearnerNode::on_batch_ready);
+        if let Some(tick) = signals.train_tick {
+            app.connect(tick, learner, LearnerNode::on_train_tick);
+        }
         app.connect(
             signals.training_reported,
             batcher,
@@ -286,6 +291,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         (cfg.run.report_interval_sec > 0.0).then(|| Duration::from_secs_f64(cfg.run.report_interval_sec));
     let save_every = Duration::from_secs_f64(cfg.checkpoint.save_every_sec);
     let pbt = pbt_population(&cfg, experiment.as_ref())?;
+    let replays = plane.replays.clone();
     app.construct(runner, move || {
         RunnerNode::new(
             stats,
@@ -296,6 +302,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             summary,
             pbt,
         )
+        .with_replays(replays)
     });
     Ok(())
 }

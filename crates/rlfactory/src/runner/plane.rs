@@ -3,15 +3,18 @@
 //! every component maps them by their handles, which child processes receive inside the app's
 //! configuration ([`GraphSpec`]).
 
-use rlf_shm::{SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandle};
+use rlf_shm::{
+    RateLimit, ReplayRing, ReplayRingHandle, SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandle,
+};
 use serde::{Deserialize, Serialize};
 
 use super::counters::CounterLayout;
-use crate::config::Config;
+use crate::config::{Algo, Config};
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::Result;
-use crate::model::{ActorCritic, Policy};
-use crate::sampling::{TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
+use crate::learning::replay::TransitionLayout;
+use crate::model::{ActorCritic, Policy, QNetwork};
+use crate::sampling::{ReplayWriter, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 
 /// Handles of the regions, for the processes that map them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -21,6 +24,8 @@ pub(super) struct DataPlane {
     pub weights: Vec<SharedWeightsHandle>,
     pub pools: Vec<TrajectoryPoolHandle>,
     pub counters: ShmArrayHandle,
+    /// Each policy's replay buffer (off-policy algorithms), by policy index.
+    pub replays: Vec<ReplayRingHandle>,
 }
 
 impl DataPlane {
@@ -34,6 +39,18 @@ impl DataPlane {
                 message: format!("no weights for policy {policy}"),
             })?;
         Ok(SharedWeights::open(handle)?)
+    }
+
+    /// Maps policy `policy`'s replay buffer.
+    pub fn open_replay(&self, policy: usize) -> Result<ReplayRing> {
+        let handle = self
+            .replays
+            .get(policy)
+            .ok_or_else(|| crate::RlfError::Protocol {
+                component: "data plane",
+                message: format!("no replay buffer for policy {policy}"),
+            })?;
+        Ok(ReplayRing::open(handle)?)
     }
 
     /// Maps every rollout worker's pool.
@@ -55,6 +72,8 @@ pub(super) struct PlaneRegions {
     pub weights: Vec<SharedWeights>,
     _pools: Vec<TrajectoryPool>,
     pub counters: ShmArray<u64>,
+    /// Each policy's replay buffer (off-policy algorithms), removed with the plane.
+    _replays: Vec<ReplayRing>,
     pub plane: DataPlane,
 }
 
@@ -78,7 +97,7 @@ fn buffers_per_worker(cfg: &Config, num_agents: usize) -> usize {
 pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
     // Each network's size: policies whose agents differ have networks of their own shapes.
     let models = (0..cfg.sampling.num_policies)
-        .map(|p| new_model(cfg, registry, p))
+        .map(|p| new_policy(cfg, registry, p))
         .collect::<Result<Vec<_>>>()?;
     let sizes = models
         .iter()
@@ -104,17 +123,105 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<Plane
         workers: s.num_workers,
     };
     let counters = ShmArray::create(layout.len())?;
+    let replays = match cfg.off_policy.algo {
+        Algo::Appo => Vec::new(),
+        Algo::Dqn => models
+            .iter()
+            .map(|m| {
+                let layout = transition_layout(m.as_ref());
+                Ok(ReplayRing::create(
+                    cfg.off_policy.replay_buffer_size,
+                    layout.row_words(),
+                    rate_limit(cfg),
+                )?)
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
     let plane = DataPlane {
         weights: weights.iter().map(SharedWeights::handle).collect(),
         pools: pools.iter().map(TrajectoryPool::handle).collect(),
         counters: counters.handle(),
+        replays: replays.iter().map(ReplayRing::handle).collect(),
     };
     Ok(PlaneRegions {
         weights,
         _pools: pools,
         counters,
+        _replays: replays,
         plane,
     })
+}
+
+/// An off-policy rollout worker's writer into every policy's replay buffer (none for APPO).
+pub(super) fn replay_writer(
+    cfg: &Config,
+    registry: &EnvRegistry,
+    plane: &DataPlane,
+) -> Result<Option<ReplayWriter>> {
+    if plane.replays.is_empty() {
+        return Ok(None);
+    }
+    let spec = EnvSpec::of(registry, &cfg.env)?;
+    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let mut rings = Vec::new();
+    let mut layouts = Vec::new();
+    for policy in 0..cfg.sampling.num_policies {
+        let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+        rings.push(plane.open_replay(policy)?);
+        layouts.push(TransitionLayout {
+            obs_dim: observation_space.flat_dim(),
+            action_dim: action_space.action_dim().unwrap_or(1),
+        });
+    }
+    Ok(Some(ReplayWriter::new(
+        rings,
+        layouts,
+        cfg.off_policy.n_step,
+        cfg.appo.gamma,
+    )))
+}
+
+/// The rows of the replay buffer of a policy whose network is `model`.
+pub(super) fn transition_layout(model: &dyn Policy) -> TransitionLayout {
+    TransitionLayout {
+        obs_dim: model.obs_dim(),
+        action_dim: model.action_dim(),
+    }
+}
+
+/// `--replay_ratio` samples per insert once `--learning_starts` transitions are in, within a batch and a ratio's
+/// worth either way (enough for the learner to take a batch and a writer a row: neither waits on the other for
+/// ever); none with a ratio of 0.
+fn rate_limit(cfg: &Config) -> Option<RateLimit> {
+    let o = &cfg.off_policy;
+    (o.replay_ratio > 0.0).then(|| RateLimit {
+        samples_per_insert: o.replay_ratio,
+        min_size_to_sample: o.learning_starts,
+        error_buffer: cfg.appo.batch_size as f64 + o.replay_ratio.max(1.0),
+    })
+}
+
+/// The network of policy `policy` for `cfg`'s algorithm: an actor-critic for APPO, a Q-network for DQN.
+pub(super) fn new_policy(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<Box<dyn Policy>> {
+    Ok(match cfg.off_policy.algo {
+        Algo::Appo => Box::new(new_model(cfg, registry, policy)?),
+        Algo::Dqn => Box::new(new_q_network(cfg, registry, policy)?),
+    })
+}
+
+/// The Q-network of policy `policy` (DQN), seeded as [`new_model`] seeds the actor-critic.
+pub(super) fn new_q_network(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<QNetwork> {
+    let spec = EnvSpec::of(registry, &cfg.env)?;
+    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+    ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
+    QNetwork::new(
+        observation_space,
+        action_space,
+        &cfg.model,
+        cfg.off_policy.dueling,
+        cfg.run.device,
+    )
 }
 
 /// The network of policy `policy` for `cfg`'s env, seeded by `--seed` and the policy: every

@@ -2,14 +2,14 @@
 
 use rlf_shm::SharedWeights;
 
-use super::plane::new_model;
+use super::plane::new_policy;
 use super::summary::Summary;
 use crate::algo::appo::TrainingState;
 use crate::config::{BestMetric, Config};
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer};
-use crate::model::{Policy, PolicyWeights};
+use crate::model::PolicyWeights;
 
 /// Saves the weights (with the normalisers) the lost learner of `policy` last published, so that
 /// the run can resume from them. Adam starts afresh; the learning rate is the last one policy 0
@@ -21,7 +21,7 @@ pub(super) fn save_published(
     summary: &Summary,
     policy: usize,
 ) -> Result<()> {
-    let mut model = new_model(cfg, registry, policy)?;
+    let mut model = new_policy(cfg, registry, policy)?;
     let mut published = PolicyWeights {
         values: vec![0.0; weights.len()],
     };

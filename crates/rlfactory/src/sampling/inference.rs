@@ -12,9 +12,10 @@
 //! copies the weights out (a read that overlaps a write is discarded and retried at the next
 //! batch, never used).
 
-use rlf_shm::SharedWeights;
+use rlf_shm::{ReplayRing, SharedWeights};
 
 use super::{ActionsReady, Field, PolicyRequest, TrajectoryPool};
+use crate::config::OffPolicyConfig;
 use crate::error::{Result, RlfError};
 use crate::model::{ActOutput, Policy, PolicyWeights};
 
@@ -55,6 +56,19 @@ pub struct InferenceWorker {
     /// Network ids past the served ones that stand for built-in self-play opponents: their
     /// columns are left to the rollout workers.
     builtin: usize,
+    /// Off-policy: each policy's replay buffer, whose insert count sets its ε.
+    exploration: Option<Exploration>,
+}
+
+/// ε-greedy exploration by each policy's progress: ε follows `--exploration_*` over the transitions in its replay
+/// buffer so far.
+pub struct Exploration {
+    /// By policy.
+    pub replays: Vec<ReplayRing>,
+    /// The schedule.
+    pub schedule: OffPolicyConfig,
+    /// Env steps of the run (`--train_for_env_steps`).
+    pub total: u64,
 }
 
 impl std::fmt::Debug for InferenceWorker {
@@ -89,6 +103,15 @@ impl InferenceWorker {
             rows: Vec::new(),
             gathered: Vec::new(),
             builtin: 0,
+            exploration: None,
+        }
+    }
+
+    /// Sets each policy's ε from its replay buffer before acting.
+    pub fn with_exploration(self, exploration: Exploration) -> Self {
+        Self {
+            exploration: Some(exploration),
+            ..self
         }
     }
 
@@ -106,8 +129,15 @@ impl InferenceWorker {
         self.served.iter().map(|s| s.version).collect()
     }
 
-    /// Loads every policy's published weights that are newer than those in use.
+    /// Loads every policy's published weights that are newer than those in use (and, off-policy, sets its ε).
     pub fn refresh_weights(&mut self) -> Result<()> {
+        if let Some(e) = &self.exploration {
+            for (served, replay) in self.served.iter_mut().zip(&e.replays) {
+                served
+                    .policy
+                    .set_exploration(e.schedule.epsilon(replay.inserted(), e.total));
+            }
+        }
         self.served.iter_mut().try_for_each(Served::refresh)
     }
 

@@ -31,8 +31,10 @@ use super::{
 use crate::config::Config;
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
+use crate::learning::replay::{NStepAdder, TransitionLayout};
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
+use rlf_shm::{InsertError, ReplayRing};
 use serde::{Deserialize, Serialize};
 
 struct Split {
@@ -69,6 +71,9 @@ struct Split {
     /// Columns whose agent's episode ended since its env last reset, with its return.
     ended: Vec<bool>,
     returns: Vec<f64>,
+    /// Off-policy: each column's n-step adder, and the observations the last step started from.
+    adders: Vec<NStepAdder>,
+    prev_obs: Vec<f32>,
 }
 
 impl Split {
@@ -109,6 +114,31 @@ impl Split {
             any = true;
         }
         any
+    }
+
+    /// Off-policy: feeds the last step of every column a trained policy plays to its n-step adder (its action from
+    /// the observation it started from if its agent acted, its reward, its episode's end), whose finished rows go
+    /// to the policy's buffer.
+    fn add_transitions(&mut self, writer: &mut ReplayWriter, num_policies: usize) {
+        let (n, width) = (self.adders.len(), self.envs.obs_dim());
+        let dim = self.actions.len() / n.max(1);
+        for c in 0..n {
+            let p = self.policies[c] as usize;
+            if p >= num_policies {
+                continue;
+            }
+            let (adder, rows) = (&mut self.adders[c], &mut writer.rows[p]);
+            let obs_dim = writer.layouts[p].obs_dim;
+            if self.envs.acted(c) {
+                let obs = &self.prev_obs[c * width..c * width + obs_dim];
+                adder.act(obs, &self.actions[c * dim..(c + 1) * dim], rows);
+            }
+            adder.reward(self.buf.rewards[c]);
+            if self.buf.terminated[c] || self.buf.truncated[c] {
+                let last = self.envs.final_observation(c).map(|o| &o[..obs_dim]);
+                adder.end_episode(self.buf.terminated[c], last, rows);
+            }
+        }
     }
 
     /// Records the episode ends of the last step. An env whose agents have all ended reset: its
@@ -234,6 +264,60 @@ pub struct RolloutWorker {
     reclaimed: bool,
     incarnation: u32,
     counts: WorkerCounts,
+    /// Off-policy: the replay buffers trajectories go into instead of the batcher.
+    replay: Option<ReplayWriter>,
+}
+
+/// Where an off-policy rollout worker puts its agents' transitions: each policy's replay buffer, and the rows
+/// waiting to go in (at the end of each trajectory).
+pub struct ReplayWriter {
+    /// By policy.
+    pub rings: Vec<ReplayRing>,
+    /// The rows of each policy's buffer.
+    pub layouts: Vec<TransitionLayout>,
+    /// `--n_step`.
+    pub n_step: usize,
+    /// `--gamma`.
+    pub gamma: f64,
+    rows: Vec<Vec<f32>>,
+}
+
+impl ReplayWriter {
+    /// A writer into `rings` (by policy) of rows laid out by `layouts`, with `n_step`-step returns discounted by
+    /// `gamma`.
+    pub fn new(rings: Vec<ReplayRing>, layouts: Vec<TransitionLayout>, n_step: usize, gamma: f64) -> Self {
+        let rows = vec![Vec::new(); rings.len()];
+        Self {
+            rings,
+            layouts,
+            n_step,
+            gamma,
+            rows,
+        }
+    }
+
+    /// Inserts the waiting rows, waiting while a rate limit holds them back; `false` when the buffers were
+    /// interrupted or closed (the run is stopping: the rows are dropped).
+    fn flush(&mut self) -> Result<bool> {
+        for (ring, rows) in self.rings.iter().zip(&mut self.rows) {
+            if rows.is_empty() {
+                continue;
+            }
+            let inserted = ring.insert(rows, None);
+            rows.clear();
+            match inserted {
+                Ok(_) => {}
+                Err(InsertError::Interrupted | InsertError::Closed) => return Ok(false),
+                Err(e) => {
+                    return Err(RlfError::Protocol {
+                        component: "rollout worker",
+                        message: format!("replay buffer: {e}"),
+                    })
+                }
+            }
+        }
+        Ok(true)
+    }
 }
 
 impl std::fmt::Debug for RolloutWorker {
@@ -317,6 +401,8 @@ impl RolloutWorker {
                 .with_builtin(builtin.len(), s.self_play_builtin_prob)
             });
             let mut split = Split {
+                adders: Vec::new(),
+                prev_obs: Vec::new(),
                 policy_values: vec![0.0; columns],
                 policies: base.clone(),
                 base,
@@ -367,7 +453,27 @@ impl RolloutWorker {
             incarnation,
             counts,
             pool,
+            replay: None,
         })
+    }
+
+    /// Off-policy: every agent step of a trained policy goes, as n-step transitions, into that policy's replay
+    /// buffer through `writer`; a finished trajectory's slot is free again at once (no batcher reads it).
+    pub fn with_replay(mut self, writer: ReplayWriter) -> Self {
+        for split in &mut self.splits {
+            let columns = split.base.len();
+            split.adders = split
+                .base
+                .iter()
+                .map(|&p| {
+                    let layout = writer.layouts[(p as usize).min(writer.layouts.len() - 1)];
+                    NStepAdder::new(layout, writer.n_step, writer.gamma)
+                })
+                .collect();
+            split.prev_obs = vec![0.0; columns * split.envs.obs_dim()];
+        }
+        self.replay = Some(writer);
+        self
     }
 
     /// This worker's counts so far.
@@ -454,6 +560,9 @@ impl RolloutWorker {
         if split.play_builtin() {
             self.pool.put(buffer, Field::Actions, t, &split.actions)?;
         }
+        if self.replay.is_some() {
+            split.prev_obs.copy_from_slice(&split.buf.obs);
+        }
         let env_actions = split.mapper.map(&split.actions);
         split.envs.step(env_actions, split.buf.view())?;
 
@@ -505,6 +614,9 @@ impl RolloutWorker {
         }
         self.pool.put(buffer, Field::HasFinal, t, &split.flags)?;
         self.pool.put(buffer, Field::FinalObs, t, &split.final_obs)?;
+        if let Some(writer) = &mut self.replay {
+            split.add_transitions(writer, self.num_policies);
+        }
         split.t += 1;
         split.frames += frames;
         self.report.env_frames += frames;
@@ -513,6 +625,17 @@ impl RolloutWorker {
         let mut outcome = StepOutcome::default();
         if split.t < rollout {
             outcome.requests.push(self.request(k)?);
+            return Ok(outcome);
+        }
+        if let Some(writer) = &mut self.replay {
+            split.slot = None;
+            self.counts.produced += 1;
+            self.counts.handed_frames += split.frames;
+            self.free.push(buffer);
+            if writer.flush()? {
+                outcome.requests = self.resume()?;
+            }
+            outcome.report = Some(self.take_report());
             return Ok(outcome);
         }
         self.pool.put(buffer, Field::NextObs, 0, &split.buf.obs)?;
@@ -532,6 +655,13 @@ impl RolloutWorker {
             split: k,
             buffer,
         });
+        outcome.report = Some(self.take_report());
+        outcome.requests = self.resume()?;
+        Ok(outcome)
+    }
+
+    /// The progress since the last report, sent with each trajectory.
+    fn take_report(&mut self) -> RolloutReport {
         let mut report = std::mem::replace(
             &mut self.report,
             RolloutReport::new(self.index, self.num_policies),
@@ -539,9 +669,7 @@ impl RolloutWorker {
         if self.num_networks == 1 {
             report.policy_frames[0] = report.env_frames;
         }
-        outcome.report = Some(report);
-        outcome.requests = self.resume()?;
-        Ok(outcome)
+        report
     }
 
     /// Slot of `snapshot_taken`: a policy's pool holds one more snapshot to draw opponents from.
@@ -703,6 +831,106 @@ mod tests {
             }
         }
         assert!(seen[0] > 0 && seen[1] + seen[2] > 0, "networks seen: {seen:?}");
+    }
+
+    /// Off-policy: a rollout worker on CartPole puts every step into the replay buffer as a 1-step transition that
+    /// chains with the next one of its env (its next observation is where the env's next row starts), with the
+    /// reward 1, the discount γ (0 at a terminal state), and the action the slot held; its slots are free again
+    /// at once. Each env's last step waits for the observation after it.
+    #[test]
+    fn off_policy_workers_write_transitions_that_chain() {
+        let cfg = Config::for_env(
+            "CartPole-v1",
+            &[
+                "--algo=dqn",
+                "--num_envs_per_worker=2",
+                "--worker_num_splits=1",
+                "--rollout=4",
+                "--batch_size=4",
+                "--gamma=0.5",
+            ],
+        )
+        .expect("config");
+        let registry = EnvRegistry::with_builtin();
+        let shape = TrajectoryShape {
+            rollout: 4,
+            num_envs: 2,
+            obs_dim: 4,
+            action_dim: 1,
+        };
+        let pool = TrajectoryPool::create(shape, 1).expect("pool");
+        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        let layout = TransitionLayout {
+            obs_dim: 4,
+            action_dim: 1,
+        };
+        let ring = ReplayRing::create(4096, layout.row_words(), None).expect("ring");
+        let writer = ReplayWriter::new(
+            vec![ReplayRing::open(&ring.handle()).expect("open")],
+            vec![layout],
+            1,
+            0.5,
+        );
+        let mut worker = RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default())
+            .expect("worker")
+            .with_replay(writer);
+        worker.start().expect("reset");
+        let mut requests = worker.on_slots_reclaimed(0, &[0]).expect("free slots");
+        for _ in 0..200 {
+            let r = requests
+                .pop()
+                .expect("a request: the slot is free again after each trajectory");
+            // Env 0 always pushes left, env 1 always right: the action tells whose row it is.
+            let actions = [0.0, 1.0];
+            reader
+                .put(r.buffer, Field::Actions, r.step, &actions)
+                .expect("actions");
+            let outcome = worker
+                .on_actions_ready(&ActionsReady {
+                    worker: 0,
+                    split: 0,
+                    incarnation: 0,
+                })
+                .expect("step");
+            assert!(outcome.trajectory.is_none(), "no batcher off-policy");
+            requests.extend(outcome.requests);
+        }
+        assert_eq!(
+            ring.inserted(),
+            200 * 2 - 2,
+            "every step of both envs but the last"
+        );
+        let mut rows = vec![vec![0.0; layout.row_words()]; 398];
+        for (i, row) in rows.iter_mut().enumerate() {
+            ring.read(i as u64, row).expect("row");
+        }
+        let w = layout.row_words();
+        let (mut chained, mut terminal) = (0, 0);
+        for env in 0..2 {
+            let own: Vec<&Vec<f32>> = rows
+                .iter()
+                .filter(|r| r[layout.action_at()] == env as f32)
+                .collect();
+            assert_eq!(own.len(), 199);
+            for (k, row) in own.iter().enumerate() {
+                assert_eq!(row[layout.return_at()], 1.0);
+                let discount = row[layout.discount_at()];
+                if discount == 0.0 {
+                    terminal += 1;
+                    assert!(row[layout.next_obs_at()..w].iter().all(|&v| v == 0.0));
+                } else {
+                    assert_eq!(discount, 0.5);
+                    if let Some(next) = own.get(k + 1) {
+                        assert_eq!(&row[layout.next_obs_at()..w], &next[..4], "env {env} row {k}");
+                        chained += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            terminal >= 5 && chained > 300,
+            "{terminal} terminal, {chained} chained"
+        );
     }
 
     /// A built-in opponent's columns take its moves from the env, whatever the slot held: here

@@ -9,8 +9,8 @@ use crate::config::Config;
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 use crate::model::Policy;
-use crate::runner::plane::{new_model, DataPlane};
-use crate::sampling::{ActionsReady, InferenceWorker, PolicyRequest};
+use crate::runner::plane::{new_policy, DataPlane};
+use crate::sampling::{ActionsReady, Exploration, InferenceWorker, PolicyRequest};
 
 pub(in crate::runner) struct InferenceNode {
     worker: Option<InferenceWorker>,
@@ -34,13 +34,24 @@ impl InferenceNode {
     ) -> Self {
         let setup = (0..cfg.num_networks())
             .map(|n| {
-                let model: Box<dyn Policy> = Box::new(new_model(cfg, registry, cfg.policy_of_network(n))?);
+                let model: Box<dyn Policy> = new_policy(cfg, registry, cfg.policy_of_network(n))?;
                 Ok((model, plane.open_weights(n)?))
             })
             .collect::<Result<Vec<_>>>()
             .and_then(|policies| {
-                Ok(InferenceWorker::new(policies, plane.open_pools()?)
-                    .with_builtin(cfg.builtin_opponents().len()))
+                let worker = InferenceWorker::new(policies, plane.open_pools()?)
+                    .with_builtin(cfg.builtin_opponents().len());
+                if plane.replays.is_empty() {
+                    return Ok(worker);
+                }
+                let replays = (0..cfg.sampling.num_policies)
+                    .map(|p| plane.open_replay(p))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(worker.with_exploration(Exploration {
+                    replays,
+                    schedule: cfg.off_policy.clone(),
+                    total: cfg.run.train_for_env_steps,
+                }))
             });
         Self {
             worker: None,

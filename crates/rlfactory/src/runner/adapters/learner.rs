@@ -4,13 +4,20 @@ use rlf_shm::SharedWeights;
 use rlf_signal::{Component, Ctx, Signal};
 
 use super::{or_fail, sent};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
 use crate::algo::appo::Appo;
-use crate::config::Config;
+use crate::algo::dqn::Dqn;
+use crate::config::{Algo, Config};
 use crate::env::EnvRegistry;
 use crate::error::Result;
 use crate::experiment::{CheckpointRequest, Checkpointer};
-use crate::learning::{Batch, Learner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, TrainingReport};
-use crate::runner::plane::{new_model, DataPlane};
+use crate::learning::{
+    Batch, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round, TrainingReport,
+};
+use crate::runner::plane::{new_model, new_q_network, transition_layout, DataPlane};
 use crate::sampling::{SnapshotRequest, SnapshotTaken};
 
 /// What the learner emits.
@@ -22,19 +29,36 @@ pub(in crate::runner) struct LearnerSignals {
     pub snapshot_taken: Option<Signal<SnapshotTaken>>,
     /// With `--with_pbt`.
     pub pbt_weights_saved: Option<Signal<PbtWeightsSaved>>,
+    /// Off-policy: the learner's signal to itself to train another round.
+    pub train_tick: Option<Signal<TrainTick>>,
 }
+
+/// Train another round (an off-policy learner's signal to itself, so that its loop answers between rounds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(in crate::runner) struct TrainTick;
 
 /// What the learner's loop builds in its process.
 struct Setup {
-    learner: Learner,
+    learner: Trainer,
     /// The slots of the policy's self-play pool.
     pool: Vec<SharedWeights>,
     /// With an experiment folder: the checkpointer and the counts of the checkpoint resumed from.
     checkpointer: Option<(Checkpointer, CheckpointRequest)>,
 }
 
+/// The learner of either kind.
+enum Trainer {
+    /// APPO, on the batcher's datasets.
+    OnPolicy(Learner),
+    /// DQN, on the policy's replay buffer.
+    OffPolicy(OffPolicyLearner),
+}
+
 pub(in crate::runner) struct LearnerNode {
     learner: Option<Learner>,
+    off_policy: Option<OffPolicyLearner>,
+    /// How long an off-policy round waits for data before the loop answers messages again.
+    round_wait: Duration,
     setup: Option<Result<Setup>>,
     signals: LearnerSignals,
     checkpointer: Option<Checkpointer>,
@@ -55,41 +79,15 @@ impl LearnerNode {
         plane: &DataPlane,
         signals: LearnerSignals,
     ) -> Self {
-        let setup = new_model(cfg, registry, policy).and_then(|model| {
-            let appo = Appo::new(model, &cfg.appo, cfg.run.train_for_env_steps)?;
-            let policies = (policy, cfg.num_networks());
-            let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
-            let mut checkpointer = if cfg.run.save_experiment {
-                Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
-            } else {
-                None
-            };
-            if let (true, Some((checkpointer, _))) = (cfg.pbt.with_pbt, &mut checkpointer) {
-                let dir = cfg.run.train_dir.join(&cfg.run.experiment);
-                if let Some(state) = crate::experiment::read_policy_state(&dir, policy)? {
-                    learner.set_hyper(&state.hyper);
-                    checkpointer.log(&format!(
-                        "pbt: policy {policy} continues with its saved hyper-parameters (learning rate {:e}, {} updates)",
-                        state.hyper.learning_rate, state.updates
-                    ))?;
-                }
-            }
-            let slots = if cfg.sampling.self_play {
-                cfg.sampling.opponent_pool_size
-            } else {
-                0
-            };
-            let pool = (0..slots)
-                .map(|k| plane.open_weights(cfg.snapshot_network(policy, k)))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Setup {
-                learner,
-                pool,
-                checkpointer,
-            })
-        });
+        let setup = if cfg.off_policy.algo == Algo::Dqn {
+            off_policy_setup(policy, cfg, registry, plane)
+        } else {
+            on_policy_setup(policy, cfg, registry, plane)
+        };
         Self {
             learner: None,
+            off_policy: None,
+            round_wait: Duration::from_secs_f64(cfg.run.heartbeat_interval / 5.0),
             setup: Some(setup),
             signals,
             checkpointer: None,
@@ -98,7 +96,75 @@ impl LearnerNode {
             pool: Vec::new(),
         }
     }
+}
 
+/// An APPO learner, continuing from the policy's newest checkpoint if any.
+fn on_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &DataPlane) -> Result<Setup> {
+    new_model(cfg, registry, policy).and_then(|model| {
+        let appo = Appo::new(model, &cfg.appo, cfg.run.train_for_env_steps)?;
+        let policies = (policy, cfg.num_networks());
+        let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
+        let mut checkpointer = if cfg.run.save_experiment {
+            Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
+        } else {
+            None
+        };
+        if let (true, Some((checkpointer, _))) = (cfg.pbt.with_pbt, &mut checkpointer) {
+            let dir = cfg.run.train_dir.join(&cfg.run.experiment);
+            if let Some(state) = crate::experiment::read_policy_state(&dir, policy)? {
+                learner.set_hyper(&state.hyper);
+                checkpointer.log(&format!(
+                    "pbt: policy {policy} continues with its saved hyper-parameters (learning rate {:e}, {} updates)",
+                    state.hyper.learning_rate, state.updates
+                ))?;
+            }
+        }
+        let slots = if cfg.sampling.self_play {
+            cfg.sampling.opponent_pool_size
+        } else {
+            0
+        };
+        let pool = (0..slots)
+            .map(|k| plane.open_weights(cfg.snapshot_network(policy, k)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Setup {
+            learner: Trainer::OnPolicy(learner),
+            pool,
+            checkpointer,
+        })
+    })
+}
+
+/// A DQN learner on the policy's replay buffer, continuing from its newest checkpoint if any (weights and Adam;
+/// the buffer starts empty).
+fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &DataPlane) -> Result<Setup> {
+    let online = new_q_network(cfg, registry, policy)?;
+    let target = new_q_network(cfg, registry, policy)?;
+    let layout = transition_layout(&online);
+    let dqn = Dqn::new(online, target, &cfg.appo, &cfg.off_policy)?;
+    let o = &cfg.off_policy;
+    let mut learner = OffPolicyLearner::new(
+        dqn,
+        policy,
+        plane.open_weights(policy)?,
+        plane.open_replay(policy)?,
+        layout,
+        (cfg.appo.batch_size, o.learning_starts, o.publish_interval),
+        cfg.env.seed.wrapping_add(policy as u64 * 7919),
+    )?;
+    let checkpointer = if cfg.run.save_experiment {
+        Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
+    } else {
+        None
+    };
+    Ok(Setup {
+        learner: Trainer::OffPolicy(learner),
+        pool: Vec::new(),
+        checkpointer,
+    })
+}
+
+impl LearnerNode {
     /// Every `--snapshot_every_env_steps` with `--self_play`: the current weights go into the
     /// next slot of the policy's pool (replacing the oldest snapshot once it is full).
     pub fn on_snapshot_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &SnapshotRequest) {
@@ -140,7 +206,11 @@ impl LearnerNode {
     /// (requests that queued while the learner was busy then cost nothing).
     pub fn on_checkpoint_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &CheckpointRequest) {
         self.progress.clone_from(request);
-        let version = self.learner.as_ref().map(Learner::version);
+        let version = self
+            .learner
+            .as_ref()
+            .map(Learner::version)
+            .or_else(|| self.off_policy.as_ref().map(OffPolicyLearner::version));
         if version.is_some() && version == self.saved_version {
             return;
         }
@@ -149,12 +219,39 @@ impl LearnerNode {
     }
 
     fn save_checkpoint(&mut self) -> Result<Option<std::path::PathBuf>> {
-        if let (Some(learner), Some(checkpointer)) = (&self.learner, &mut self.checkpointer) {
-            let path = checkpointer.save(learner.state()?, &self.progress)?;
-            self.saved_version = Some(learner.version());
-            return Ok(Some(path));
-        }
-        Ok(None)
+        let Some(checkpointer) = &mut self.checkpointer else {
+            return Ok(None);
+        };
+        let (state, version) = match (&self.learner, &self.off_policy) {
+            (Some(learner), _) => (learner.state()?, learner.version()),
+            (None, Some(learner)) => (learner.state()?, learner.version()),
+            (None, None) => return Ok(None),
+        };
+        let path = checkpointer.save(state, &self.progress)?;
+        self.saved_version = Some(version);
+        Ok(Some(path))
+    }
+
+    /// Off-policy: one round of training (a wait for data, then SGD steps while the buffer allows), its report
+    /// and publication emitted, and the next round asked for; none once the buffer is closed (the run stops).
+    pub fn on_train_tick(&mut self, ctx: &mut Ctx<'_, Self>, _tick: &TrainTick) {
+        let (Some(learner), Some(tick)) = (&mut self.off_policy, self.signals.train_tick) else {
+            return;
+        };
+        let result = learner
+            .train_round(Instant::now() + self.round_wait)
+            .and_then(|round| match round {
+                Round::Trained { report, update } => {
+                    if let Some(update) = update {
+                        sent(ctx.emit(&self.signals.policy_updated, &update))?;
+                    }
+                    sent(ctx.emit(&self.signals.training_reported, &report))?;
+                    sent(ctx.emit(&tick, &TrainTick))
+                }
+                Round::Waited => sent(ctx.emit(&tick, &TrainTick)),
+                Round::Stopped => Ok(()),
+            });
+        or_fail(ctx, result);
     }
 
     /// A PBT update: the learner of the policy whose weights are taken saves a checkpoint for it
@@ -220,7 +317,16 @@ impl Component for LearnerNode {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
         match self.setup.take() {
             Some(Ok(setup)) => {
-                self.learner = Some(setup.learner);
+                match setup.learner {
+                    Trainer::OnPolicy(learner) => self.learner = Some(learner),
+                    Trainer::OffPolicy(learner) => {
+                        self.off_policy = Some(learner);
+                        if let Some(tick) = self.signals.train_tick {
+                            let started = sent(ctx.emit(&tick, &TrainTick));
+                            or_fail(ctx, started);
+                        }
+                    }
+                }
                 self.pool = setup.pool;
                 if let Some((checkpointer, resumed)) = setup.checkpointer {
                     self.checkpointer = Some(checkpointer);

@@ -19,7 +19,7 @@ use crate::error::Result;
 
 pub(super) use batcher::{BatcherNode, BatcherSignals};
 pub(super) use inference::InferenceNode;
-pub(super) use learner::{LearnerNode, LearnerSignals};
+pub(super) use learner::{LearnerNode, LearnerSignals, TrainTick};
 pub(super) use rollout::{RolloutNode, RolloutSignals};
 pub(super) use runner::{RunnerNode, RunnerSignals, SummarySlot};
 

@@ -11,10 +11,10 @@ use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
 use crate::runner::counters::CounterLayout;
-use crate::runner::plane::DataPlane;
+use crate::runner::plane::{replay_writer, DataPlane};
 use crate::sampling::{
-    ActionsReady, BufferReleased, PolicyRequest, RolloutReport, RolloutWorker, SlotsReclaimed, SnapshotTaken,
-    StepOutcome, TrajectoryPool, TrajectoryReady, WorkerStarted,
+    ActionsReady, BufferReleased, PolicyRequest, ReplayWriter, RolloutReport, RolloutWorker, SlotsReclaimed,
+    SnapshotTaken, StepOutcome, TrajectoryPool, TrajectoryReady, WorkerStarted,
 };
 
 /// What a rollout worker emits.
@@ -35,11 +35,14 @@ pub(in crate::runner) struct RolloutNode {
     scheduled: bool,
     /// The pool and the counters, mapped by the constructor; the worker is built in `on_start`,
     /// which knows the process's incarnation.
-    setup: Option<Result<(TrajectoryPool, ShmArray<u64>)>>,
+    setup: Option<Result<Mapped>>,
     cfg: Config,
     registry: EnvRegistry,
     signals: RolloutSignals,
 }
+
+/// What a rollout worker maps before it starts: its pool, the counters and, off-policy, the replay buffers.
+type Mapped = (TrajectoryPool, ShmArray<u64>, Option<ReplayWriter>);
 
 impl RolloutNode {
     /// Rollout worker `index`, in its loop's process.
@@ -55,7 +58,10 @@ impl RolloutNode {
             .get(index)
             .ok_or_else(|| RlfError::Config(format!("no trajectory pool for rollout worker {index}")))
             .and_then(TrajectoryPool::open)
-            .and_then(|pool| Ok((pool, ShmArray::open(&plane.counters)?)));
+            .and_then(|pool| {
+                let replay = replay_writer(&cfg, &registry, plane)?;
+                Ok((pool, ShmArray::open(&plane.counters)?, replay))
+            });
         Self {
             index,
             worker: None,
@@ -75,7 +81,7 @@ impl RolloutNode {
         let Some(setup) = self.setup.take() else {
             return Ok(());
         };
-        let (pool, counters) = setup?;
+        let (pool, counters, replay) = setup?;
         let incarnation = ctx.incarnation();
         let before = CounterLayout::load_worker(&counters, self.index);
         let counts = if incarnation == 0 {
@@ -85,6 +91,9 @@ impl RolloutNode {
         };
         let mut worker =
             RolloutWorker::new(self.index, &self.cfg, &self.registry, pool, incarnation, counts)?;
+        if let Some(replay) = replay {
+            worker = worker.with_replay(replay);
+        }
         worker.start()?;
         self.worker = Some(worker);
         self.counters = Some(counters);

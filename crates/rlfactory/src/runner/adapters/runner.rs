@@ -1,6 +1,7 @@
 //! [`Runner`] on the main loop: stats, progress, TensorBoard scalars, the learning curve, the
 //! checkpoint schedule and the stop.
 
+use rlf_shm::{ReplayRing, ReplayRingHandle};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,6 +42,10 @@ pub(in crate::runner) struct RunnerNode {
     stopping: bool,
     /// With `--with_pbt`: the population.
     pbt: Option<Pbt>,
+    /// Off-policy: the replay buffers (their handles until the loop starts), closed when the run stops so that
+    /// no writer or learner waits on them any longer.
+    replay_handles: Vec<ReplayRingHandle>,
+    replays: Vec<ReplayRing>,
 }
 
 /// How often the runner checks the time limit, passes its counts to the learner and flushes the
@@ -71,6 +76,23 @@ impl RunnerNode {
             summary,
             stopping: false,
             pbt,
+            replay_handles: Vec::new(),
+            replays: Vec::new(),
+        }
+    }
+
+    /// Closes the replay buffers of `handles` when the run stops.
+    pub fn with_replays(self, handles: Vec<ReplayRingHandle>) -> Self {
+        Self {
+            replay_handles: handles,
+            ..self
+        }
+    }
+
+    /// Closes the replay buffers: writers waiting for the learners and learners waiting for data stop waiting.
+    fn close_replays(&self) {
+        for replay in &self.replays {
+            replay.close();
         }
     }
 
@@ -208,6 +230,7 @@ impl RunnerNode {
         }
         let told = sent(ctx.emit(&self.signals.progress_reported, &self.runner.checkpoint_request()));
         or_fail(ctx, told);
+        self.close_replays();
         ctx.stop_app();
     }
 
@@ -301,6 +324,15 @@ impl Component for RunnerNode {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
         let written = self.write_pbt_states();
         or_fail(ctx, written);
+        match self
+            .replay_handles
+            .iter()
+            .map(ReplayRing::open)
+            .collect::<std::result::Result<Vec<_>, _>>()
+        {
+            Ok(replays) => self.replays = replays,
+            Err(e) => ctx.fail(e),
+        }
         ctx.timer_periodic(self.report_interval.unwrap_or(TICK), RunnerNode::tick);
         if let Some(period) = self.save_every {
             ctx.timer_periodic(period, RunnerNode::request_checkpoint);
@@ -308,6 +340,7 @@ impl Component for RunnerNode {
     }
 
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
+        self.close_replays();
         let summary = self.runner.summary();
         let finished = self.finish(&summary);
         or_fail(ctx, finished);

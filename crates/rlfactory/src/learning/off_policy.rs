@@ -1,0 +1,194 @@
+//! The off-policy learner of one policy: it sleeps on its replay buffer's insert counter until the buffer holds
+//! what its next batch needs (`--learning_starts`, and what the rate limit of `--replay_ratio` allows), samples
+//! uniformly, takes a DQN step ([`Dqn`]), records its samples (which lets writers held back by the rate limit go
+//! on), and publishes its weights every `--publish_interval` steps through the seqlock.
+//!
+//! Training goes in rounds ([`OffPolicyLearner::train_round`]): a wait until a deadline, then SGD steps while the
+//! buffer allows them without waiting, up to a limit; so its event loop keeps answering between rounds.
+
+use std::time::{Duration, Instant};
+
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+use rlf_shm::{ReplayRing, SharedWeights, Wait};
+
+use super::replay::TransitionLayout;
+use super::{PolicyUpdated, TrainingReport};
+use crate::algo::appo::TrainingState;
+use crate::algo::dqn::{Batch, Dqn};
+use crate::error::{Result, RlfError};
+use crate::model::{NamedTensor, Policy};
+
+/// What a round of training did.
+#[derive(Debug)]
+pub enum Round {
+    /// SGD steps were taken: the metrics of the last, and the weights published if any.
+    Trained {
+        /// The report of the round.
+        report: TrainingReport,
+        /// The last publication of the round.
+        update: Option<PolicyUpdated>,
+    },
+    /// The buffer did not reach the next batch's target before the deadline.
+    Waited,
+    /// The buffer was interrupted or closed: the run is stopping.
+    Stopped,
+}
+
+/// Owns the training state of one off-policy policy and its view of the policy's replay buffer.
+#[derive(Debug)]
+pub struct OffPolicyLearner {
+    dqn: Dqn,
+    policy: usize,
+    weights: SharedWeights,
+    replay: ReplayRing,
+    layout: TransitionLayout,
+    batch_size: usize,
+    learning_starts: u64,
+    publish_interval: u64,
+    /// The buffer's interrupt epoch when the learner started.
+    epoch: u32,
+    rng: Pcg64Mcg,
+    indices: Vec<u64>,
+    rows: Vec<f32>,
+}
+
+/// SGD steps of one round at most, and its time at most (the loop answers messages between rounds).
+const ROUND_STEPS: usize = 64;
+const ROUND_TIME: Duration = Duration::from_millis(50);
+
+impl OffPolicyLearner {
+    /// The learner of policy `policy` training `dqn` on batches of `batch_size` from `replay` (rows of `layout`),
+    /// publishing into `weights`; sampling is seeded by `seed`.
+    pub fn new(
+        dqn: Dqn,
+        policy: usize,
+        weights: SharedWeights,
+        replay: ReplayRing,
+        layout: TransitionLayout,
+        (batch_size, learning_starts, publish_interval): (usize, u64, u64),
+        seed: u64,
+    ) -> Result<Self> {
+        if replay.row_words() != layout.row_words() {
+            return Err(RlfError::Protocol {
+                component: "learner",
+                message: format!(
+                    "policy {policy}: replay rows of {} words, its transitions take {}",
+                    replay.row_words(),
+                    layout.row_words()
+                ),
+            });
+        }
+        Ok(Self {
+            epoch: replay.interrupts(),
+            dqn,
+            policy,
+            weights,
+            replay,
+            layout,
+            batch_size: batch_size.max(1),
+            learning_starts,
+            publish_interval: publish_interval.max(1),
+            rng: Pcg64Mcg::seed_from_u64(seed),
+            indices: Vec::new(),
+            rows: vec![0.0; batch_size.max(1) * layout.row_words()],
+        })
+    }
+
+    /// The policy trained.
+    pub fn policy(&self) -> usize {
+        self.policy
+    }
+
+    /// The policy version (SGD steps taken).
+    pub fn version(&self) -> u64 {
+        self.dqn.version()
+    }
+
+    /// The insert count the next batch needs.
+    fn target(&self) -> u64 {
+        self.replay
+            .sample_target(self.batch_size as u64)
+            .max(self.learning_starts)
+            .max(1)
+    }
+
+    /// Publishes the current weights and their version.
+    pub fn publish(&self) -> Result<PolicyUpdated> {
+        let version = self.dqn.version();
+        let values = self.dqn.model().weights()?.values;
+        if values.len() != self.weights.len() {
+            return Err(RlfError::WeightMismatch(format!(
+                "{} values for a shared buffer of {}",
+                values.len(),
+                self.weights.len()
+            )));
+        }
+        self.weights.publish(version, &values);
+        Ok(PolicyUpdated {
+            policy: self.policy,
+            version,
+        })
+    }
+
+    /// Waits until `deadline` at most for the next batch's data, then trains while the buffer allows without
+    /// waiting (a bounded number of steps).
+    pub fn train_round(&mut self, deadline: Instant) -> Result<Round> {
+        match self.replay.wait_for(self.target(), Some(deadline), self.epoch) {
+            Wait::Reached(_) => {}
+            Wait::Timeout => return Ok(Round::Waited),
+            Wait::Interrupted | Wait::Closed => return Ok(Round::Stopped),
+        }
+        let started = Instant::now();
+        let (mut metrics, mut update) = (Default::default(), None);
+        for _ in 0..ROUND_STEPS {
+            let rng = &mut self.rng;
+            let drawn = self.replay.sample_uniform(
+                self.batch_size,
+                |m| rng.random_range(0..m),
+                &mut self.indices,
+                &mut self.rows,
+            );
+            if !drawn {
+                break;
+            }
+            let batch = Batch::from_rows(&self.rows, self.layout, self.dqn.model().device())?;
+            metrics = self.dqn.train(&batch)?;
+            self.replay.record_samples(self.batch_size as u64);
+            if self.dqn.version() % self.publish_interval == 0 {
+                update = Some(self.publish()?);
+            }
+            if started.elapsed() >= ROUND_TIME || self.replay.inserted() < self.target() {
+                break;
+            }
+        }
+        Ok(Round::Trained {
+            report: TrainingReport {
+                policy: self.policy,
+                version: self.dqn.version(),
+                metrics: metrics.into_iter().collect(),
+                dataset_digest: None,
+            },
+            update,
+        })
+    }
+
+    /// Everything a checkpoint holds: the network's variables, Adam's moments, the version.
+    pub fn state(&self) -> Result<(Vec<NamedTensor>, TrainingState)> {
+        let mut tensors = self.dqn.model().named_tensors()?;
+        tensors.extend(self.dqn.optimizer_state()?);
+        let state = TrainingState {
+            version: self.dqn.version(),
+            frames_trained: self.replay.sampled(),
+            lr: self.dqn.lr(),
+        };
+        Ok((tensors, state))
+    }
+
+    /// Continues from a checkpoint's weights, Adam's moments and version (the target network starts as a copy of
+    /// the loaded weights). Returns whether the moments were in it.
+    pub fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
+        self.dqn.model_mut().load_named_tensors(tensors)?;
+        self.dqn.restore(state.version, tensors)
+    }
+}

@@ -1,0 +1,249 @@
+//! Replay transitions for off-policy learners: the row layout of a [`rlf_shm::ReplayRing`] and the n-step adder
+//! that turns an agent's steps into rows, as DeepMind Acme's `NStepTransitionAdder` does.
+//!
+//! A row is one n-step transition `(obs, action, return, discount, next_obs)`:
+//! - `return` = Σ_{j<k} γ^j r_j over the agent's next `k ≤ n` steps of the same episode, where `r_j` folds in every
+//!   reward the agent received until it acted again (a turn-based game's loser gets its −1 on the winner's move);
+//! - `discount` = γ^k, or 0 when the window ended in a terminal state;
+//! - `next_obs` = the agent's observation when it acts `k` steps later, or the last observation of its episode when
+//!   a time limit truncated it (a truncation is not terminal: the learner bootstraps from it), zeros when terminal.
+//!
+//! So a learner's target is `return + discount · max_a Q(next_obs, a)` whatever `k` was. The adder keeps one window
+//! per agent stream across trajectory boundaries; an episode truncated without a final observation (a multi-agent
+//! env does not keep it) cannot bootstrap its last windows, and those are dropped.
+
+use std::collections::VecDeque;
+
+/// Where each part of a transition lies in a row of `f32` words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransitionLayout {
+    /// Values per observation.
+    pub obs_dim: usize,
+    /// Values per raw action.
+    pub action_dim: usize,
+}
+
+impl TransitionLayout {
+    /// Words per row: `obs`, `action`, `return`, `discount`, `next_obs`.
+    pub fn row_words(&self) -> usize {
+        2 * self.obs_dim + self.action_dim + 2
+    }
+
+    /// Offset of the action.
+    pub fn action_at(&self) -> usize {
+        self.obs_dim
+    }
+
+    /// Offset of the n-step return.
+    pub fn return_at(&self) -> usize {
+        self.obs_dim + self.action_dim
+    }
+
+    /// Offset of the discount.
+    pub fn discount_at(&self) -> usize {
+        self.return_at() + 1
+    }
+
+    /// Offset of the next observation.
+    pub fn next_obs_at(&self) -> usize {
+        self.discount_at() + 1
+    }
+
+    /// Writes a transition into `row`.
+    pub fn write(
+        &self,
+        row: &mut [f32],
+        obs: &[f32],
+        action: &[f32],
+        ret: f32,
+        discount: f32,
+        next_obs: &[f32],
+    ) {
+        row[..self.obs_dim].copy_from_slice(obs);
+        row[self.action_at()..self.return_at()].copy_from_slice(action);
+        row[self.return_at()] = ret;
+        row[self.discount_at()] = discount;
+        row[self.next_obs_at()..].copy_from_slice(next_obs);
+    }
+}
+
+/// One agent step waiting for its window to fill: where the agent was, what it did, and the rewards it received
+/// until it acted again.
+#[derive(Debug, Clone)]
+struct Pending {
+    obs: Vec<f32>,
+    action: Vec<f32>,
+    reward: f64,
+}
+
+/// The n-step adder of one agent stream (one column of a rollout worker's envs).
+#[derive(Debug, Clone)]
+pub struct NStepAdder {
+    layout: TransitionLayout,
+    n: usize,
+    gamma: f64,
+    pending: VecDeque<Pending>,
+    zeros: Vec<f32>,
+}
+
+impl NStepAdder {
+    /// An adder of `n`-step transitions (`n ≥ 1`) discounted by `gamma`.
+    pub fn new(layout: TransitionLayout, n: usize, gamma: f64) -> Self {
+        Self {
+            layout,
+            n: n.max(1),
+            gamma,
+            pending: VecDeque::with_capacity(n + 1),
+            zeros: vec![0.0; layout.obs_dim],
+        }
+    }
+
+    /// The agent acts: `action` from `obs`. The oldest window, full now, goes to `out` as a row, bootstrapping from
+    /// `obs`.
+    pub fn act(&mut self, obs: &[f32], action: &[f32], out: &mut Vec<f32>) {
+        if self.pending.len() == self.n {
+            self.emit(obs, false, out);
+        }
+        self.pending.push_back(Pending {
+            obs: obs.to_vec(),
+            action: action.to_vec(),
+            reward: 0.0,
+        });
+    }
+
+    /// The agent received `reward` (acting or not).
+    pub fn reward(&mut self, reward: f32) {
+        if let Some(last) = self.pending.back_mut() {
+            last.reward += f64::from(reward);
+        }
+    }
+
+    /// The agent's episode ended: terminated (no bootstrap), or truncated with its last observation `last` (none:
+    /// its windows cannot bootstrap and are dropped). Every window goes to `out`.
+    pub fn end_episode(&mut self, terminated: bool, last: Option<&[f32]>, out: &mut Vec<f32>) {
+        match (terminated, last) {
+            (true, _) => {
+                let zeros = std::mem::take(&mut self.zeros);
+                while !self.pending.is_empty() {
+                    self.emit(&zeros, true, out);
+                }
+                self.zeros = zeros;
+            }
+            (false, Some(last)) => {
+                while !self.pending.is_empty() {
+                    self.emit(last, false, out);
+                }
+            }
+            (false, None) => self.pending.clear(),
+        }
+    }
+
+    /// Appends the row of the oldest window (all pending steps), bootstrapping from `next_obs` unless `terminal`.
+    fn emit(&mut self, next_obs: &[f32], terminal: bool, out: &mut Vec<f32>) {
+        let (mut ret, mut scale) = (0.0, 1.0);
+        for p in &self.pending {
+            ret += scale * p.reward;
+            scale *= self.gamma;
+        }
+        let Some(first) = self.pending.pop_front() else {
+            return;
+        };
+        let at = out.len();
+        out.resize(at + self.layout.row_words(), 0.0);
+        let discount = if terminal { 0.0 } else { scale as f32 };
+        self.layout.write(
+            &mut out[at..],
+            &first.obs,
+            &first.action,
+            ret as f32,
+            discount,
+            next_obs,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAYOUT: TransitionLayout = TransitionLayout {
+        obs_dim: 1,
+        action_dim: 1,
+    };
+
+    /// Rows as `(obs, action, return, discount, next_obs)`.
+    fn rows(out: &[f32]) -> Vec<(f32, f32, f32, f32, f32)> {
+        out.chunks_exact(LAYOUT.row_words())
+            .map(|r| (r[0], r[1], r[2], r[3], r[4]))
+            .collect()
+    }
+
+    fn close(a: &[(f32, f32, f32, f32, f32)], b: &[(f32, f32, f32, f32, f32)]) -> bool {
+        let near = |x: f32, y: f32| (x - y).abs() < 1e-5;
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| {
+                near(x.0, y.0) && near(x.1, y.1) && near(x.2, y.2) && near(x.3, y.3) && near(x.4, y.4)
+            })
+    }
+
+    /// A 5-step episode ending in a terminal state, 3-step windows, γ = 0.5: each row matches the hand-computed
+    /// return; the last windows shrink and do not bootstrap.
+    #[test]
+    fn windows_fill_then_shrink_at_a_terminal_state() {
+        let mut adder = NStepAdder::new(LAYOUT, 3, 0.5);
+        let mut out = Vec::new();
+        for t in 0..5 {
+            adder.act(&[t as f32], &[10.0 + t as f32], &mut out);
+            adder.reward((t + 1) as f32);
+        }
+        adder.end_episode(true, None, &mut out);
+        let want = [
+            (0.0, 10.0, 1.0 + 0.5 * 2.0 + 0.25 * 3.0, 0.125, 3.0),
+            (1.0, 11.0, 2.0 + 0.5 * 3.0 + 0.25 * 4.0, 0.125, 4.0),
+            (2.0, 12.0, 3.0 + 0.5 * 4.0 + 0.25 * 5.0, 0.0, 0.0),
+            (3.0, 13.0, 4.0 + 0.5 * 5.0, 0.0, 0.0),
+            (4.0, 14.0, 5.0, 0.0, 0.0),
+        ];
+        assert!(close(&rows(&out), &want), "{:?}", rows(&out));
+    }
+
+    /// A truncated episode bootstraps its last windows from the final observation, with the discount of their
+    /// length; the next episode starts empty.
+    #[test]
+    fn a_truncation_bootstraps_from_the_final_observation() {
+        let mut adder = NStepAdder::new(LAYOUT, 2, 0.9);
+        let mut out = Vec::new();
+        for t in 0..3 {
+            adder.act(&[t as f32], &[0.0], &mut out);
+            adder.reward(1.0);
+        }
+        adder.end_episode(false, Some(&[99.0]), &mut out);
+        adder.act(&[50.0], &[1.0], &mut out);
+        adder.reward(2.0);
+        adder.end_episode(false, None, &mut out);
+        let want = [
+            (0.0, 0.0, 1.9, 0.81, 2.0),
+            (1.0, 0.0, 1.9, 0.81, 99.0),
+            (2.0, 0.0, 1.0, 0.9, 99.0),
+        ];
+        assert!(close(&rows(&out), &want), "{:?}", rows(&out));
+    }
+
+    /// A turn-based agent: rewards received while it waits are folded into its last step, and its next step's
+    /// observation (not the one in between) is the bootstrap.
+    #[test]
+    fn rewards_between_turns_fold_into_the_agents_last_step() {
+        let mut adder = NStepAdder::new(LAYOUT, 1, 0.99);
+        let mut out = Vec::new();
+        adder.act(&[0.0], &[3.0], &mut out);
+        adder.reward(0.0);
+        // The opponent's move: no action, a reward of -0.5 to this agent.
+        adder.reward(-0.5);
+        adder.act(&[2.0], &[4.0], &mut out);
+        adder.reward(0.0);
+        adder.reward(-1.0);
+        adder.end_episode(true, None, &mut out);
+        let want = [(0.0, 3.0, -0.5, 0.99, 2.0), (2.0, 4.0, -1.0, 0.0, 0.0)];
+        assert!(close(&rows(&out), &want), "{:?}", rows(&out));
+    }
+}

@@ -1,0 +1,338 @@
+//! The Q-network of value-based learners (DQN): the same encoders as the actor-critic (MLP, or convolutions then an
+//! MLP), then one Q-value per action of a `Discrete` action space, or a dueling head (`Q = V + A − mean(A)`).
+//! An `action_mask` in a Dict observation (PettingZoo's convention) rules actions out of the greedy choice, of
+//! ε-greedy exploration and of the learner's bootstrap.
+//!
+//! As a [`Policy`] it acts ε-greedily: the greedy action with probability `1 − ε`, otherwise a uniformly random
+//! legal one; `deterministic` is greedy. Its `values` are `max_a Q`, its `log_probs` the log-probability of the
+//! action under the ε-greedy distribution.
+
+use std::path::Path;
+
+use rlf_env::Space;
+use tch::{nn, Kind, Tensor};
+
+use super::actor_critic::{
+    action_mask_range, flat_weights, linear, load_flat_weights, load_named_tensors, named_tensors, to_vec,
+    Encoder,
+};
+use super::{ActOutput, ActionHead, NamedTensor, Policy, PolicyWeights};
+use crate::config::{DeviceKind, ModelConfig};
+use crate::error::{Result, RlfError};
+
+/// What a forbidden action's Q-value becomes before a greedy choice.
+const MASKED_Q: f64 = -1e9;
+
+enum Head {
+    Plain(nn::Linear),
+    Dueling {
+        value: nn::Linear,
+        advantage: nn::Linear,
+    },
+}
+
+/// A Q-network for an observation space and a `Discrete` action space.
+pub struct QNetwork {
+    vs: nn::VarStore,
+    obs_dim: i64,
+    num_actions: i64,
+    action_mask: Option<(i64, i64)>,
+    encoder: Encoder,
+    head: Head,
+    named: Vec<(String, Tensor)>,
+    epsilon: f64,
+}
+
+impl std::fmt::Debug for QNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QNetwork")
+            .field("obs_dim", &self.obs_dim)
+            .field("num_actions", &self.num_actions)
+            .field("epsilon", &self.epsilon)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QNetwork {
+    /// Builds the network (`dueling`: the dueling head). Only `Discrete` action spaces have Q-values per action.
+    pub fn new(
+        observation_space: &Space,
+        action_space: &Space,
+        cfg: &ModelConfig,
+        dueling: bool,
+        device: DeviceKind,
+    ) -> Result<Self> {
+        let Space::Discrete { n, .. } = action_space else {
+            return Err(RlfError::UnsupportedSpace(format!(
+                "DQN needs a Discrete action space, not {action_space} (use SAC or APPO for others)"
+            )));
+        };
+        let num_actions = *n as i64;
+        let action_mask = action_mask_range(observation_space, &ActionHead::Categorical { n: num_actions })?;
+        let obs_dim = observation_space.flat_dim() as i64;
+        if obs_dim == 0 {
+            return Err(RlfError::UnsupportedSpace(format!(
+                "observation space {observation_space} is empty"
+            )));
+        }
+        let vs = nn::VarStore::new(match device {
+            DeviceKind::Cpu => tch::Device::Cpu,
+            DeviceKind::Gpu => tch::Device::Cuda(0),
+        });
+        let root = vs.root();
+        let (encoder, hidden) = Encoder::new(&(&root / "encoder"), observation_space, obs_dim, cfg)?;
+        let init = cfg.policy_initialization;
+        let head = if dueling {
+            Head::Dueling {
+                value: linear(&root / "value_head", hidden, 1, init, 1.0),
+                advantage: linear(&root / "advantage_head", hidden, num_actions, init, 1.0),
+            }
+        } else {
+            Head::Plain(linear(&root / "q_head", hidden, num_actions, init, 1.0))
+        };
+        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Self {
+            vs,
+            obs_dim,
+            num_actions,
+            action_mask,
+            encoder,
+            head,
+            named,
+            epsilon: 0.0,
+        })
+    }
+
+    /// Actions per state.
+    pub fn num_actions(&self) -> i64 {
+        self.num_actions
+    }
+
+    /// The trainable parameters with their names, in name order.
+    pub fn trainable_named(&self) -> Vec<(String, Tensor)> {
+        self.named
+            .iter()
+            .map(|(n, t)| (n.clone(), t.shallow_clone()))
+            .collect()
+    }
+
+    /// The device the network lives on.
+    pub fn device(&self) -> tch::Device {
+        self.vs.device()
+    }
+
+    /// Every variable by its PyTorch-style name (`encoder.fc0.weight`, `q_head.bias`, ...), in name order.
+    pub fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
+        named_tensors(&self.named)
+    }
+
+    /// Replaces every variable with the tensor of the same name in `tensors` (see
+    /// [`ActorCritic::load_named_tensors`](super::ActorCritic::load_named_tensors)).
+    pub fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
+        let device = self.device();
+        load_named_tensors(&mut self.named, tensors, device)
+    }
+
+    /// The exploration rate of [`Policy::act`] when not deterministic.
+    pub fn set_epsilon(&mut self, epsilon: f64) {
+        self.epsilon = epsilon.clamp(0.0, 1.0);
+    }
+
+    /// Q-values `[n, num_actions]` of observations `[n, obs_dim]`, before masking.
+    pub fn q_values(&self, obs: &Tensor) -> Tensor {
+        let h = self.encoder.forward(obs);
+        match &self.head {
+            Head::Plain(q) => h.apply(q),
+            Head::Dueling { value, advantage } => {
+                let a = h.apply(advantage);
+                h.apply(value) + &a - a.mean_dim(-1, true, Kind::Float)
+            }
+        }
+    }
+
+    /// `q` with the actions each observation's mask forbids set very low (unchanged without a mask).
+    pub fn masked(&self, obs: &Tensor, q: &Tensor) -> Tensor {
+        match self.action_mask {
+            Some((at, len)) => q.masked_fill(&obs.narrow(-1, at, len).le(0.0), MASKED_Q),
+            None => q.shallow_clone(),
+        }
+    }
+
+    /// The legal actions of each observation as 0/1, `[n, num_actions]`.
+    fn legal(&self, obs: &Tensor) -> Tensor {
+        match self.action_mask {
+            Some((at, len)) => obs.narrow(-1, at, len).gt(0.0).to_kind(Kind::Float),
+            None => Tensor::ones([obs.size()[0], self.num_actions], (Kind::Float, obs.device())),
+        }
+    }
+
+    /// A `[n, obs_dim]` tensor on the network's device from flat observations.
+    pub fn obs_tensor(&self, obs: &[f32]) -> Result<Tensor> {
+        let d = self.obs_dim as usize;
+        if obs.len() % d != 0 {
+            return Err(RlfError::Protocol {
+                component: "policy",
+                message: format!(
+                    "{} observation values are not a whole number of {d}-value observations",
+                    obs.len()
+                ),
+            });
+        }
+        Ok(Tensor::f_from_slice(obs)?
+            .f_view([(obs.len() / d) as i64, self.obs_dim])?
+            .f_to_device(self.device())?)
+    }
+
+    /// Copies every variable of `other` (a network of the same architecture) into this one, or moves each
+    /// `tau` of the way towards it (Polyak averaging; 1 copies).
+    pub fn follow(&mut self, other: &QNetwork, tau: f64) -> Result<()> {
+        tch::no_grad(|| {
+            for ((name, mine), (theirs_name, theirs)) in self.named.iter_mut().zip(&other.named) {
+                if name != theirs_name || mine.size() != theirs.size() {
+                    return Err(RlfError::WeightMismatch(format!(
+                        "`{name}` cannot follow `{theirs_name}`"
+                    )));
+                }
+                if tau >= 1.0 {
+                    mine.f_copy_(theirs)?;
+                } else {
+                    let blended = mine.f_mul_scalar(1.0 - tau)?.f_add(&theirs.f_mul_scalar(tau)?)?;
+                    mine.f_copy_(&blended)?;
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Policy for QNetwork {
+    fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput> {
+        let obs = self.obs_tensor(obs)?;
+        tch::no_grad(|| {
+            let q = self.masked(&obs, &self.q_values(&obs));
+            let (best, greedy) = q.max_dim(-1, false);
+            let legal = self.legal(&obs);
+            let count = legal.sum_dim_intlist(-1, false, Kind::Float).clamp_min(1.0);
+            let eps = if deterministic { 0.0 } else { self.epsilon };
+            let actions = if eps > 0.0 {
+                // A uniformly random legal action: the largest of uniform scores over the legal ones.
+                let scores = Tensor::rand_like(&legal) + (&legal - 1.0) * 2.0;
+                let random = scores.argmax(-1, false);
+                let explore = Tensor::rand([obs.size()[0]], (Kind::Float, obs.device())).lt(eps);
+                random.where_self(&explore, &greedy)
+            } else {
+                greedy.shallow_clone()
+            };
+            // Under ε-greedy: the greedy action has 1 − ε + ε/k, any other legal one ε/k.
+            let is_greedy = actions.eq_tensor(&greedy).to_kind(Kind::Float);
+            let prob = (eps / &count) + is_greedy * (1.0 - eps);
+            Ok(ActOutput {
+                actions: to_vec(&actions)?,
+                log_probs: to_vec(&prob.log())?,
+                values: to_vec(&best)?,
+            })
+        })
+    }
+
+    fn obs_dim(&self) -> usize {
+        self.obs_dim as usize
+    }
+
+    fn action_dim(&self) -> usize {
+        1
+    }
+
+    fn weights(&self) -> Result<PolicyWeights> {
+        flat_weights(&self.named)
+    }
+
+    fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()> {
+        let device = self.device();
+        load_flat_weights(&mut self.named, weights, device)
+    }
+
+    fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
+        QNetwork::named_tensors(self)
+    }
+
+    fn save(&self, path: &Path) -> Result<()> {
+        self.vs.save(path).map_err(|e| RlfError::Io {
+            what: "saving weights to",
+            path: path.to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+
+    fn load(&mut self, path: &Path) -> Result<()> {
+        self.vs.load(path).map_err(|e| RlfError::Io {
+            what: "loading weights from",
+            path: path.to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+
+    fn set_exploration(&mut self, epsilon: f64) {
+        self.set_epsilon(epsilon);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rlf_env::{BoxSpace, Space};
+
+    use super::*;
+    use crate::config::Config;
+    use crate::model::ACTION_MASK_KEY;
+
+    fn unit_box(size: usize) -> Space {
+        Space::Box(BoxSpace::uniform(0.0, 1.0, vec![size]).expect("box"))
+    }
+
+    /// The dueling head's advantages have mean zero per state, so `mean_a Q = V`; masked actions are never
+    /// chosen, greedily or at random; a target network follows by copy and by Polyak averaging.
+    #[test]
+    fn dueling_masks_and_following() {
+        tch::manual_seed(0);
+        let cfg = Config::for_env("CartPole-v1", &[]).expect("config").model;
+        let obs_space = Space::Dict(vec![
+            (ACTION_MASK_KEY.to_owned(), unit_box(3)),
+            ("observation".to_owned(), unit_box(4)),
+        ]);
+        let actions = Space::Discrete { n: 3, start: 0 };
+        let mut q = QNetwork::new(&obs_space, &actions, &cfg, true, DeviceKind::Cpu).expect("network");
+        let mut obs = Vec::new();
+        for i in 0..64 {
+            // Action 1 is forbidden everywhere, action 2 in odd rows.
+            obs.extend([1.0, 0.0, if i % 2 == 0 { 1.0 } else { 0.0 }]);
+            obs.extend((0..4).map(|j| ((i * 7 + j) % 5) as f32 / 5.0));
+        }
+        let t = q.obs_tensor(&obs).expect("tensor");
+        let Head::Dueling { value, .. } = &q.head else {
+            panic!("a dueling head")
+        };
+        let v = q.encoder.forward(&t).apply(value).squeeze_dim(-1);
+        let mean_q = q.q_values(&t).mean_dim(-1, false, Kind::Float);
+        assert!(f64::try_from((v - mean_q).abs().max()).expect("max") < 1e-5);
+        q.set_epsilon(1.0);
+        for deterministic in [false, true] {
+            let out = q.act(&obs, deterministic).expect("act");
+            for (i, &a) in out.actions.iter().enumerate() {
+                assert!(a == 0.0 || (a == 2.0 && i % 2 == 0), "row {i}: action {a}");
+            }
+        }
+        let other = QNetwork::new(&obs_space, &actions, &cfg, true, DeviceKind::Cpu).expect("network");
+        let mut target = QNetwork::new(&obs_space, &actions, &cfg, true, DeviceKind::Cpu).expect("network");
+        let before = target.weights().expect("weights").values;
+        target.follow(&other, 0.25).expect("polyak");
+        let (now, theirs) = (
+            target.weights().expect("w").values,
+            other.weights().expect("w").values,
+        );
+        for ((b, n), o) in before.iter().zip(&now).zip(&theirs) {
+            assert!((n - (0.75 * b + 0.25 * o)).abs() < 1e-5);
+        }
+        target.follow(&other, 1.0).expect("copy");
+        assert_eq!(target.weights().expect("w").values, theirs);
+    }
+}

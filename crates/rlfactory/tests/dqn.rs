@@ -1,0 +1,145 @@
+//! DQN (`--algo dqn`) end to end: rollout workers put n-step transitions into each policy's replay buffer in shared
+//! memory, the learner sleeps on the buffer's insert counter, samples at `--replay_ratio` and publishes its
+//! Q-network; `eval` plays the greedy policy.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{expect_failed_run, run, spawn, summary, temp_dir, text};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
+
+/// The mean return `eval` printed.
+fn mean_return(stdout: &str) -> f64 {
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("mean return "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no mean return in {stdout}"))
+}
+
+/// The shipped DQN config for CartPole (RL Zoo's hyper-parameters: 50K env steps, 32 samples per insert) on one
+/// seed: the learner kept the replay ratio, and the greedy policy it ends with balances the pole (a mean return of
+/// at least 100 over 20 episodes; a random policy gets 22). Measured on seeds 1-5 (release builds): 500, 102, 138,
+/// 500, 500; the 475 on every seed is not reached yet (BENCHMARKS.md).
+#[test]
+fn dqn_learns_cartpole_within_50k_steps() {
+    let dir = temp_dir("dqn-cartpole");
+    let train_dir = format!("--train_dir={}", dir.path().display());
+    let out = dir.path().join("summary.json");
+    let output = run(&[
+        "train",
+        "--env=CartPole-v1",
+        "--algo=dqn",
+        "--seed=1",
+        "--experiment=dqn",
+        &train_dir,
+        &format!("--summary_json={}", out.display()),
+        "--report_interval_sec=0",
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let s = summary(&out);
+    let frames = s["env_frames"].as_u64().expect("frames");
+    assert!((50_000..52_000).contains(&frames), "{frames}");
+    // 32 samples of 64 per SGD step per inserted transition, after the first 1000 (the error buffer is small).
+    let version = s["policy_version"].as_u64().expect("version") as f64;
+    let expected = (frames as f64 - 1000.0) * 32.0 / 64.0;
+    assert!(
+        (version / expected - 1.0).abs() < 0.1,
+        "{version} SGD steps for {frames} frames"
+    );
+    let output = run(&[
+        "eval",
+        "--env=CartPole-v1",
+        "--experiment=dqn",
+        &train_dir,
+        "--max_num_episodes=20",
+        "--eval_deterministic",
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    let ret = mean_return(&stdout);
+    assert!(ret >= 100.0, "the greedy policy's mean return {ret}");
+}
+
+/// A learner killed while the rollout worker waits on the rate limit: the run stops with one line naming it, the
+/// weights it last published are saved as a checkpoint that loads, and nothing is left waiting.
+#[test]
+fn a_dead_dqn_learner_stops_the_run_with_a_checkpoint() {
+    let dir = temp_dir("dqn-learner-kill");
+    let mut command = Command::new(BIN);
+    command.args([
+        "train",
+        "--env=CartPole-v1",
+        "--algo=dqn",
+        "--experiment=exp",
+        "--heartbeat_interval=1",
+        "--train_for_env_steps=10000000",
+        "--report_interval_sec=0.2",
+        &format!("--train_dir={}", dir.path().display()),
+    ]);
+    let run = spawn(&mut command);
+    let mut seen = Vec::new();
+    // Wait until the learner has trained (its version shows on the progress line).
+    loop {
+        let line = run.lines.recv_timeout(Duration::from_secs(60)).expect("progress");
+        let trained = line
+            .split("version ")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|v| v > 100);
+        seen.push(line);
+        if trained {
+            break;
+        }
+    }
+    // Loops: main, rollout_worker_0, inference_worker_0, learner (3).
+    let learner = child_of_loop(run.pid, 3);
+    let status = Command::new("kill")
+        .args(["-KILL", &learner.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let (error, log) = expect_failed_run(run, dir.path());
+    assert!(
+        error.contains("loop learner") && error.contains("died"),
+        "{error}\n{}\n{log}",
+        seen.join("\n")
+    );
+    assert!(
+        log.contains("saved a checkpoint of the weights the learner last published"),
+        "{log}"
+    );
+    let output = run_eval(dir.path());
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+fn run_eval(train_dir: &std::path::Path) -> std::process::Output {
+    run(&[
+        "eval",
+        "--env=CartPole-v1",
+        "--experiment=exp",
+        &format!("--train_dir={}", train_dir.display()),
+        "--max_num_episodes=2",
+    ])
+}
+
+/// The process of `loop_id` among the children of `parent` (rlf-signal names each child's main thread
+/// `rlf-loop-<id>`).
+fn child_of_loop(parent: u32, loop_id: u32) -> u32 {
+    let children =
+        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).expect("children");
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .find(|pid: &u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == format!("rlf-loop-{loop_id}"))
+        })
+        .unwrap_or_else(|| panic!("no process of loop {loop_id} under {parent}"))
+}
