@@ -1001,6 +1001,7 @@ impl Config {
             ("--self_play", self.sampling.self_play),
             ("--with_pbt", self.pbt.with_pbt),
             ("--async_rl=false", !self.run.async_rl),
+            ("--serial_mode", self.run.serial_mode),
         ] {
             if on {
                 return err(format!("{flag} is not supported with --algo dqn yet"));
