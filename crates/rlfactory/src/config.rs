@@ -1002,7 +1002,6 @@ impl Config {
             ("--self_play", self.sampling.self_play),
             ("--with_pbt", self.pbt.with_pbt),
             ("--async_rl=false", !self.run.async_rl),
-            ("--serial_mode", self.run.serial_mode),
         ] {
             if on {
                 return err(format!("{flag} is not supported with --algo dqn yet"));
@@ -1031,6 +1030,9 @@ impl Config {
         }
         if !(o.tau > 0.0 && o.tau <= 1.0) {
             return err(format!("--tau must be in (0, 1], got {}", o.tau));
+        }
+        if self.run.serial_mode && o.replay_ratio <= 0.0 {
+            return err("--serial_mode with --algo dqn needs --replay_ratio > 0 (one loop trains what the ratio says)".into());
         }
         if !(o.replay_ratio >= 0.0 && o.replay_ratio.is_finite()) {
             return err(format!(

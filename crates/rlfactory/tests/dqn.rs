@@ -66,6 +66,39 @@ fn dqn_learns_cartpole_within_50k_steps() {
     assert!(ret >= 100.0, "the greedy policy's mean return {ret}");
 }
 
+/// Serial mode (`--serial_mode`): the rollout worker, inference and the learner on one loop; the buffer has no rate
+/// limit and the learner takes, after each trajectory, the SGD steps that keep 32 samples per insert: the same
+/// number of gradient steps as the parallel run of the same budget, all of it in the main process.
+#[test]
+fn serial_dqn_keeps_the_replay_ratio_on_one_loop() {
+    let flags = |serial: bool| {
+        vec![
+            "--env=CartPole-v1".to_owned(),
+            "--algo=dqn".to_owned(),
+            "--seed=3".to_owned(),
+            format!("--serial_mode={serial}"),
+            "--train_for_env_steps=20000".to_owned(),
+        ]
+    };
+    let serial = common::train_summary(&flags(true));
+    let parallel = common::train_summary(&flags(false));
+    let cpu = serial["cpu_seconds"].as_object().expect("cpu seconds");
+    assert_eq!(cpu.keys().collect::<Vec<_>>(), ["main"], "{serial}");
+    let frames = serial["env_frames"].as_u64().expect("frames");
+    // Every trajectory's transitions but each env's last are in (8 envs); 32 × (inserted − 1000) / 64 steps.
+    let due = ((frames - 8 - 1000) * 32 / 64) as f64;
+    let steps = serial["policy_version"].as_u64().expect("version") as f64;
+    assert!(
+        (steps / due - 1.0).abs() < 0.01,
+        "{steps} SGD steps, {due} due\n{serial}"
+    );
+    let other = parallel["policy_version"].as_u64().expect("version") as f64;
+    assert!(
+        (other / steps - 1.0).abs() < 0.02,
+        "parallel {other}, serial {steps}"
+    );
+}
+
 /// Treasurehunt, 5 agents taking turns, one DQN policy per agent (`--agent_policy_map`), each with its own replay
 /// buffer and learner process (seed 004's layout), shipped config: the mean return per agent reaches twice a random
 /// policy's within 1M agent steps on seed 1 (measured: 380K, 83 s, release build), and each policy learned.

@@ -4,7 +4,9 @@
 //! on), and publishes its weights every `--publish_interval` steps through the seqlock.
 //!
 //! Training goes in rounds ([`OffPolicyLearner::train_round`]): a wait until a deadline, then SGD steps while the
-//! buffer allows them without waiting, up to a limit; so its event loop keeps answering between rounds.
+//! buffer allows them without waiting, up to a limit; so its event loop keeps answering between rounds. In serial
+//! mode, where a wait would block the one loop, the buffer has no rate limit and the learner takes, after each
+//! trajectory, the steps that keep the ratio ([`OffPolicyLearner::train_due`]).
 
 use std::time::{Duration, Instant};
 
@@ -51,6 +53,10 @@ pub struct OffPolicyLearner {
     rng: Pcg64Mcg,
     indices: Vec<u64>,
     rows: Vec<f32>,
+    /// `--replay_ratio`, for [`train_due`](Self::train_due).
+    replay_ratio: f64,
+    /// SGD steps this process took (a resumed version does not count).
+    steps: u64,
 }
 
 /// SGD steps of one round at most, and its time at most (the loop answers messages between rounds).
@@ -90,9 +96,19 @@ impl OffPolicyLearner {
             learning_starts,
             publish_interval: publish_interval.max(1),
             rng: Pcg64Mcg::seed_from_u64(seed),
+            replay_ratio: 0.0,
+            steps: 0,
             indices: Vec::new(),
             rows: vec![0.0; batch_size.max(1) * layout.row_words()],
         })
+    }
+
+    /// Keeps `ratio` samples per insert by counting ([`train_due`](Self::train_due)), for serial mode.
+    pub fn with_replay_ratio(self, ratio: f64) -> Self {
+        Self {
+            replay_ratio: ratio,
+            ..self
+        }
     }
 
     /// The policy trained.
@@ -139,9 +155,28 @@ impl OffPolicyLearner {
             Wait::Timeout => return Ok(Round::Waited),
             Wait::Interrupted | Wait::Closed => return Ok(Round::Stopped),
         }
-        let started = Instant::now();
+        self.train(ROUND_STEPS, Some(Instant::now() + ROUND_TIME))
+    }
+
+    /// Serial mode, with no rate limit on the buffer: takes, without waiting, the SGD steps that keep
+    /// `--replay_ratio` samples per transition inserted beyond `--learning_starts`.
+    pub fn train_due(&mut self) -> Result<Round> {
+        let inserted = self.replay.inserted();
+        if inserted < self.learning_starts.max(self.batch_size as u64) {
+            return Ok(Round::Waited);
+        }
+        let samples = (inserted - self.learning_starts) as f64 * self.replay_ratio;
+        let due = (samples / self.batch_size as f64) as u64;
+        match due.saturating_sub(self.steps) {
+            0 => Ok(Round::Waited),
+            n => self.train(n as usize, None),
+        }
+    }
+
+    /// Up to `max_steps` SGD steps (until `until` at most, and while a rate-limited buffer allows them).
+    fn train(&mut self, max_steps: usize, until: Option<Instant>) -> Result<Round> {
         let (mut metrics, mut update) = (Default::default(), None);
-        for _ in 0..ROUND_STEPS {
+        for _ in 0..max_steps {
             let rng = &mut self.rng;
             let drawn = self.replay.sample_uniform(
                 self.batch_size,
@@ -155,10 +190,12 @@ impl OffPolicyLearner {
             let batch = Batch::from_rows(&self.rows, self.layout, self.dqn.model().device())?;
             metrics = self.dqn.train(&batch)?;
             self.replay.record_samples(self.batch_size as u64);
+            self.steps += 1;
             if self.dqn.version() % self.publish_interval == 0 {
                 update = Some(self.publish()?);
             }
-            if started.elapsed() >= ROUND_TIME || self.replay.inserted() < self.target() {
+            let limited = self.replay.rate_limit().is_some() && self.replay.inserted() < self.target();
+            if limited || until.is_some_and(|t| Instant::now() >= t) {
                 break;
             }
         }

@@ -147,7 +147,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
                 .pbt
                 .with_pbt
                 .then(|| app.signal::<PbtWeightsSaved, _>(l, "pbt_weights_saved")),
-            train_tick: (cfg.off_policy.algo == Algo::Dqn)
+            train_tick: (cfg.off_policy.algo == Algo::Dqn && !cfg.run.serial_mode)
                 .then(|| app.signal::<TrainTick, _>(l, "train_tick")),
         })
         .collect();
@@ -236,6 +236,16 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             BatcherNode::on_trajectory_ready,
         );
         app.connect(signals.rollout_reported, runner, RunnerNode::on_rollout_reported);
+        if cfg.off_policy.algo == Algo::Dqn && cfg.run.serial_mode {
+            // On one loop the learners train what each trajectory's transitions allow, right after it.
+            for &learner in &learners {
+                app.connect(
+                    signals.rollout_reported,
+                    learner,
+                    LearnerNode::on_rollout_reported,
+                );
+            }
+        }
         app.connect(signals.worker_started, batcher, BatcherNode::on_worker_started);
         app.connect(signals.worker_started, runner, RunnerNode::on_worker_started);
         for signals in &learner_signals {

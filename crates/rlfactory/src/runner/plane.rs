@@ -192,9 +192,12 @@ pub(super) fn transition_layout(model: &dyn Policy) -> TransitionLayout {
 /// `--replay_ratio` samples per insert once `--learning_starts` transitions are in, within a batch and a ratio's
 /// worth either way (enough for the learner to take a batch and a writer a row: neither waits on the other for
 /// ever); none with a ratio of 0.
+///
+/// In serial mode there is none: a writer waiting for the learner would wait for ever on their one loop; the learner
+/// keeps the ratio itself ([`crate::learning::OffPolicyLearner::train_due`]).
 fn rate_limit(cfg: &Config) -> Option<RateLimit> {
     let o = &cfg.off_policy;
-    (o.replay_ratio > 0.0).then(|| RateLimit {
+    (o.replay_ratio > 0.0 && !cfg.run.serial_mode).then(|| RateLimit {
         samples_per_insert: o.replay_ratio,
         min_size_to_sample: o.learning_starts,
         error_buffer: cfg.appo.batch_size as f64 + o.replay_ratio.max(1.0),

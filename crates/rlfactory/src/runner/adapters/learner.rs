@@ -18,7 +18,7 @@ use crate::learning::{
     Batch, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round, TrainingReport,
 };
 use crate::runner::plane::{new_model, new_q_network, transition_layout, DataPlane};
-use crate::sampling::{SnapshotRequest, SnapshotTaken};
+use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken};
 
 /// What the learner emits.
 #[derive(Clone, Copy)]
@@ -151,7 +151,8 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
         layout,
         (cfg.appo.batch_size, o.learning_starts, o.publish_interval),
         cfg.env.seed.wrapping_add(policy as u64 * 7919),
-    )?;
+    )?
+    .with_replay_ratio(o.replay_ratio);
     let checkpointer = if cfg.run.save_experiment {
         Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
     } else {
@@ -230,6 +231,23 @@ impl LearnerNode {
         let path = checkpointer.save(state, &self.progress)?;
         self.saved_version = Some(version);
         Ok(Some(path))
+    }
+
+    /// Off-policy in serial mode: after a trajectory, the SGD steps its transitions are due.
+    pub fn on_rollout_reported(&mut self, ctx: &mut Ctx<'_, Self>, _report: &RolloutReport) {
+        let Some(learner) = &mut self.off_policy else {
+            return;
+        };
+        let result = learner.train_due().and_then(|round| match round {
+            Round::Trained { report, update } => {
+                if let Some(update) = update {
+                    sent(ctx.emit(&self.signals.policy_updated, &update))?;
+                }
+                sent(ctx.emit(&self.signals.training_reported, &report))
+            }
+            Round::Waited | Round::Stopped => Ok(()),
+        });
+        or_fail(ctx, result);
     }
 
     /// Off-policy: one round of training (a wait for data, then SGD steps while the buffer allows), its report
