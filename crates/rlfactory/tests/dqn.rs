@@ -185,6 +185,82 @@ fn a_dead_dqn_learner_stops_the_run_with_a_checkpoint() {
     assert!(output.status.success(), "{}", text(&output.stderr));
 }
 
+/// The actor (the rollout worker) SIGKILLed while the learner trains: the learner keeps its buffer and waits on it
+/// (no busy loop), a replacement process fills it again, and the run reaches its budget with the learner's steps
+/// matching the transitions inserted.
+#[test]
+fn a_killed_dqn_actor_is_replaced_and_its_learner_keeps_training() {
+    let dir = temp_dir("dqn-actor-kill");
+    let out = dir.path().join("summary.json");
+    let mut command = Command::new(BIN);
+    command.args([
+        "train",
+        "--env=CartPole-v1",
+        "--algo=dqn",
+        "--save_experiment=false",
+        "--heartbeat_interval=1",
+        "--train_for_env_steps=30000",
+        "--report_interval_sec=0.2",
+        &format!("--summary_json={}", out.display()),
+    ]);
+    let run = spawn(&mut command);
+    let mut seen = Vec::new();
+    let mut wait_for = |what: &dyn Fn(&str) -> bool, seen: &mut Vec<String>| loop {
+        let line = run
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{e}:
+{}",
+                    seen.join("\n")
+                )
+            });
+        let done = what(&line);
+        seen.push(line);
+        if done {
+            break;
+        }
+    };
+    // Past the first 1000 transitions: the learner trains.
+    wait_for(
+        &|l| {
+            l.split("frames ")
+                .nth(1)
+                .and_then(|f| f.split_whitespace().next())
+                .and_then(|f| f.parse::<u64>().ok())
+                .is_some_and(|f| f > 3000)
+        },
+        &mut seen,
+    );
+    let status = Command::new("kill")
+        .args(["-KILL", &child_of_loop(run.pid, 1).to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    wait_for(
+        &|l| l.contains("rollout_worker_0 replaced by a new process (incarnation 1)"),
+        &mut seen,
+    );
+    let status = run
+        .exited
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the run ends");
+    seen.extend(run.lines.try_iter());
+    assert!(status.success(), "{status}:\n{}", seen.join("\n"));
+    let s = summary(&out);
+    assert_eq!(s["worker_restarts"], 1, "{s}");
+    let frames = s["env_frames"].as_u64().expect("frames");
+    assert!(frames >= 30_000, "{s}");
+    // 32 samples of 64 per transition after the first 1000; the dead worker's unfinished trajectory is lost.
+    let steps = s["policy_version"].as_u64().expect("version") as f64;
+    let due = (frames - 1000) as f64 / 2.0;
+    assert!(
+        steps > 0.9 * due && steps <= due + 10.0,
+        "{steps} SGD steps for {frames} frames\n{s}"
+    );
+}
+
 fn run_eval(train_dir: &std::path::Path) -> std::process::Output {
     run(&[
         "eval",

@@ -9,6 +9,8 @@
 
 use std::path::Path;
 
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
@@ -41,6 +43,8 @@ pub struct QNetwork {
     head: Head,
     named: Vec<(String, Tensor)>,
     epsilon: f64,
+    /// The draws of ε-greedy exploration.
+    rng: Pcg64Mcg,
 }
 
 impl std::fmt::Debug for QNetwork {
@@ -101,6 +105,7 @@ impl QNetwork {
             head,
             named,
             epsilon: 0.0,
+            rng: Pcg64Mcg::seed_from_u64(0x5eed_0e95_11a7_7e57),
         })
     }
 
@@ -159,14 +164,6 @@ impl QNetwork {
         }
     }
 
-    /// The legal actions of each observation as 0/1, `[n, num_actions]`.
-    fn legal(&self, obs: &Tensor) -> Tensor {
-        match self.action_mask {
-            Some((at, len)) => obs.narrow(-1, at, len).gt(0.0).to_kind(Kind::Float),
-            None => Tensor::ones([obs.size()[0], self.num_actions], (Kind::Float, obs.device())),
-        }
-    }
-
     /// A `[n, obs_dim]` tensor on the network's device from flat observations.
     pub fn obs_tensor(&self, obs: &[f32]) -> Result<Tensor> {
         let d = self.obs_dim as usize;
@@ -209,30 +206,44 @@ impl QNetwork {
 impl Policy for QNetwork {
     fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput> {
         let obs = self.obs_tensor(obs)?;
-        tch::no_grad(|| {
-            let q = self.masked(&obs, &self.q_values(&obs));
-            let (best, greedy) = q.max_dim(-1, false);
-            let legal = self.legal(&obs);
-            let count = legal.sum_dim_intlist(-1, false, Kind::Float).clamp_min(1.0);
-            let eps = if deterministic { 0.0 } else { self.epsilon };
-            let actions = if eps > 0.0 {
-                // A uniformly random legal action: the largest of uniform scores over the legal ones.
-                let scores = Tensor::rand_like(&legal) + (&legal - 1.0) * 2.0;
-                let random = scores.argmax(-1, false);
-                let explore = Tensor::rand([obs.size()[0]], (Kind::Float, obs.device())).lt(eps);
-                random.where_self(&explore, &greedy)
+        let q = tch::no_grad(|| to_vec(&self.masked(&obs, &self.q_values(&obs))))?;
+        let a = self.num_actions as usize;
+        let eps = if deterministic { 0.0 } else { self.epsilon };
+        let n = q.len() / a.max(1);
+        let mut out = ActOutput {
+            actions: Vec::with_capacity(n),
+            log_probs: Vec::with_capacity(n),
+            values: Vec::with_capacity(n),
+        };
+        // ε-greedy on the host: one forward pass, then a few comparisons per row.
+        for row in q.chunks_exact(a) {
+            let (greedy, best) = row
+                .iter()
+                .copied()
+                .enumerate()
+                .fold(
+                    (0, f32::NEG_INFINITY),
+                    |m, (i, v)| if v > m.1 { (i, v) } else { m },
+                );
+            let legal = |v: &f32| f64::from(*v) > MASKED_Q / 2.0;
+            let count = row.iter().filter(|v| legal(v)).count().max(1);
+            let action = if eps > 0.0 && self.rng.random::<f64>() < eps {
+                let k = self.rng.random_range(0..count);
+                row.iter()
+                    .enumerate()
+                    .filter(|(_, v)| legal(v))
+                    .nth(k)
+                    .map_or(greedy, |(i, _)| i)
             } else {
-                greedy.shallow_clone()
+                greedy
             };
-            // Under ε-greedy: the greedy action has 1 − ε + ε/k, any other legal one ε/k.
-            let is_greedy = actions.eq_tensor(&greedy).to_kind(Kind::Float);
-            let prob = (eps / &count) + is_greedy * (1.0 - eps);
-            Ok(ActOutput {
-                actions: to_vec(&actions)?,
-                log_probs: to_vec(&prob.log())?,
-                values: to_vec(&best)?,
-            })
-        })
+            // Under ε-greedy the greedy action has probability 1 − ε + ε/k, any other legal one ε/k.
+            let prob = eps / count as f64 + if action == greedy { 1.0 - eps } else { 0.0 };
+            out.actions.push(action as f32);
+            out.log_probs.push(prob.ln() as f32);
+            out.values.push(best);
+        }
+        Ok(out)
     }
 
     fn obs_dim(&self) -> usize {

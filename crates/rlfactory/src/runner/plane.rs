@@ -200,7 +200,7 @@ fn rate_limit(cfg: &Config) -> Option<RateLimit> {
     (o.replay_ratio > 0.0 && !cfg.run.serial_mode).then(|| RateLimit {
         samples_per_insert: o.replay_ratio,
         min_size_to_sample: o.learning_starts,
-        error_buffer: cfg.appo.batch_size as f64 + o.replay_ratio.max(1.0),
+        error_buffer: 4.0 * cfg.appo.batch_size as f64 + o.replay_ratio.max(1.0),
     })
 }
 

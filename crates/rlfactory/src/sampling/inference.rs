@@ -14,7 +14,7 @@
 
 use rlf_shm::{ReplayRing, SharedWeights};
 
-use super::{ActionsReady, Field, PolicyRequest, TrajectoryPool};
+use super::{ActionsReady, Field, PolicyRequest, TrajectoryPool, INACTIVE};
 use crate::config::OffPolicyConfig;
 use crate::error::{Result, RlfError};
 use crate::model::{ActOutput, Policy, PolicyWeights};
@@ -229,7 +229,8 @@ impl InferenceWorker {
     }
 
     /// Runs each policy on the columns it controls; returns every column's results, in column
-    /// order, and the version of the policy that chose each (zeros for built-in players' columns).
+    /// order, and the version of the policy that chose each (zeros for built-in players' columns and
+    /// for columns whose agent does not act).
     fn act_per_policy(&mut self, width: usize) -> Result<(ActOutput, Vec<u64>)> {
         let columns = self.column_policies.len();
         let a = self.served[0].policy.action_dim();
@@ -239,11 +240,9 @@ impl InferenceWorker {
             values: vec![0.0; columns],
         };
         let mut versions = vec![0; columns];
-        if let Some(&bad) = self
-            .column_policies
-            .iter()
-            .find(|&&p| p < 0.0 || p as usize >= self.served.len() + self.builtin || p.fract() != 0.0)
-        {
+        if let Some(&bad) = self.column_policies.iter().find(|&&p| {
+            p != INACTIVE && (p < 0.0 || p as usize >= self.served.len() + self.builtin || p.fract() != 0.0)
+        }) {
             return Err(protocol(format!(
                 "a column of network {bad}, but the run has {} networks and {} built-in players",
                 self.served.len(),
@@ -253,7 +252,7 @@ impl InferenceWorker {
         for (p, served) in self.served.iter_mut().enumerate() {
             self.rows.clear();
             self.rows
-                .extend((0..columns).filter(|&c| self.column_policies[c] as usize == p));
+                .extend((0..columns).filter(|&c| self.column_policies[c] == p as f32));
             if self.rows.is_empty() {
                 continue;
             }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub use buffers::{Field, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 pub use inference::{Exploration, InferenceWorker};
 pub use policy_map::{parse_agent_policy_map, Mapping, PolicyAssigner, SelfPlay, RESAMPLE_EVERY_EPISODES};
-pub use rollout::{ReplayWriter, RolloutWorker, StepOutcome, WorkerCounts};
+pub use rollout::{ReplayWriter, RolloutWorker, StepOutcome, WorkerCounts, INACTIVE};
 
 /// A split of a rollout worker wrote its observations at step `step` of slot `buffer` of its
 /// pool and waits for actions (`policy_requested`).

@@ -77,9 +77,15 @@ struct Split {
 }
 
 impl Split {
+    /// The networks written into the slot with the next observations: each column's, or
+    /// [`INACTIVE`] for a column whose agent does not act next (no network needs to run for it).
     fn refresh_policy_values(&mut self) {
-        for (v, &p) in self.policy_values.iter_mut().zip(&self.policies) {
-            *v = p as f32;
+        for (c, (v, &p)) in self.policy_values.iter_mut().zip(&self.policies).enumerate() {
+            *v = if self.envs.acts_next(c) {
+                p as f32
+            } else {
+                INACTIVE
+            };
         }
     }
 
@@ -145,7 +151,6 @@ impl Split {
     /// self-play games are scored (the protagonist's return against each snapshot's), and its
     /// agents' networks for the next episode set.
     fn track_episode_ends(&mut self, num_agents: usize, games: &mut Vec<SelfPlayGame>) {
-        let mut changed = false;
         for e in 0..self.ended.len() / num_agents.max(1) {
             let columns = e * num_agents..(e + 1) * num_agents;
             for c in columns.clone() {
@@ -175,14 +180,14 @@ impl Split {
             let redrawn = self.assigner.on_episode_end(e, &mut self.base[columns]);
             if redrawn || self.self_play.is_some() {
                 self.start_episode(e, num_agents);
-                changed = true;
             }
-        }
-        if changed {
-            self.refresh_policy_values();
         }
     }
 }
+
+/// The network id a slot's `Policy` field holds for a column whose agent does not act at that
+/// step: inference skips it (its step is invalid, in no policy's share).
+pub const INACTIVE: f32 = -1.0;
 
 /// What a rollout worker emits after a step.
 #[derive(Debug, Default)]
@@ -531,6 +536,7 @@ impl RolloutWorker {
         let mut offset = self.seed;
         for split in &mut self.splits {
             split.envs.reset(Some(offset), &mut split.buf.obs)?;
+            split.refresh_policy_values();
             offset += self.envs_per_split as u64;
         }
         Ok(())
@@ -611,6 +617,7 @@ impl RolloutWorker {
         }
         if self.num_networks > 1 {
             split.track_episode_ends(split.envs.num_agents(), &mut self.report.games);
+            split.refresh_policy_values();
         }
         self.pool.put(buffer, Field::HasFinal, t, &split.flags)?;
         self.pool.put(buffer, Field::FinalObs, t, &split.final_obs)?;
@@ -806,7 +813,7 @@ mod tests {
             reader
                 .get(r.buffer, Field::Policy, r.step, &mut networks)
                 .expect("networks");
-            for &n in &networks {
+            for &n in networks.iter().filter(|&&n| n != INACTIVE) {
                 assert!(n == 0.0 || n == 1.0 || n == 2.0, "network {n}");
                 seen[n as usize] += 1;
             }
@@ -997,11 +1004,8 @@ mod tests {
                 .get(r.buffer, Field::Valid, r.step, &mut valid)
                 .expect("valid");
             for c in 0..8 {
-                assert!(
-                    networks[c] == 0.0 || networks[c] == builtin,
-                    "network {}",
-                    networks[c]
-                );
+                let n = networks[c];
+                assert!(n == 0.0 || n == builtin || n == INACTIVE, "network {n}");
                 if networks[c] != builtin || valid[c] == 0.0 {
                     continue;
                 }
