@@ -205,7 +205,7 @@ fn a_killed_dqn_actor_is_replaced_and_its_learner_keeps_training() {
     ]);
     let run = spawn(&mut command);
     let mut seen = Vec::new();
-    let mut wait_for = |what: &dyn Fn(&str) -> bool, seen: &mut Vec<String>| loop {
+    let wait_for = |what: &dyn Fn(&str) -> bool, seen: &mut Vec<String>| loop {
         let line = run
             .lines
             .recv_timeout(Duration::from_secs(60))
