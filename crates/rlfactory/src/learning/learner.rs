@@ -157,20 +157,8 @@ impl Learner {
 
     /// Publishes the current weights and their version.
     pub fn publish(&self) -> Result<PolicyUpdated> {
-        let version = self.appo.version();
         let values = self.appo.model().weights()?.values;
-        if values.len() != self.weights.len() {
-            return Err(crate::RlfError::WeightMismatch(format!(
-                "{} values for a shared buffer of {}",
-                values.len(),
-                self.weights.len()
-            )));
-        }
-        self.weights.publish(version, &values);
-        Ok(PolicyUpdated {
-            policy: self.policy,
-            version,
-        })
+        super::publish_weights(&self.weights, self.policy, self.appo.version(), &values)
     }
 
     /// Replaces the hyper-parameters PBT mutates.

@@ -50,6 +50,24 @@ pub struct Batch {
     pub parts: Vec<Part>,
 }
 
+/// Publishes `values` as version `version` of policy `policy` into `weights` (which must hold as many).
+fn publish_weights(
+    weights: &rlf_shm::SharedWeights,
+    policy: usize,
+    version: u64,
+    values: &[f32],
+) -> crate::Result<PolicyUpdated> {
+    if values.len() != weights.len() {
+        return Err(crate::RlfError::WeightMismatch(format!(
+            "{} values for a shared buffer of {}",
+            values.len(),
+            weights.len()
+        )));
+    }
+    weights.publish(version, values);
+    Ok(PolicyUpdated { policy, version })
+}
+
 /// New weights were published into shared memory after training (`policy_updated`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyUpdated {

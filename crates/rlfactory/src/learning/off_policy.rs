@@ -131,20 +131,8 @@ impl OffPolicyLearner {
 
     /// Publishes the current weights and their version.
     pub fn publish(&self) -> Result<PolicyUpdated> {
-        let version = self.dqn.version();
         let values = self.dqn.model().weights()?.values;
-        if values.len() != self.weights.len() {
-            return Err(RlfError::WeightMismatch(format!(
-                "{} values for a shared buffer of {}",
-                values.len(),
-                self.weights.len()
-            )));
-        }
-        self.weights.publish(version, &values);
-        Ok(PolicyUpdated {
-            policy: self.policy,
-            version,
-        })
+        super::publish_weights(&self.weights, self.policy, self.dqn.version(), &values)
     }
 
     /// Waits until `deadline` at most for the next batch's data, then trains while the buffer allows without

@@ -622,6 +622,24 @@ pub(super) fn load_named_tensors(
     })
 }
 
+/// Saves `vs` to `path` (safetensors).
+pub(super) fn save_vars(vs: &nn::VarStore, path: &Path) -> Result<()> {
+    vs.save(path).map_err(|e| RlfError::Io {
+        what: "saving weights to",
+        path: path.to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+/// Loads `vs` from `path`, saved by [`save_vars`].
+pub(super) fn load_vars(vs: &mut nn::VarStore, path: &Path) -> Result<()> {
+    vs.load(path).map_err(|e| RlfError::Io {
+        what: "loading weights from",
+        path: path.to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
 /// All of `named`'s values, flat, variable after variable.
 pub(super) fn flat_weights(named: &[(String, Tensor)]) -> Result<PolicyWeights> {
     let flat: Vec<Tensor> = named.iter().map(|(_, t)| t.detach().flatten(0, -1)).collect();
@@ -713,19 +731,11 @@ impl Policy for ActorCritic {
     }
 
     fn save(&self, path: &Path) -> Result<()> {
-        self.vs.save(path).map_err(|e| RlfError::Io {
-            what: "saving weights to",
-            path: path.to_owned(),
-            source: std::io::Error::other(e.to_string()),
-        })
+        save_vars(&self.vs, path)
     }
 
     fn load(&mut self, path: &Path) -> Result<()> {
-        self.vs.load(path).map_err(|e| RlfError::Io {
-            what: "loading weights from",
-            path: path.to_owned(),
-            source: std::io::Error::other(e.to_string()),
-        })
+        load_vars(&mut self.vs, path)
     }
 }
 

@@ -15,8 +15,8 @@ use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
 use super::actor_critic::{
-    action_mask_range, flat_weights, linear, load_flat_weights, load_named_tensors, named_tensors, to_vec,
-    Encoder,
+    action_mask_range, flat_weights, linear, load_flat_weights, load_named_tensors, load_vars, named_tensors,
+    save_vars, to_vec, Encoder,
 };
 use super::{ActOutput, ActionHead, NamedTensor, Policy, PolicyWeights};
 use crate::config::{DeviceKind, ModelConfig};
@@ -268,19 +268,11 @@ impl Policy for QNetwork {
     }
 
     fn save(&self, path: &Path) -> Result<()> {
-        self.vs.save(path).map_err(|e| RlfError::Io {
-            what: "saving weights to",
-            path: path.to_owned(),
-            source: std::io::Error::other(e.to_string()),
-        })
+        save_vars(&self.vs, path)
     }
 
     fn load(&mut self, path: &Path) -> Result<()> {
-        self.vs.load(path).map_err(|e| RlfError::Io {
-            what: "loading weights from",
-            path: path.to_owned(),
-            source: std::io::Error::other(e.to_string()),
-        })
+        load_vars(&mut self.vs, path)
     }
 
     fn set_exploration(&mut self, epsilon: f64) {

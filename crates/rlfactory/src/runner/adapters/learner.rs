@@ -1,13 +1,13 @@
-//! [`Learner`] on its loop, with the experiment's checkpoints (one learner per policy).
+//! [`Learner`] (APPO) or [`OffPolicyLearner`] (DQN) on its loop, with the experiment's checkpoints (one learner per
+//! policy).
+
+use std::time::{Duration, Instant};
 
 use rlf_shm::SharedWeights;
 use rlf_signal::{Component, Ctx, Signal};
-
-use super::{or_fail, sent};
-use std::time::{Duration, Instant};
-
 use serde::{Deserialize, Serialize};
 
+use super::{or_fail, sent};
 use crate::algo::appo::Appo;
 use crate::algo::dqn::Dqn;
 use crate::config::{Algo, Config};
