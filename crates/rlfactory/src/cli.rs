@@ -258,6 +258,24 @@ mod tests {
         assert_eq!(train.config, Config::default());
     }
 
+    /// `--algo dqn` takes the env's DQN settings, not its APPO ones; each shipped DQN config is valid.
+    #[test]
+    fn dqn_takes_its_own_shipped_config() {
+        use crate::config::Algo;
+        for (env, batch) in [("CartPole-v1", 64), ("Acrobot-v1", 128), ("treasurehunt", 256)] {
+            let cfg = Config::for_env(env, &["--algo=dqn"]).expect("a valid config");
+            assert_eq!(
+                (cfg.off_policy.algo, cfg.appo.batch_size),
+                (Algo::Dqn, batch),
+                "{env}"
+            );
+        }
+        let pendulum = Config::for_env("Pendulum-v1", &["--algo=dqn"])
+            .unwrap_err()
+            .to_string();
+        assert!(pendulum.contains("Discrete"), "{pendulum}");
+    }
+
     #[test]
     fn every_key_of_a_saved_config_is_a_flag() {
         let keys = Config::keys();
