@@ -252,11 +252,12 @@ fn a_killed_dqn_actor_is_replaced_and_its_learner_keeps_training() {
     assert_eq!(s["worker_restarts"], 1, "{s}");
     let frames = s["env_frames"].as_u64().expect("frames");
     assert!(frames >= 30_000, "{s}");
-    // 32 samples of 64 per transition after the first 1000; the dead worker's unfinished trajectory is lost.
+    // 32 samples of 64 per transition after the first 1000. The trajectory the dead worker was inserting when it
+    // died (a split's 4 envs × 8 steps) may be in the buffer though no report counted its frames: 16 steps more.
     let steps = s["policy_version"].as_u64().expect("version") as f64;
     let due = (frames - 1000) as f64 / 2.0;
     assert!(
-        steps > 0.9 * due && steps <= due + 10.0,
+        steps > 0.9 * due && steps <= due + 16.0 + 10.0,
         "{steps} SGD steps for {frames} frames\n{s}"
     );
 }
