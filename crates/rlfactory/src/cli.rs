@@ -258,9 +258,10 @@ mod tests {
         assert_eq!(train.config, Config::default());
     }
 
-    /// `--algo dqn` takes the env's DQN settings, not its APPO ones; each shipped DQN config is valid.
+    /// `--algo dqn` and `--algo sac` take the env's settings for them, not its APPO ones; each shipped off-policy
+    /// config is valid.
     #[test]
-    fn dqn_takes_its_own_shipped_config() {
+    fn off_policy_algos_take_their_own_shipped_configs() {
         use crate::config::Algo;
         for (env, batch) in [("CartPole-v1", 64), ("Acrobot-v1", 128), ("treasurehunt", 256)] {
             let cfg = Config::for_env(env, &["--algo=dqn"]).expect("a valid config");
@@ -274,6 +275,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(pendulum.contains("Discrete"), "{pendulum}");
+        let sac = Config::for_env("Pendulum-v1", &["--algo=sac"]).expect("a valid config");
+        assert_eq!(
+            (
+                sac.off_policy.algo,
+                sac.off_policy.replay_ratio,
+                sac.off_policy.tau
+            ),
+            (Algo::Sac, 256.0, 0.005)
+        );
+        let cartpole = Config::for_env("CartPole-v1", &["--algo=sac"])
+            .unwrap_err()
+            .to_string();
+        assert!(cartpole.contains("needs Box actions"), "{cartpole}");
     }
 
     #[test]

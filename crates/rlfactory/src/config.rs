@@ -292,6 +292,9 @@ pub enum ContinuousActionMode {
     Clip,
     /// The sampled action is squashed with tanh and scaled to the bounds.
     Tanh,
+    /// The action, clipped to [−1, 1], is scaled linearly to the bounds (how SAC's squashed actions reach the env,
+    /// whatever this flag says).
+    Scale,
 }
 
 /// Weight initialisation of the linear layers.
@@ -491,9 +494,27 @@ pub enum Algo {
     Appo,
     /// DQN (off-policy, from a replay buffer; `Discrete` actions).
     Dqn,
+    /// Soft actor-critic (off-policy, from a replay buffer; `Box` actions).
+    Sac,
 }
 
-/// Off-policy learning (`--algo dqn`): the replay buffer, its rate limit, targets and exploration. The batch size,
+impl Algo {
+    /// Whether it learns from a replay buffer (DQN, SAC) rather than from the trajectory slots (APPO).
+    pub fn is_off_policy(self) -> bool {
+        self != Algo::Appo
+    }
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Appo => "appo",
+            Algo::Dqn => "dqn",
+            Algo::Sac => "sac",
+        }
+    }
+}
+
+/// Off-policy learning (`--algo dqn`, `--algo sac`): the replay buffer, its rate limit, targets and exploration. The batch size,
 /// learning rate, discount, gradient clipping and Adam's settings are the ones above.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
@@ -564,9 +585,13 @@ impl Default for OffPolicyConfig {
 }
 
 impl OffPolicyConfig {
-    /// ε after `steps` env steps of a run of `total` (linear from the initial to the final value over
-    /// `--exploration_fraction` of the run, then constant).
+    /// The actors' exploration after `steps` env steps of a run of `total`: DQN's ε (linear from the initial to
+    /// the final value over `--exploration_fraction` of the run, then constant); SAC's share of uniformly random
+    /// actions (all of them until `--learning_starts`, as Stable-Baselines3, then none: it explores by sampling).
     pub fn epsilon(&self, steps: u64, total: u64) -> f64 {
+        if self.algo == Algo::Sac {
+            return if steps < self.learning_starts { 1.0 } else { 0.0 };
+        }
         let span = self.exploration_fraction * total as f64;
         let progress = if span > 0.0 {
             (steps as f64 / span).min(1.0)
@@ -810,13 +835,22 @@ impl Default for PbtConfig {
 /// The shipped default settings for `env` and `algo`, as TOML, if there are any (an env's APPO settings are not
 /// DQN's: without settings of its own, DQN starts from the reference values).
 pub fn shipped_config(env: &str, algo: Algo) -> Option<&'static str> {
-    if algo == Algo::Dqn {
-        return match env {
-            "CartPole-v1" => Some(include_str!("../configs/CartPole-v1-dqn.toml")),
-            "Acrobot-v1" => Some(include_str!("../configs/Acrobot-v1-dqn.toml")),
-            "treasurehunt" => Some(include_str!("../configs/treasurehunt-dqn.toml")),
-            _ => None,
-        };
+    match algo {
+        Algo::Dqn => {
+            return match env {
+                "CartPole-v1" => Some(include_str!("../configs/CartPole-v1-dqn.toml")),
+                "Acrobot-v1" => Some(include_str!("../configs/Acrobot-v1-dqn.toml")),
+                "treasurehunt" => Some(include_str!("../configs/treasurehunt-dqn.toml")),
+                _ => None,
+            };
+        }
+        Algo::Sac => {
+            return match env {
+                "Pendulum-v1" => Some(include_str!("../configs/Pendulum-v1-sac.toml")),
+                _ => None,
+            };
+        }
+        Algo::Appo => {}
     }
     match env {
         "CartPole-v1" => Some(include_str!("../configs/CartPole-v1.toml")),
@@ -910,7 +944,7 @@ impl Config {
         if let Some(text) = shipped_config(env, algo) {
             let origin = PathBuf::from(match algo {
                 Algo::Appo => format!("configs/{env}.toml"),
-                Algo::Dqn => format!("configs/{env}-dqn.toml"),
+                off_policy => format!("configs/{env}-{}.toml", off_policy.name()),
             });
             config.apply(&parse_settings(text, &origin)?, &origin)?;
         }
@@ -999,24 +1033,28 @@ impl Config {
     fn validate_off_policy(&self, spec: &EnvSpec) -> Result<()> {
         let err = |m: String| Err(RlfError::Config(m));
         let o = &self.off_policy;
+        let algo = o.algo.name();
         for (flag, on) in [
             ("--self_play", self.sampling.self_play),
             ("--with_pbt", self.pbt.with_pbt),
             ("--async_rl=false", !self.run.async_rl),
         ] {
             if on {
-                return err(format!("{flag} is not supported with --algo dqn yet"));
+                return err(format!("{flag} is not supported with --algo {algo} yet"));
             }
         }
-        if let Some(space) = spec
-            .action_spaces
-            .iter()
-            .find(|s| !matches!(s, rlf_env::Space::Discrete { .. }))
-        {
+        let (fits, needs): (fn(&rlf_env::Space) -> bool, _) = match o.algo {
+            Algo::Sac => (|s| matches!(s, rlf_env::Space::Box(_)), "Box"),
+            _ => (|s| matches!(s, rlf_env::Space::Discrete { .. }), "Discrete"),
+        };
+        if let Some(space) = spec.action_spaces.iter().find(|s| !fits(s)) {
             return err(format!(
-                "--algo dqn needs Discrete actions; {} has {space}",
+                "--algo {algo} needs {needs} actions; {} has {space}",
                 self.env.env
             ));
+        }
+        if o.algo == Algo::Sac && !self.model.encoder_conv_layers.0.is_empty() {
+            return err("--algo sac takes MLP encoders only: drop --encoder_conv_layers".into());
         }
         if o.n_step == 0 || o.publish_interval == 0 || o.target_update_interval == 0 {
             return err(
@@ -1033,7 +1071,7 @@ impl Config {
             return err(format!("--tau must be in (0, 1], got {}", o.tau));
         }
         if self.run.serial_mode && o.replay_ratio <= 0.0 {
-            return err("--serial_mode with --algo dqn needs --replay_ratio > 0 (one loop trains what the ratio says)".into());
+            return err(format!("--serial_mode with --algo {algo} needs --replay_ratio > 0 (one loop trains what the ratio says)"));
         }
         if !(o.replay_ratio >= 0.0 && o.replay_ratio.is_finite()) {
             return err(format!(
@@ -1051,6 +1089,16 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// How raw continuous actions reach the env: SAC's actor acts in [−1, 1], scaled to the bounds; APPO's
+    /// Gaussian samples as `--continuous_action_mode` says.
+    pub fn action_mode(&self) -> ContinuousActionMode {
+        if self.off_policy.algo == Algo::Sac {
+            ContinuousActionMode::Scale
+        } else {
+            self.model.continuous_action_mode
+        }
     }
 
     /// The built-in players self-play mixes into the opponents (`--self_play_builtin_opponents`),
@@ -1165,7 +1213,7 @@ impl Config {
                 ));
             }
         }
-        if self.off_policy.algo == Algo::Dqn {
+        if self.off_policy.algo.is_off_policy() {
             self.validate_off_policy(&spec)?;
         }
         let builtin = self.builtin_opponents();

@@ -68,7 +68,7 @@ use rlf_env::connect_four::{self, play_game, ConnectFour, HeuristicPlayer, Playe
 use crate::env::{ActionMapper, EnvRegistry, EnvSpec, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
 use crate::experiment::{self, RestoredState};
-use crate::model::{ActOutput, ActorCritic, Policy, QNetwork};
+use crate::model::{ActOutput, ActorCritic, Policy, QNetwork, SacActor};
 
 /// Which experiment and checkpoint to load.
 #[derive(Debug, Clone, Args)]
@@ -283,6 +283,11 @@ impl CheckpointSource {
                 model.set_epsilon(cfg.off_policy.exploration_final_eps);
                 Box::new(model)
             }
+            Algo::Sac => {
+                let mut model = SacActor::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
+                model.load_named_tensors(&state.tensors)?;
+                Box::new(model)
+            }
         };
         eprintln!(
             "[rlfactory] loaded {} (env frames {}, policy version {})",
@@ -410,7 +415,7 @@ pub fn run_episodes(
     seed: u64,
     mut on_episode: impl FnMut(usize, &Episode) -> Result<()>,
 ) -> Result<Vec<Episode>> {
-    let mut mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.model.continuous_action_mode)?;
+    let mut mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.action_mode())?;
     let columns = envs.num_columns();
     let mut buf = VecBuffers::new(columns, envs.obs_dim());
     ActorCritic::seed(seed);

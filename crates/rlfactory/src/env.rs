@@ -342,6 +342,10 @@ impl ActionMapper {
                             lo + (a.tanh() + 1.0) * 0.5 * (hi - lo)
                         }
                         ContinuousActionMode::Tanh => a.tanh(),
+                        ContinuousActionMode::Scale if lo.is_finite() && hi.is_finite() => {
+                            lo + (a.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo)
+                        }
+                        ContinuousActionMode::Scale => a.clamp(-1.0, 1.0),
                     }
                 }));
                 ActionBatch::Continuous(&self.floats)
@@ -368,6 +372,11 @@ mod tests {
             panic!("continuous")
         };
         assert!((x[0] - 2.0).abs() < 1e-6);
+        let mut scale = ActionMapper::new(&space, ContinuousActionMode::Scale).unwrap();
+        assert_eq!(
+            scale.map(&[-1.0, 0.25, 3.0]),
+            ActionBatch::Continuous(&[-2.0, 0.5, 2.0])
+        );
     }
 
     #[test]

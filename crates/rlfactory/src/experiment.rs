@@ -428,7 +428,9 @@ impl Checkpointer {
         let mut progress = CheckpointRequest::default();
         if let Some(state) = checkpointer.load_latest()? {
             if !learner.restore(&state.tensors, state.training)? {
-                checkpointer.log("the checkpoint holds no Adam moments: Adam restarts at zero")?;
+                checkpointer.log(
+                    "the checkpoint holds only the policy's weights: Adam's moments (and SAC's critics) restart afresh",
+                )?;
             }
             learner.publish()?;
             progress.env_steps = state.env_steps;

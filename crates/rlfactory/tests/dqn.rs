@@ -7,20 +7,9 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{expect_failed_run, run, spawn, summary, temp_dir, text};
+use common::{child_of_loop, eval_mean_return, expect_failed_run, run, spawn, summary, temp_dir, text};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
-
-/// The mean return `eval` printed.
-fn mean_return(stdout: &str) -> f64 {
-    stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("mean return "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|r| r.parse().ok())
-        .unwrap_or_else(|| panic!("no mean return in {stdout}"))
-}
 
 /// The shipped DQN config for CartPole (RL Zoo's hyper-parameters: 50K env steps, 32 samples per insert) on one
 /// seed: the learner kept the replay ratio, and the greedy policy it ends with balances the pole (a mean return of
@@ -62,7 +51,7 @@ fn dqn_learns_cartpole_within_50k_steps() {
     ]);
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
-    let ret = mean_return(&stdout);
+    let ret = eval_mean_return(&stdout);
     assert!(ret >= 100.0, "the greedy policy's mean return {ret}");
 }
 
@@ -270,19 +259,4 @@ fn run_eval(train_dir: &std::path::Path) -> std::process::Output {
         &format!("--train_dir={}", train_dir.display()),
         "--max_num_episodes=2",
     ])
-}
-
-/// The process of `loop_id` among the children of `parent` (rlf-signal names each child's main thread
-/// `rlf-loop-<id>`).
-fn child_of_loop(parent: u32, loop_id: u32) -> u32 {
-    let children =
-        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).expect("children");
-    children
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .find(|pid: &u32| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|comm| comm.trim_end() == format!("rlf-loop-{loop_id}"))
-        })
-        .unwrap_or_else(|| panic!("no process of loop {loop_id} under {parent}"))
 }

@@ -1,9 +1,8 @@
 //! DQN over n-step transitions from a replay buffer, read top to bottom.
 //!
-//! 1. A batch is `B` n-step transitions `(s, a, R, d, s')` sampled uniformly from the policy's replay ring
-//!    ([`Batch`], rows laid out by [`TransitionLayout`]): `R` is the discounted return of up to n agent steps, `d`
-//!    the discount of what follows (`γ^k`, 0 after a terminal state), `s'` the state to bootstrap from (see
-//!    [`crate::learning::replay`]).
+//! 1. A batch is `B` n-step transitions `(s, a, R, d, s')` sampled from the policy's replay ring
+//!    ([`Transitions`]): `R` is the discounted return of up to n agent steps, `d` the discount of what follows
+//!    (`γ^k`, 0 after a terminal state), `s'` the state to bootstrap from (see [`crate::learning::replay`]).
 //! 2. Targets, without gradient: the next action `a' = argmax_a Q(s', a)` of the online network (double DQN,
 //!    `--double_q`) or of the target network; `y = R + d · Q_target(s', a')`. Actions an `action_mask` forbids in
 //!    `s'` are never `a'`.
@@ -19,52 +18,10 @@ use std::collections::BTreeMap;
 use tch::{Kind, Reduction, Tensor};
 
 use super::adam::{Adam, AdamConfig};
+use super::{OffPolicyAlgo, Transitions};
 use crate::config::{AppoConfig, OffPolicyConfig};
-use crate::error::{Result, RlfError};
-use crate::learning::replay::TransitionLayout;
-use crate::model::{NamedTensor, QNetwork};
-
-// ---------------------------------------------------------------------------------------------
-// 1. The data
-
-/// A training batch of `B` n-step transitions.
-#[derive(Debug)]
-pub struct Batch {
-    /// States, `[B, obs_dim]`.
-    pub obs: Tensor,
-    /// Actions taken, `[B]` (`Int64`).
-    pub actions: Tensor,
-    /// n-step returns, `[B]`.
-    pub returns: Tensor,
-    /// Discounts of the bootstrap, `[B]`.
-    pub discounts: Tensor,
-    /// States to bootstrap from, `[B, obs_dim]`.
-    pub next_obs: Tensor,
-}
-
-impl Batch {
-    /// The batch in `rows` (whole rows of `layout`), on `device`.
-    pub fn from_rows(rows: &[f32], layout: TransitionLayout, device: tch::Device) -> Result<Self> {
-        let w = layout.row_words();
-        if rows.is_empty() || rows.len() % w != 0 {
-            return Err(RlfError::Protocol {
-                component: "learner",
-                message: format!("{} replay values are not whole rows of {w}", rows.len()),
-            });
-        }
-        let all = Tensor::f_from_slice(rows)?
-            .f_view([(rows.len() / w) as i64, w as i64])?
-            .f_to_device(device)?;
-        let column = |at: usize, len: usize| all.narrow(1, at as i64, len as i64);
-        Ok(Self {
-            obs: column(0, layout.obs_dim),
-            actions: column(layout.action_at(), 1).squeeze_dim(1).to_kind(Kind::Int64),
-            returns: column(layout.return_at(), 1).squeeze_dim(1),
-            discounts: column(layout.discount_at(), 1).squeeze_dim(1),
-            next_obs: column(layout.next_obs_at(), layout.obs_dim),
-        })
-    }
-}
+use crate::error::Result;
+use crate::model::{NamedTensor, Policy, PolicyWeights, QNetwork};
 
 // ---------------------------------------------------------------------------------------------
 // The learner's state
@@ -126,11 +83,6 @@ impl Dqn {
         self.version
     }
 
-    /// Adam's moments, for checkpoints.
-    pub fn optimizer_state(&self) -> Result<Vec<NamedTensor>> {
-        self.optimizer.state()
-    }
-
     /// The learning rate.
     pub fn lr(&self) -> f64 {
         self.optimizer.lr()
@@ -149,7 +101,7 @@ impl Dqn {
     // 2. Targets
 
     /// `R + d · Q_target(s', a')`, `[B]`, without gradient.
-    pub fn targets(&self, batch: &Batch) -> Tensor {
+    pub fn targets(&self, batch: &Transitions) -> Tensor {
         tch::no_grad(|| {
             let q_target = self.target.q_values(&batch.next_obs);
             let chooser = if self.cfg.double_q {
@@ -167,12 +119,12 @@ impl Dqn {
     // 3-6. One SGD step
 
     /// One SGD step on `batch`; returns the metrics.
-    pub fn train(&mut self, batch: &Batch) -> Result<BTreeMap<String, f64>> {
+    pub fn train(&mut self, batch: &Transitions) -> Result<BTreeMap<String, f64>> {
         let y = self.targets(batch);
         let q = self
             .online
             .q_values(&batch.obs)
-            .f_gather(-1, &batch.actions.unsqueeze(-1), false)?
+            .f_gather(-1, &batch.actions.to_kind(Kind::Int64), false)?
             .squeeze_dim(-1);
         let loss = q.f_huber_loss(&y, Reduction::Mean, 1.0)?;
         self.optimizer.zero_grad()?;
@@ -193,13 +145,46 @@ impl Dqn {
     }
 }
 
+impl OffPolicyAlgo for Dqn {
+    fn train(&mut self, batch: &Transitions) -> Result<BTreeMap<String, f64>> {
+        Dqn::train(self, batch)
+    }
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn device(&self) -> tch::Device {
+        self.online.device()
+    }
+
+    fn lr(&self) -> f64 {
+        Dqn::lr(self)
+    }
+
+    fn acting_weights(&self) -> Result<PolicyWeights> {
+        self.online.weights()
+    }
+
+    fn state_tensors(&self) -> Result<Vec<NamedTensor>> {
+        let mut tensors = self.online.named_tensors()?;
+        tensors.extend(self.optimizer.state()?);
+        Ok(tensors)
+    }
+
+    fn restore(&mut self, tensors: &[NamedTensor], version: u64) -> Result<bool> {
+        self.online.load_named_tensors(tensors)?;
+        Dqn::restore(self, version, tensors)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rlf_env::{BoxSpace, Space};
 
     use super::*;
     use crate::config::{Config, DeviceKind};
-    use crate::model::Policy;
+    use crate::learning::replay::TransitionLayout;
 
     const LAYOUT: TransitionLayout = TransitionLayout {
         obs_dim: 2,
@@ -242,7 +227,7 @@ mod tests {
         LAYOUT.write(&mut rows[w..2 * w], &a, &[0.0], 0.5, 0.0, &[0.0, 0.0]);
         LAYOUT.write(&mut rows[2 * w..3 * w], &b, &[0.0], 1.0, 0.0, &[0.0, 0.0]);
         LAYOUT.write(&mut rows[3 * w..], &b, &[1.0], 0.0, 0.0, &[0.0, 0.0]);
-        let batch = Batch::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
+        let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
         for _ in 0..1500 {
             dqn.train(&batch).expect("step");
         }
@@ -272,7 +257,7 @@ mod tests {
             let s = [i as f32 / 8.0, 1.0 - i as f32 / 8.0];
             LAYOUT.write(row, &s, &[(i % 2) as f32], 0.25, 0.5, &[s[1], s[0]]);
         }
-        let batch = Batch::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
+        let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
         for double in [true, false] {
             let mut dqn = learner(&[&format!("--double_q={double}"), "--target_update_interval=1000"]);
             // Make the online network differ from the target network.

@@ -1,6 +1,6 @@
 //! The off-policy learner of one policy: it sleeps on its replay buffer's insert counter until the buffer holds
 //! what its next batch needs (`--learning_starts`, and what the rate limit of `--replay_ratio` allows), samples
-//! uniformly, takes a DQN step ([`Dqn`]), records its samples (which lets writers held back by the rate limit go
+//! uniformly, takes an SGD step of its algorithm ([`OffPolicyAlgo`]: DQN or SAC), records its samples (which lets writers held back by the rate limit go
 //! on), and publishes its weights every `--publish_interval` steps through the seqlock.
 //!
 //! Training goes in rounds ([`OffPolicyLearner::train_round`]): a wait until a deadline, then SGD steps while the
@@ -17,9 +17,9 @@ use rlf_shm::{ReplayRing, SharedWeights, Wait};
 use super::replay::TransitionLayout;
 use super::{PolicyUpdated, TrainingReport};
 use crate::algo::appo::TrainingState;
-use crate::algo::dqn::{Batch, Dqn};
+use crate::algo::{OffPolicyAlgo, Transitions};
 use crate::error::{Result, RlfError};
-use crate::model::{NamedTensor, Policy};
+use crate::model::NamedTensor;
 
 /// What a round of training did.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub enum Round {
 /// Owns the training state of one off-policy policy and its view of the policy's replay buffer.
 #[derive(Debug)]
 pub struct OffPolicyLearner {
-    dqn: Dqn,
+    algo: Box<dyn OffPolicyAlgo>,
     policy: usize,
     weights: SharedWeights,
     replay: ReplayRing,
@@ -64,10 +64,10 @@ const ROUND_STEPS: usize = 64;
 const ROUND_TIME: Duration = Duration::from_millis(50);
 
 impl OffPolicyLearner {
-    /// The learner of policy `policy` training `dqn` on batches of `batch_size` from `replay` (rows of `layout`),
+    /// The learner of policy `policy` training `algo` on batches of `batch_size` from `replay` (rows of `layout`),
     /// publishing into `weights`; sampling is seeded by `seed`.
     pub fn new(
-        dqn: Dqn,
+        algo: Box<dyn OffPolicyAlgo>,
         policy: usize,
         weights: SharedWeights,
         replay: ReplayRing,
@@ -87,7 +87,7 @@ impl OffPolicyLearner {
         }
         Ok(Self {
             epoch: replay.interrupts(),
-            dqn,
+            algo,
             policy,
             weights,
             replay,
@@ -118,7 +118,7 @@ impl OffPolicyLearner {
 
     /// The policy version (SGD steps taken).
     pub fn version(&self) -> u64 {
-        self.dqn.version()
+        self.algo.version()
     }
 
     /// The insert count the next batch needs.
@@ -131,8 +131,8 @@ impl OffPolicyLearner {
 
     /// Publishes the current weights and their version.
     pub fn publish(&self) -> Result<PolicyUpdated> {
-        let values = self.dqn.model().weights()?.values;
-        super::publish_weights(&self.weights, self.policy, self.dqn.version(), &values)
+        let values = self.algo.acting_weights()?.values;
+        super::publish_weights(&self.weights, self.policy, self.algo.version(), &values)
     }
 
     /// Waits until `deadline` at most for the next batch's data, then trains while the buffer allows without
@@ -175,11 +175,11 @@ impl OffPolicyLearner {
             if !drawn {
                 break;
             }
-            let batch = Batch::from_rows(&self.rows, self.layout, self.dqn.model().device())?;
-            metrics = self.dqn.train(&batch)?;
+            let batch = Transitions::from_rows(&self.rows, self.layout, self.algo.device())?;
+            metrics = self.algo.train(&batch)?;
             self.replay.record_samples(self.batch_size as u64);
             self.steps += 1;
-            if self.dqn.version() % self.publish_interval == 0 {
+            if self.algo.version() % self.publish_interval == 0 {
                 update = Some(self.publish()?);
             }
             let limited = self.replay.rate_limit().is_some() && self.replay.inserted() < self.target();
@@ -190,7 +190,7 @@ impl OffPolicyLearner {
         Ok(Round::Trained {
             report: TrainingReport {
                 policy: self.policy,
-                version: self.dqn.version(),
+                version: self.algo.version(),
                 metrics: metrics.into_iter().collect(),
                 dataset_digest: None,
             },
@@ -198,22 +198,20 @@ impl OffPolicyLearner {
         })
     }
 
-    /// Everything a checkpoint holds: the network's variables, Adam's moments, the version.
+    /// Everything a checkpoint holds: the networks' variables, the optimisers' moments, the version.
     pub fn state(&self) -> Result<(Vec<NamedTensor>, TrainingState)> {
-        let mut tensors = self.dqn.model().named_tensors()?;
-        tensors.extend(self.dqn.optimizer_state()?);
+        let tensors = self.algo.state_tensors()?;
         let state = TrainingState {
-            version: self.dqn.version(),
+            version: self.algo.version(),
             frames_trained: self.replay.sampled(),
-            lr: self.dqn.lr(),
+            lr: self.algo.lr(),
         };
         Ok((tensors, state))
     }
 
-    /// Continues from a checkpoint's weights, Adam's moments and version (the target network starts as a copy of
-    /// the loaded weights). Returns whether the moments were in it.
+    /// Continues from a checkpoint's weights, the optimisers' moments and version (target networks start as copies
+    /// of the loaded ones). Returns whether everything trained was in it.
     pub fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
-        self.dqn.model_mut().load_named_tensors(tensors)?;
-        self.dqn.restore(state.version, tensors)
+        self.algo.restore(tensors, state.version)
     }
 }

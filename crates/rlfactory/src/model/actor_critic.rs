@@ -298,6 +298,12 @@ impl Encoder {
         Ok((Self { convs, mlp }, hidden))
     }
 
+    /// An MLP alone over `inputs` values (no image part), and its output size.
+    pub(super) fn mlp_only(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Self, i64) {
+        let (mlp, hidden) = mlp(path, inputs, cfg);
+        (Self { convs: None, mlp }, hidden)
+    }
+
     pub(super) fn forward(&self, x: &Tensor) -> Tensor {
         match &self.convs {
             Some(convs) => self.mlp.forward(&convs.forward(x)),
@@ -546,19 +552,7 @@ impl ActorCritic {
 
     /// A `[n, obs_dim]` tensor on the model's device from flat observations.
     pub fn obs_tensor(&self, obs: &[f32]) -> Result<Tensor> {
-        let d = self.obs_dim as usize;
-        if obs.len() % d != 0 {
-            return Err(RlfError::Protocol {
-                component: "policy",
-                message: format!(
-                    "{} observation values are not a whole number of {d}-value observations",
-                    obs.len()
-                ),
-            });
-        }
-        Ok(Tensor::f_from_slice(obs)?
-            .f_view([(obs.len() / d) as i64, self.obs_dim])?
-            .f_to_device(self.device())?)
+        rows_tensor(obs, self.obs_dim, self.device())
     }
 
     /// Every variable (weights and normalisation statistics) by its PyTorch-style name
@@ -573,6 +567,23 @@ impl ActorCritic {
         let device = self.device();
         load_named_tensors(&mut self.named, tensors, device)
     }
+}
+
+/// A `[n, dim]` tensor on `device` from `values`, `n` rows of `dim` observation values.
+pub(super) fn rows_tensor(values: &[f32], dim: i64, device: tch::Device) -> Result<Tensor> {
+    let d = dim as usize;
+    if d == 0 || values.len() % d != 0 {
+        return Err(RlfError::Protocol {
+            component: "policy",
+            message: format!(
+                "{} observation values are not a whole number of {d}-value observations",
+                values.len()
+            ),
+        });
+    }
+    Ok(Tensor::f_from_slice(values)?
+        .f_view([(values.len() / d) as i64, dim])?
+        .f_to_device(device)?)
 }
 
 /// `named`'s variables as [`NamedTensor`]s.
@@ -617,6 +628,31 @@ pub(super) fn load_named_tensors(
     tch::no_grad(|| {
         for ((_, t), src) in named.iter_mut().zip(sources) {
             t.f_copy_(&src.f_to_device(device)?)?;
+        }
+        Ok(())
+    })
+}
+
+/// Copies every variable of `theirs` (a network of the same architecture) into `mine`, or moves each `tau` of the
+/// way towards it (Polyak averaging; 1 copies).
+pub(super) fn follow_named(
+    mine: &mut [(String, Tensor)],
+    theirs: &[(String, Tensor)],
+    tau: f64,
+) -> Result<()> {
+    tch::no_grad(|| {
+        for ((name, mine), (theirs_name, theirs)) in mine.iter_mut().zip(theirs) {
+            if name != theirs_name || mine.size() != theirs.size() {
+                return Err(RlfError::WeightMismatch(format!(
+                    "`{name}` cannot follow `{theirs_name}`"
+                )));
+            }
+            if tau >= 1.0 {
+                mine.f_copy_(theirs)?;
+            } else {
+                let blended = mine.f_mul_scalar(1.0 - tau)?.f_add(&theirs.f_mul_scalar(tau)?)?;
+                mine.f_copy_(&blended)?;
+            }
         }
         Ok(())
     })

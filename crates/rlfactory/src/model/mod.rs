@@ -6,6 +6,7 @@
 //!   orthogonal initialisation; running normalisation of observations and returns, stored beside
 //!   the weights.
 //! - [`QNetwork`]: the same encoders with one Q-value per action (or a dueling head), acting ε-greedily, for DQN.
+//! - [`SacActor`] and [`TwinQ`]: soft actor-critic's squashed-Gaussian actor and its twin Q-networks (`Box` actions).
 //! - [`Policy`]: what inference needs: act on a batch of observations, export and import weights,
 //!   save and load.
 
@@ -13,6 +14,7 @@ mod actor_critic;
 mod distribution;
 mod normalize;
 mod q_network;
+mod sac;
 
 use std::path::Path;
 
@@ -22,6 +24,7 @@ pub use actor_critic::{ActionHead, ActorCritic, NamedTensor, ACTION_MASK_KEY};
 pub use distribution::Distribution;
 pub use normalize::RunningMeanStd;
 pub use q_network::QNetwork;
+pub use sac::{SacActor, TwinQ};
 
 use crate::error::Result;
 

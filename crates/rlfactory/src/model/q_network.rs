@@ -15,8 +15,8 @@ use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
 use super::actor_critic::{
-    action_mask_range, flat_weights, linear, load_flat_weights, load_named_tensors, load_vars, named_tensors,
-    save_vars, to_vec, Encoder,
+    action_mask_range, flat_weights, follow_named, linear, load_flat_weights, load_named_tensors, load_vars,
+    named_tensors, rows_tensor, save_vars, to_vec, Encoder,
 };
 use super::{ActOutput, ActionHead, NamedTensor, Policy, PolicyWeights};
 use crate::config::{DeviceKind, ModelConfig};
@@ -166,40 +166,13 @@ impl QNetwork {
 
     /// A `[n, obs_dim]` tensor on the network's device from flat observations.
     pub fn obs_tensor(&self, obs: &[f32]) -> Result<Tensor> {
-        let d = self.obs_dim as usize;
-        if obs.len() % d != 0 {
-            return Err(RlfError::Protocol {
-                component: "policy",
-                message: format!(
-                    "{} observation values are not a whole number of {d}-value observations",
-                    obs.len()
-                ),
-            });
-        }
-        Ok(Tensor::f_from_slice(obs)?
-            .f_view([(obs.len() / d) as i64, self.obs_dim])?
-            .f_to_device(self.device())?)
+        rows_tensor(obs, self.obs_dim, self.device())
     }
 
     /// Copies every variable of `other` (a network of the same architecture) into this one, or moves each
     /// `tau` of the way towards it (Polyak averaging; 1 copies).
     pub fn follow(&mut self, other: &QNetwork, tau: f64) -> Result<()> {
-        tch::no_grad(|| {
-            for ((name, mine), (theirs_name, theirs)) in self.named.iter_mut().zip(&other.named) {
-                if name != theirs_name || mine.size() != theirs.size() {
-                    return Err(RlfError::WeightMismatch(format!(
-                        "`{name}` cannot follow `{theirs_name}`"
-                    )));
-                }
-                if tau >= 1.0 {
-                    mine.f_copy_(theirs)?;
-                } else {
-                    let blended = mine.f_mul_scalar(1.0 - tau)?.f_add(&theirs.f_mul_scalar(tau)?)?;
-                    mine.f_copy_(&blended)?;
-                }
-            }
-            Ok(())
-        })
+        follow_named(&mut self.named, &other.named, tau)
     }
 }
 

@@ -11,7 +11,7 @@ use super::adapters::{
 use super::counters::CounterLayout;
 use super::plane::DataPlane;
 use super::stats::Runner;
-use crate::config::{Algo, Config};
+use crate::config::Config;
 use crate::env::EnvRegistry;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::{Batch, Batcher, PbtUpdate, PbtWeightsSaved, PolicyUpdated, TrainingReport};
@@ -147,7 +147,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
                 .pbt
                 .with_pbt
                 .then(|| app.signal::<PbtWeightsSaved, _>(l, "pbt_weights_saved")),
-            train_tick: (cfg.off_policy.algo == Algo::Dqn && !cfg.run.serial_mode)
+            train_tick: (cfg.off_policy.algo.is_off_policy() && !cfg.run.serial_mode)
                 .then(|| app.signal::<TrainTick, _>(l, "train_tick")),
         })
         .collect();
@@ -236,7 +236,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             BatcherNode::on_trajectory_ready,
         );
         app.connect(signals.rollout_reported, runner, RunnerNode::on_rollout_reported);
-        if cfg.off_policy.algo == Algo::Dqn && cfg.run.serial_mode {
+        if cfg.off_policy.algo.is_off_policy() && cfg.run.serial_mode {
             // On one loop the learners train what each trajectory's transitions allow, right after it.
             for &learner in &learners {
                 app.connect(

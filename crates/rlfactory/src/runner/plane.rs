@@ -13,7 +13,7 @@ use crate::config::{Algo, Config};
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::Result;
 use crate::learning::replay::TransitionLayout;
-use crate::model::{ActorCritic, Policy, QNetwork};
+use crate::model::{ActorCritic, Policy, QNetwork, SacActor};
 use crate::sampling::{ReplayWriter, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 
 /// Handles of the regions, for the processes that map them.
@@ -125,7 +125,7 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<Plane
     let counters = ShmArray::create(layout.len())?;
     let replays = match cfg.off_policy.algo {
         Algo::Appo => Vec::new(),
-        Algo::Dqn => models
+        Algo::Dqn | Algo::Sac => models
             .iter()
             .map(|m| {
                 let layout = transition_layout(m.as_ref());
@@ -204,12 +204,23 @@ fn rate_limit(cfg: &Config) -> Option<RateLimit> {
     })
 }
 
-/// The network of policy `policy` for `cfg`'s algorithm: an actor-critic for APPO, a Q-network for DQN.
+/// The network of policy `policy` for `cfg`'s algorithm: an actor-critic for APPO, a Q-network for DQN, the actor
+/// for SAC.
 pub(super) fn new_policy(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<Box<dyn Policy>> {
     Ok(match cfg.off_policy.algo {
         Algo::Appo => Box::new(new_model(cfg, registry, policy)?),
         Algo::Dqn => Box::new(new_q_network(cfg, registry, policy)?),
+        Algo::Sac => Box::new(new_sac_actor(cfg, registry, policy)?),
     })
+}
+
+/// The actor of policy `policy` (SAC), seeded as [`new_model`] seeds the actor-critic.
+pub(super) fn new_sac_actor(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<SacActor> {
+    let spec = EnvSpec::of(registry, &cfg.env)?;
+    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+    ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
+    SacActor::new(observation_space, action_space, &cfg.model, cfg.run.device)
 }
 
 /// The Q-network of policy `policy` (DQN), seeded as [`new_model`] seeds the actor-critic.

@@ -367,7 +367,7 @@ impl RolloutWorker {
                 first_env,
                 cfg.env.seed + first_env as u64,
             );
-            let mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.model.continuous_action_mode)?;
+            let mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.action_mode())?;
             let (shape, columns) = (pool.shape(), envs.num_columns());
             if shape.num_envs != columns || shape.obs_dim != envs.obs_dim() || shape.rollout != s.rollout {
                 return Err(RlfError::Protocol {

@@ -182,3 +182,29 @@ pub fn random_return_of(id: &str, num_actions: u64, episodes: usize, keep: impl 
     }
     returns.iter().sum::<f64>() / returns.len() as f64
 }
+
+/// The mean return `eval` printed.
+pub fn eval_mean_return(stdout: &str) -> f64 {
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("mean return "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no mean return in {stdout}"))
+}
+
+/// The process of `loop_id` among the children of `parent` (rlf-signal names each child's main thread
+/// `rlf-loop-<id>`).
+pub fn child_of_loop(parent: u32, loop_id: u32) -> u32 {
+    let children =
+        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).expect("children");
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .find(|pid: &u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == format!("rlf-loop-{loop_id}"))
+        })
+        .unwrap_or_else(|| panic!("no process of loop {loop_id} under {parent}"))
+}

@@ -1,4 +1,4 @@
-//! [`Learner`] (APPO) or [`OffPolicyLearner`] (DQN) on its loop, with the experiment's checkpoints (one learner per
+//! [`Learner`] (APPO) or [`OffPolicyLearner`] (DQN, SAC) on its loop, with the experiment's checkpoints (one learner per
 //! policy).
 
 use std::time::{Duration, Instant};
@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::{or_fail, sent};
 use crate::algo::appo::Appo;
 use crate::algo::dqn::Dqn;
+use crate::algo::sac::Sac;
+use crate::algo::OffPolicyAlgo;
 use crate::config::{Algo, Config};
 use crate::env::EnvRegistry;
 use crate::error::Result;
@@ -17,7 +19,8 @@ use crate::experiment::{CheckpointRequest, Checkpointer};
 use crate::learning::{
     Batch, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round, TrainingReport,
 };
-use crate::runner::plane::{new_model, new_q_network, transition_layout, DataPlane};
+use crate::model::{Policy, TwinQ};
+use crate::runner::plane::{new_model, new_q_network, new_sac_actor, transition_layout, DataPlane};
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken};
 
 /// What the learner emits.
@@ -49,9 +52,9 @@ struct Setup {
 /// The learner of either kind.
 enum Trainer {
     /// APPO, on the batcher's datasets.
-    OnPolicy(Learner),
-    /// DQN, on the policy's replay buffer.
-    OffPolicy(OffPolicyLearner),
+    OnPolicy(Box<Learner>),
+    /// DQN or SAC, on the policy's replay buffer.
+    OffPolicy(Box<OffPolicyLearner>),
 }
 
 pub(in crate::runner) struct LearnerNode {
@@ -79,7 +82,7 @@ impl LearnerNode {
         plane: &DataPlane,
         signals: LearnerSignals,
     ) -> Self {
-        let setup = if cfg.off_policy.algo == Algo::Dqn {
+        let setup = if cfg.off_policy.algo.is_off_policy() {
             off_policy_setup(policy, cfg, registry, plane)
         } else {
             on_policy_setup(policy, cfg, registry, plane)
@@ -128,23 +131,32 @@ fn on_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &
             .map(|k| plane.open_weights(cfg.snapshot_network(policy, k)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Setup {
-            learner: Trainer::OnPolicy(learner),
+            learner: Trainer::OnPolicy(Box::new(learner)),
             pool,
             checkpointer,
         })
     })
 }
 
-/// A DQN learner on the policy's replay buffer, continuing from its newest checkpoint if any (weights and Adam;
-/// the buffer starts empty).
+/// A DQN or SAC learner on the policy's replay buffer, continuing from its newest checkpoint if any (weights and
+/// Adam; the buffer starts empty).
 fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &DataPlane) -> Result<Setup> {
-    let online = new_q_network(cfg, registry, policy)?;
-    let target = new_q_network(cfg, registry, policy)?;
-    let layout = transition_layout(&online);
-    let dqn = Dqn::new(online, target, &cfg.appo, &cfg.off_policy)?;
     let o = &cfg.off_policy;
+    let (algo, layout): (Box<dyn OffPolicyAlgo>, _) = if o.algo == Algo::Sac {
+        let actor = new_sac_actor(cfg, registry, policy)?;
+        let layout = transition_layout(&actor);
+        let (obs_dim, action_dim) = (actor.obs_dim() as i64, actor.action_dim() as i64);
+        let twin = || TwinQ::new(obs_dim, action_dim, &cfg.model, cfg.run.device);
+        let sac = Sac::new(actor, twin()?, twin()?, &cfg.appo, o)?;
+        (Box::new(sac), layout)
+    } else {
+        let online = new_q_network(cfg, registry, policy)?;
+        let target = new_q_network(cfg, registry, policy)?;
+        let layout = transition_layout(&online);
+        (Box::new(Dqn::new(online, target, &cfg.appo, o)?), layout)
+    };
     let mut learner = OffPolicyLearner::new(
-        dqn,
+        algo,
         policy,
         plane.open_weights(policy)?,
         plane.open_replay(policy)?,
@@ -159,7 +171,7 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
         None
     };
     Ok(Setup {
-        learner: Trainer::OffPolicy(learner),
+        learner: Trainer::OffPolicy(Box::new(learner)),
         pool: Vec::new(),
         checkpointer,
     })
@@ -336,9 +348,9 @@ impl Component for LearnerNode {
         match self.setup.take() {
             Some(Ok(setup)) => {
                 match setup.learner {
-                    Trainer::OnPolicy(learner) => self.learner = Some(learner),
+                    Trainer::OnPolicy(learner) => self.learner = Some(*learner),
                     Trainer::OffPolicy(learner) => {
-                        self.off_policy = Some(learner);
+                        self.off_policy = Some(*learner);
                         if let Some(tick) = self.signals.train_tick {
                             let started = sent(ctx.emit(&tick, &TrainTick));
                             or_fail(ctx, started);

@@ -1,0 +1,314 @@
+//! Soft actor-critic (Haarnoja et al., 2018, with the automatic temperature of the follow-up paper) over n-step
+//! transitions from a replay buffer, read top to bottom. The order of the updates is Stable-Baselines3's, whose
+//! figures (RL Baselines3 Zoo) are the reference.
+//!
+//! 1. A batch is `B` n-step transitions `(s, a, R, d, s')` ([`Transitions`]); `a` is the squashed action in
+//!    [−1, 1]^d the actor took ([`SacActor`]).
+//! 2. The temperature: `α = exp(log α)`; a fresh action `ã ~ π(·|s)` with log-density `log π(ã|s)` (reparameterised);
+//!    loss `−log α · (log π(ã|s) + H̄)` with the target entropy `H̄ = −d`; one Adam step on `log α`.
+//! 3. Targets, without gradient: `a' ~ π(·|s')`, `y = R + d · (min(Q̄₁, Q̄₂)(s', a') − α log π(a'|s'))` with the
+//!    target networks `Q̄`.
+//! 4. Critic loss: `½ (MSE(Q₁(s, a), y) + MSE(Q₂(s, a), y))`; one Adam step on both Q-networks.
+//! 5. Actor loss: `mean(α log π(ã|s) − min(Q₁, Q₂)(s, ã))` with the updated critics (gradients reach the actor
+//!    through `ã`); one Adam step on the actor.
+//! 6. The version (SGD steps) increases by one; every `--target_update_interval` steps the target networks move
+//!    `--tau` of the way towards the critics (Polyak averaging).
+//! 7. No gradient clipping (as the paper and Stable-Baselines3). Metrics: `train/critic_loss`, `train/actor_loss`,
+//!    `train/alpha`, `train/entropy` (of `π(·|s)`, estimated as `−mean log π(ã|s)`), `train/q_mean`, `train/lr`.
+
+use std::collections::BTreeMap;
+
+use tch::{Kind, Reduction, Tensor};
+
+use super::adam::{Adam, AdamConfig};
+use super::{OffPolicyAlgo, Transitions};
+use crate::config::{AppoConfig, OffPolicyConfig};
+use crate::error::Result;
+use crate::model::{NamedTensor, Policy, PolicyWeights, SacActor, TwinQ};
+
+/// The name of the temperature's variable in checkpoints.
+const LOG_ALPHA: &str = "log_alpha";
+
+/// The training state of one SAC policy.
+#[derive(Debug)]
+pub struct Sac {
+    actor: SacActor,
+    critic: TwinQ,
+    target: TwinQ,
+    log_alpha: Tensor,
+    actor_optimizer: Adam,
+    critic_optimizer: Adam,
+    alpha_optimizer: Adam,
+    target_entropy: f64,
+    cfg: OffPolicyConfig,
+    version: u64,
+}
+
+impl Sac {
+    /// A learner training `actor` and `critic` (its target networks `target`, of the same architecture, start as a
+    /// copy), all three with Adam at `appo`'s learning rate and settings; the temperature starts at 1.
+    pub fn new(
+        actor: SacActor,
+        critic: TwinQ,
+        mut target: TwinQ,
+        appo: &AppoConfig,
+        cfg: &OffPolicyConfig,
+    ) -> Result<Self> {
+        target.follow(&critic, 1.0)?;
+        let adam = AdamConfig {
+            beta1: appo.adam_beta1,
+            beta2: appo.adam_beta2,
+            eps: appo.adam_eps,
+        };
+        let lr = appo.learning_rate;
+        let log_alpha = Tensor::f_zeros([1], (Kind::Float, actor.device()))?.set_requires_grad(true);
+        let alpha_optimizer = Adam::new(vec![(LOG_ALPHA.to_owned(), log_alpha.shallow_clone())], adam, lr)?;
+        Ok(Self {
+            target_entropy: -(actor.action_dim() as f64),
+            actor_optimizer: Adam::new(actor.trainable_named(), adam, lr)?,
+            critic_optimizer: Adam::new(critic.trainable_named(), adam, lr)?,
+            alpha_optimizer,
+            actor,
+            critic,
+            target,
+            log_alpha,
+            cfg: cfg.clone(),
+            version: 0,
+        })
+    }
+
+    /// The actor trained.
+    pub fn actor(&self) -> &SacActor {
+        &self.actor
+    }
+
+    /// The critics.
+    pub fn critic(&self) -> &TwinQ {
+        &self.critic
+    }
+
+    /// The temperature α.
+    pub fn alpha(&self) -> f64 {
+        self.log_alpha_value().exp()
+    }
+
+    fn log_alpha_value(&self) -> f64 {
+        f64::try_from(self.log_alpha.detach().squeeze()).unwrap_or(f64::NAN)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // 3. Targets
+
+    /// `R + d · (min(Q̄₁, Q̄₂)(s', a') − α log π(a'|s'))`, `[B]`, without gradient.
+    pub fn targets(&self, batch: &Transitions, alpha: &Tensor) -> Tensor {
+        tch::no_grad(|| {
+            let (next_actions, next_log_prob) = self.actor.sample(&batch.next_obs);
+            let (q1, q2) = self.target.q_values(&batch.next_obs, &next_actions);
+            let soft = q1.minimum(&q2) - alpha * next_log_prob;
+            &batch.returns + &batch.discounts * soft
+        })
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // 2-7. One SGD step
+
+    /// One SGD step on `batch`; returns the metrics.
+    pub fn train(&mut self, batch: &Transitions) -> Result<BTreeMap<String, f64>> {
+        // 2. The temperature, from a fresh action of the current actor.
+        let (actions_pi, log_prob_pi) = self.actor.sample(&batch.obs);
+        let alpha_loss =
+            -(&self.log_alpha * (log_prob_pi.detach() + self.target_entropy)).f_mean(Kind::Float)?;
+        self.alpha_optimizer.zero_grad()?;
+        alpha_loss.f_backward()?;
+        self.alpha_optimizer.step()?;
+        let alpha = self.log_alpha.detach().exp();
+
+        // 3-4. The critics.
+        let y = self.targets(batch, &alpha);
+        let (q1, q2) = self.critic.q_values(&batch.obs, &batch.actions);
+        let critic_loss = (q1.f_mse_loss(&y, Reduction::Mean)? + q2.f_mse_loss(&y, Reduction::Mean)?) * 0.5;
+        self.critic_optimizer.zero_grad()?;
+        critic_loss.f_backward()?;
+        self.critic_optimizer.step()?;
+
+        // 5. The actor, against the updated critics.
+        let (q1_pi, q2_pi) = self.critic.q_values(&batch.obs, &actions_pi);
+        let actor_loss = (&alpha * &log_prob_pi - q1_pi.minimum(&q2_pi)).f_mean(Kind::Float)?;
+        self.actor_optimizer.zero_grad()?;
+        actor_loss.f_backward()?;
+        self.actor_optimizer.step()?;
+
+        // 6. Version and target networks.
+        self.version += 1;
+        if self.version % self.cfg.target_update_interval.max(1) == 0 {
+            self.target.follow(&self.critic, self.cfg.tau)?;
+        }
+        let scalar = |t: &Tensor| f64::try_from(t.detach()).unwrap_or(f64::NAN);
+        Ok(BTreeMap::from([
+            ("train/critic_loss".to_owned(), scalar(&critic_loss)),
+            ("train/actor_loss".to_owned(), scalar(&actor_loss)),
+            ("train/alpha".to_owned(), scalar(&alpha.squeeze())),
+            (
+                "train/entropy".to_owned(),
+                -scalar(&log_prob_pi.mean(Kind::Float)),
+            ),
+            ("train/q_mean".to_owned(), scalar(&q1.mean(Kind::Float))),
+            ("train/lr".to_owned(), self.actor_optimizer.lr()),
+        ]))
+    }
+}
+
+impl OffPolicyAlgo for Sac {
+    fn train(&mut self, batch: &Transitions) -> Result<BTreeMap<String, f64>> {
+        Sac::train(self, batch)
+    }
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn device(&self) -> tch::Device {
+        self.actor.device()
+    }
+
+    fn lr(&self) -> f64 {
+        self.actor_optimizer.lr()
+    }
+
+    fn acting_weights(&self) -> Result<PolicyWeights> {
+        self.actor.weights()
+    }
+
+    /// The actor's and the critics' variables, `log_alpha`, and the three optimisers' moments (the target networks
+    /// are not saved: a restored learner starts them as a copy of the critics, as DQN does).
+    fn state_tensors(&self) -> Result<Vec<NamedTensor>> {
+        let mut tensors = self.actor.named_tensors()?;
+        tensors.extend(self.critic.named_tensors()?);
+        tensors.push(NamedTensor {
+            name: LOG_ALPHA.to_owned(),
+            shape: vec![1],
+            values: vec![self.log_alpha_value() as f32],
+        });
+        for optimizer in [
+            &self.actor_optimizer,
+            &self.critic_optimizer,
+            &self.alpha_optimizer,
+        ] {
+            tensors.extend(optimizer.state()?);
+        }
+        Ok(tensors)
+    }
+
+    /// The actor's variables must be in `tensors`. Critics and temperature missing (a checkpoint a lost learner's
+    /// published actor was saved into) restart fresh, and the result is `false`, as it is without moments.
+    fn restore(&mut self, tensors: &[NamedTensor], version: u64) -> Result<bool> {
+        self.actor.load_named_tensors(tensors)?;
+        self.version = version;
+        let critics = tensors.iter().any(|t| t.name.starts_with("critic."));
+        if critics {
+            self.critic.load_named_tensors(tensors)?;
+        }
+        self.target.follow(&self.critic, 1.0)?;
+        let alpha = tensors.iter().find(|t| t.name == LOG_ALPHA);
+        if let Some(saved) = alpha.and_then(|t| t.values.first()) {
+            tch::no_grad(|| self.log_alpha.f_fill_(f64::from(*saved)).map(drop))?;
+        }
+        let mut complete = critics && alpha.is_some();
+        for optimizer in [
+            &mut self.actor_optimizer,
+            &mut self.critic_optimizer,
+            &mut self.alpha_optimizer,
+        ] {
+            complete &= optimizer.load_state(tensors, version)?;
+        }
+        Ok(complete)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rlf_env::{BoxSpace, Space};
+
+    use super::*;
+    use crate::config::{Config, DeviceKind};
+    use crate::learning::replay::TransitionLayout;
+
+    const LAYOUT: TransitionLayout = TransitionLayout {
+        obs_dim: 1,
+        action_dim: 1,
+    };
+
+    fn learner(overrides: &[&str]) -> Sac {
+        tch::manual_seed(0);
+        let cfg = Config::for_env("Pendulum-v1", overrides).expect("config");
+        let obs = Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![1]).expect("box"));
+        let actions = Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![1]).expect("box"));
+        let actor = SacActor::new(&obs, &actions, &cfg.model, DeviceKind::Cpu).expect("actor");
+        let twin = || TwinQ::new(1, 1, &cfg.model, DeviceKind::Cpu).expect("critic");
+        Sac::new(actor, twin(), twin(), &cfg.appo, &cfg.off_policy).expect("sac")
+    }
+
+    /// A one-step continuous bandit: in state `s ∈ {−0.5, 0.5}` the reward is `−4 (a − s)²` and the episode ends.
+    /// SAC's actor learns to act at `s` (its deterministic action within 0.1 of it), the critics learn the reward
+    /// of the actions taken, and the temperature falls as the actor's entropy drops below the target's.
+    #[test]
+    fn sac_learns_a_continuous_bandit() {
+        let mut sac = learner(&[
+            "--learning_rate=0.003",
+            "--encoder_mlp_layers=32,32",
+            "--tau=0.05",
+        ]);
+        let w = LAYOUT.row_words();
+        let mut rows = vec![0.0; 256 * w];
+        for (i, row) in rows.chunks_exact_mut(w).enumerate() {
+            let s = if i % 2 == 0 { -0.5 } else { 0.5 };
+            let a = (i as f32 * 0.618_034).fract() * 2.0 - 1.0;
+            LAYOUT.write(row, &[s], &[a], -4.0 * (a - s) * (a - s), 0.0, &[0.0]);
+        }
+        let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
+        let mut metrics = BTreeMap::new();
+        for _ in 0..1500 {
+            metrics = sac.train(&batch).expect("step");
+        }
+        assert_eq!(sac.version, 1500);
+        let out = sac.actor.act(&[-0.5, 0.5], true).expect("act").actions;
+        assert!(
+            (out[0] + 0.5).abs() < 0.1 && (out[1] - 0.5).abs() < 0.1,
+            "actions {out:?}"
+        );
+        let q = sac.critic().q_values(
+            &Tensor::from_slice(&[0.5f32, 0.5]).view([2, 1]),
+            &Tensor::from_slice(&[0.5f32, -0.5]).view([2, 1]),
+        );
+        let q1: Vec<f32> = Vec::try_from(q.0).expect("q");
+        assert!(
+            q1[0].abs() < 0.3 && (q1[1] + 4.0).abs() < 0.5,
+            "Q(0.5, ·) = {q1:?}"
+        );
+        assert!(sac.alpha() < 0.5, "alpha {} ({metrics:?})", sac.alpha());
+    }
+
+    /// A checkpoint's tensors restore the actor, the critics, the temperature and the optimisers' moments; a
+    /// checkpoint of the actor alone restores it and says that the rest starts afresh.
+    #[test]
+    fn state_round_trips_and_an_actor_alone_restores() {
+        let mut sac = learner(&["--encoder_mlp_layers=16"]);
+        let w = LAYOUT.row_words();
+        let mut rows = vec![0.0; 8 * w];
+        for (i, row) in rows.chunks_exact_mut(w).enumerate() {
+            LAYOUT.write(row, &[i as f32 / 8.0], &[0.5], 1.0, 0.9, &[0.0]);
+        }
+        let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
+        for _ in 0..5 {
+            sac.train(&batch).expect("step");
+        }
+        let saved = sac.state_tensors().expect("state");
+        let mut other = learner(&["--encoder_mlp_layers=16"]);
+        assert!(other.restore(&saved, 5).expect("restore"));
+        assert_eq!(other.state_tensors().expect("state"), saved);
+        let actor_only = sac.actor().named_tensors().expect("actor");
+        let mut third = learner(&["--encoder_mlp_layers=16"]);
+        assert!(!third.restore(&actor_only, 5).expect("restore"));
+        assert_eq!(third.actor().named_tensors().expect("actor"), actor_only);
+    }
+}
