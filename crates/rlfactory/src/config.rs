@@ -561,6 +561,19 @@ pub struct OffPolicyConfig {
     /// SGD steps between two publications of the weights to the actors.
     #[arg(long, default_value_t = 10)]
     pub publish_interval: u64,
+    /// Prioritised replay: transitions are drawn in proportion to their last TD error (a sum-tree in the learner),
+    /// and the loss weights each by importance.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub prioritized_replay: bool,
+    /// How much the priorities count: a transition's is `(|TD error| + ε)^α` (0: uniform).
+    #[arg(long, default_value_t = 0.6)]
+    pub prioritized_replay_alpha: f64,
+    /// The importance weights' exponent at the start, raised linearly to 1 over the run.
+    #[arg(long, default_value_t = 0.4)]
+    pub prioritized_replay_beta: f64,
+    /// ε of the priorities, so that none is 0.
+    #[arg(long, default_value_t = 1e-6)]
+    pub prioritized_replay_eps: f64,
 }
 
 /// The reference values (the command line's defaults).
@@ -580,6 +593,10 @@ impl Default for OffPolicyConfig {
             double_q: true,
             dueling: false,
             publish_interval: 10,
+            prioritized_replay: false,
+            prioritized_replay_alpha: 0.6,
+            prioritized_replay_beta: 0.4,
+            prioritized_replay_eps: 1e-6,
         }
     }
 }
@@ -1079,10 +1096,23 @@ impl Config {
                 o.replay_ratio
             ));
         }
+        if !(o.prioritized_replay_alpha >= 0.0 && o.prioritized_replay_alpha.is_finite()) {
+            return err(format!(
+                "--prioritized_replay_alpha must be 0 or more, got {}",
+                o.prioritized_replay_alpha
+            ));
+        }
+        if !(o.prioritized_replay_eps > 0.0 && o.prioritized_replay_eps.is_finite()) {
+            return err(format!(
+                "--prioritized_replay_eps must be more than 0, got {}",
+                o.prioritized_replay_eps
+            ));
+        }
         for (flag, v) in [
             ("--exploration_fraction", o.exploration_fraction),
             ("--exploration_initial_eps", o.exploration_initial_eps),
             ("--exploration_final_eps", o.exploration_final_eps),
+            ("--prioritized_replay_beta", o.prioritized_replay_beta),
         ] {
             if !(0.0..=1.0).contains(&v) {
                 return err(format!("{flag} must be in [0, 1], got {v}"));

@@ -6,7 +6,8 @@
 //! 2. Targets, without gradient: the next action `a' = argmax_a Q(s', a)` of the online network (double DQN,
 //!    `--double_q`) or of the target network; `y = R + d · Q_target(s', a')`. Actions an `action_mask` forbids in
 //!    `s'` are never `a'`.
-//! 3. Loss: the Huber loss (δ = 1) of `Q(s, a) − y`, averaged over the batch.
+//! 3. Loss: the Huber loss (δ = 1) of `Q(s, a) − y`, averaged over the batch (weighted by importance with
+//!    prioritised replay, whose new priorities are these TD errors).
 //! 4. Gradients are clipped to a global norm of `--max_grad_norm`, then one Adam step; the version (SGD steps)
 //!    increases by one.
 //! 5. Every `--target_update_interval` steps the target network follows the online one: a copy, or Polyak
@@ -118,15 +119,25 @@ impl Dqn {
     // -----------------------------------------------------------------------------------------
     // 3-6. One SGD step
 
-    /// One SGD step on `batch`; returns the metrics.
-    pub fn train(&mut self, batch: &Transitions) -> Result<BTreeMap<String, f64>> {
+    /// One SGD step on `batch`; returns the metrics. With `td_errors`, fills it with `Q(s, a) − y` per transition.
+    pub fn train(
+        &mut self,
+        batch: &Transitions,
+        td_errors: Option<&mut Vec<f32>>,
+    ) -> Result<BTreeMap<String, f64>> {
         let y = self.targets(batch);
         let q = self
             .online
             .q_values(&batch.obs)
             .f_gather(-1, &batch.actions.to_kind(Kind::Int64), false)?
             .squeeze_dim(-1);
-        let loss = q.f_huber_loss(&y, Reduction::Mean, 1.0)?;
+        let loss = match &batch.weights {
+            None => q.f_huber_loss(&y, Reduction::Mean, 1.0)?,
+            Some(_) => batch.weighted_mean(&q.f_huber_loss(&y, Reduction::None, 1.0)?)?,
+        };
+        if let Some(out) = td_errors {
+            *out = Vec::try_from(q.detach().f_sub(&y)?)?;
+        }
         self.optimizer.zero_grad()?;
         loss.f_backward()?;
         let grad_norm = self.optimizer.clip_and_step(self.max_grad_norm)?;
@@ -146,8 +157,12 @@ impl Dqn {
 }
 
 impl OffPolicyAlgo for Dqn {
-    fn train(&mut self, batch: &Transitions) -> Result<BTreeMap<String, f64>> {
-        Dqn::train(self, batch)
+    fn train(
+        &mut self,
+        batch: &Transitions,
+        td_errors: Option<&mut Vec<f32>>,
+    ) -> Result<BTreeMap<String, f64>> {
+        Dqn::train(self, batch, td_errors)
     }
 
     fn version(&self) -> u64 {
@@ -229,7 +244,7 @@ mod tests {
         LAYOUT.write(&mut rows[3 * w..], &b, &[1.0], 0.0, 0.0, &[0.0, 0.0]);
         let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
         for _ in 0..1500 {
-            dqn.train(&batch).expect("step");
+            dqn.train(&batch, None).expect("step");
         }
         assert_eq!(dqn.version(), 1500);
         let q = dqn
@@ -262,7 +277,7 @@ mod tests {
             let mut dqn = learner(&[&format!("--double_q={double}"), "--target_update_interval=1000"]);
             // Make the online network differ from the target network.
             for _ in 0..50 {
-                dqn.train(&batch).expect("step");
+                dqn.train(&batch, None).expect("step");
             }
             let q_target = dqn.target().q_values(&batch.next_obs);
             let chooser = if double {

@@ -29,6 +29,8 @@ pub struct Transitions {
     pub discounts: Tensor,
     /// States to bootstrap from, `[B, obs_dim]`.
     pub next_obs: Tensor,
+    /// Importance weights of prioritised replay, `[B]`: each transition's loss is weighted by them (none: equal).
+    pub weights: Option<Tensor>,
 }
 
 impl Transitions {
@@ -51,6 +53,24 @@ impl Transitions {
             returns: column(layout.return_at(), 1).squeeze_dim(1),
             discounts: column(layout.discount_at(), 1).squeeze_dim(1),
             next_obs: column(layout.next_obs_at(), layout.obs_dim),
+            weights: None,
+        })
+    }
+
+    /// The same batch with importance `weights`, one per transition.
+    pub fn weighted(self, weights: &[f32]) -> Result<Self> {
+        let device = self.obs.device();
+        Ok(Self {
+            weights: Some(Tensor::f_from_slice(weights)?.f_to_device(device)?),
+            ..self
+        })
+    }
+
+    /// The mean of per-transition `losses` `[B]`, each weighted by its importance weight if there are any.
+    pub fn weighted_mean(&self, losses: &Tensor) -> Result<Tensor> {
+        Ok(match &self.weights {
+            Some(w) => losses.f_mul(w)?.f_mean(tch::Kind::Float)?,
+            None => losses.f_mean(tch::Kind::Float)?,
         })
     }
 }
@@ -58,8 +78,13 @@ impl Transitions {
 /// What the off-policy learner ([`crate::learning::OffPolicyLearner`]) needs of an algorithm: SGD steps on sampled
 /// transitions, the weights the actors run, and everything a checkpoint holds.
 pub trait OffPolicyAlgo: std::fmt::Debug {
-    /// One SGD step on `batch`; returns the metrics.
-    fn train(&mut self, batch: &Transitions) -> Result<BTreeMap<String, f64>>;
+    /// One SGD step on `batch`; returns the metrics. With `td_errors`, fills it with each transition's TD error
+    /// (prioritised replay's new priorities).
+    fn train(
+        &mut self,
+        batch: &Transitions,
+        td_errors: Option<&mut Vec<f32>>,
+    ) -> Result<BTreeMap<String, f64>>;
 
     /// SGD steps taken (the policy version).
     fn version(&self) -> u64;

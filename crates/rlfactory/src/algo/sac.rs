@@ -8,7 +8,9 @@
 //!    loss `−log α · (log π(ã|s) + H̄)` with the target entropy `H̄ = −d`; one Adam step on `log α`.
 //! 3. Targets, without gradient: `a' ~ π(·|s')`, `y = R + d · (min(Q̄₁, Q̄₂)(s', a') − α log π(a'|s'))` with the
 //!    target networks `Q̄`.
-//! 4. Critic loss: `½ (MSE(Q₁(s, a), y) + MSE(Q₂(s, a), y))`; one Adam step on both Q-networks.
+//! 4. Critic loss: `½ (MSE(Q₁(s, a), y) + MSE(Q₂(s, a), y))` (each transition's weighted by importance with
+//!    prioritised replay, whose new priorities are the mean of the two critics' TD errors); one Adam step on both
+//!    Q-networks.
 //! 5. Actor loss: `mean(α log π(ã|s) − min(Q₁, Q₂)(s, ã))` with the updated critics (gradients reach the actor
 //!    through `ã`); one Adam step on the actor.
 //! 6. The version (SGD steps) increases by one; every `--target_update_interval` steps the target networks move
@@ -112,8 +114,13 @@ impl Sac {
     // -----------------------------------------------------------------------------------------
     // 2-7. One SGD step
 
-    /// One SGD step on `batch`; returns the metrics.
-    pub fn train(&mut self, batch: &Transitions) -> Result<BTreeMap<String, f64>> {
+    /// One SGD step on `batch`; returns the metrics. With `td_errors`, fills it with the mean of the two critics'
+    /// `Q(s, a) − y` per transition.
+    pub fn train(
+        &mut self,
+        batch: &Transitions,
+        td_errors: Option<&mut Vec<f32>>,
+    ) -> Result<BTreeMap<String, f64>> {
         // 2. The temperature, from a fresh action of the current actor.
         let (actions_pi, log_prob_pi) = self.actor.sample(&batch.obs);
         let alpha_loss =
@@ -126,7 +133,16 @@ impl Sac {
         // 3-4. The critics.
         let y = self.targets(batch, &alpha);
         let (q1, q2) = self.critic.q_values(&batch.obs, &batch.actions);
-        let critic_loss = (q1.f_mse_loss(&y, Reduction::Mean)? + q2.f_mse_loss(&y, Reduction::Mean)?) * 0.5;
+        let critic_loss = match &batch.weights {
+            None => (q1.f_mse_loss(&y, Reduction::Mean)? + q2.f_mse_loss(&y, Reduction::Mean)?) * 0.5,
+            Some(_) => {
+                let squared = (&q1 - &y).square() + (&q2 - &y).square();
+                batch.weighted_mean(&squared)? * 0.5
+            }
+        };
+        if let Some(out) = td_errors {
+            *out = Vec::try_from(((&q1 + &q2).detach() * 0.5).f_sub(&y)?)?;
+        }
         self.critic_optimizer.zero_grad()?;
         critic_loss.f_backward()?;
         self.critic_optimizer.step()?;
@@ -159,8 +175,12 @@ impl Sac {
 }
 
 impl OffPolicyAlgo for Sac {
-    fn train(&mut self, batch: &Transitions) -> Result<BTreeMap<String, f64>> {
-        Sac::train(self, batch)
+    fn train(
+        &mut self,
+        batch: &Transitions,
+        td_errors: Option<&mut Vec<f32>>,
+    ) -> Result<BTreeMap<String, f64>> {
+        Sac::train(self, batch, td_errors)
     }
 
     fn version(&self) -> u64 {
@@ -268,7 +288,7 @@ mod tests {
         let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
         let mut metrics = BTreeMap::new();
         for _ in 0..1500 {
-            metrics = sac.train(&batch).expect("step");
+            metrics = sac.train(&batch, None).expect("step");
         }
         assert_eq!(sac.version, 1500);
         let out = sac.actor.act(&[-0.5, 0.5], true).expect("act").actions;
@@ -300,7 +320,7 @@ mod tests {
         }
         let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
         for _ in 0..5 {
-            sac.train(&batch).expect("step");
+            sac.train(&batch, None).expect("step");
         }
         let saved = sac.state_tensors().expect("state");
         let mut other = learner(&["--encoder_mlp_layers=16"]);

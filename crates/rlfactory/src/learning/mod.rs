@@ -4,6 +4,7 @@
 mod batcher;
 mod learner;
 mod off_policy;
+mod prioritized;
 pub mod replay;
 
 use std::path::PathBuf;

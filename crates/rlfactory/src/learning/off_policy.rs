@@ -3,6 +3,9 @@
 //! uniformly, takes an SGD step of its algorithm ([`OffPolicyAlgo`]: DQN or SAC), records its samples (which lets writers held back by the rate limit go
 //! on), and publishes its weights every `--publish_interval` steps through the seqlock.
 //!
+//! With `--prioritized_replay` it draws by priority instead ([`PrioritizedSampler`]), weights the loss by importance
+//! and sets the drawn transitions' priorities from their TD errors after each step.
+//!
 //! Training goes in rounds ([`OffPolicyLearner::train_round`]): a wait until a deadline, then SGD steps while the
 //! buffer allows them without waiting, up to a limit; so its event loop keeps answering between rounds. In serial
 //! mode, where a wait would block the one loop, the buffer has no rate limit and the learner takes, after each
@@ -14,6 +17,7 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use rlf_shm::{ReplayRing, SharedWeights, Wait};
 
+use super::prioritized::PrioritizedSampler;
 use super::replay::TransitionLayout;
 use super::{PolicyUpdated, TrainingReport};
 use crate::algo::appo::TrainingState;
@@ -57,6 +61,17 @@ pub struct OffPolicyLearner {
     replay_ratio: f64,
     /// SGD steps this process took (a resumed version does not count).
     steps: u64,
+    prioritized: Option<Prioritized>,
+}
+
+/// Prioritised replay's state in the learner.
+#[derive(Debug)]
+struct Prioritized {
+    sampler: PrioritizedSampler,
+    /// β at the start, and the inserts over which it rises to 1.
+    beta: (f64, u64),
+    weights: Vec<f32>,
+    td_errors: Vec<f32>,
 }
 
 /// SGD steps of one round at most, and its time at most (the loop answers messages between rounds).
@@ -98,6 +113,7 @@ impl OffPolicyLearner {
             rng: Pcg64Mcg::seed_from_u64(seed),
             replay_ratio: 0.0,
             steps: 0,
+            prioritized: None,
             indices: Vec::new(),
             rows: vec![0.0; batch_size.max(1) * layout.row_words()],
         })
@@ -107,6 +123,21 @@ impl OffPolicyLearner {
     pub fn with_replay_ratio(self, ratio: f64) -> Self {
         Self {
             replay_ratio: ratio,
+            ..self
+        }
+    }
+
+    /// Draws by priority: `(|TD error| + eps)^alpha`, importance weights at an exponent rising from `beta` to 1
+    /// over `inserts` inserts.
+    pub fn with_prioritized_replay(self, (alpha, beta, eps): (f64, f64, f64), inserts: u64) -> Self {
+        let sampler = PrioritizedSampler::new(self.replay.capacity(), alpha, eps);
+        Self {
+            prioritized: Some(Prioritized {
+                sampler,
+                beta: (beta, inserts.max(1)),
+                weights: Vec::new(),
+                td_errors: Vec::new(),
+            }),
             ..self
         }
     }
@@ -166,17 +197,39 @@ impl OffPolicyLearner {
         let (mut metrics, mut update) = (Default::default(), None);
         for _ in 0..max_steps {
             let rng = &mut self.rng;
-            let drawn = self.replay.sample_uniform(
-                self.batch_size,
-                |m| rng.random_range(0..m),
-                &mut self.indices,
-                &mut self.rows,
-            );
+            let drawn = match &mut self.prioritized {
+                Some(p) => {
+                    let progress = self.replay.inserted() as f64 / p.beta.1 as f64;
+                    let beta = p.beta.0 + (1.0 - p.beta.0) * progress.min(1.0);
+                    p.sampler.sample(
+                        &self.replay,
+                        beta,
+                        || rng.random(),
+                        &mut self.indices,
+                        &mut self.rows,
+                        &mut p.weights,
+                    )
+                }
+                None => self.replay.sample_uniform(
+                    self.batch_size,
+                    |m| rng.random_range(0..m),
+                    &mut self.indices,
+                    &mut self.rows,
+                ),
+            };
             if !drawn {
                 break;
             }
             let batch = Transitions::from_rows(&self.rows, self.layout, self.algo.device())?;
-            metrics = self.algo.train(&batch)?;
+            metrics = match &mut self.prioritized {
+                Some(p) => {
+                    let batch = batch.weighted(&p.weights)?;
+                    let metrics = self.algo.train(&batch, Some(&mut p.td_errors))?;
+                    p.sampler.update(&self.indices, &p.td_errors);
+                    metrics
+                }
+                None => self.algo.train(&batch, None)?,
+            };
             self.replay.record_samples(self.batch_size as u64);
             self.steps += 1;
             if self.algo.version() % self.publish_interval == 0 {

@@ -165,6 +165,14 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
         cfg.env.seed.wrapping_add(policy as u64 * 7919),
     )?
     .with_replay_ratio(o.replay_ratio);
+    if o.prioritized_replay {
+        let exponents = (
+            o.prioritized_replay_alpha,
+            o.prioritized_replay_beta,
+            o.prioritized_replay_eps,
+        );
+        learner = learner.with_prioritized_replay(exponents, cfg.run.train_for_env_steps);
+    }
     let checkpointer = if cfg.run.save_experiment {
         Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
     } else {
