@@ -70,6 +70,8 @@ struct Prioritized {
     sampler: PrioritizedSampler,
     /// β at the start, and the inserts over which it rises to 1.
     beta: (f64, u64),
+    /// β of the last batch.
+    last_beta: f64,
     weights: Vec<f32>,
     td_errors: Vec<f32>,
 }
@@ -135,6 +137,7 @@ impl OffPolicyLearner {
             prioritized: Some(Prioritized {
                 sampler,
                 beta: (beta, inserts.max(1)),
+                last_beta: beta,
                 weights: Vec::new(),
                 td_errors: Vec::new(),
             }),
@@ -201,6 +204,7 @@ impl OffPolicyLearner {
                 Some(p) => {
                     let progress = self.replay.inserted() as f64 / p.beta.1 as f64;
                     let beta = p.beta.0 + (1.0 - p.beta.0) * progress.min(1.0);
+                    p.last_beta = beta;
                     p.sampler.sample(
                         &self.replay,
                         beta,
@@ -224,8 +228,10 @@ impl OffPolicyLearner {
             metrics = match &mut self.prioritized {
                 Some(p) => {
                     let batch = batch.weighted(&p.weights)?;
-                    let metrics = self.algo.train(&batch, Some(&mut p.td_errors))?;
+                    let mut metrics = self.algo.train(&batch, Some(&mut p.td_errors))?;
                     p.sampler.update(&self.indices, &p.td_errors);
+                    metrics.insert("train/replay_beta".to_owned(), p.last_beta);
+                    metrics.insert("train/replay_max_priority".to_owned(), p.sampler.max_priority());
                     metrics
                 }
                 None => self.algo.train(&batch, None)?,

@@ -165,6 +165,11 @@ impl PrioritizedSampler {
         true
     }
 
+    /// The largest priority given so far.
+    pub fn max_priority(&self) -> f64 {
+        self.max_priority
+    }
+
     /// Sets the priority of each sampled insert in `indices` from its TD error in `td_errors`, unless it has been
     /// overwritten since.
     pub fn update(&mut self, indices: &[u64], td_errors: &[f32]) {

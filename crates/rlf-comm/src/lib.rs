@@ -1,0 +1,179 @@
+//! EXARL's communication interface (`ExaComm`), in Rust: a [`Comm`] trait with point-to-point messages (`send`,
+//! `recv` from a rank or any), collectives (`bcast`, `barrier`, `reduce`, `allreduce`, `gather`), a clock (`time`)
+//! and `split`, over bytes and numbers, so that the RL components never name MPI types. Two flavours:
+//! - [`LocalWorld`]: ranks as threads of one process, over mutex-guarded mailboxes: simple and obviously correct,
+//!   for tests and as the oracle of the MPI flavour;
+//! - `MpiComm` (cargo feature `mpi`): the system's MPI through rsmpi, as EXARL's `ExaSimple` is over mpi4py.
+//!
+//! [`layout`] holds EXARL's rules for the agent, env and learner communicators and builds them with `split`.
+
+#![forbid(unsafe_code)]
+
+pub mod layout;
+mod local;
+#[cfg(feature = "mpi")]
+mod mpi_comm;
+
+pub use layout::{Communicators, Layout, LayoutError, Role};
+pub use local::{LocalComm, LocalWorld};
+#[cfg(feature = "mpi")]
+pub use mpi_comm::{MpiComm, MpiUniverse};
+
+/// A message tag (the workflows' message kinds). Tags from [`RESERVED_TAGS`] up are the collectives' own.
+pub type Tag = u16;
+
+/// The first tag the local flavour's collectives use; applications use tags below it.
+pub const RESERVED_TAGS: Tag = 0xff00;
+
+/// Where a receive takes its message from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The rank given.
+    Rank(usize),
+    /// Whichever rank sent first.
+    Any,
+}
+
+/// A reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// The sum.
+    Sum,
+    /// The largest value.
+    Max,
+    /// The smallest value.
+    Min,
+}
+
+impl Op {
+    fn apply_f64(self, a: f64, b: f64) -> f64 {
+        match self {
+            Op::Sum => a + b,
+            Op::Max => a.max(b),
+            Op::Min => a.min(b),
+        }
+    }
+
+    fn apply_f32(self, a: f32, b: f32) -> f32 {
+        match self {
+            Op::Sum => a + b,
+            Op::Max => a.max(b),
+            Op::Min => a.min(b),
+        }
+    }
+}
+
+/// Numbers a reduction works on in place: gradients and weights (`f32`), statistics (`f64`).
+#[derive(Debug)]
+pub enum Values<'a> {
+    /// Single precision.
+    F32(&'a mut [f32]),
+    /// Double precision.
+    F64(&'a mut [f64]),
+}
+
+impl Values<'_> {
+    /// How many numbers.
+    pub fn len(&self) -> usize {
+        match self {
+            Values::F32(v) => v.len(),
+            Values::F64(v) => v.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A message received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The sender's rank in the communicator.
+    pub from: usize,
+    /// The message.
+    pub bytes: Vec<u8>,
+}
+
+/// What went wrong in a communication.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum CommError {
+    /// A rank outside the communicator.
+    #[error("rank {rank} is not in a communicator of {size} ranks")]
+    NoSuchRank {
+        /// The rank given.
+        rank: usize,
+        /// The communicator's size.
+        size: usize,
+    },
+    /// Ranks disagree on a collective's arguments (lengths of a reduction, for instance).
+    #[error("collective {what}: {message}")]
+    Mismatch {
+        /// The collective.
+        what: &'static str,
+        /// What differed.
+        message: String,
+    },
+    /// A tag the collectives reserve.
+    #[error("tag {0} is reserved for collectives (use tags below {RESERVED_TAGS})")]
+    ReservedTag(Tag),
+    /// The other ranks are gone (the local world was dropped).
+    #[error("the communicator is closed: {0}")]
+    Closed(String),
+    /// The MPI library could not be started, or is not there.
+    #[error("MPI: {0}")]
+    Mpi(String),
+}
+
+/// The result of a communication.
+pub type Result<T, E = CommError> = std::result::Result<T, E>;
+
+/// EXARL's `ExaComm`: what a workflow needs of a communicator. Every collective must be called by every rank of the
+/// communicator, in the same order, as in MPI.
+pub trait Comm {
+    /// This process's rank in the communicator.
+    fn rank(&self) -> usize;
+
+    /// Ranks in the communicator.
+    fn size(&self) -> usize;
+
+    /// Sends `bytes` to rank `dest` with `tag` (returns once the bytes may be reused).
+    fn send(&self, dest: usize, tag: Tag, bytes: &[u8]) -> Result<()>;
+
+    /// Receives the next message with `tag` from `source`; messages between two ranks arrive in the order sent.
+    fn recv(&self, source: Source, tag: Tag) -> Result<Received>;
+
+    /// Rank `root`'s `bytes` on every rank (`bytes` is replaced on the others).
+    fn bcast(&self, root: usize, bytes: &mut Vec<u8>) -> Result<()>;
+
+    /// Returns once every rank has called it.
+    fn barrier(&self) -> Result<()>;
+
+    /// Combines every rank's `values` element by element with `op` into rank `root`'s `values` (the others' are left
+    /// as they were).
+    fn reduce(&self, root: usize, values: Values<'_>, op: Op) -> Result<()>;
+
+    /// Combines every rank's `values` element by element with `op` into every rank's `values`: the same bits on every
+    /// rank, whatever algorithm the library picks (reduced to rank 0, then broadcast).
+    fn allreduce(&self, values: Values<'_>, op: Op) -> Result<()>;
+
+    /// Every rank's `bytes`, by rank, on rank `root` (`None` on the others).
+    fn gather(&self, root: usize, bytes: &[u8]) -> Result<Option<Vec<Vec<u8>>>>;
+
+    /// Seconds on a monotonic wall clock (MPI's `Wtime`).
+    fn time(&self) -> f64;
+
+    /// Splits the communicator (a collective): ranks of the same `color` form a new communicator, ordered by `key`
+    /// (then by rank); a rank with no colour gets `None`.
+    fn split(&self, color: Option<u32>, key: usize) -> Result<Option<Box<dyn Comm>>>;
+}
+
+/// Checks that `rank` is in a communicator of `size` ranks.
+fn check_rank(rank: usize, size: usize) -> Result<()> {
+    if rank < size {
+        Ok(())
+    } else {
+        Err(CommError::NoSuchRank { rank, size })
+    }
+}

@@ -1,0 +1,204 @@
+//! The MPI flavour (cargo feature `mpi`): [`Comm`] over the system's MPI through rsmpi, as EXARL's `ExaSimple` is over
+//! mpi4py. Messages are byte vectors (a receive probes for the size first); a broadcast or gather of bytes sends the
+//! sizes first; `allreduce` reduces to rank 0 and broadcasts the result, so every rank holds the same bits whatever
+//! algorithm the library picks for a plain `MPI_Allreduce`.
+
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::datatype::PartitionMut;
+use mpi::point_to_point::{Destination, Source as MpiSource};
+use mpi::topology::{Color, Communicator, SimpleCommunicator};
+use mpi::Count;
+
+use crate::{check_rank, Comm, CommError, Op, Received, Result, Source, Tag, Values};
+
+/// MPI, started; it is finalised when this is dropped (after every communicator made from it).
+pub struct MpiUniverse {
+    universe: mpi::environment::Universe,
+}
+
+impl std::fmt::Debug for MpiUniverse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiUniverse").finish_non_exhaustive()
+    }
+}
+
+impl MpiUniverse {
+    /// Starts MPI (once per process).
+    pub fn init() -> Result<Self> {
+        mpi::initialize()
+            .map(|universe| Self { universe })
+            .ok_or_else(|| CommError::Mpi("MPI was already started in this process".into()))
+    }
+
+    /// The world communicator.
+    pub fn world(&self) -> MpiComm {
+        MpiComm {
+            comm: self.universe.world(),
+        }
+    }
+}
+
+/// A communicator of the system's MPI.
+pub struct MpiComm {
+    comm: SimpleCommunicator,
+}
+
+impl std::fmt::Debug for MpiComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiComm")
+            .field("rank", &self.comm.rank())
+            .field("size", &self.comm.size())
+            .finish()
+    }
+}
+
+fn system_op(op: Op) -> SystemOperation {
+    match op {
+        Op::Sum => SystemOperation::sum(),
+        Op::Max => SystemOperation::max(),
+        Op::Min => SystemOperation::min(),
+    }
+}
+
+impl MpiComm {
+    fn checked(&self, rank: usize) -> Result<i32> {
+        check_rank(rank, self.size())?;
+        Ok(rank as i32)
+    }
+}
+
+impl Comm for MpiComm {
+    fn rank(&self) -> usize {
+        self.comm.rank() as usize
+    }
+
+    fn size(&self) -> usize {
+        self.comm.size() as usize
+    }
+
+    fn send(&self, dest: usize, tag: Tag, bytes: &[u8]) -> Result<()> {
+        let dest = self.checked(dest)?;
+        self.comm
+            .process_at_rank(dest)
+            .send_with_tag(bytes, i32::from(tag));
+        Ok(())
+    }
+
+    fn recv(&self, source: Source, tag: Tag) -> Result<Received> {
+        let (bytes, status) = match source {
+            Source::Rank(r) => {
+                let r = self.checked(r)?;
+                self.comm
+                    .process_at_rank(r)
+                    .receive_vec_with_tag::<u8>(i32::from(tag))
+            }
+            Source::Any => self.comm.any_process().receive_vec_with_tag::<u8>(i32::from(tag)),
+        };
+        Ok(Received {
+            from: status.source_rank() as usize,
+            bytes,
+        })
+    }
+
+    fn bcast(&self, root: usize, bytes: &mut Vec<u8>) -> Result<()> {
+        let root = self.comm.process_at_rank(self.checked(root)?);
+        let mut len = bytes.len() as u64;
+        root.broadcast_into(&mut len);
+        bytes.resize(len as usize, 0);
+        root.broadcast_into(&mut bytes[..]);
+        Ok(())
+    }
+
+    fn barrier(&self) -> Result<()> {
+        self.comm.barrier();
+        Ok(())
+    }
+
+    fn reduce(&self, root: usize, values: Values<'_>, op: Op) -> Result<()> {
+        let root_rank = self.checked(root)?;
+        let process = self.comm.process_at_rank(root_rank);
+        let mine = self.rank() == root;
+        match values {
+            Values::F32(v) => {
+                if mine {
+                    let send = v.to_vec();
+                    process.reduce_into_root(&send[..], v, system_op(op));
+                } else {
+                    process.reduce_into(&v[..], system_op(op));
+                }
+            }
+            Values::F64(v) => {
+                if mine {
+                    let send = v.to_vec();
+                    process.reduce_into_root(&send[..], v, system_op(op));
+                } else {
+                    process.reduce_into(&v[..], system_op(op));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn allreduce(&self, values: Values<'_>, op: Op) -> Result<()> {
+        let root = self.comm.process_at_rank(0);
+        match values {
+            Values::F32(v) => {
+                self.reduce(0, Values::F32(v), op)?;
+                root.broadcast_into(v);
+            }
+            Values::F64(v) => {
+                self.reduce(0, Values::F64(v), op)?;
+                root.broadcast_into(v);
+            }
+        }
+        Ok(())
+    }
+
+    fn gather(&self, root: usize, bytes: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
+        let process = self.comm.process_at_rank(self.checked(root)?);
+        let len = bytes.len() as Count;
+        if self.rank() != root {
+            process.gather_into(&len);
+            process.gather_varcount_into(bytes);
+            return Ok(None);
+        }
+        let mut counts = vec![0 as Count; self.size()];
+        process.gather_into_root(&len, &mut counts[..]);
+        let displs: Vec<Count> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let start = *at;
+                *at += c;
+                Some(start)
+            })
+            .collect();
+        let total: Count = counts.iter().sum();
+        let mut all = vec![0u8; total as usize];
+        {
+            let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            process.gather_varcount_into_root(bytes, &mut partition);
+        }
+        Ok(Some(
+            counts
+                .iter()
+                .zip(&displs)
+                .map(|(&c, &d)| all[d as usize..(d + c) as usize].to_vec())
+                .collect(),
+        ))
+    }
+
+    fn time(&self) -> f64 {
+        mpi::time()
+    }
+
+    fn split(&self, color: Option<u32>, key: usize) -> Result<Option<Box<dyn Comm>>> {
+        let color = match color {
+            Some(c) => Color::with_value(c as i32),
+            None => Color::undefined(),
+        };
+        Ok(self
+            .comm
+            .split_by_color_with_key(color, key as i32)
+            .map(|comm| Box::new(MpiComm { comm }) as Box<dyn Comm>))
+    }
+}

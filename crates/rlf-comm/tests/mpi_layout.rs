@@ -1,0 +1,150 @@
+//! The MPI flavour under `mpirun` (cargo feature `mpi`). Run by `cargo test`, this binary starts `mpirun` on itself
+//! for each case; under `mpirun` (OpenMPI's `OMPI_COMM_WORLD_RANK` is set) it is one rank of that case.
+//! - Collectives: point to point from a rank and from any, broadcast, gather by rank, reduce, and an allreduce whose
+//!   result has the same bits on every rank.
+//! - Layouts: 3, 4 and 5 ranks with `process_per_env` 1 and 2 and `learner_procs` 1 and 2: every rank's agent, env
+//!   and learner communicators hold exactly the members EXARL's rules give, and each env group's lead is its rank 0
+//!   (with two learners too, where EXARL errs).
+//! - An impossible layout fails fast on every rank, with one line from rank 0.
+
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use rlf_comm::{Comm, Communicators, Layout, MpiUniverse, Op, Source, Values};
+
+fn rank_main(learner_procs: usize, process_per_env: usize) -> ExitCode {
+    let universe = match MpiUniverse::init() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let world = universe.world();
+    let (rank, size) = (world.rank(), world.size());
+    let layout = match Layout::new(size, learner_procs, process_per_env) {
+        Ok(layout) => layout,
+        Err(e) => {
+            if rank == 0 {
+                eprintln!("error: {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = collectives(&world) {
+        eprintln!("rank {rank}: {e}");
+        return ExitCode::from(1);
+    }
+    let checked = Communicators::split(Box::new(world), layout).and_then(|c| c.check());
+    match checked {
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(wrong)) => {
+            eprintln!("{wrong}");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("rank {rank}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The collectives' semantics on this world; an error names what differed.
+fn collectives(world: &dyn Comm) -> Result<(), String> {
+    let (rank, size) = (world.rank(), world.size());
+    let e = |e: rlf_comm::CommError| e.to_string();
+    if rank != 0 {
+        world.send(0, 5, &[rank as u8; 3]).map_err(e)?;
+    } else {
+        let mut seen: Vec<usize> = (1..size)
+            .map(|_| world.recv(Source::Any, 5).map(|m| m.from))
+            .collect::<Result<_, _>>()
+            .map_err(e)?;
+        seen.sort_unstable();
+        if seen != (1..size).collect::<Vec<_>>() {
+            return Err(format!("received from {seen:?}"));
+        }
+    }
+    let mut b = if rank == size - 1 {
+        vec![7; 1000]
+    } else {
+        Vec::new()
+    };
+    world.bcast(size - 1, &mut b).map_err(e)?;
+    if b != vec![7; 1000] {
+        return Err("broadcast".into());
+    }
+    if let Some(all) = world.gather(0, &vec![rank as u8; rank]).map_err(e)? {
+        if all.iter().enumerate().any(|(r, v)| *v != vec![r as u8; r]) {
+            return Err(format!("gathered {all:?}"));
+        }
+    }
+    let mut counts = [1.0f64, rank as f64];
+    world.reduce(0, Values::F64(&mut counts), Op::Sum).map_err(e)?;
+    if rank == 0 && counts != [size as f64, (size * (size - 1) / 2) as f64] {
+        return Err(format!("reduced {counts:?}"));
+    }
+    // Values whose sum depends on the order of the additions: every rank must still hold the same bits.
+    let mut w: Vec<f32> = (0..64)
+        .map(|i| (rank as f32 + 1.0) * 1e7 / (i as f32 + 1.0) + 0.1)
+        .collect();
+    world.allreduce(Values::F32(&mut w), Op::Sum).map_err(e)?;
+    let bits: Vec<u8> = w.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
+    let mut root = bits.clone();
+    world.bcast(0, &mut root).map_err(e)?;
+    if root != bits {
+        return Err("allreduce gave different bits on different ranks".into());
+    }
+    world.barrier().map_err(e)
+}
+
+fn mpirun(ranks: usize, learner_procs: usize, process_per_env: usize) -> (bool, String, Duration) {
+    let me = std::env::current_exe().expect("the test binary");
+    let start = Instant::now();
+    let out = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
+        .arg(me)
+        .args([learner_procs.to_string(), process_per_env.to_string()])
+        .output()
+        .expect("mpirun (Debian's openmpi-bin) runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        start.elapsed(),
+    )
+}
+
+fn main() -> ExitCode {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    if std::env::var_os("OMPI_COMM_WORLD_RANK").is_some() {
+        return rank_main(args[0], args[1]);
+    }
+    let mut ran = 0;
+    for ranks in 3..=5 {
+        for learner_procs in 1..=2 {
+            for process_per_env in 1..=2 {
+                let possible = Layout::new(ranks, learner_procs, process_per_env).is_ok();
+                let (ok, stderr, took) = mpirun(ranks, learner_procs, process_per_env);
+                let case = format!(
+                    "{ranks} ranks, learner_procs {learner_procs}, process_per_env {process_per_env}"
+                );
+                if possible {
+                    assert!(ok, "{case}: {stderr}");
+                } else {
+                    assert!(!ok, "{case} should fail");
+                    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+                    assert_eq!(lines.len(), 1, "{case}: one line from rank 0:\n{stderr}");
+                    assert!(
+                        lines[0].contains("must be a positive multiple of process_per_env"),
+                        "{stderr}"
+                    );
+                    assert!(took < Duration::from_secs(30), "{case} took {took:?}");
+                }
+                println!("test mpi_layout::{ranks}_{learner_procs}_{process_per_env} ... ok");
+                ran += 1;
+            }
+        }
+    }
+    println!("\ntest result: ok. {ran} passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+    ExitCode::SUCCESS
+}
