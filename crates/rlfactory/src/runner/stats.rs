@@ -77,6 +77,10 @@ impl<T: Copy + Into<f64>> Window<T> {
     fn is_full(&self) -> bool {
         self.0.len() == self.1
     }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// The Elo rating a policy starts with; a snapshot starts with its policy's rating when taken.
@@ -344,6 +348,16 @@ impl Runner {
     /// mean return when the env reports no objective).
     pub fn policy_objective(&self, policy: usize) -> Option<f64> {
         self.policies.get(policy).and_then(|p| p.objectives.mean())
+    }
+
+    /// Forgets `policy`'s recent episodes (returns, objectives, lengths): PBT replaced its weights, and episodes
+    /// played with the old ones no longer measure it (its next ranking and best checkpoint wait for new ones).
+    pub fn forget_recent_episodes(&mut self, policy: usize) {
+        if let Some(p) = self.policies.get_mut(policy) {
+            p.returns.clear();
+            p.objectives.clear();
+            p.lengths.clear();
+        }
     }
 
     /// Continues each policy's agent steps from a resumed run's (PBT's saved states).
@@ -932,6 +946,18 @@ mod tests {
         assert_eq!(r.mean_return(), Some(2.0));
         assert_eq!(r.policy_objective(0), Some(2.0));
         assert_eq!(r.summary().policies[0].mean_return, Some(2.0));
+    }
+
+    /// After PBT replaces a policy's weights, the episodes of its old weights no longer count towards its mean.
+    #[test]
+    fn a_replaced_policy_forgets_its_old_episodes() {
+        let mut r = runner(&["--stats_avg=3"]);
+        r.on_rollout_reported(&rollout(10, &[-50.0, -60.0, -70.0]));
+        r.forget_recent_episodes(0);
+        assert_eq!(r.policy_objective(0), None);
+        assert_eq!(r.summary().policies[0].mean_return, None);
+        r.on_rollout_reported(&rollout(10, &[5.0]));
+        assert_eq!(r.policy_objective(0), Some(5.0));
     }
 
     #[test]

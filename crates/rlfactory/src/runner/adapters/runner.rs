@@ -143,6 +143,9 @@ impl RunnerNode {
             if let Some(exp) = &self.experiment {
                 exp.write_policy_state(&states[d.policy])?;
             }
+            if d.replace_from.is_some() {
+                self.runner.forget_recent_episodes(d.policy);
+            }
             let update = PbtUpdate {
                 policy: d.policy,
                 replace_from: d.replace_from,
