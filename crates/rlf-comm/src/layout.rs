@@ -353,14 +353,15 @@ mod tests {
         );
     }
 
-    /// On local worlds of 3, 4 and 5 ranks, for every possible layout with 1 or 2 learners and groups of 1 or 2,
-    /// every rank's communicators hold exactly the members the rules give, and each group's lead is its rank 0.
+    /// On local worlds of 3, 4 and 5 ranks, for every possible layout with 1 or 2 learners and groups of 1 or 2 (and
+    /// the shared layout, groups of every rank), every rank's communicators hold exactly the members the rules give,
+    /// and each group's lead is its rank 0.
     #[test]
     fn split_communicators_match_the_rules_on_every_rank() {
         let mut checked = 0;
         for ranks in 3..=5 {
             for learners in 1..=2 {
-                for per_env in 1..=2 {
+                for per_env in [1, 2, ranks] {
                     let Ok(layout) = Layout::new(ranks, learners, per_env) else {
                         continue;
                     };
@@ -373,6 +374,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(checked, 9);
+        assert_eq!(checked, 12);
     }
 }

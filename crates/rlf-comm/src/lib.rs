@@ -22,8 +22,12 @@ pub use mpi_comm::{MpiComm, MpiUniverse};
 /// A message tag (the workflows' message kinds). Tags from [`RESERVED_TAGS`] up are the collectives' own.
 pub type Tag = u16;
 
-/// The first tag the local flavour's collectives use; applications use tags below it.
-pub const RESERVED_TAGS: Tag = 0xff00;
+/// The first tag the collectives keep for themselves; applications use tags below it (MPI guarantees tags up to
+/// 32,767 only).
+pub const RESERVED_TAGS: Tag = 0x7f00;
+
+/// The largest colour [`Comm::split`] takes (MPI's colours and keys are non-negative C `int`s).
+pub const MAX_COLOR: u32 = i32::MAX as u32;
 
 /// Where a receive takes its message from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +125,9 @@ pub enum CommError {
     /// The other ranks are gone (the local world was dropped).
     #[error("the communicator is closed: {0}")]
     Closed(String),
+    /// An argument out of range (a colour or key of `split`).
+    #[error("{0}")]
+    Argument(String),
     /// The MPI library could not be started, or is not there.
     #[error("MPI: {0}")]
     Mpi(String),
@@ -138,7 +145,9 @@ pub trait Comm {
     /// Ranks in the communicator.
     fn size(&self) -> usize;
 
-    /// Sends `bytes` to rank `dest` with `tag` (returns once the bytes may be reused).
+    /// Sends `bytes` to rank `dest` with `tag` (below [`RESERVED_TAGS`]); returns once the bytes may be reused.
+    /// MPI may block until the receiver takes large messages (the local flavour never does): two ranks must not
+    /// both send to each other before receiving.
     fn send(&self, dest: usize, tag: Tag, bytes: &[u8]) -> Result<()>;
 
     /// Receives the next message with `tag` from `source`; messages between two ranks arrive in the order sent.
@@ -164,9 +173,30 @@ pub trait Comm {
     /// Seconds on a monotonic wall clock (MPI's `Wtime`).
     fn time(&self) -> f64;
 
-    /// Splits the communicator (a collective): ranks of the same `color` form a new communicator, ordered by `key`
-    /// (then by rank); a rank with no colour gets `None`.
+    /// Splits the communicator (a collective): ranks of the same `color` (at most [`MAX_COLOR`]) form a new
+    /// communicator, ordered by `key` (then by rank); a rank with no colour gets `None`.
     fn split(&self, color: Option<u32>, key: usize) -> Result<Option<Box<dyn Comm>>>;
+}
+
+/// Checks that an application's `tag` is below the collectives' tags.
+fn check_tag(tag: Tag) -> Result<()> {
+    if tag < RESERVED_TAGS {
+        Ok(())
+    } else {
+        Err(CommError::ReservedTag(tag))
+    }
+}
+
+/// Checks a colour and a key of [`Comm::split`]: MPI takes non-negative C `int`s.
+fn check_split(color: Option<u32>, key: usize) -> Result<(Option<i32>, i32)> {
+    let color = color
+        .map(|c| {
+            i32::try_from(c).map_err(|_| CommError::Argument(format!("split colour {c} is over {MAX_COLOR}")))
+        })
+        .transpose()?;
+    let key = i32::try_from(key)
+        .map_err(|_| CommError::Argument(format!("split key {key} is over {}", i32::MAX)))?;
+    Ok((color, key))
 }
 
 /// Checks that `rank` is in a communicator of `size` ranks.

@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use crate::{check_rank, Comm, CommError, Op, Received, Result, Source, Tag, Values, RESERVED_TAGS};
+use crate::{
+    check_rank, check_split, check_tag, Comm, CommError, Op, Received, Result, Source, Tag, Values,
+    RESERVED_TAGS,
+};
 
 const TAG_BCAST: Tag = RESERVED_TAGS;
 const TAG_GATHER: Tag = RESERVED_TAGS + 1;
@@ -95,11 +98,6 @@ impl Drop for LocalComm {
 }
 
 impl LocalComm {
-    /// The world rank of each rank of this communicator.
-    pub fn world_ranks(&self) -> &[usize] {
-        &self.members
-    }
-
     fn post(&self, dest: usize, tag: Tag, bytes: Vec<u8>) -> Result<()> {
         check_rank(dest, self.members.len())?;
         let mailbox = &self.shared.boxes[self.members[dest]];
@@ -192,12 +190,37 @@ fn combine(values: &mut Values<'_>, bytes: &[u8], op: Op) -> Result<()> {
     Ok(())
 }
 
+/// Replaces `values` with `bytes` (values as [`to_bytes`] wrote them), bit for bit.
 fn overwrite(values: &mut Values<'_>, bytes: &[u8]) -> Result<()> {
-    match values {
-        Values::F32(v) => v.iter_mut().for_each(|x| *x = 0.0),
-        Values::F64(v) => v.iter_mut().for_each(|x| *x = 0.0),
+    let width = match values {
+        Values::F32(_) => 4,
+        Values::F64(_) => 8,
+    };
+    if bytes.len() != values.len() * width {
+        return Err(CommError::Mismatch {
+            what: "reduce",
+            message: format!(
+                "{} bytes for {} values of {width} bytes",
+                bytes.len(),
+                values.len()
+            ),
+        });
     }
-    combine(values, bytes, Op::Sum)
+    match values {
+        Values::F32(v) => {
+            for (x, b) in v.iter_mut().zip(bytes.chunks_exact(4)) {
+                *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        Values::F64(v) => {
+            for (x, b) in v.iter_mut().zip(bytes.chunks_exact(8)) {
+                let mut w = [0; 8];
+                w.copy_from_slice(b);
+                *x = f64::from_le_bytes(w);
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Comm for LocalComm {
@@ -210,16 +233,12 @@ impl Comm for LocalComm {
     }
 
     fn send(&self, dest: usize, tag: Tag, bytes: &[u8]) -> Result<()> {
-        if tag >= RESERVED_TAGS {
-            return Err(CommError::ReservedTag(tag));
-        }
+        check_tag(tag)?;
         self.post(dest, tag, bytes.to_vec())
     }
 
     fn recv(&self, source: Source, tag: Tag) -> Result<Received> {
-        if tag >= RESERVED_TAGS {
-            return Err(CommError::ReservedTag(tag));
-        }
+        check_tag(tag)?;
         self.take(source, tag)
     }
 
@@ -288,8 +307,10 @@ impl Comm for LocalComm {
     }
 
     fn split(&self, color: Option<u32>, key: usize) -> Result<Option<Box<dyn Comm>>> {
+        let (color, key) = check_split(color, key)?;
+        // No colour is u32::MAX, above every colour there can be.
         let mine = [
-            u64::from(color.map_or(u32::MAX, |c| c)).to_le_bytes(),
+            u64::from(color.map_or(u32::MAX, |c| c as u32)).to_le_bytes(),
             (key as u64).to_le_bytes(),
         ]
         .concat();
@@ -441,6 +462,7 @@ pub(crate) mod tests {
             let Some(sub) = sub else {
                 assert_eq!(r, 4);
                 comm.barrier().expect("barrier");
+                comm.barrier().expect("barrier");
                 return (r, Vec::new());
             };
             // Keys run backwards: the highest world rank of a colour is rank 0.
@@ -452,8 +474,15 @@ pub(crate) mod tests {
             if sub.rank() == 0 {
                 sub.send(1, 3, b"sub").expect("send");
             }
+            comm.barrier().expect("barrier");
             if sub.rank() == 1 {
-                assert_eq!(sub.recv(Source::Any, 3).expect("recv").bytes, b"sub");
+                // The parent's receive of the same tag from the same rank does not see the sub-communicator's
+                // message: it is the parent's own that comes.
+                comm.send(r, 3, b"parent").expect("send to self");
+                let parent = comm.recv(Source::Any, 3).expect("recv");
+                assert_eq!((parent.from, parent.bytes.as_slice()), (r, &b"parent"[..]));
+                let m = sub.recv(Source::Rank(0), 3).expect("recv");
+                assert_eq!((m.from, m.bytes.as_slice()), (0, &b"sub"[..]));
             }
             comm.barrier().expect("barrier");
             (r, members)
@@ -462,7 +491,8 @@ pub(crate) mod tests {
         assert_eq!(out[3].1, [3, 1]);
     }
 
-    /// A receive that only gone ranks could answer fails instead of waiting for ever.
+    /// A receive that only gone ranks could answer fails instead of waiting for ever (from a rank, and from any
+    /// when every other rank is gone); reserved tags and colours MPI cannot take are refused.
     #[test]
     fn a_receive_from_a_gone_rank_fails() {
         let mut ranks = LocalWorld::create(2);
@@ -472,7 +502,18 @@ pub(crate) mod tests {
         drop(second);
         let err = waiter.join().expect("thread").unwrap_err();
         assert!(matches!(err, CommError::Closed(_)), "{err}");
-        let tag = LocalWorld::create(1)[0].send(0, RESERVED_TAGS, &[]).unwrap_err();
+        let mut three = LocalWorld::create(3);
+        let (c, b) = (three.pop().expect("rank 2"), three.pop().expect("rank 1"));
+        let a = three.pop().expect("rank 0");
+        let waiter = std::thread::spawn(move || a.recv(Source::Any, 0));
+        drop(b);
+        drop(c);
+        let err = waiter.join().expect("thread").unwrap_err();
+        assert!(matches!(err, CommError::Closed(_)), "{err}");
+        let one = LocalWorld::create(1);
+        let tag = one[0].send(0, RESERVED_TAGS, &[]).unwrap_err();
         assert_eq!(tag, CommError::ReservedTag(RESERVED_TAGS));
+        let color = one[0].split(Some(u32::MAX), 0).map(|_| ()).unwrap_err();
+        assert!(matches!(color, CommError::Argument(_)), "{color}");
     }
 }

@@ -9,11 +9,13 @@ use mpi::point_to_point::{Destination, Source as MpiSource};
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::Count;
 
-use crate::{check_rank, Comm, CommError, Op, Received, Result, Source, Tag, Values};
+use std::rc::Rc;
 
-/// MPI, started; it is finalised when this is dropped (after every communicator made from it).
+use crate::{check_rank, check_split, check_tag, Comm, CommError, Op, Received, Result, Source, Tag, Values};
+
+/// MPI, started; it is finalised when this and every communicator made from it are dropped.
 pub struct MpiUniverse {
-    universe: mpi::environment::Universe,
+    universe: Rc<mpi::environment::Universe>,
 }
 
 impl std::fmt::Debug for MpiUniverse {
@@ -26,7 +28,9 @@ impl MpiUniverse {
     /// Starts MPI (once per process).
     pub fn init() -> Result<Self> {
         mpi::initialize()
-            .map(|universe| Self { universe })
+            .map(|universe| Self {
+                universe: Rc::new(universe),
+            })
             .ok_or_else(|| CommError::Mpi("MPI was already started in this process".into()))
     }
 
@@ -34,13 +38,15 @@ impl MpiUniverse {
     pub fn world(&self) -> MpiComm {
         MpiComm {
             comm: self.universe.world(),
+            universe: self.universe.clone(),
         }
     }
 }
 
-/// A communicator of the system's MPI.
+/// A communicator of the system's MPI. It keeps MPI started while it lives.
 pub struct MpiComm {
     comm: SimpleCommunicator,
+    universe: Rc<mpi::environment::Universe>,
 }
 
 impl std::fmt::Debug for MpiComm {
@@ -65,6 +71,12 @@ impl MpiComm {
         check_rank(rank, self.size())?;
         Ok(rank as i32)
     }
+
+    /// Ends every rank of the job with `code` (`MPI_Abort`): what a rank that cannot go on does, so that the others
+    /// are not left waiting in a collective.
+    pub fn abort(&self, code: i32) -> ! {
+        self.comm.abort(code)
+    }
 }
 
 impl Comm for MpiComm {
@@ -77,6 +89,7 @@ impl Comm for MpiComm {
     }
 
     fn send(&self, dest: usize, tag: Tag, bytes: &[u8]) -> Result<()> {
+        check_tag(tag)?;
         let dest = self.checked(dest)?;
         self.comm
             .process_at_rank(dest)
@@ -85,6 +98,7 @@ impl Comm for MpiComm {
     }
 
     fn recv(&self, source: Source, tag: Tag) -> Result<Received> {
+        check_tag(tag)?;
         let (bytes, status) = match source {
             Source::Rank(r) => {
                 let r = self.checked(r)?;
@@ -192,13 +206,13 @@ impl Comm for MpiComm {
     }
 
     fn split(&self, color: Option<u32>, key: usize) -> Result<Option<Box<dyn Comm>>> {
-        let color = match color {
-            Some(c) => Color::with_value(c as i32),
-            None => Color::undefined(),
-        };
-        Ok(self
-            .comm
-            .split_by_color_with_key(color, key as i32)
-            .map(|comm| Box::new(MpiComm { comm }) as Box<dyn Comm>))
+        let (color, key) = check_split(color, key)?;
+        let color = color.map_or_else(Color::undefined, Color::with_value);
+        Ok(self.comm.split_by_color_with_key(color, key).map(|comm| {
+            Box::new(MpiComm {
+                comm,
+                universe: self.universe.clone(),
+            }) as Box<dyn Comm>
+        }))
     }
 }

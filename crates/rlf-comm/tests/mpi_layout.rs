@@ -1,10 +1,12 @@
-//! The MPI flavour under `mpirun` (cargo feature `mpi`). Run by `cargo test`, this binary starts `mpirun` on itself
-//! for each case; under `mpirun` (OpenMPI's `OMPI_COMM_WORLD_RANK` is set) it is one rank of that case.
+//! The MPI flavour under OpenMPI's `mpirun` (cargo feature `mpi`; `scripts/setup_mpi.sh` installs it). Run by
+//! `cargo test`, this binary starts `mpirun` on itself for each case, with a time limit; given `--rank LEARNERS
+//! PER_ENV` it is one rank of that case, and a rank that finds something wrong aborts the whole job (no rank is left
+//! waiting in a collective).
 //! - Collectives: point to point from a rank and from any, broadcast, gather by rank, reduce, and an allreduce whose
 //!   result has the same bits on every rank.
-//! - Layouts: 3, 4 and 5 ranks with `process_per_env` 1 and 2 and `learner_procs` 1 and 2: every rank's agent, env
-//!   and learner communicators hold exactly the members EXARL's rules give, and each env group's lead is its rank 0
-//!   (with two learners too, where EXARL errs).
+//! - Layouts: 3, 4 and 5 ranks with `process_per_env` 1, 2 and every rank, and `learner_procs` 1 and 2: every rank's
+//!   agent, env and learner communicators hold exactly the members EXARL's rules give, and each env group's lead is
+//!   its rank 0 (with two learners too, where EXARL errs).
 //! - An impossible layout fails fast on every rank, with one line from rank 0.
 
 use std::process::{Command, ExitCode};
@@ -33,18 +35,19 @@ fn rank_main(learner_procs: usize, process_per_env: usize) -> ExitCode {
     };
     if let Err(e) = collectives(&world) {
         eprintln!("rank {rank}: {e}");
-        return ExitCode::from(1);
+        world.abort(1);
     }
+    let aborter = universe.world();
     let checked = Communicators::split(Box::new(world), layout).and_then(|c| c.check());
     match checked {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(wrong)) => {
             eprintln!("{wrong}");
-            ExitCode::from(1)
+            aborter.abort(1)
         }
         Err(e) => {
             eprintln!("rank {rank}: {e}");
-            ExitCode::from(1)
+            aborter.abort(1)
         }
     }
 }
@@ -53,6 +56,19 @@ fn rank_main(learner_procs: usize, process_per_env: usize) -> ExitCode {
 fn collectives(world: &dyn Comm) -> Result<(), String> {
     let (rank, size) = (world.rank(), world.size());
     let e = |e: rlf_comm::CommError| e.to_string();
+    // From a rank: the last rank sends rank 0 two messages, taken in the order sent.
+    if rank == size - 1 {
+        world.send(0, 6, b"first").map_err(e)?;
+        world.send(0, 6, b"second").map_err(e)?;
+    }
+    if rank == 0 {
+        for want in [&b"first"[..], b"second"] {
+            let m = world.recv(Source::Rank(size - 1), 6).map_err(e)?;
+            if (m.from, m.bytes.as_slice()) != (size - 1, want) {
+                return Err(format!("from rank {}: {:?}", m.from, m.bytes));
+            }
+        }
+    }
     if rank != 0 {
         world.send(0, 5, &[rank as u8; 3]).map_err(e)?;
     } else {
@@ -102,9 +118,20 @@ fn mpirun(ranks: usize, learner_procs: usize, process_per_env: usize) -> (bool, 
     let me = std::env::current_exe().expect("the test binary");
     let start = Instant::now();
     let out = Command::new("mpirun")
-        .args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--timeout",
+            "120",
+            "-n",
+            &ranks.to_string(),
+        ])
         .arg(me)
-        .args([learner_procs.to_string(), process_per_env.to_string()])
+        .args([
+            "--rank".to_owned(),
+            learner_procs.to_string(),
+            process_per_env.to_string(),
+        ])
         .output()
         .expect("mpirun (Debian's openmpi-bin) runs");
     (
@@ -115,14 +142,15 @@ fn mpirun(ranks: usize, learner_procs: usize, process_per_env: usize) -> (bool, 
 }
 
 fn main() -> ExitCode {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    if std::env::var_os("OMPI_COMM_WORLD_RANK").is_some() {
-        return rank_main(args[0], args[1]);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--rank") {
+        let number = |i: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(0);
+        return rank_main(number(1), number(2));
     }
     let mut ran = 0;
     for ranks in 3..=5 {
         for learner_procs in 1..=2 {
-            for process_per_env in 1..=2 {
+            for process_per_env in [1, 2, ranks] {
                 let possible = Layout::new(ranks, learner_procs, process_per_env).is_ok();
                 let (ok, stderr, took) = mpirun(ranks, learner_procs, process_per_env);
                 let case = format!(

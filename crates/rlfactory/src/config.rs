@@ -515,7 +515,8 @@ impl Algo {
 }
 
 /// Off-policy learning (`--algo dqn`, `--algo sac`): the replay buffer, its rate limit, targets and exploration. The batch size,
-/// learning rate, discount, gradient clipping and Adam's settings are the ones above.
+/// learning rate, discount, gradient clipping (DQN's; SAC clips none, as the paper) and Adam's settings are the ones
+/// above; `--double_q`, `--dueling` and the ε schedule are DQN's.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
 #[serde(default)]
@@ -1073,6 +1074,16 @@ impl Config {
         if o.algo == Algo::Sac && !self.model.encoder_conv_layers.0.is_empty() {
             return err("--algo sac takes MLP encoders only: drop --encoder_conv_layers".into());
         }
+        let unbounded = spec.action_spaces.iter().find(|s| match s {
+            rlf_env::Space::Box(b) => b.low().iter().chain(b.high()).any(|v| !v.is_finite()),
+            _ => false,
+        });
+        if let (Algo::Sac, Some(space)) = (o.algo, unbounded) {
+            return err(format!(
+                "--algo sac scales its actions in [-1, 1] to the env's bounds; {} has {space}, with a bound that is not finite",
+                self.env.env
+            ));
+        }
         if o.n_step == 0 || o.publish_interval == 0 || o.target_update_interval == 0 {
             return err(
                 "--n_step, --publish_interval and --target_update_interval must be at least 1".into(),
@@ -1245,6 +1256,8 @@ impl Config {
         }
         if self.off_policy.algo.is_off_policy() {
             self.validate_off_policy(&spec)?;
+        } else if self.off_policy.prioritized_replay {
+            return err("--prioritized_replay needs a replay buffer: --algo dqn or --algo sac".into());
         }
         let builtin = self.builtin_opponents();
         if !(0.0..=1.0).contains(&s.self_play_builtin_prob) {

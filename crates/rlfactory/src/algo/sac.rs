@@ -4,8 +4,9 @@
 //!
 //! 1. A batch is `B` n-step transitions `(s, a, R, d, s')` ([`Transitions`]); `a` is the squashed action in
 //!    [−1, 1]^d the actor took ([`SacActor`]).
-//! 2. The temperature: `α = exp(log α)`; a fresh action `ã ~ π(·|s)` with log-density `log π(ã|s)` (reparameterised);
-//!    loss `−log α · (log π(ã|s) + H̄)` with the target entropy `H̄ = −d`; one Adam step on `log α`.
+//! 2. The temperature: `α = exp(log α)`, read before its own update and used by steps 3 and 5; a fresh action
+//!    `ã ~ π(·|s)` with log-density `log π(ã|s)` (reparameterised); loss `−log α · (log π(ã|s) + H̄)` with the target
+//!    entropy `H̄ = −d`; one Adam step on `log α`.
 //! 3. Targets, without gradient: `a' ~ π(·|s')`, `y = R + d · (min(Q̄₁, Q̄₂)(s', a') − α log π(a'|s'))` with the
 //!    target networks `Q̄`.
 //! 4. Critic loss: `½ (MSE(Q₁(s, a), y) + MSE(Q₂(s, a), y))` (each transition's weighted by importance with
@@ -121,14 +122,15 @@ impl Sac {
         batch: &Transitions,
         td_errors: Option<&mut Vec<f32>>,
     ) -> Result<BTreeMap<String, f64>> {
-        // 2. The temperature, from a fresh action of the current actor.
+        // 2. The temperature, from a fresh action of the current actor; α as it was before this update of it, for
+        // the targets and the actor (as Stable-Baselines3).
+        let alpha = self.log_alpha.detach().exp();
         let (actions_pi, log_prob_pi) = self.actor.sample(&batch.obs);
         let alpha_loss =
             -(&self.log_alpha * (log_prob_pi.detach() + self.target_entropy)).f_mean(Kind::Float)?;
         self.alpha_optimizer.zero_grad()?;
         alpha_loss.f_backward()?;
         self.alpha_optimizer.step()?;
-        let alpha = self.log_alpha.detach().exp();
 
         // 3-4. The critics.
         let y = self.targets(batch, &alpha);

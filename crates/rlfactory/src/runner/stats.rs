@@ -209,6 +209,9 @@ impl SelfPlayStats {
 /// One policy's statistics.
 #[derive(Debug, Clone)]
 struct PolicyStats {
+    /// PBT replaced the weights: its ranking objective and best-checkpoint metric wait for a full window of new
+    /// episodes.
+    settling: bool,
     agent_steps: u64,
     episodes: u64,
     returns: Window<f64>,
@@ -296,6 +299,7 @@ impl Runner {
                 PolicyStats {
                     agent_steps: 0,
                     episodes: 0,
+                    settling: false,
                     returns: Window::new(cfg.run.stats_avg),
                     objectives: Window::new(cfg.run.stats_avg),
                     lengths: Window::new(cfg.run.stats_avg),
@@ -347,16 +351,22 @@ impl Runner {
     /// Mean true objective of the last `--stats_avg` episodes of `policy` (its PBT objective; the
     /// mean return when the env reports no objective).
     pub fn policy_objective(&self, policy: usize) -> Option<f64> {
-        self.policies.get(policy).and_then(|p| p.objectives.mean())
+        self.policies
+            .get(policy)
+            .filter(|p| !p.settling)
+            .and_then(|p| p.objectives.mean())
     }
 
     /// Forgets `policy`'s recent episodes (returns, objectives, lengths): PBT replaced its weights, and episodes
-    /// played with the old ones no longer measure it (its next ranking and best checkpoint wait for new ones).
+    /// played with the old ones no longer measure it. Its ranking objective and best-checkpoint metric wait for a
+    /// full `--stats_avg` window of new episodes (the few that were under way with the old weights when the new
+    /// ones arrived are among them).
     pub fn forget_recent_episodes(&mut self, policy: usize) {
         if let Some(p) = self.policies.get_mut(policy) {
             p.returns.clear();
             p.objectives.clear();
             p.lengths.clear();
+            p.settling = true;
         }
     }
 
@@ -413,6 +423,7 @@ impl Runner {
             if let Some(p) = self.policies.get_mut(policy) {
                 p.returns.push(r);
                 p.objectives.push(objective);
+                p.settling &= !p.objectives.is_full();
                 p.lengths
                     .push(report.episode_lengths.get(i).copied().unwrap_or(0) as f64);
                 p.episodes += 1;
@@ -479,9 +490,10 @@ impl Runner {
             best_metrics: self
                 .policies
                 .iter()
-                .map(|p| match self.best_metric {
-                    BestMetric::Reward => p.returns.mean(),
-                    BestMetric::TrueObjective => p.objectives.mean(),
+                .map(|p| match (p.settling, self.best_metric) {
+                    (true, _) => None,
+                    (false, BestMetric::Reward) => p.returns.mean(),
+                    (false, BestMetric::TrueObjective) => p.objectives.mean(),
                 })
                 .collect(),
         }
@@ -956,8 +968,15 @@ mod tests {
         r.forget_recent_episodes(0);
         assert_eq!(r.policy_objective(0), None);
         assert_eq!(r.summary().policies[0].mean_return, None);
-        r.on_rollout_reported(&rollout(10, &[5.0]));
-        assert_eq!(r.policy_objective(0), Some(5.0));
+        // One lucky episode neither ranks the policy nor makes a best checkpoint: a full window does.
+        r.on_rollout_reported(&rollout(10, &[500.0]));
+        assert_eq!(
+            (r.policy_objective(0), r.checkpoint_request().best_metric(0)),
+            (None, None)
+        );
+        r.on_rollout_reported(&rollout(10, &[5.0, 5.0]));
+        assert_eq!(r.policy_objective(0), Some(170.0));
+        assert_eq!(r.checkpoint_request().best_metric(0), Some(170.0));
     }
 
     #[test]
