@@ -55,10 +55,11 @@ fn dqn_learns_cartpole_within_50k_steps() {
     assert!(ret >= 100.0, "the greedy policy's mean return {ret}");
 }
 
-/// Prioritised replay (`--prioritized_replay`) on the shipped CartPole config: the learner keeps the replay ratio,
-/// gives the drawn transitions their TD errors' priorities (the largest passes the 1 new transitions start with),
-/// raises the importance exponent β from 0.4 towards 1 with the inserts, and learns: the greedy policy balances the
-/// pole (mean return ≥ 100 over 20 episodes; a random policy gets 22).
+/// Prioritised replay (`--prioritized_replay`) on the shipped CartPole config, in serial mode (one loop: the run is
+/// the same on every machine and build): the learner keeps the replay ratio, gives the drawn transitions their TD
+/// errors' priorities (the largest passes the 1 new transitions start with), raises the importance exponent β from
+/// 0.4 towards 1 with the inserts, and learns: the greedy policy balances the pole (mean return ≥ 100 over 20
+/// episodes; measured 140.25, twice the same; a random policy gets 22).
 #[test]
 fn prioritized_dqn_learns_cartpole() {
     let dir = temp_dir("dqn-per");
@@ -69,6 +70,7 @@ fn prioritized_dqn_learns_cartpole() {
         "--env=CartPole-v1",
         "--algo=dqn",
         "--prioritized_replay",
+        "--serial_mode",
         "--seed=1",
         "--experiment=dqn",
         &train_dir,
@@ -79,9 +81,10 @@ fn prioritized_dqn_learns_cartpole() {
     let s = summary(&out);
     let frames = s["env_frames"].as_u64().expect("frames");
     let version = s["policy_version"].as_u64().expect("version") as f64;
-    let expected = (frames as f64 - 1000.0) * 32.0 / 64.0;
+    // Every trajectory's transitions but each env's last are in (8 envs); 32 × (inserted − 1000) / 64 steps.
+    let expected = (frames as f64 - 8.0 - 1000.0) * 32.0 / 64.0;
     assert!(
-        (version / expected - 1.0).abs() < 0.1,
+        (version / expected - 1.0).abs() < 0.01,
         "{version} SGD steps for {frames} frames"
     );
     let metric = |name: &str| {
