@@ -11,10 +11,10 @@ use common::{child_of_loop, eval_mean_return, expect_failed_run, run, spawn, sum
 
 const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
 
-/// The shipped DQN config for CartPole (RL Zoo's hyper-parameters: 50K env steps, 32 samples per insert) on one
-/// seed: the learner kept the replay ratio, and the greedy policy it ends with balances the pole (a mean return of
-/// at least 100 over 20 episodes; a random policy gets 22). Measured on seeds 1-5 (release builds): 500, 102, 138,
-/// 500, 500; the 475 on every seed is not reached yet (BENCHMARKS.md).
+/// The shipped DQN config for CartPole (RL Zoo's hyper-parameters with 3-step returns and a softer target: 50K env
+/// steps, 32 samples per insert) on one seed: the learner kept the replay ratio, and the greedy policy it ends with
+/// holds the pole (a mean return of at least 475 over 20 episodes; a random policy gets 22). Measured on seeds 1-5
+/// twice (release builds): 500 in 9 runs of 10, 499.8 in the other (BENCHMARKS.md).
 #[test]
 fn dqn_learns_cartpole_within_50k_steps() {
     let dir = temp_dir("dqn-cartpole");
@@ -52,14 +52,14 @@ fn dqn_learns_cartpole_within_50k_steps() {
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
     let ret = eval_mean_return(&stdout);
-    assert!(ret >= 100.0, "the greedy policy's mean return {ret}");
+    assert!(ret >= 475.0, "the greedy policy's mean return {ret}");
 }
 
 /// Prioritised replay (`--prioritized_replay`) on the shipped CartPole config, in serial mode (one loop: the run is
 /// the same on every machine and build): the learner keeps the replay ratio, gives the drawn transitions their TD
 /// errors' priorities (the largest passes the 1 new transitions start with), raises the importance exponent β from
-/// 0.4 towards 1 with the inserts, and learns: the greedy policy balances the pole (mean return ≥ 100 over 20
-/// episodes; measured 140.25, twice the same; a random policy gets 22).
+/// 0.4 towards 1 with the inserts, and learns: the greedy policy holds the pole (mean return ≥ 475 over 20 episodes;
+/// measured 500 in release and debug builds; a random policy gets 22).
 #[test]
 fn prioritized_dqn_learns_cartpole() {
     let dir = temp_dir("dqn-per");
@@ -108,7 +108,7 @@ fn prioritized_dqn_learns_cartpole() {
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
     let ret = eval_mean_return(&stdout);
-    assert!(ret >= 100.0, "the greedy policy's mean return {ret}");
+    assert!(ret >= 475.0, "the greedy policy's mean return {ret}");
 }
 
 /// Serial mode (`--serial_mode`): the rollout worker, inference and the learner on one loop; the buffer has no rate
