@@ -24,6 +24,14 @@ const EXP_AVG: &str = "adam.exp_avg.";
 /// Prefix of the second moments' names (`adam.exp_avg_sq.<parameter>`).
 const EXP_AVG_SQ: &str = "adam.exp_avg_sq.";
 
+/// Averages the gradients of several learners of one policy (data-parallel training, each learner on its own
+/// data): called at every step with every parameter's gradient, flat, before clipping. It must leave the same values
+/// on every learner, so that their Adam steps, and so their weights, stay bit-identical.
+pub trait GradientSync {
+    /// Replaces `grads` with the learners' mean.
+    fn average(&mut self, grads: &mut [f32]) -> Result<()>;
+}
+
 /// Adam's hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
@@ -53,6 +61,8 @@ pub struct Adam {
     lr: f64,
     /// Steps taken since the moments were zero (the bias corrections' `t`).
     step: u64,
+    /// Several learners of one policy: their gradients are averaged before each step.
+    sync: Option<Box<dyn GradientSync>>,
 }
 
 impl std::fmt::Debug for Adam {
@@ -61,6 +71,7 @@ impl std::fmt::Debug for Adam {
             .field("lr", &self.lr)
             .field("step", &self.step)
             .field("params", &self.params.len())
+            .field("synced", &self.sync.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -105,7 +116,13 @@ impl Adam {
             exp_avg_sq,
             lr,
             step: 0,
+            sync: None,
         })
+    }
+
+    /// Averages the gradients with other learners' through `sync` before every step from now on.
+    pub fn set_gradient_sync(&mut self, sync: Box<dyn GradientSync>) {
+        self.sync = Some(sync);
     }
 
     /// Sets the learning rate of the next steps.
@@ -157,12 +174,29 @@ impl Adam {
         };
         tch::no_grad(|| {
             let grads: Vec<Tensor> = self.params.iter().map(|p| p.value.grad()).collect();
-            if grads.iter().all(Tensor::defined) {
+            if self.sync.is_some() || grads.iter().all(Tensor::defined) {
+                // With several learners, a parameter without a gradient here counts as zeros, so that every
+                // learner averages the same layout.
                 let flat_grads = grads
                     .iter()
-                    .map(|g| g.f_reshape([-1]))
+                    .zip(&self.params)
+                    .map(|(g, p)| {
+                        if g.defined() {
+                            g.f_reshape([-1])
+                        } else {
+                            p.value.f_detach()?.f_zeros_like()?.f_reshape([-1])
+                        }
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
-                let g = Tensor::f_cat(&flat_grads, 0)?;
+                let mut g = Tensor::f_cat(&flat_grads, 0)?;
+                if let Some(sync) = &mut self.sync {
+                    let mut host =
+                        Vec::<f32>::try_from(g.f_to_device(tch::Device::Cpu)?.f_to_kind(tch::Kind::Float)?)?;
+                    sync.average(&mut host)?;
+                    g = Tensor::f_from_slice(&host)?
+                        .f_to_kind(g.kind())?
+                        .f_to_device(g.device())?;
+                }
                 let norm = clip(std::slice::from_ref(&g));
                 let _ = self.exp_avg.f_lerp_(&g, 1.0 - b1)?;
                 let _ = self.exp_avg_sq.f_lerp_(&g.f_square()?, 1.0 - b2)?;

@@ -589,6 +589,13 @@ impl Appo {
         })
     }
 
+    /// Trains as one of several learners of this policy: each SGD step's gradients are averaged with the others'
+    /// through `sync` (every learner must use the same constant learning-rate schedule and no normalisers, whose
+    /// statistics are each learner's own, for their weights to stay bit-identical).
+    pub fn set_gradient_sync(&mut self, sync: Box<dyn super::adam::GradientSync>) {
+        self.optimizer.set_gradient_sync(sync);
+    }
+
     /// The network being trained.
     pub fn model(&self) -> &ActorCritic {
         &self.model
