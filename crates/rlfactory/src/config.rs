@@ -422,7 +422,7 @@ pub struct AppoConfig {
     /// Adam learning rate (the start value of the schedule).
     #[arg(long, default_value_t = 1e-4)]
     pub learning_rate: f64,
-    /// Learning-rate schedule.
+    /// Learning-rate schedule (APPO's; DQN and SAC keep the rate constant).
     #[arg(long, value_enum, default_value_t = LrScheduleKind::Constant)]
     pub lr_schedule: LrScheduleKind,
     /// KL target of the KL-adaptive schedules.
