@@ -11,36 +11,26 @@ use common::{child_of_loop, eval_mean_return, expect_failed_run, run, spawn, sum
 
 const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
 
-/// The shipped DQN config for CartPole (RL Zoo's hyper-parameters with 3-step returns and a softer target: 50K env
-/// steps, 32 samples per insert) on one seed: the learner kept the replay ratio, and the greedy policy it ends with
-/// holds the pole (a mean return of at least 475 over 20 episodes; a random policy gets 22). Measured on seeds 1-5
-/// twice (release builds): 500 in 9 runs of 10, 499.8 in the other (BENCHMARKS.md).
-#[test]
-fn dqn_learns_cartpole_within_50k_steps() {
-    let dir = temp_dir("dqn-cartpole");
+/// Trains CartPole-v1 with the shipped DQN config, seed 1 and `flags`, then plays its greedy policy for 20 episodes:
+/// the run's summary and the mean return.
+fn cartpole_dqn(name: &str, flags: &[&str]) -> (serde_json::Value, f64) {
+    let dir = temp_dir(name);
     let train_dir = format!("--train_dir={}", dir.path().display());
     let out = dir.path().join("summary.json");
-    let output = run(&[
+    let summary_json = format!("--summary_json={}", out.display());
+    let mut args = vec![
         "train",
         "--env=CartPole-v1",
         "--algo=dqn",
         "--seed=1",
         "--experiment=dqn",
         &train_dir,
-        &format!("--summary_json={}", out.display()),
+        &summary_json,
         "--report_interval_sec=0",
-    ]);
+    ];
+    args.extend(flags);
+    let output = run(&args);
     assert!(output.status.success(), "{}", text(&output.stderr));
-    let s = summary(&out);
-    let frames = s["env_frames"].as_u64().expect("frames");
-    assert!((50_000..52_000).contains(&frames), "{frames}");
-    // 32 samples of 64 per SGD step per inserted transition, after the first 1000 (the error buffer is small).
-    let version = s["policy_version"].as_u64().expect("version") as f64;
-    let expected = (frames as f64 - 1000.0) * 32.0 / 64.0;
-    assert!(
-        (version / expected - 1.0).abs() < 0.1,
-        "{version} SGD steps for {frames} frames"
-    );
     let output = run(&[
         "eval",
         "--env=CartPole-v1",
@@ -51,7 +41,25 @@ fn dqn_learns_cartpole_within_50k_steps() {
     ]);
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
-    let ret = eval_mean_return(&stdout);
+    (summary(&out), eval_mean_return(&stdout))
+}
+
+/// The shipped DQN config for CartPole (RL Zoo's hyper-parameters with 3-step returns and a softer target: 50K env
+/// steps, 32 samples per insert) on one seed: the learner kept the replay ratio, and the greedy policy it ends with
+/// holds the pole (a mean return of at least 475 over 20 episodes; a random policy gets 22). Measured on seeds 1-5
+/// twice (release builds): 500 in 9 runs of 10, 499.8 in the other (BENCHMARKS.md).
+#[test]
+fn dqn_learns_cartpole_within_50k_steps() {
+    let (s, ret) = cartpole_dqn("dqn-cartpole", &[]);
+    let frames = s["env_frames"].as_u64().expect("frames");
+    assert!((50_000..52_000).contains(&frames), "{frames}");
+    // 32 samples of 64 per SGD step per inserted transition, after the first 1000 (the error buffer is small).
+    let version = s["policy_version"].as_u64().expect("version") as f64;
+    let expected = (frames as f64 - 1000.0) * 32.0 / 64.0;
+    assert!(
+        (version / expected - 1.0).abs() < 0.1,
+        "{version} SGD steps for {frames} frames"
+    );
     assert!(ret >= 475.0, "the greedy policy's mean return {ret}");
 }
 
@@ -62,23 +70,7 @@ fn dqn_learns_cartpole_within_50k_steps() {
 /// measured 500 in release and debug builds; a random policy gets 22).
 #[test]
 fn prioritized_dqn_learns_cartpole() {
-    let dir = temp_dir("dqn-per");
-    let train_dir = format!("--train_dir={}", dir.path().display());
-    let out = dir.path().join("summary.json");
-    let output = run(&[
-        "train",
-        "--env=CartPole-v1",
-        "--algo=dqn",
-        "--prioritized_replay",
-        "--serial_mode",
-        "--seed=1",
-        "--experiment=dqn",
-        &train_dir,
-        &format!("--summary_json={}", out.display()),
-        "--report_interval_sec=0",
-    ]);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let s = summary(&out);
+    let (s, ret) = cartpole_dqn("dqn-per", &["--prioritized_replay", "--serial_mode"]);
     let frames = s["env_frames"].as_u64().expect("frames");
     let version = s["policy_version"].as_u64().expect("version") as f64;
     // Every trajectory's transitions but each env's last are in (8 envs); 32 × (inserted − 1000) / 64 steps.
@@ -97,17 +89,6 @@ fn prioritized_dqn_learns_cartpole() {
     let beta = metric("train/replay_beta");
     assert!(beta > 0.95 && beta <= 1.0, "beta {beta}");
     assert!(metric("train/replay_max_priority") > 1.0, "{s}");
-    let output = run(&[
-        "eval",
-        "--env=CartPole-v1",
-        "--experiment=dqn",
-        &train_dir,
-        "--max_num_episodes=20",
-        "--eval_deterministic",
-    ]);
-    let stdout = text(&output.stdout);
-    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
-    let ret = eval_mean_return(&stdout);
     assert!(ret >= 475.0, "the greedy policy's mean return {ret}");
 }
 
@@ -210,7 +191,7 @@ fn a_dead_dqn_learner_stops_the_run_with_a_checkpoint() {
         }
     }
     // Loops: main, rollout_worker_0, inference_worker_0, learner (3).
-    let learner = child_of_loop(run.pid, 3);
+    let learner = child_of_loop(run.pid, 3).expect("the learner's process");
     let status = Command::new("kill")
         .args(["-KILL", &learner.to_string()])
         .status()
@@ -279,7 +260,12 @@ fn a_killed_dqn_actor_is_replaced_and_its_learner_keeps_training() {
         &mut seen,
     );
     let status = Command::new("kill")
-        .args(["-KILL", &child_of_loop(run.pid, 1).to_string()])
+        .args([
+            "-KILL",
+            &child_of_loop(run.pid, 1)
+                .expect("the rollout worker's process")
+                .to_string(),
+        ])
         .status()
         .expect("kill");
     assert!(status.success());

@@ -10,7 +10,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{assert_no_segments, spawn, summary, BIN};
+use common::{assert_no_segments, child_of_loop, spawn, summary, BIN};
 
 /// A temp dir for a run, kept as a plain path (the test removes it at its end).
 fn temp_dir(name: &str) -> PathBuf {
@@ -53,19 +53,6 @@ fn the_default_parallel_configuration_learns_cartpole() {
     assert_eq!(s["reached_reward"], true, "{s}");
     assert!(s["frames_to_reward"].as_u64().expect("frames") <= 1_500_000);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The process of `loop_id` among the children of `parent` (rlf-signal names each child's main
-/// thread `rlf-loop-<id>`).
-fn child_of_loop(parent: u32, loop_id: u32) -> Option<u32> {
-    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
-    children
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .find(|pid: &u32| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|comm| comm.trim_end() == format!("rlf-loop-{loop_id}"))
-        })
 }
 
 /// Whether `pid` is a fork of its parent rather than a re-executed binary: only the latter is told

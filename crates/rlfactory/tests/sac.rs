@@ -115,7 +115,7 @@ fn a_dead_sac_learner_stops_the_run_and_its_actor_resumes() {
         }
     }
     // Loops: main, rollout_worker_0, inference_worker_0, learner (3).
-    let learner = child_of_loop(run_.pid, 3);
+    let learner = child_of_loop(run_.pid, 3).expect("the learner's process");
     let status = Command::new("kill")
         .args(["-KILL", &learner.to_string()])
         .status()

@@ -195,10 +195,9 @@ pub fn eval_mean_return(stdout: &str) -> f64 {
 }
 
 /// The process of `loop_id` among the children of `parent` (rlf-signal names each child's main thread
-/// `rlf-loop-<id>`).
-pub fn child_of_loop(parent: u32, loop_id: u32) -> u32 {
-    let children =
-        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).expect("children");
+/// `rlf-loop-<id>`), if there is one.
+pub fn child_of_loop(parent: u32, loop_id: u32) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
     children
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
@@ -206,5 +205,4 @@ pub fn child_of_loop(parent: u32, loop_id: u32) -> u32 {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|comm| comm.trim_end() == format!("rlf-loop-{loop_id}"))
         })
-        .unwrap_or_else(|| panic!("no process of loop {loop_id} under {parent}"))
 }
