@@ -11,7 +11,7 @@ bin=target/release/rlfactory
 seeds="${SEEDS:-1 2 3 4 5}"
 configs=("$@")
 if [ ${#configs[@]} -eq 0 ]; then
-    configs=(CartPole-v1:dqn Acrobot-v1:dqn Pendulum-v1:sac)
+    configs=(CartPole-v1:dqn Acrobot-v1:dqn MountainCar-v0:dqn Pendulum-v1:sac)
 fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT

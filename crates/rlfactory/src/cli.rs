@@ -263,7 +263,12 @@ mod tests {
     #[test]
     fn off_policy_algos_take_their_own_shipped_configs() {
         use crate::config::Algo;
-        for (env, batch) in [("CartPole-v1", 64), ("Acrobot-v1", 128), ("treasurehunt", 256)] {
+        for (env, batch) in [
+            ("CartPole-v1", 64),
+            ("Acrobot-v1", 128),
+            ("MountainCar-v0", 128),
+            ("treasurehunt", 256),
+        ] {
             let cfg = Config::for_env(env, &["--algo=dqn"]).expect("a valid config");
             assert_eq!(
                 (cfg.off_policy.algo, cfg.appo.batch_size),

@@ -858,6 +858,7 @@ pub fn shipped_config(env: &str, algo: Algo) -> Option<&'static str> {
             return match env {
                 "CartPole-v1" => Some(include_str!("../configs/CartPole-v1-dqn.toml")),
                 "Acrobot-v1" => Some(include_str!("../configs/Acrobot-v1-dqn.toml")),
+                "MountainCar-v0" => Some(include_str!("../configs/MountainCar-v0-dqn.toml")),
                 "treasurehunt" => Some(include_str!("../configs/treasurehunt-dqn.toml")),
                 _ => None,
             };
