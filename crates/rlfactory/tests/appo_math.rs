@@ -12,7 +12,6 @@ use rlfactory::algo::appo::{
     VtraceParams,
 };
 use rlfactory::config::{Config, LrScheduleKind};
-use rlfactory::distributed::AllreduceGradients;
 use rlfactory::model::{ActorCritic, Policy};
 use tch::{Kind, Tensor};
 
@@ -561,87 +560,4 @@ fn steps_the_slots_mark_invalid_are_masked_out_of_training() {
             differing(&a, &b)
         );
     }
-}
-
-/// Several learners of one policy (A11): two APPO learners start from the same weights and train on different data
-/// (rewards of 1 and of −1), their gradients averaged over a learner communicator (two threads of a local world) at
-/// every SGD step. After each of three datasets of 2 minibatches their weights are bit-identical, and they have
-/// moved; without the averaging the same two learners part ways.
-#[test]
-fn learners_that_average_gradients_hold_bit_identical_weights() {
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let learner = |synced: Option<rlf_comm::LocalComm>| {
-        let cfg = Config::for_env(
-            "CartPole-v1",
-            &[
-                "--normalize_input=false",
-                "--normalize_returns=false",
-                "--lr_schedule=constant",
-                "--batch_size=64",
-                "--num_batches_per_epoch=2",
-            ],
-        )
-        .unwrap();
-        let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
-        let model = {
-            // libtorch's generator is one per process: seed and build under a lock.
-            let _guard = BUILD.lock().unwrap();
-            tch::manual_seed(11);
-            ActorCritic::new(
-                env.observation_space(),
-                env.action_space(),
-                &cfg.model,
-                cfg.run.device,
-            )
-            .unwrap()
-        };
-        let mut appo = Appo::new(model, &cfg.appo, 1_000_000).unwrap();
-        if let Some(comm) = synced {
-            appo.set_gradient_sync(Box::new(AllreduceGradients::new(Box::new(comm))));
-        }
-        appo
-    };
-    let run = |rank: usize, comm: Option<rlf_comm::LocalComm>| {
-        let mut appo = learner(comm);
-        let start = appo.model().weights().unwrap().values;
-        let mut after = Vec::new();
-        for _ in 0..3 {
-            let sign = if rank == 0 { 1.0 } else { -1.0 };
-            let data = cartpole_dataset(&[1.0; 128]);
-            let data = Dataset {
-                rewards: &data.rewards * sign,
-                ..data
-            };
-            appo.train(&data).unwrap();
-            after.push(appo.model().weights().unwrap().values);
-        }
-        (start, after)
-    };
-    let on_two = |synced: bool| {
-        std::thread::scope(|scope| {
-            let threads: Vec<_> = rlf_comm::LocalWorld::create(2)
-                .into_iter()
-                .enumerate()
-                .map(|(rank, comm)| {
-                    let run = &run;
-                    scope.spawn(move || run(rank, synced.then_some(comm)))
-                })
-                .collect();
-            threads.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
-        })
-    };
-    let synced = on_two(true);
-    assert_eq!(synced[0].0, synced[1].0, "the same start");
-    for (k, (a, b)) in synced[0].1.iter().zip(&synced[1].1).enumerate() {
-        assert!(a == b, "dataset {k}: {} values differ", differing(a, b));
-    }
-    assert!(
-        differing(&synced[0].0, &synced[0].1[2]) > 0,
-        "the learners trained"
-    );
-    let apart = on_two(false);
-    assert!(
-        differing(&apart[0].1[2], &apart[1].1[2]) > 0,
-        "without averaging the learners part ways"
-    );
 }
