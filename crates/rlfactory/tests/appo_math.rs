@@ -6,6 +6,9 @@
 // The references index by time step exactly as the papers' sums do.
 #![allow(clippy::needless_range_loop)]
 
+mod common;
+
+use common::cartpole_dataset;
 use rlf_env::EnvRegistry;
 use rlfactory::algo::appo::{
     bootstrap_only, clip_grad_norm, gae, losses, vtrace, ActedSteps, Appo, Dataset, LossInputs, LrSchedule,
@@ -445,32 +448,6 @@ fn learning_rate_schedules() {
     assert_eq!(epoch.lr(), 1e-3);
     epoch.on_epoch(1.0);
     assert!((epoch.lr() - 1e-3 / 1.5).abs() < 1e-12);
-}
-
-/// A CartPole-shaped dataset of 8 sequences of 16 steps, `valid` per transition (row order).
-fn cartpole_dataset(valid: &[f32]) -> Dataset {
-    let (s, t, d) = (8_usize, 16_usize, 4_i64);
-    let n = s * t;
-    assert_eq!(valid.len(), n);
-    let column = |f: &dyn Fn(usize) -> f32| Tensor::from_slice(&(0..n).map(f).collect::<Vec<_>>());
-    let obs: Vec<f32> = (0..n * 4).map(|i| ((i * 7) % 19) as f32 / 19.0 - 0.5).collect();
-    Dataset {
-        num_sequences: s,
-        seq_len: t,
-        obs: Tensor::from_slice(&obs).reshape([-1, d]),
-        actions: column(&|i| (i % 2) as f32).reshape([-1, 1]),
-        log_probs: column(&|i| -0.5 - (i % 3) as f32 * 0.1),
-        values: column(&|i| (i % 5) as f32 * 0.2),
-        rewards: column(&|_| 1.0),
-        terminated: column(&|i| f32::from(u8::from(i % 37 == 36))),
-        truncated: column(&|_| 0.0),
-        valid: Tensor::from_slice(valid),
-        has_final: column(&|_| 0.0),
-        final_obs: Tensor::zeros([n as i64, d], (Kind::Float, tch::Device::Cpu)),
-        next_obs: Tensor::ones([s as i64, d], (Kind::Float, tch::Device::Cpu)),
-        next_valid: Tensor::ones([s as i64], (Kind::Float, tch::Device::Cpu)),
-        versions: vec![0; n],
-    }
 }
 
 /// The weights and statistics of an APPO learner (normalised inputs and returns) before and

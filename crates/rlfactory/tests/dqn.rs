@@ -67,7 +67,7 @@ fn dqn_learns_cartpole_within_50k_steps() {
 /// the same on every machine and build): the learner keeps the replay ratio, gives the drawn transitions their TD
 /// errors' priorities (the largest passes the 1 new transitions start with), raises the importance exponent β from
 /// 0.4 towards 1 with the inserts, and learns: the greedy policy holds the pole (mean return ≥ 475 over 20 episodes;
-/// measured 500 in release and debug builds; a random policy gets 22).
+/// measured 500 in a release build; a random policy gets 22).
 #[test]
 fn prioritized_dqn_learns_cartpole() {
     let (s, ret) = cartpole_dqn("dqn-per", &["--prioritized_replay", "--serial_mode"]);

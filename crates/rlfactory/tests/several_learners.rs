@@ -2,38 +2,15 @@
 //! learner communicator hold bit-identical weights. In a test binary of its own: libtorch's random generator is one
 //! per process, and the learners draw from it (minibatch order) while they train.
 
+mod common;
+
+use common::cartpole_dataset;
 use rlf_comm::{Comm, LocalComm, LocalWorld};
 use rlf_env::EnvRegistry;
 use rlfactory::algo::appo::{Appo, Dataset};
 use rlfactory::config::Config;
 use rlfactory::distributed::AllreduceGradients;
 use rlfactory::model::{ActorCritic, Policy, PolicyWeights};
-use tch::{Kind, Tensor};
-
-/// A CartPole-shaped dataset of 8 sequences of 16 steps, every step valid, with rewards `reward`.
-fn dataset(reward: f32) -> Dataset {
-    let (s, t, d) = (8_usize, 16_usize, 4_i64);
-    let n = s * t;
-    let column = |f: &dyn Fn(usize) -> f32| Tensor::from_slice(&(0..n).map(f).collect::<Vec<_>>());
-    let obs: Vec<f32> = (0..n * 4).map(|i| ((i * 7) % 19) as f32 / 19.0 - 0.5).collect();
-    Dataset {
-        num_sequences: s,
-        seq_len: t,
-        obs: Tensor::from_slice(&obs).reshape([-1, d]),
-        actions: column(&|i| (i % 2) as f32).reshape([-1, 1]),
-        log_probs: column(&|i| -0.5 - (i % 3) as f32 * 0.1),
-        values: column(&|i| (i % 5) as f32 * 0.2),
-        rewards: column(&|_| reward),
-        terminated: column(&|i| f32::from(u8::from(i % 37 == 36))),
-        truncated: column(&|_| 0.0),
-        valid: column(&|_| 1.0),
-        has_final: column(&|_| 0.0),
-        final_obs: Tensor::zeros([n as i64, d], (Kind::Float, tch::Device::Cpu)),
-        next_obs: Tensor::ones([s as i64, d], (Kind::Float, tch::Device::Cpu)),
-        next_valid: Tensor::ones([s as i64], (Kind::Float, tch::Device::Cpu)),
-        versions: vec![0; n],
-    }
-}
 
 /// Rank `rank`'s learner: its own initial weights replaced by rank 0's (broadcast over `comm`, as a data-parallel
 /// run starts), trained on three datasets of its own (rewards of 1 on rank 0, −1 on rank 1), its gradients
@@ -80,7 +57,12 @@ fn learner(rank: usize, comm: LocalComm, averaged: bool) -> (Vec<f32>, Vec<Vec<f
     let reward = if rank == 0 { 1.0 } else { -1.0 };
     let after = (0..3)
         .map(|_| {
-            appo.train(&dataset(reward)).unwrap();
+            let data = cartpole_dataset(&[1.0; 128]);
+            let data = Dataset {
+                rewards: &data.rewards * reward,
+                ..data
+            };
+            appo.train(&data).unwrap();
             appo.model().weights().unwrap().values
         })
         .collect();

@@ -206,3 +206,29 @@ pub fn child_of_loop(parent: u32, loop_id: u32) -> Option<u32> {
                 .is_ok_and(|comm| comm.trim_end() == format!("rlf-loop-{loop_id}"))
         })
 }
+
+/// A CartPole-shaped dataset of 8 sequences of 16 steps, `valid` per transition (row order).
+pub fn cartpole_dataset(valid: &[f32]) -> rlfactory::algo::appo::Dataset {
+    let (s, t, d) = (8_usize, 16_usize, 4_i64);
+    let n = s * t;
+    assert_eq!(valid.len(), n);
+    let column = |f: &dyn Fn(usize) -> f32| tch::Tensor::from_slice(&(0..n).map(f).collect::<Vec<_>>());
+    let obs: Vec<f32> = (0..n * 4).map(|i| ((i * 7) % 19) as f32 / 19.0 - 0.5).collect();
+    rlfactory::algo::appo::Dataset {
+        num_sequences: s,
+        seq_len: t,
+        obs: tch::Tensor::from_slice(&obs).reshape([-1, d]),
+        actions: column(&|i| (i % 2) as f32).reshape([-1, 1]),
+        log_probs: column(&|i| -0.5 - (i % 3) as f32 * 0.1),
+        values: column(&|i| (i % 5) as f32 * 0.2),
+        rewards: column(&|_| 1.0),
+        terminated: column(&|i| f32::from(u8::from(i % 37 == 36))),
+        truncated: column(&|_| 0.0),
+        valid: tch::Tensor::from_slice(valid),
+        has_final: column(&|_| 0.0),
+        final_obs: tch::Tensor::zeros([n as i64, d], (tch::Kind::Float, tch::Device::Cpu)),
+        next_obs: tch::Tensor::ones([s as i64, d], (tch::Kind::Float, tch::Device::Cpu)),
+        next_valid: tch::Tensor::ones([s as i64], (tch::Kind::Float, tch::Device::Cpu)),
+        versions: vec![0; n],
+    }
+}
