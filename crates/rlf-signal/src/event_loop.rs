@@ -262,26 +262,7 @@ impl LoopCore {
         };
         r.map_err(|e| {
             self.stats.failed_emits += 1;
-            let to = match to {
-                Endpoint::Loop(l) => self.names.loops.get(l as usize).cloned().unwrap_or_default(),
-                Endpoint::Work(w) => self.names.works.get(w as usize).cloned().unwrap_or_default(),
-            };
-            let what = self.what(what);
-            match e {
-                SendError::Full => EmitError::Full {
-                    what,
-                    to,
-                    waited: self.emit_timeout,
-                },
-                SendError::Closed => EmitError::Closed { what, to },
-                SendError::TooLarge { needed, capacity } => EmitError::TooLarge {
-                    what,
-                    to,
-                    needed,
-                    capacity,
-                },
-                SendError::NoEndpoint => EmitError::NoEndpoint { what, to },
-            }
+            emit_error(&self.names, e, to, self.what(what), self.emit_timeout)
         })
     }
 
@@ -431,6 +412,90 @@ impl LoopCore {
     }
 }
 
+/// A transport's refusal as the emitter sees it, naming the signal (`what`) and the receiver.
+fn emit_error(names: &Names, e: SendError, to: Endpoint, what: String, waited: Duration) -> EmitError {
+    let to = match to {
+        Endpoint::Loop(l) => names.loops.get(l as usize).cloned().unwrap_or_default(),
+        Endpoint::Work(w) => names.works.get(w as usize).cloned().unwrap_or_default(),
+    };
+    match e {
+        SendError::Full => EmitError::Full { what, to, waited },
+        SendError::Closed => EmitError::Closed { what, to },
+        SendError::TooLarge { needed, capacity } => EmitError::TooLarge {
+            what,
+            to,
+            needed,
+            capacity,
+        },
+        SendError::NoEndpoint => EmitError::NoEndpoint { what, to },
+    }
+}
+
+/// A signal's emitter for a thread outside the loops (a network receiver, for instance), made on the emitting
+/// object's loop by [`Ctx::inlet`]: what it emits reaches the signal's slots as the object's own emissions do, in the
+/// order this thread emits them. It blocks up to the emit timeout while a receiver's queue is full.
+pub struct Inlet<P> {
+    id: u32,
+    dests: Vec<u32>,
+    names: Arc<Names>,
+    transport: Arc<dyn Transport>,
+    timeout: Duration,
+    _p: PhantomData<fn(P)>,
+}
+
+impl<P> Clone for Inlet<P> {
+    fn clone(&self) -> Self {
+        Inlet {
+            id: self.id,
+            dests: self.dests.clone(),
+            names: Arc::clone(&self.names),
+            transport: Arc::clone(&self.transport),
+            timeout: self.timeout,
+            _p: PhantomData,
+        }
+    }
+}
+
+impl<P> std::fmt::Debug for Inlet<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let signal = self
+            .names
+            .signals
+            .get(self.id as usize)
+            .map_or("?", String::as_str);
+        f.debug_struct("Inlet").field("signal", &signal).finish()
+    }
+}
+
+impl<P: Payload> Inlet<P> {
+    /// Delivers `value` to every slot connected to the signal; the first error is returned after every receiving
+    /// loop was tried.
+    pub fn emit(&self, value: &P) -> Result<(), EmitError> {
+        let what = || {
+            format!(
+                "signal {}",
+                self.names
+                    .signals
+                    .get(self.id as usize)
+                    .map_or("?", String::as_str)
+            )
+        };
+        let mut msg = Vec::new();
+        LoopCore::encode_into(&mut msg, self.id, value).map_err(|e| EmitError::Encode {
+            what: what(),
+            message: e.to_string(),
+        })?;
+        let mut result = Ok(());
+        for &dest in &self.dests {
+            let to = Endpoint::Loop(dest);
+            if let Err(e) = self.transport.send(to, &[&msg], self.timeout) {
+                result = result.and(Err(emit_error(&self.names, e, to, what(), self.timeout)));
+            }
+        }
+        result
+    }
+}
+
 /// The time of a CPU clock.
 fn cpu_time(clock: rustix::time::ClockId) -> Duration {
     let t = rustix::time::clock_gettime(clock);
@@ -470,6 +535,24 @@ impl<'a, T: 'static> Ctx<'a, T> {
     /// Emits several values at once: one put per receiving loop, all or none per loop.
     pub fn emit_many<P: Payload>(&mut self, signal: &Signal<P>, values: &[P]) -> Result<(), EmitError> {
         self.core.emit_many(signal.id, values)
+    }
+
+    /// An emitter of `signal` for another thread of this process (see [`Inlet`]).
+    pub fn inlet<P: Payload>(&self, signal: &Signal<P>) -> Inlet<P> {
+        let core = &*self.core;
+        Inlet {
+            id: signal.id,
+            dests: core
+                .routes
+                .signals
+                .get(signal.id as usize)
+                .cloned()
+                .unwrap_or_default(),
+            names: Arc::clone(&core.names),
+            transport: Arc::clone(&core.transport),
+            timeout: core.emit_timeout,
+            _p: PhantomData,
+        }
     }
 
     /// Puts `item` into `work`, to be handled by exactly one of its consumers.

@@ -5,7 +5,7 @@
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use rlf_signal::{
-    App, AppBuilder, BuildError, Component, Ctx, EmitError, Fault, LoopRef, Outcome, Signal, WorkQueue,
+    App, AppBuilder, BuildError, Component, Ctx, EmitError, Fault, Inlet, LoopRef, Outcome, Signal, WorkQueue,
 };
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
@@ -96,7 +96,106 @@ fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
         "chatter" => chatter::build(app, sink),
         "phoenix" => phoenix::build(app, sink),
         "forked" => forked::build(app, sink),
+        "inlet" => inlet::build(app, sink),
         other => Err(BuildError::User(format!("unknown test application {other}"))),
+    }
+}
+
+/// A thread outside the loops emits through inlets: numbers to an echoer on another loop, then a signal back to its
+/// own object's loop; everything arrives, in order.
+mod inlet {
+    use super::*;
+
+    pub struct Gate {
+        pub numbers: Signal<u32>,
+        pub finished: Signal<u32>,
+        pub n: u32,
+        pub sink: Sink,
+        pub thread: Option<std::thread::JoinHandle<()>>,
+    }
+    pub struct Echoer {
+        pub echo: Signal<u32>,
+    }
+
+    impl Component for Gate {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            let numbers: Inlet<u32> = ctx.inlet(&self.numbers);
+            let finished = ctx.inlet(&self.finished);
+            let n = self.n;
+            self.thread = Some(std::thread::spawn(move || {
+                for i in 0..n {
+                    numbers.emit(&i).expect("emit through the inlet");
+                }
+                finished.emit(&n).expect("emit to the gate's own loop");
+            }));
+        }
+        fn on_stop(&mut self, _: &mut Ctx<Self>) {
+            if let Some(t) = self.thread.take() {
+                t.join().expect("the emitting thread ends");
+            }
+        }
+    }
+    impl Gate {
+        fn on_echo(&mut self, ctx: &mut Ctx<Self>, i: &u32) {
+            record(&self.sink, "echo", i64::from(*i));
+            if values(&self.sink, "echo").len() as u32 == self.n && !values(&self.sink, "finished").is_empty()
+            {
+                ctx.stop_app();
+            }
+        }
+        fn on_finished(&mut self, ctx: &mut Ctx<Self>, n: &u32) {
+            record(&self.sink, "finished", i64::from(*n));
+            if values(&self.sink, "echo").len() as u32 == self.n {
+                ctx.stop_app();
+            }
+        }
+    }
+    impl Component for Echoer {}
+    impl Echoer {
+        fn on_number(&mut self, ctx: &mut Ctx<Self>, i: &u32) {
+            ctx.emit(&self.echo, i).expect("emit echo");
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let main = app.main_loop();
+        let far = place(app, &c, "far");
+        let gate = app.object::<Gate>(main, "gate");
+        let echoer = app.object::<Echoer>(far, "echoer");
+        let numbers = app.signal::<u32, _>(gate, "numbers");
+        let finished = app.signal::<u32, _>(gate, "finished");
+        let echo = app.signal::<u32, _>(echoer, "echo");
+        app.connect(numbers, echoer, Echoer::on_number);
+        app.connect(finished, gate, Gate::on_finished);
+        app.connect(echo, gate, Gate::on_echo);
+        let n = c.n;
+        app.construct(gate, move || Gate {
+            numbers,
+            finished,
+            n,
+            sink,
+            thread: None,
+        });
+        app.construct(echoer, move || Echoer { echo });
+        Ok(())
+    }
+
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let sink = Sink::default();
+        let o = run("inlet", Cfg { mode, n: 5000 }, &sink)?;
+        expect_success(&o)?;
+        let echoes = values(&sink, "echo");
+        check(echoes == (0..5000).collect::<Vec<_>>(), || {
+            format!(
+                "{} echoes, first out of order at {:?}",
+                echoes.len(),
+                echoes.iter().enumerate().find(|(i, v)| *i as i64 != **v)
+            )
+        })?;
+        check(values(&sink, "finished") == [5000], || {
+            format!("finished {:?}", values(&sink, "finished"))
+        })
     }
 }
 
@@ -1655,6 +1754,10 @@ fn main() -> ExitCode {
         trials.push(Trial::test(format!("work_queue_exactly_once_{tag}"), move || {
             work::test(mode)
         }));
+        trials.push(Trial::test(
+            format!("inlet_from_foreign_thread_{tag}"),
+            move || inlet::test(mode),
+        ));
     }
     for (mode, tag) in [(Mode::Thread, "thread"), (Mode::Process, "process")] {
         trials.push(Trial::test(format!("idle_loop_no_wakeups_{tag}"), move || {
