@@ -17,7 +17,7 @@ mod mpi_comm;
 pub use layout::{Communicators, Layout, LayoutError, Role};
 pub use local::{LocalComm, LocalWorld};
 #[cfg(feature = "mpi")]
-pub use mpi_comm::{MpiComm, MpiUniverse};
+pub use mpi_comm::{MpiComm, MpiThreadWorld, MpiUniverse};
 
 /// A message tag (the workflows' message kinds). Tags from [`RESERVED_TAGS`] up are the collectives' own.
 pub type Tag = u16;

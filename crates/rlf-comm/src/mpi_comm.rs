@@ -5,6 +5,7 @@
 
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::datatype::PartitionMut;
+use mpi::environment::Threading;
 use mpi::point_to_point::{Destination, Source as MpiSource};
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::Count;
@@ -16,6 +17,8 @@ use crate::{check_rank, check_split, check_tag, Comm, CommError, Op, Received, R
 /// MPI, started; it is finalised when this and every communicator made from it are dropped.
 pub struct MpiUniverse {
     universe: Rc<mpi::environment::Universe>,
+    /// Started with `MPI_THREAD_MULTIPLE` ([`MpiUniverse::init_threaded`]).
+    threaded: bool,
 }
 
 impl std::fmt::Debug for MpiUniverse {
@@ -30,15 +33,62 @@ impl MpiUniverse {
         mpi::initialize()
             .map(|universe| Self {
                 universe: Rc::new(universe),
+                threaded: false,
             })
             .ok_or_else(|| CommError::Mpi("MPI was already started in this process".into()))
+    }
+
+    /// Starts MPI (once per process) for calls from several threads at once (`MPI_THREAD_MULTIPLE`): a workflow's
+    /// sending and receiving threads reach the world communicator through [`MpiUniverse::thread_world`]. An MPI
+    /// library that cannot is an error.
+    pub fn init_threaded() -> Result<Self> {
+        let (universe, level) = mpi::initialize_with_threading(Threading::Multiple)
+            .ok_or_else(|| CommError::Mpi("MPI was already started in this process".into()))?;
+        if level != Threading::Multiple {
+            return Err(CommError::Mpi(format!(
+                "this MPI library supports threads only as {level:?}, not as Multiple (MPI_THREAD_MULTIPLE)"
+            )));
+        }
+        Ok(Self {
+            universe: Rc::new(universe),
+            threaded: true,
+        })
+    }
+
+    /// What another thread of this process reaches the world communicator with (MPI started by
+    /// [`MpiUniverse::init_threaded`]). This universe must outlive every use of it: join those threads first.
+    pub fn thread_world(&self) -> Result<MpiThreadWorld> {
+        if self.threaded {
+            Ok(MpiThreadWorld { _private: () })
+        } else {
+            Err(CommError::Mpi(
+                "MPI was started for one thread (MpiUniverse::init_threaded starts it for several)".into(),
+            ))
+        }
     }
 
     /// The world communicator.
     pub fn world(&self) -> MpiComm {
         MpiComm {
             comm: self.universe.world(),
-            universe: self.universe.clone(),
+            _universe: Some(self.universe.clone()),
+        }
+    }
+}
+
+/// The world communicator for another thread of a process that started MPI with `MPI_THREAD_MULTIPLE` (made by
+/// [`MpiUniverse::thread_world`]; it can be sent to a thread, which then makes its own [`MpiComm`]).
+#[derive(Debug, Clone)]
+pub struct MpiThreadWorld {
+    _private: (),
+}
+
+impl MpiThreadWorld {
+    /// The world communicator, for this thread.
+    pub fn world(&self) -> MpiComm {
+        MpiComm {
+            comm: SimpleCommunicator::world(),
+            _universe: None,
         }
     }
 }
@@ -46,7 +96,8 @@ impl MpiUniverse {
 /// A communicator of the system's MPI. It keeps MPI started while it lives.
 pub struct MpiComm {
     comm: SimpleCommunicator,
-    universe: Rc<mpi::environment::Universe>,
+    /// Keeps MPI started (none for a thread's world: the universe's owner outlives it).
+    _universe: Option<Rc<mpi::environment::Universe>>,
 }
 
 impl std::fmt::Debug for MpiComm {
@@ -211,7 +262,7 @@ impl Comm for MpiComm {
         Ok(self.comm.split_by_color_with_key(color, key).map(|comm| {
             Box::new(MpiComm {
                 comm,
-                universe: self.universe.clone(),
+                _universe: self._universe.clone(),
             }) as Box<dyn Comm>
         }))
     }

@@ -194,6 +194,7 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
     match run(invocation, &registry, process_start) {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(signal)) => ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(0))),
+        Err(RlfError::ReportedByRankZero) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -214,7 +215,14 @@ fn run(
         Invocation::Export(args) => return crate::enjoy::export(&args, registry).map(|()| None),
     };
     eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
-    let summary = runner::train_with(&cfg, registry, process_start)?;
+    let summary = if cfg.distributed.mpi {
+        match crate::distributed::train_mpi(&cfg, registry, process_start)? {
+            Some(summary) => summary,
+            None => return Ok(None),
+        }
+    } else {
+        runner::train_with(&cfg, registry, process_start)?
+    };
     let json = serde_json::to_string_pretty(&summary)
         .map_err(|e| RlfError::Config(format!("cannot serialise the summary: {e}")))?;
     eprintln!("[rlfactory] done: {json}");

@@ -850,6 +850,49 @@ impl Default for PbtConfig {
     }
 }
 
+/// How MPI ranks share the work (`--workflow`; EXARL's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Workflow {
+    /// Every actor rank samples on its own (rollout and inference workers, as on one machine) and sends its
+    /// trajectories to the learner rank, which trains and sends versioned weights back.
+    Async,
+    /// One env group steps in collective steps with the learner (EXARL's sync learner).
+    Sync,
+}
+
+/// Distribution across machines under `mpirun` (EXARL's structure: see `rlf_comm::layout`).
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
+#[command(rename_all = "snake_case")]
+#[serde(default)]
+pub struct DistributedConfig {
+    /// Run as one rank of an MPI job (start with `mpirun`; a build with the `mpi` feature).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub mpi: bool,
+    /// Ranks that learn (the first ones); the others are actor ranks.
+    #[arg(long, default_value_t = 1)]
+    pub learner_procs: usize,
+    /// Actor ranks per env group (an env that spans ranks).
+    #[arg(long, default_value_t = 1)]
+    pub process_per_env: usize,
+    /// How the ranks share the work.
+    #[arg(long, value_enum, default_value_t = Workflow::Async)]
+    pub workflow: Workflow,
+}
+
+/// The reference values (one learner rank, one rank per env, the async workflow).
+impl Default for DistributedConfig {
+    fn default() -> Self {
+        Self {
+            mpi: false,
+            learner_procs: 1,
+            process_per_env: 1,
+            workflow: Workflow::Async,
+        }
+    }
+}
+
 /// The shipped default settings for `env` and `algo`, as TOML, if there are any (an env's APPO settings are not
 /// DQN's: without settings of its own, DQN starts from the reference values).
 pub fn shipped_config(env: &str, algo: Algo) -> Option<&'static str> {
@@ -948,6 +991,10 @@ pub struct Config {
     #[command(flatten)]
     #[serde(flatten)]
     pub pbt: PbtConfig,
+    /// Distribution across machines.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub distributed: DistributedConfig,
 }
 
 impl Config {
@@ -1387,11 +1434,41 @@ impl Config {
         if self.checkpoint.keep_checkpoints == 0 {
             return err("--keep_checkpoints must be at least 1".into());
         }
+        self.validate_distributed()?;
         if r.num_threads < 1 {
             return err(format!("--num_threads must be at least 1, got {}", r.num_threads));
         }
         if r.device == DeviceKind::Gpu && !tch::Cuda::is_available() {
             return err("--device=gpu: no CUDA device is available to libtorch".into());
+        }
+        Ok(())
+    }
+
+    /// What the MPI workflows do not cover yet is refused by name.
+    fn validate_distributed(&self) -> Result<()> {
+        let d = &self.distributed;
+        let err = |m: &str| Err(RlfError::Config(m.to_owned()));
+        if d.learner_procs == 0 || d.process_per_env == 0 {
+            return err("--learner_procs and --process_per_env must be at least 1");
+        }
+        if !d.mpi {
+            return Ok(());
+        }
+        if d.workflow == Workflow::Sync {
+            return err("--workflow sync is not available yet: use --workflow async");
+        }
+        if d.learner_procs > 1 || d.process_per_env > 1 {
+            return err("--mpi runs one learner rank and one rank per env so far: --learner_procs 1 --process_per_env 1");
+        }
+        if self.run.serial_mode
+            || self.off_policy.algo.is_off_policy()
+            || self.sampling.num_policies > 1
+            || self.sampling.self_play
+        {
+            return err("--mpi runs APPO with one policy on ranks in parallel mode so far (no --serial_mode, --algo dqn|sac, --num_policies above 1 or --self_play)");
+        }
+        if !self.run.async_rl {
+            return err("--mpi needs --async_rl=true: actor ranks do not wait for each policy update");
         }
         Ok(())
     }

@@ -1,13 +1,80 @@
 //! Training across processes and machines over [`rlf_comm`]'s communicators (EXARL's structure, issue 17).
 //!
+//! [`train_mpi`]: `train --mpi` under `mpirun` (cargo feature `mpi`): MPI started for several threads, then this
+//! process's rank of the async workflow ([`crate::runner::train_rank`]).
+//!
 //! [`AllreduceGradients`]: several learners of one policy, each on its own data, average every SGD step's
 //! gradients over the learner communicator (a sum by `allreduce`, which leaves the same bits on every rank, divided
 //! by the number of learners), so that their weights stay bit-identical.
 
 use rlf_comm::{Comm, Op, Values};
 
+use std::time::Instant;
+
 use crate::algo::adam::GradientSync;
+use crate::config::Config;
+use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
+use crate::runner::Summary;
+
+/// The variables an MPI launcher sets in every rank's environment (OpenMPI's, then the PMI and PMIx ones of MPICH,
+/// Slurm and others).
+const LAUNCHER_VARIABLES: [&str; 4] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"];
+
+/// Whether an MPI launcher started this process.
+fn under_launcher() -> bool {
+    LAUNCHER_VARIABLES.iter().any(|v| std::env::var_os(v).is_some())
+}
+
+/// Trains as this process's rank of an MPI job: the learner rank returns the summary, an actor rank `None`. Outside
+/// `mpirun`, or with a layout the ranks cannot make (an error rank 0 alone reports), it is an error.
+#[cfg(feature = "mpi")]
+pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -> Result<Option<Summary>> {
+    use std::sync::Arc;
+
+    use rlf_comm::{MpiThreadWorld, MpiUniverse};
+
+    use crate::runner::WorldMaker;
+
+    struct Threads(MpiThreadWorld);
+    impl WorldMaker for Threads {
+        fn world(&self) -> Box<dyn Comm> {
+            Box::new(self.0.world())
+        }
+    }
+
+    if !under_launcher() {
+        return Err(not_launched());
+    }
+    let mpi_error = |e: rlf_comm::CommError| RlfError::Config(format!("--mpi: {e}"));
+    let universe = MpiUniverse::init_threaded().map_err(mpi_error)?;
+    let world = universe.world();
+    let maker = Arc::new(Threads(universe.thread_world().map_err(mpi_error)?));
+    match crate::runner::train_rank(cfg, registry, process_start, &world, maker) {
+        Err(RlfError::Config(_)) if world.rank() != 0 => Err(RlfError::ReportedByRankZero),
+        result => result,
+    }
+}
+
+/// `--mpi` in a build without MPI: the error says how to get one.
+#[cfg(not(feature = "mpi"))]
+pub fn train_mpi(_cfg: &Config, _registry: &EnvRegistry, _process_start: Instant) -> Result<Option<Summary>> {
+    if !under_launcher() {
+        return Err(not_launched());
+    }
+    Err(RlfError::Config(
+        "--mpi: this rlfactory was built without MPI (build it with `--features mpi`, which needs libopenmpi-dev)"
+            .into(),
+    ))
+}
+
+fn not_launched() -> RlfError {
+    RlfError::Config(format!(
+        "--mpi: this process was not started by an MPI launcher (none of {} is set): run it as \
+         `mpirun -n 3 rlfactory train --mpi ...`",
+        LAUNCHER_VARIABLES.join(", ")
+    ))
+}
 
 /// Averages gradients over a communicator of learners.
 pub struct AllreduceGradients {

@@ -71,6 +71,9 @@ pub enum RlfError {
     /// A component of the run failed (the faults, on one line, each naming its loop and object).
     #[error("{0}")]
     Component(String),
+    /// An error every rank of an MPI job has, reported by rank 0 alone (the others exit without a line).
+    #[error("(reported by rank 0)")]
+    ReportedByRankZero,
 }
 
 impl From<tch::TchError> for RlfError {

@@ -5,11 +5,12 @@ use std::time::{Duration, Instant};
 use rlf_signal::{AppBuilder, BuildError};
 
 use super::adapters::{
-    BatcherNode, BatcherSignals, InferenceNode, LearnerNode, LearnerSignals, RolloutNode, RolloutSignals,
-    RunnerNode, RunnerSignals, SummarySlot, TrainTick,
+    ActorLink, ActorLinkSignals, ActorStopped, BatcherNode, BatcherSignals, InferenceNode, LearnerLink,
+    LearnerLinkSignals, LearnerNode, LearnerSignals, LinkEnds, RolloutNode, RolloutSignals, RunnerNode,
+    RunnerSignals, StopRequested, SummarySlot, TrainTick,
 };
 use super::counters::CounterLayout;
-use super::plane::DataPlane;
+use super::plane::{DataPlane, RankPart};
 use super::stats::Runner;
 use crate::config::Config;
 use crate::env::EnvRegistry;
@@ -63,6 +64,10 @@ pub(super) struct Parts {
     pub resumed: Option<(u64, u64, u64)>,
     /// A multi-agent env's agents, whose statistics the runner keeps (main process).
     pub agent_names: Vec<String>,
+    /// Which part of the graph this process's rank runs.
+    pub part: RankPart,
+    /// The MPI link's threads (main process of an MPI rank).
+    pub link_ends: Option<LinkEnds>,
 }
 
 /// The component graph:
@@ -93,47 +98,57 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         experiment,
         resumed,
         agent_names,
+        part,
+        link_ends,
     } = parts;
+    let mut link_ends = link_ends;
     let s = &cfg.sampling;
     app.set_serial(cfg.run.serial_mode);
     // Worker processes start as forks of this one, without libtorch's start-up again, unless an
-    // embedded Python interpreter (Gymnasium's and PettingZoo's envs) would have to survive the fork.
-    app.set_fork(!rlf_env::runs_python(&cfg.env.env));
+    // embedded Python interpreter (Gymnasium's and PettingZoo's envs) or MPI (an MPI rank must
+    // not fork after starting it) would have to survive the fork.
+    app.set_fork(!rlf_env::runs_python(&cfg.env.env) && part == RankPart::Whole);
     app.set_heartbeat(Duration::from_secs_f64(cfg.run.heartbeat_interval));
     let main = app.main_loop();
     app.set_queue_bytes(main, 256 << 20);
+    let (samples, learns) = (part.samples(), part.learns());
+    let num_workers = part.pools(&cfg);
 
-    // Loops and objects.
-    let workers: Vec<_> = (0..s.num_workers)
+    // Loops and objects. An MPI rank has only its half of them, and a link in place of the other.
+    let workers: Vec<_> = (0..if samples { num_workers } else { 0 })
         .map(|i| {
             let l = app.process_loop(&format!("rollout_worker_{i}"));
             app.restart_on_failure(l, cfg.run.max_worker_restarts);
             app.object::<RolloutNode>(l, &format!("rollout_worker_{i}"))
         })
         .collect();
-    let inference: Vec<_> = (0..s.policy_workers_per_policy)
+    let inference: Vec<_> = (0..if samples { s.policy_workers_per_policy } else { 0 })
         .map(|j| {
             let l = app.process_loop(&format!("inference_worker_{j}"));
             app.object::<InferenceNode>(l, &format!("inference_worker_{j}"))
         })
         .collect();
-    let num_policies = s.num_policies;
+    let num_policies = if learns { s.num_policies } else { 0 };
     let learner_loops: Vec<_> = (0..num_policies)
         .map(|p| app.process_loop(&learner_name(p, num_policies)))
         .collect();
-    let batcher = app.object::<BatcherNode>(learner_loops[0], "batcher");
+    let batcher = learns.then(|| app.object::<BatcherNode>(learner_loops[0], "batcher"));
     let learners: Vec<_> = learner_loops
         .iter()
         .enumerate()
         .map(|(p, &l)| app.object::<LearnerNode>(l, &learner_name(p, num_policies)))
         .collect();
-    let runner = app.object::<RunnerNode>(main, "runner");
+    let runner = learns.then(|| app.object::<RunnerNode>(main, "runner"));
+    let learner_link = (!samples).then(|| app.object::<LearnerLink>(main, "mpi_link"));
+    let actor_link = (!learns).then(|| app.object::<ActorLink>(main, "mpi_link"));
 
     // Signals of the single components. Requests go through a work queue, each taken by one
     // inference worker.
     let policy_requested = app.work_queue::<PolicyRequest>("policy_requested", 1 << 20);
-    let batch_ready: Vec<_> = (0..num_policies)
-        .map(|p| app.signal::<Batch, _>(batcher, &format!("batch_ready_{p}")))
+    let batch_ready: Vec<_> = batcher
+        .iter()
+        .flat_map(|&b| (0..num_policies).map(move |p| (b, p)))
+        .map(|(b, p)| app.signal::<Batch, _>(b, &format!("batch_ready_{p}")))
         .collect();
     let learner_signals: Vec<_> = learners
         .iter()
@@ -151,7 +166,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
                 .then(|| app.signal::<TrainTick, _>(l, "train_tick")),
         })
         .collect();
-    let runner_signals = RunnerSignals {
+    let runner_signals = runner.map(|runner| RunnerSignals {
         checkpoint_requested: app.signal::<CheckpointRequest, _>(runner, "checkpoint_requested"),
         progress_reported: app.signal::<CheckpointRequest, _>(runner, "progress_reported"),
         snapshot_requested: s
@@ -161,50 +176,94 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             .pbt
             .with_pbt
             .then(|| app.signal::<PbtUpdate, _>(runner, "pbt_update")),
-    };
+    });
 
     // Connections among them.
     for &inf in &inference {
         app.consume(policy_requested, inf, InferenceNode::on_policy_requested);
     }
-    for ((&learner, signals), &batch) in learners.iter().zip(&learner_signals).zip(&batch_ready) {
-        app.connect(batch, learner, LearnerNode::on_batch_ready);
-        if let Some(tick) = signals.train_tick {
-            app.connect(tick, learner, LearnerNode::on_train_tick);
-        }
-        app.connect(
-            signals.training_reported,
-            batcher,
-            BatcherNode::on_training_reported,
-        );
-        app.connect(
-            signals.training_reported,
-            runner,
-            RunnerNode::on_training_reported,
-        );
-        app.connect(
-            runner_signals.checkpoint_requested,
-            learner,
-            LearnerNode::on_checkpoint_requested,
-        );
-        app.connect(
-            runner_signals.progress_reported,
-            learner,
-            LearnerNode::on_progress_reported,
-        );
-        if let Some(update) = runner_signals.pbt_update {
-            app.connect(update, learner, LearnerNode::on_pbt_update);
-        }
-        for other in &learner_signals {
-            if let Some(saved) = other.pbt_weights_saved {
-                app.connect(saved, learner, LearnerNode::on_pbt_weights_saved);
+    if let (Some(batcher), Some(runner), Some(runner_signals)) = (batcher, runner, &runner_signals) {
+        for ((&learner, signals), &batch) in learners.iter().zip(&learner_signals).zip(&batch_ready) {
+            app.connect(batch, learner, LearnerNode::on_batch_ready);
+            if let Some(tick) = signals.train_tick {
+                app.connect(tick, learner, LearnerNode::on_train_tick);
+            }
+            app.connect(
+                signals.training_reported,
+                batcher,
+                BatcherNode::on_training_reported,
+            );
+            app.connect(
+                signals.training_reported,
+                runner,
+                RunnerNode::on_training_reported,
+            );
+            app.connect(
+                runner_signals.checkpoint_requested,
+                learner,
+                LearnerNode::on_checkpoint_requested,
+            );
+            app.connect(
+                runner_signals.progress_reported,
+                learner,
+                LearnerNode::on_progress_reported,
+            );
+            if let Some(update) = runner_signals.pbt_update {
+                app.connect(update, learner, LearnerNode::on_pbt_update);
+            }
+            for other in &learner_signals {
+                if let Some(saved) = other.pbt_weights_saved {
+                    app.connect(saved, learner, LearnerNode::on_pbt_weights_saved);
+                }
+            }
+            if let (Some(requested), Some(taken)) =
+                (runner_signals.snapshot_requested, signals.snapshot_taken)
+            {
+                app.connect(requested, learner, LearnerNode::on_snapshot_requested);
+                app.connect(taken, runner, RunnerNode::on_snapshot_taken);
+            }
+            if let Some(link) = learner_link {
+                app.connect(signals.policy_updated, link, LearnerLink::on_policy_updated);
             }
         }
-        if let (Some(requested), Some(taken)) = (runner_signals.snapshot_requested, signals.snapshot_taken) {
-            app.connect(requested, learner, LearnerNode::on_snapshot_requested);
-            app.connect(taken, runner, RunnerNode::on_snapshot_taken);
-        }
     }
+
+    // Who hands trajectories, starts and reports to the batcher and the runner: the rollout workers
+    // on one machine, the link on the learner rank (for every actor rank's workers).
+    let learner_link_signals = learner_link.map(|link| {
+        let signals = LearnerLinkSignals {
+            trajectory_ready: app.signal::<TrajectoryReady, _>(link, "trajectory_ready"),
+            worker_started: app.signal::<WorkerStarted, _>(link, "worker_started"),
+            rollout_reported: app.signal::<RolloutReport, _>(link, "rollout_reported"),
+            actor_stopped: app.signal::<ActorStopped, _>(link, "actor_stopped"),
+        };
+        app.connect(signals.actor_stopped, link, LearnerLink::on_actor_stopped);
+        signals
+    });
+    let mut producers = Vec::new();
+    if let Some(signals) = &learner_link_signals {
+        producers.push((
+            signals.trajectory_ready,
+            signals.rollout_reported,
+            signals.worker_started,
+        ));
+    }
+    // Who releases slots and publishes policies to the rollout workers: the batcher and the learners
+    // on one machine, the link on an actor rank (for the learner rank's).
+    let actor_link_signals = actor_link.map(|link| {
+        let signals = ActorLinkSignals {
+            buffer_released: (0..num_workers)
+                .map(|i| app.signal::<BufferReleased, _>(link, &format!("buffer_released_{i}")))
+                .collect(),
+            slots_reclaimed: (0..num_workers)
+                .map(|i| app.signal::<SlotsReclaimed, _>(link, &format!("slots_reclaimed_{i}")))
+                .collect(),
+            policy_updated: app.signal::<PolicyUpdated, _>(link, "policy_updated"),
+            stop_requested: app.signal::<StopRequested, _>(link, "stop_requested"),
+        };
+        app.connect(signals.stop_requested, link, ActorLink::on_stop_requested);
+        signals
+    });
 
     // Each rollout worker's signals and connections: actions and released slots go to the one
     // worker they concern.
@@ -212,30 +271,55 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     let mut buffer_released = Vec::new();
     let mut slots_reclaimed = Vec::new();
     let mut worker_signals = Vec::new();
-    for (i, &w) in workers.iter().enumerate() {
+    for i in 0..num_workers {
+        let (released, reclaimed) = match (batcher, &actor_link_signals) {
+            (Some(batcher), _) => (
+                app.signal::<BufferReleased, _>(batcher, &format!("buffer_released_{i}")),
+                app.signal::<SlotsReclaimed, _>(batcher, &format!("slots_reclaimed_{i}")),
+            ),
+            (None, Some(link)) => (link.buffer_released[i], link.slots_reclaimed[i]),
+            (None, None) => {
+                return Err(BuildError::User(
+                    "a rank without a batcher needs the actor link".into(),
+                ))
+            }
+        };
+        if let Some(link) = learner_link {
+            app.connect(released, link, move |l: &mut LearnerLink, ctx, r| {
+                l.on_buffer_released(ctx, i, r)
+            });
+            app.connect(reclaimed, link, move |l: &mut LearnerLink, ctx, r| {
+                l.on_slots_reclaimed(ctx, i, r)
+            });
+        }
+        if batcher.is_some() {
+            buffer_released.push(released);
+            slots_reclaimed.push(reclaimed);
+        }
+        let Some(&w) = workers.get(i) else { continue };
         for (j, &inf) in inference.iter().enumerate() {
             let actions = app.signal::<ActionsReady, _>(inf, &format!("actions_ready_{i}"));
             app.connect(actions, w, RolloutNode::on_actions_ready);
             actions_ready[j].push(actions);
         }
-        let released = app.signal::<BufferReleased, _>(batcher, &format!("buffer_released_{i}"));
         app.connect(released, w, RolloutNode::on_buffer_released);
-        buffer_released.push(released);
-        let reclaimed = app.signal::<SlotsReclaimed, _>(batcher, &format!("slots_reclaimed_{i}"));
         app.connect(reclaimed, w, RolloutNode::on_slots_reclaimed);
-        slots_reclaimed.push(reclaimed);
         let signals = RolloutSignals {
             policy_requested,
             trajectory_ready: app.signal::<TrajectoryReady, _>(w, "trajectory_ready"),
             rollout_reported: app.signal::<RolloutReport, _>(w, "rollout_reported"),
             worker_started: app.signal::<WorkerStarted, _>(w, "worker_started"),
         };
-        app.connect(
+        producers.push((
             signals.trajectory_ready,
-            batcher,
-            BatcherNode::on_trajectory_ready,
-        );
-        app.connect(signals.rollout_reported, runner, RunnerNode::on_rollout_reported);
+            signals.rollout_reported,
+            signals.worker_started,
+        ));
+        if let Some(link) = actor_link {
+            app.connect(signals.trajectory_ready, link, ActorLink::on_trajectory_ready);
+            app.connect(signals.rollout_reported, link, ActorLink::on_rollout_reported);
+            app.connect(signals.worker_started, link, ActorLink::on_worker_started);
+        }
         if cfg.off_policy.algo.is_off_policy() && cfg.run.serial_mode {
             // On one loop the learners train what each trajectory's transitions allow, right after it.
             for &learner in &learners {
@@ -246,15 +330,24 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
                 );
             }
         }
-        app.connect(signals.worker_started, batcher, BatcherNode::on_worker_started);
-        app.connect(signals.worker_started, runner, RunnerNode::on_worker_started);
         for signals in &learner_signals {
             app.connect(signals.policy_updated, w, RolloutNode::on_policy_updated);
             if let Some(taken) = signals.snapshot_taken {
                 app.connect(taken, w, RolloutNode::on_snapshot_taken);
             }
         }
+        if let Some(link) = &actor_link_signals {
+            app.connect(link.policy_updated, w, RolloutNode::on_policy_updated);
+        }
         worker_signals.push(signals);
+    }
+    if let (Some(batcher), Some(runner)) = (batcher, runner) {
+        for (trajectory_ready, rollout_reported, worker_started) in producers {
+            app.connect(trajectory_ready, batcher, BatcherNode::on_trajectory_ready);
+            app.connect(rollout_reported, runner, RunnerNode::on_rollout_reported);
+            app.connect(worker_started, batcher, BatcherNode::on_worker_started);
+            app.connect(worker_started, runner, RunnerNode::on_worker_started);
+        }
     }
 
     // Constructors. The learner's and the inference workers' networks start from the same seed,
@@ -267,9 +360,42 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
         app.construct(inf, move || InferenceNode::new(&cfg, &registry, &plane, signals));
     }
-    let layout = CounterLayout {
-        workers: s.num_workers,
+    if let (Some(link), Some(signals)) = (actor_link, actor_link_signals) {
+        let (ranks, plane) = (part.ranks(), plane.clone());
+        let ends = link_ends.take().unwrap_or_else(LinkEnds::detached);
+        let num_policies = s.num_policies;
+        app.construct(link, move || {
+            let weights = (0..num_policies).map(|p| plane.open_weights(p)).collect();
+            ActorLink::new(
+                ranks,
+                signals,
+                ends.outgoing,
+                ends.actor_inlets,
+                plane.open_pools(),
+                weights,
+            )
+        });
+    }
+    if let (Some(link), Some(signals)) = (learner_link, learner_link_signals) {
+        let (ranks, plane) = (part.ranks(), plane.clone());
+        let ends = link_ends.take().unwrap_or_else(LinkEnds::detached);
+        let num_policies = s.num_policies;
+        app.construct(link, move || {
+            let weights = (0..num_policies).map(|p| plane.open_weights(p)).collect();
+            LearnerLink::new(
+                ranks,
+                signals,
+                ends.outgoing,
+                ends.learner_inlets,
+                plane.open_pools(),
+                weights,
+            )
+        });
+    }
+    let (Some(batcher), Some(runner), Some(runner_signals)) = (batcher, runner, runner_signals) else {
+        return Ok(());
     };
+    let layout = CounterLayout { workers: num_workers };
     let batcher_signals = BatcherSignals {
         batch_ready,
         buffer_released,

@@ -11,10 +11,12 @@
 //! | `plane` | the shared-memory regions (weights, trajectory pools, counters) and their handles |
 //! | `counters` | where each trajectory count lives in shared memory |
 //! | `recovery` | the checkpoint of a lost learner's last published weights |
+//! | `mpi` | one rank of an MPI job: its part of the graph and the link's sending and receiving threads |
 
 mod adapters;
 mod counters;
 mod graph;
+mod mpi;
 mod plane;
 mod recovery;
 mod stats;
@@ -25,14 +27,16 @@ use std::time::Instant;
 
 use rlf_signal::{App, AppBuilder, BuildError, Fault, Outcome};
 
+use self::adapters::LinkEnds;
 use self::counters::CounterLayout;
 use self::graph::{build_graph, Parts};
-use self::plane::{create_plane, GraphSpec};
+use self::plane::{create_plane, GraphSpec, RankPart};
 use crate::config::Config;
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 use crate::experiment::ExperimentRun;
 
+pub use self::mpi::{train_rank, WorldMaker};
 pub use self::stats::{warm_up, Report, Runner, Scalars};
 pub use self::summary::{PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary};
 
@@ -57,6 +61,8 @@ pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(
         experiment: None,
         resumed: None,
         agent_names: Vec::new(),
+        part: spec.part,
+        link_ends: None,
     };
     build_graph(app, parts)
 }
@@ -86,17 +92,31 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
 /// As [`train`], with the envs of `registry` (the binary's children must build their graph with
 /// the same registry: see [`child_build_with`]).
 pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -> Result<Summary> {
+    run_part(cfg, registry, process_start, RankPart::Whole, None)?
+        .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))
+}
+
+/// Runs `part` of the graph in this process (with `link_ends`, the MPI link's threads, on a rank): the summary of
+/// the part that learns, `None` for an actor rank's.
+fn run_part(
+    cfg: &Config,
+    registry: &EnvRegistry,
+    process_start: Instant,
+    part: RankPart,
+    link_ends: Option<LinkEnds>,
+) -> Result<Option<Summary>> {
     tch::set_num_threads(cfg.run.num_threads);
-    let (experiment, resumed) = if cfg.run.save_experiment {
+    let (experiment, resumed) = if cfg.run.save_experiment && part.learns() {
         let experiment = ExperimentRun::prepare(cfg)?;
         (Some(experiment), crate::experiment::resume_counts(cfg)?)
     } else {
         (None, None)
     };
-    let regions = create_plane(cfg, registry)?;
+    let regions = create_plane(cfg, registry, part)?;
     let spec = GraphSpec {
         config: cfg.clone(),
         plane: regions.plane.clone(),
+        part,
     };
     let summary_slot = Arc::default();
     let env_spec = EnvSpec::of(registry, &cfg.env)?;
@@ -113,6 +133,8 @@ pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) 
         } else {
             Vec::new()
         },
+        part,
+        link_ends,
     };
     let app = App::new("rlfactory")
         .with_config(&spec)
@@ -142,10 +164,13 @@ pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) 
         }
         return Err(RlfError::Component(message));
     }
+    if !part.learns() {
+        return Ok(None);
+    }
     let mut summary =
         summary.ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))?;
     CounterLayout {
-        workers: cfg.sampling.num_workers,
+        workers: part.pools(cfg),
     }
     .summarise(&regions.counters, &mut summary);
     drop(regions);
@@ -163,5 +188,5 @@ pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) 
         summary.signal = Some(signal);
         summary.stop_reason = StopReason::Interrupted;
     }
-    Ok(summary)
+    Ok(Some(summary))
 }

@@ -8,6 +8,7 @@ use rlf_shm::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::adapters::Ranks;
 use super::counters::CounterLayout;
 use crate::config::{Algo, Config};
 use crate::env::{EnvRegistry, EnvSpec};
@@ -59,11 +60,66 @@ impl DataPlane {
     }
 }
 
-/// What a child process rebuilds the graph from: the resolved config and the data plane.
+/// What a child process rebuilds the graph from: the resolved config, the data plane and the part of the graph
+/// its rank runs.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct GraphSpec {
     pub config: Config,
     pub plane: DataPlane,
+    pub part: RankPart,
+}
+
+/// The part of the component graph a process runs: all of it on one machine; under MPI's async workflow, the
+/// batcher, learner and runner on the learner rank, the rollout and inference workers on each actor rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) enum RankPart {
+    /// One machine.
+    Whole,
+    /// The learner rank: one pool per rollout worker of every actor rank.
+    Learner(Ranks),
+    /// An actor rank: its own rollout workers' pools.
+    Actor(Ranks),
+}
+
+impl RankPart {
+    /// Whether this part steps envs.
+    pub fn samples(self) -> bool {
+        !matches!(self, RankPart::Learner(_))
+    }
+
+    /// Whether this part trains.
+    pub fn learns(self) -> bool {
+        !matches!(self, RankPart::Actor(_))
+    }
+
+    /// The rollout workers whose pools this part holds.
+    pub fn pools(self, cfg: &Config) -> usize {
+        match self {
+            RankPart::Learner(r) => r.actors * r.workers_per_actor,
+            RankPart::Whole | RankPart::Actor(_) => cfg.sampling.num_workers,
+        }
+    }
+
+    /// The rollout workers of the whole run (every rank's).
+    fn all_workers(self, cfg: &Config) -> usize {
+        match self {
+            RankPart::Learner(r) | RankPart::Actor(r) => r.actors * r.workers_per_actor,
+            RankPart::Whole => cfg.sampling.num_workers,
+        }
+    }
+
+    /// Where the ranks are (one machine: a learner rank 0 and no actor ranks).
+    pub fn ranks(self) -> Ranks {
+        match self {
+            RankPart::Learner(r) | RankPart::Actor(r) => r,
+            RankPart::Whole => Ranks {
+                learner: 0,
+                first_actor: 1,
+                actors: 0,
+                workers_per_actor: 1,
+            },
+        }
+    }
 }
 
 /// The regions behind a [`DataPlane`], owned (and removed at the end) by the main process.
@@ -83,18 +139,18 @@ pub(super) struct PlaneRegions {
 /// each policy's datasets and stays until all are trained on: each policy's datasets in flight
 /// hold their share. When the learners fall that far behind, the workers run out of slots and
 /// wait: sampling stops.
-fn buffers_per_worker(cfg: &Config, num_agents: usize) -> usize {
+fn buffers_per_worker(cfg: &Config, num_agents: usize, workers: usize) -> usize {
     let s = &cfg.sampling;
     let splits = s.worker_num_splits;
     let per_split = s.num_envs_per_worker / splits * num_agents;
     let per_dataset = cfg.dataset_size().div_ceil(s.rollout * per_split);
-    let held = (per_dataset * (cfg.appo.num_batches_to_accumulate + 1) * s.num_policies)
-        .div_ceil(s.num_workers * splits);
+    let held =
+        (per_dataset * (cfg.appo.num_batches_to_accumulate + 1) * s.num_policies).div_ceil(workers * splits);
     splits * (1 + held.max(1))
 }
 
-/// Creates the regions for `cfg`.
-pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<PlaneRegions> {
+/// Creates the regions for `cfg` and the part of the graph this process's rank runs.
+pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart) -> Result<PlaneRegions> {
     // Each network's size: policies whose agents differ have networks of their own shapes.
     let models = (0..cfg.sampling.num_policies)
         .map(|p| new_policy(cfg, registry, p))
@@ -116,11 +172,12 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry) -> Result<Plane
         obs_dim: spec.obs_dim,
         action_dim: models[0].action_dim(),
     };
-    let pools = (0..s.num_workers)
-        .map(|_| TrajectoryPool::create(shape, buffers_per_worker(cfg, num_agents)))
+    let slots = buffers_per_worker(cfg, num_agents, part.all_workers(cfg));
+    let pools = (0..part.pools(cfg))
+        .map(|_| TrajectoryPool::create(shape, slots))
         .collect::<Result<Vec<_>>>()?;
     let layout = CounterLayout {
-        workers: s.num_workers,
+        workers: part.pools(cfg),
     };
     let counters = ShmArray::create(layout.len())?;
     let replays = match cfg.off_policy.algo {

@@ -282,6 +282,36 @@ impl TrajectoryPool {
         w[0]
     }
 
+    /// A copy of slot `buffer`: its values (every field) and its steps' policy versions, for another machine's
+    /// pool of the same shape ([`TrajectoryPool::write_slot`]).
+    pub fn read_slot(&self, buffer: usize) -> Result<(Vec<f32>, Vec<u64>)> {
+        let versions = self.versions(buffer)?;
+        let n = self.shape.floats();
+        let mut floats = vec![0.0; n];
+        self.floats.copy_to_slice(buffer * n, &mut floats);
+        Ok((floats, versions))
+    }
+
+    /// Writes a copy made by [`TrajectoryPool::read_slot`] into slot `buffer`.
+    pub fn write_slot(&self, buffer: usize, floats: &[f32], versions: &[u64]) -> Result<()> {
+        let n = self.shape.floats();
+        let s = self.shape.steps();
+        if buffer >= self.num_buffers || floats.len() != n || versions.len() != s {
+            return Err(RlfError::Protocol {
+                component: "trajectory pool",
+                message: format!(
+                    "a copied slot of {} values and {} versions does not fit slot {buffer} of {} ({n} values, {s} versions)",
+                    floats.len(),
+                    versions.len(),
+                    self.num_buffers
+                ),
+            });
+        }
+        self.floats.copy_from_slice(buffer * n, floats);
+        self.versions.copy_from_slice(buffer * s, versions);
+        Ok(())
+    }
+
     /// A tensor viewing `field` of slot `buffer` without a copy: `[rollout, num_envs, width]`
     /// (`[num_envs, width]` for [`Field::NextObs`]). The pool must live for the rest of the
     /// process (`Box::leak`), since the tensor does not keep it mapped.
@@ -347,6 +377,16 @@ mod tests {
         );
         pool.set_owner(3);
         assert_eq!(other.owner(), 3);
+        // A slot copied into another pool of the same shape reads back the same.
+        let (floats, versions) = pool.read_slot(1).unwrap();
+        let copy = TrajectoryPool::create(SHAPE, 3).unwrap();
+        copy.write_slot(2, &floats, &versions).unwrap();
+        assert_eq!(copy.read_slot(2).unwrap(), (floats.clone(), versions.clone()));
+        assert_eq!(copy.versions(2).unwrap(), [10, 10, 20, 21, 12, 12]);
+        copy.get(2, Field::Rewards, 2, &mut rewards).unwrap();
+        assert_eq!(rewards, [2.0, 1.0]);
+        assert!(copy.write_slot(3, &floats, &versions).is_err());
+        assert!(copy.write_slot(0, &floats[1..], &versions).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod batcher;
 mod inference;
 mod learner;
+mod link;
 mod rollout;
 mod runner;
 
@@ -20,6 +21,10 @@ use crate::error::Result;
 pub(super) use batcher::{BatcherNode, BatcherSignals};
 pub(super) use inference::InferenceNode;
 pub(super) use learner::{LearnerNode, LearnerSignals, TrainTick};
+pub(super) use link::{
+    ActorInlets, ActorLink, ActorLinkSignals, ActorStopped, LearnerInlets, LearnerLink, LearnerLinkSignals,
+    LinkEnds, Outgoing, Ranks, StopRequested, Wire, TO_ACTOR, TO_LEARNER,
+};
 pub(super) use rollout::{RolloutNode, RolloutSignals};
 pub(super) use runner::{RunnerNode, RunnerSignals, SummarySlot};
 

@@ -1,0 +1,440 @@
+//! The two ends of the async workflow between machines ([`crate::runner::train_rank`]): on an actor rank,
+//! [`ActorLink`] stands where the batcher, the learner and the runner stand on one machine; on the learner rank,
+//! [`LearnerLink`] stands where the rollout workers stand. Each link is an ordinary component on its rank's main loop;
+//! its messages leave through a sending thread ([`Outgoing`]) and arrive through a receiving thread, which writes
+//! what they carry into this rank's shared memory and emits the signals through [`Inlet`]s, as the remote component
+//! would have.
+//!
+//! | actor rank → learner rank | learner rank → actor rank |
+//! |---|---|
+//! | `Started`: a rollout worker started | `Reclaimed`: the answer, its free slots |
+//! | `Trajectory`: a finished slot, copied | `Released`: the learner trained on it, the slot is free |
+//! | `Report`: frames and episodes | `Weights`: a new policy version |
+//! | `Stopped`: the last message of an actor rank | `Stop`: the last message to an actor rank |
+//!
+//! A slot stays with the learner rank until it is released, as on one machine: the actor rank's rollout workers run
+//! out of slots when the learner falls behind, so the data in flight is bounded by the pools (back-pressure).
+
+use std::sync::mpsc::Sender;
+
+use rlf_comm::Tag;
+use rlf_shm::SharedWeights;
+use rlf_signal::{Component, Ctx, Inlet, Signal};
+use serde::{Deserialize, Serialize};
+
+use super::or_fail;
+use crate::error::{Result, RlfError};
+use crate::learning::PolicyUpdated;
+use crate::sampling::{
+    BufferReleased, RolloutReport, SlotsReclaimed, TrajectoryPool, TrajectoryReady, WorkerStarted,
+};
+
+/// The tag of messages to the learner rank.
+pub(crate) const TO_LEARNER: Tag = 1;
+/// The tag of messages to an actor rank.
+pub(crate) const TO_ACTOR: Tag = 2;
+
+/// A message between ranks. Worker indices are the actor rank's own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum Wire {
+    /// A rollout worker (re)started.
+    Started(WorkerStarted),
+    /// A finished trajectory: slot `buffer` of `worker`'s pool, every value and version of it.
+    Trajectory {
+        ready: TrajectoryReady,
+        floats: Vec<f32>,
+        versions: Vec<u64>,
+    },
+    /// A rollout worker's progress.
+    Report(RolloutReport),
+    /// The actor rank stopped (its last message), with the reason if it stopped on its own.
+    Stopped { error: Option<String> },
+    /// Slot `buffer` of `worker`'s pool is free again.
+    Released { worker: usize, buffer: usize },
+    /// The free slots of `worker`'s pool, the answer to [`Wire::Started`].
+    Reclaimed {
+        worker: usize,
+        reclaimed: SlotsReclaimed,
+    },
+    /// Policy `policy`'s weights as of `version`.
+    Weights {
+        policy: usize,
+        version: u64,
+        values: Vec<f32>,
+    },
+    /// The learner rank stopped: the last message to an actor rank.
+    Stop,
+}
+
+impl Wire {
+    /// The message's bytes.
+    pub(crate) fn encode(&self) -> Result<Vec<u8>> {
+        postcard::to_stdvec(self).map_err(|e| RlfError::Protocol {
+            component: "mpi link",
+            message: format!("cannot encode a message: {e}"),
+        })
+    }
+
+    /// A message from its bytes.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self> {
+        postcard::from_bytes(bytes).map_err(|e| RlfError::Protocol {
+            component: "mpi link",
+            message: format!("a message of {} bytes does not decode: {e}", bytes.len()),
+        })
+    }
+}
+
+/// A message for the sending thread: `bytes` to rank `dest` with `tag`.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub dest: usize,
+    pub tag: Tag,
+    pub bytes: Vec<u8>,
+}
+
+/// Hands `message` to the sending thread.
+fn post(outgoing: &Sender<Outgoing>, dest: usize, tag: Tag, message: &Wire) -> Result<()> {
+    let bytes = message.encode()?;
+    outgoing
+        .send(Outgoing { dest, tag, bytes })
+        .map_err(|_| RlfError::Protocol {
+            component: "mpi link",
+            message: "the sending thread is gone".into(),
+        })
+}
+
+/// What a link is built with in the rank's main process: the sending thread's queue and the receiving thread's
+/// inlets' way in (a child process never runs a link's constructor: it gets [`LinkEnds::detached`]).
+#[derive(Debug)]
+pub(in crate::runner) struct LinkEnds {
+    pub outgoing: Sender<Outgoing>,
+    pub learner_inlets: Option<Sender<LearnerInlets>>,
+    pub actor_inlets: Option<Sender<ActorInlets>>,
+}
+
+impl LinkEnds {
+    /// Ends that lead nowhere: a link built with them fails at its start.
+    pub fn detached() -> Self {
+        Self {
+            outgoing: std::sync::mpsc::channel().0,
+            learner_inlets: None,
+            actor_inlets: None,
+        }
+    }
+}
+
+/// Where the ranks are: the learner rank, and the first actor rank (the others follow it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Ranks {
+    /// The learner rank.
+    pub learner: usize,
+    /// The first actor rank.
+    pub first_actor: usize,
+    /// Actor ranks.
+    pub actors: usize,
+    /// Rollout workers per actor rank.
+    pub workers_per_actor: usize,
+}
+
+impl Ranks {
+    /// The learner rank's index of worker `worker` of actor rank `rank`.
+    pub fn global_worker(&self, rank: usize, worker: usize) -> usize {
+        (rank - self.first_actor) * self.workers_per_actor + worker
+    }
+
+    /// The actor rank and its own index of the learner rank's worker `global`.
+    pub fn actor_worker(&self, global: usize) -> (usize, usize) {
+        (
+            self.first_actor + global / self.workers_per_actor,
+            global % self.workers_per_actor,
+        )
+    }
+}
+
+/// An actor rank stopped on its own (`actor_stopped`, from the learner rank's receiving thread).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ActorStopped {
+    /// The actor rank.
+    pub rank: usize,
+    /// Why, as it reported.
+    pub error: Option<String>,
+}
+
+/// The inlets of the learner rank's receiving thread.
+#[derive(Debug)]
+pub(crate) struct LearnerInlets {
+    /// The pools of every actor rank's workers, by the learner rank's worker index.
+    pub pools: Vec<TrajectoryPool>,
+    pub trajectory_ready: Inlet<TrajectoryReady>,
+    pub worker_started: Inlet<WorkerStarted>,
+    pub rollout_reported: Inlet<RolloutReport>,
+    pub actor_stopped: Inlet<ActorStopped>,
+}
+
+/// The learner rank's signals emitted on behalf of the actor ranks' rollout workers.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::runner) struct LearnerLinkSignals {
+    pub trajectory_ready: Signal<TrajectoryReady>,
+    pub worker_started: Signal<WorkerStarted>,
+    pub rollout_reported: Signal<RolloutReport>,
+    pub actor_stopped: Signal<ActorStopped>,
+}
+
+/// The learner rank's end: releases and new weights go to the actor ranks.
+pub(in crate::runner) struct LearnerLink {
+    ranks: Ranks,
+    signals: LearnerLinkSignals,
+    outgoing: Sender<Outgoing>,
+    inlets: Option<Sender<LearnerInlets>>,
+    pools: Option<Result<Vec<TrajectoryPool>>>,
+    weights: Result<Vec<SharedWeights>>,
+    scratch: Vec<f32>,
+}
+
+impl LearnerLink {
+    /// The link of `ranks`, posting to `outgoing` and handing its inlets and the actor ranks' workers' `pools` to
+    /// the receiving thread through `inlets`; it reads each policy's published `weights`.
+    pub fn new(
+        ranks: Ranks,
+        signals: LearnerLinkSignals,
+        outgoing: Sender<Outgoing>,
+        inlets: Option<Sender<LearnerInlets>>,
+        pools: Result<Vec<TrajectoryPool>>,
+        weights: Result<Vec<SharedWeights>>,
+    ) -> Self {
+        Self {
+            ranks,
+            signals,
+            outgoing,
+            inlets,
+            pools: Some(pools),
+            weights,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The batcher released slot `released.buffer` of the learner rank's worker `global`.
+    pub fn on_buffer_released(&mut self, ctx: &mut Ctx<'_, Self>, global: usize, released: &BufferReleased) {
+        let (rank, worker) = self.ranks.actor_worker(global);
+        let message = Wire::Released {
+            worker,
+            buffer: released.buffer,
+        };
+        or_fail(ctx, post(&self.outgoing, rank, TO_ACTOR, &message));
+    }
+
+    /// The batcher's answer to a started worker.
+    pub fn on_slots_reclaimed(&mut self, ctx: &mut Ctx<'_, Self>, global: usize, reclaimed: &SlotsReclaimed) {
+        let (rank, worker) = self.ranks.actor_worker(global);
+        let message = Wire::Reclaimed {
+            worker,
+            reclaimed: reclaimed.clone(),
+        };
+        or_fail(ctx, post(&self.outgoing, rank, TO_ACTOR, &message));
+    }
+
+    /// A new policy version: its weights go to every actor rank (a newer publication may already have replaced
+    /// them: the version read is the one sent).
+    pub fn on_policy_updated(&mut self, ctx: &mut Ctx<'_, Self>, update: &PolicyUpdated) {
+        let sent = self.send_weights(update.policy);
+        or_fail(ctx, sent);
+    }
+
+    fn send_weights(&mut self, policy: usize) -> Result<()> {
+        let weights = self.weights.as_ref().map_err(|e| RlfError::Protocol {
+            component: "mpi link",
+            message: e.to_string(),
+        })?;
+        let shared = weights.get(policy).ok_or_else(|| RlfError::Protocol {
+            component: "mpi link",
+            message: format!("no weights of policy {policy}"),
+        })?;
+        self.scratch.resize(shared.len(), 0.0);
+        let version = loop {
+            if let Ok(version) = shared.try_read(&mut self.scratch) {
+                break version;
+            }
+        };
+        let message = Wire::Weights {
+            policy,
+            version,
+            values: std::mem::take(&mut self.scratch),
+        };
+        let bytes = message.encode()?;
+        if let Wire::Weights { values, .. } = message {
+            self.scratch = values;
+        }
+        for a in 0..self.ranks.actors {
+            let dest = self.ranks.first_actor + a;
+            self.outgoing
+                .send(Outgoing {
+                    dest,
+                    tag: TO_ACTOR,
+                    bytes: bytes.clone(),
+                })
+                .map_err(|_| RlfError::Protocol {
+                    component: "mpi link",
+                    message: "the sending thread is gone".into(),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// An actor rank stopped while this one runs: the run stops, naming it.
+    pub fn on_actor_stopped(&mut self, ctx: &mut Ctx<'_, Self>, stopped: &ActorStopped) {
+        match &stopped.error {
+            Some(e) => ctx.fail(format!("actor rank {} stopped: {e}", stopped.rank)),
+            None => ctx.fail(format!("actor rank {} stopped before the learner", stopped.rank)),
+        }
+    }
+}
+
+impl Component for LearnerLink {
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let pools = match self.pools.take() {
+            Some(Ok(pools)) => pools,
+            Some(Err(e)) => return ctx.fail(e),
+            None => return,
+        };
+        let inlets = LearnerInlets {
+            pools,
+            trajectory_ready: ctx.inlet(&self.signals.trajectory_ready),
+            worker_started: ctx.inlet(&self.signals.worker_started),
+            rollout_reported: ctx.inlet(&self.signals.rollout_reported),
+            actor_stopped: ctx.inlet(&self.signals.actor_stopped),
+        };
+        if self.inlets.take().is_none_or(|to| to.send(inlets).is_err()) {
+            ctx.fail("no receiving thread takes this link's inlets");
+        }
+    }
+}
+
+/// An actor rank's stop was asked for by the learner rank (`stop_requested`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StopRequested;
+
+/// The inlets of an actor rank's receiving thread.
+#[derive(Debug)]
+pub(crate) struct ActorInlets {
+    /// Each policy's published weights on this rank.
+    pub weights: Vec<SharedWeights>,
+    /// Each rollout worker's.
+    pub buffer_released: Vec<Inlet<BufferReleased>>,
+    /// Each rollout worker's.
+    pub slots_reclaimed: Vec<Inlet<SlotsReclaimed>>,
+    pub policy_updated: Inlet<PolicyUpdated>,
+    pub stop_requested: Inlet<StopRequested>,
+}
+
+/// An actor rank's signals emitted on behalf of the learner rank.
+#[derive(Debug, Clone)]
+pub(in crate::runner) struct ActorLinkSignals {
+    pub buffer_released: Vec<Signal<BufferReleased>>,
+    pub slots_reclaimed: Vec<Signal<SlotsReclaimed>>,
+    pub policy_updated: Signal<PolicyUpdated>,
+    pub stop_requested: Signal<StopRequested>,
+}
+
+/// An actor rank's end: its rollout workers' trajectories, starts and reports go to the learner rank.
+pub(in crate::runner) struct ActorLink {
+    ranks: Ranks,
+    signals: ActorLinkSignals,
+    outgoing: Sender<Outgoing>,
+    inlets: Option<Sender<ActorInlets>>,
+    pools: Result<Vec<TrajectoryPool>>,
+    weights: Option<Result<Vec<SharedWeights>>>,
+}
+
+impl ActorLink {
+    /// An actor rank's link, reading its workers' `pools`; the receiving thread publishes into `weights`.
+    pub fn new(
+        ranks: Ranks,
+        signals: ActorLinkSignals,
+        outgoing: Sender<Outgoing>,
+        inlets: Option<Sender<ActorInlets>>,
+        pools: Result<Vec<TrajectoryPool>>,
+        weights: Result<Vec<SharedWeights>>,
+    ) -> Self {
+        Self {
+            ranks,
+            signals,
+            outgoing,
+            inlets,
+            pools,
+            weights: Some(weights),
+        }
+    }
+
+    fn to_learner(&self, message: &Wire) -> Result<()> {
+        post(&self.outgoing, self.ranks.learner, TO_LEARNER, message)
+    }
+
+    /// A finished trajectory: its slot, copied, goes to the learner rank (the slot stays taken until released).
+    pub fn on_trajectory_ready(&mut self, ctx: &mut Ctx<'_, Self>, ready: &TrajectoryReady) {
+        let sent = self
+            .pools
+            .as_ref()
+            .map_err(|e| RlfError::Protocol {
+                component: "mpi link",
+                message: e.to_string(),
+            })
+            .and_then(|pools| {
+                let pool = pools.get(ready.worker).ok_or_else(|| RlfError::Protocol {
+                    component: "mpi link",
+                    message: format!("no pool of worker {}", ready.worker),
+                })?;
+                let (floats, versions) = pool.read_slot(ready.buffer)?;
+                self.to_learner(&Wire::Trajectory {
+                    ready: *ready,
+                    floats,
+                    versions,
+                })
+            });
+        or_fail(ctx, sent);
+    }
+
+    pub fn on_worker_started(&mut self, ctx: &mut Ctx<'_, Self>, started: &WorkerStarted) {
+        let sent = self.to_learner(&Wire::Started(*started));
+        or_fail(ctx, sent);
+    }
+
+    pub fn on_rollout_reported(&mut self, ctx: &mut Ctx<'_, Self>, report: &RolloutReport) {
+        let sent = self.to_learner(&Wire::Report(report.clone()));
+        or_fail(ctx, sent);
+    }
+
+    /// The learner rank stopped: so does this rank.
+    pub fn on_stop_requested(&mut self, ctx: &mut Ctx<'_, Self>, _stop: &StopRequested) {
+        ctx.stop_app();
+    }
+}
+
+impl Component for ActorLink {
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let weights = match self.weights.take() {
+            Some(Ok(weights)) => weights,
+            Some(Err(e)) => return ctx.fail(e),
+            None => return,
+        };
+        let inlets = ActorInlets {
+            weights,
+            buffer_released: self
+                .signals
+                .buffer_released
+                .iter()
+                .map(|s| ctx.inlet(s))
+                .collect(),
+            slots_reclaimed: self
+                .signals
+                .slots_reclaimed
+                .iter()
+                .map(|s| ctx.inlet(s))
+                .collect(),
+            policy_updated: ctx.inlet(&self.signals.policy_updated),
+            stop_requested: ctx.inlet(&self.signals.stop_requested),
+        };
+        if self.inlets.take().is_none_or(|to| to.send(inlets).is_err()) {
+            ctx.fail("no receiving thread takes this link's inlets");
+        }
+    }
+}

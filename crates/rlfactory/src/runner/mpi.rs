@@ -1,0 +1,340 @@
+//! One rank of an MPI job in the async workflow (EXARL's async learner; issue 17). The learner rank runs the batcher,
+//! the learner and the runner; every actor rank runs rollout and inference workers over its own shared memory, as
+//! one machine does; a link on each rank's main loop stands for the other side ([`super::adapters`]' `link`).
+//! Each rank has two threads of its own besides its event loops, each with its own handle on the world
+//! communicator ([`WorldMaker`]): one sends what the link posts, in order; one receives, writes what arrives into
+//! this rank's shared memory and emits the signals. They end in a handshake that leaves no message unmatched: the
+//! learner rank's last message to each actor rank is `Stop`, each actor rank's last is `Stopped`, and the learner
+//! rank's receiver runs until every actor rank's `Stopped` is in.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Instant;
+
+use rlf_comm::{Comm, Layout, Role, Source};
+use rlf_signal::EmitError;
+
+use super::adapters::{
+    ActorInlets, ActorStopped, LearnerInlets, LinkEnds, Outgoing, Ranks, StopRequested, Wire, TO_ACTOR,
+    TO_LEARNER,
+};
+use super::plane::RankPart;
+use super::summary::Summary;
+use crate::config::Config;
+use crate::env::EnvRegistry;
+use crate::error::{Result, RlfError};
+use crate::learning::PolicyUpdated;
+use crate::sampling::BufferReleased;
+
+/// Makes, on the thread that calls it, that thread's own handle on the world communicator (MPI's, started for
+/// several threads).
+pub trait WorldMaker: Send + Sync {
+    /// The world communicator, for this thread.
+    fn world(&self) -> Box<dyn Comm>;
+}
+
+/// What crossed the network from this rank, counted by its two threads.
+#[derive(Debug, Default)]
+struct Traffic {
+    sent_messages: AtomicU64,
+    sent_bytes: AtomicU64,
+    received_messages: AtomicU64,
+    received_bytes: AtomicU64,
+    /// Microseconds the receiver waited for a message.
+    waiting_micros: AtomicU64,
+}
+
+impl Traffic {
+    fn line(&self, rank: usize, seconds: f64) -> String {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        format!(
+            "[rlfactory] rank {rank}: sent {} messages ({} bytes), received {} messages ({} bytes) in {seconds:.1} s; \
+             waited {:.1} s for messages",
+            get(&self.sent_messages),
+            get(&self.sent_bytes),
+            get(&self.received_messages),
+            get(&self.received_bytes),
+            get(&self.waiting_micros) as f64 / 1e6,
+        )
+    }
+}
+
+fn comm_error(e: rlf_comm::CommError) -> RlfError {
+    RlfError::Protocol {
+        component: "mpi link",
+        message: e.to_string(),
+    }
+}
+
+/// Sends what the link posts, in order, until every sender of `outgoing` is dropped.
+fn send_all(comm: &dyn Comm, outgoing: &Receiver<Outgoing>, traffic: &Traffic) -> Result<()> {
+    for o in outgoing {
+        comm.send(o.dest, o.tag, &o.bytes).map_err(comm_error)?;
+        traffic.sent_messages.fetch_add(1, Ordering::Relaxed);
+        traffic
+            .sent_bytes
+            .fetch_add(o.bytes.len() as u64, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Receives the next message with `tag` from `source`, counted.
+fn receive(comm: &dyn Comm, source: Source, tag: rlf_comm::Tag, traffic: &Traffic) -> Result<(usize, Wire)> {
+    let start = Instant::now();
+    let received = comm.recv(source, tag).map_err(comm_error)?;
+    traffic
+        .waiting_micros
+        .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+    traffic.received_messages.fetch_add(1, Ordering::Relaxed);
+    traffic
+        .received_bytes
+        .fetch_add(received.bytes.len() as u64, Ordering::Relaxed);
+    Ok((received.from, Wire::decode(&received.bytes)?))
+}
+
+/// An emit into a loop that stopped is not an error: the rank is stopping.
+fn emitted(r: std::result::Result<(), EmitError>) -> Result<()> {
+    match r {
+        Ok(()) | Err(EmitError::Closed { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The learner rank's receiver: trajectories into the pools of the actor ranks' workers, and their signals, until
+/// every actor rank said `Stopped`. After a failure it keeps receiving (and drops what arrives), so that no actor
+/// rank is left blocked in a send; the first failure is returned at the end.
+fn receive_on_learner(
+    comm: &dyn Comm,
+    inlets: &Receiver<LearnerInlets>,
+    ranks: Ranks,
+    traffic: &Traffic,
+) -> Result<()> {
+    let mut inlets = inlets.recv().ok();
+    let mut first_error = None;
+    let mut stopped = 0;
+    while stopped < ranks.actors {
+        let (from, message) = receive(comm, Source::Any, TO_LEARNER, traffic)?;
+        if matches!(message, Wire::Stopped { .. }) {
+            stopped += 1;
+        }
+        let Some(to) = &inlets else { continue };
+        let delivered = match message {
+            Wire::Started(mut started) => {
+                started.worker = ranks.global_worker(from, started.worker);
+                emitted(to.worker_started.emit(&started))
+            }
+            Wire::Trajectory {
+                mut ready,
+                floats,
+                versions,
+            } => {
+                ready.worker = ranks.global_worker(from, ready.worker);
+                to.pools
+                    .get(ready.worker)
+                    .ok_or_else(|| RlfError::Protocol {
+                        component: "mpi link",
+                        message: format!("rank {from} sent a trajectory of a worker it does not have"),
+                    })
+                    .and_then(|pool| pool.write_slot(ready.buffer, &floats, &versions))
+                    .and_then(|()| emitted(to.trajectory_ready.emit(&ready)))
+            }
+            Wire::Report(mut report) => {
+                report.worker = ranks.global_worker(from, report.worker);
+                emitted(to.rollout_reported.emit(&report))
+            }
+            Wire::Stopped { error } => emitted(to.actor_stopped.emit(&ActorStopped { rank: from, error })),
+            other => Err(RlfError::Protocol {
+                component: "mpi link",
+                message: format!("rank {from} sent the learner rank a message for an actor rank: {other:?}"),
+            }),
+        };
+        if let Err(e) = delivered {
+            first_error.get_or_insert(e);
+            inlets = None;
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// An actor rank's receiver: released slots, new weights (published into this rank's shared memory) and their
+/// signals, until the learner rank's `Stop`.
+fn receive_on_actor(
+    comm: &dyn Comm,
+    inlets: &Receiver<ActorInlets>,
+    ranks: Ranks,
+    traffic: &Traffic,
+) -> Result<()> {
+    let mut inlets = inlets.recv().ok();
+    let mut first_error = None;
+    loop {
+        let (_, message) = receive(comm, Source::Rank(ranks.learner), TO_ACTOR, traffic)?;
+        if message == Wire::Stop {
+            if let Some(to) = &inlets {
+                // The rank may already be stopping on its own.
+                let _ = to.stop_requested.emit(&StopRequested);
+            }
+            break;
+        }
+        let Some(to) = &inlets else { continue };
+        let missing = |what: &str, index: usize| RlfError::Protocol {
+            component: "mpi link",
+            message: format!(
+                "the learner rank sent a message for {what} {index}, which this rank does not have"
+            ),
+        };
+        let delivered = match message {
+            Wire::Released { worker, buffer } => to
+                .buffer_released
+                .get(worker)
+                .ok_or_else(|| missing("worker", worker))
+                .and_then(|inlet| emitted(inlet.emit(&BufferReleased { buffer }))),
+            Wire::Reclaimed { worker, reclaimed } => to
+                .slots_reclaimed
+                .get(worker)
+                .ok_or_else(|| missing("worker", worker))
+                .and_then(|inlet| emitted(inlet.emit(&reclaimed))),
+            Wire::Weights {
+                policy,
+                version,
+                values,
+            } => match to.weights.get(policy) {
+                Some(shared) if shared.len() == values.len() => {
+                    shared.publish(version, &values);
+                    emitted(to.policy_updated.emit(&PolicyUpdated { policy, version }))
+                }
+                Some(shared) => Err(RlfError::Protocol {
+                    component: "mpi link",
+                    message: format!(
+                        "the learner rank sent {} weights of policy {policy}, whose network here has {}",
+                        values.len(),
+                        shared.len()
+                    ),
+                }),
+                None => Err(missing("policy", policy)),
+            },
+            other => Err(RlfError::Protocol {
+                component: "mpi link",
+                message: format!("the learner rank sent an actor rank a message for the learner: {other:?}"),
+            }),
+        };
+        if let Err(e) = delivered {
+            eprintln!("[rlfactory] {e}");
+            first_error.get_or_insert(e);
+            inlets = None;
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Starts a named thread running `f`.
+fn spawn<F>(name: &str, f: F) -> Result<JoinHandle<Result<()>>>
+where
+    F: FnOnce() -> Result<()> + Send + 'static,
+{
+    thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(f)
+        .map_err(|e| RlfError::EventLoop(format!("cannot start the {name} thread: {e}")))
+}
+
+/// Waits for a link thread; a panic is an error naming it.
+fn join(name: &str, handle: JoinHandle<Result<()>>) -> Result<()> {
+    handle
+        .join()
+        .unwrap_or_else(|_| Err(RlfError::EventLoop(format!("the {name} thread panicked"))))
+}
+
+/// Trains as `cfg` says as this process's rank of the world communicator `world` (`--mpi`, `--workflow async`):
+/// the learner rank returns the run's summary, an actor rank `None`. Every rank must call it with the same `cfg`.
+/// An impossible layout is an error on every rank.
+pub fn train_rank(
+    cfg: &Config,
+    registry: &EnvRegistry,
+    process_start: Instant,
+    world: &dyn Comm,
+    maker: Arc<dyn WorldMaker>,
+) -> Result<Option<Summary>> {
+    let d = &cfg.distributed;
+    let (rank, size) = (world.rank(), world.size());
+    let layout =
+        Layout::new(size, d.learner_procs, d.process_per_env).map_err(|e| RlfError::Config(e.to_string()))?;
+    let ranks = Ranks {
+        learner: 0,
+        first_actor: d.learner_procs,
+        actors: size - d.learner_procs,
+        workers_per_actor: cfg.sampling.num_workers,
+    };
+    let traffic = Arc::new(Traffic::default());
+    let (outgoing, to_send) = mpsc::channel();
+    let sender = {
+        let (maker, traffic) = (Arc::clone(&maker), Arc::clone(&traffic));
+        spawn("mpi_send", move || send_all(&*maker.world(), &to_send, &traffic))?
+    };
+    let started = Instant::now();
+    let result = match layout.role(rank) {
+        Role::Learner { .. } => {
+            let (inlets, inlets_in) = mpsc::channel();
+            let receiver = {
+                let traffic = Arc::clone(&traffic);
+                spawn("mpi_receive", move || {
+                    receive_on_learner(&*maker.world(), &inlets_in, ranks, &traffic)
+                })?
+            };
+            let ends = LinkEnds {
+                outgoing: outgoing.clone(),
+                learner_inlets: Some(inlets),
+                actor_inlets: None,
+            };
+            let result = super::run_part(cfg, registry, process_start, RankPart::Learner(ranks), Some(ends));
+            let stop = Wire::Stop.encode()?;
+            for a in 0..ranks.actors {
+                let to = Outgoing {
+                    dest: ranks.first_actor + a,
+                    tag: TO_ACTOR,
+                    bytes: stop.clone(),
+                };
+                outgoing
+                    .send(to)
+                    .map_err(|_| RlfError::EventLoop("the mpi_send thread is gone".into()))?;
+            }
+            drop(outgoing);
+            let sent = join("mpi_send", sender);
+            let received = join("mpi_receive", receiver);
+            result.and_then(|summary| sent.and(received).map(|()| summary))
+        }
+        Role::Actor { .. } => {
+            let (inlets, inlets_in) = mpsc::channel();
+            let receiver = {
+                let traffic = Arc::clone(&traffic);
+                spawn("mpi_receive", move || {
+                    receive_on_actor(&*maker.world(), &inlets_in, ranks, &traffic)
+                })?
+            };
+            let ends = LinkEnds {
+                outgoing: outgoing.clone(),
+                learner_inlets: None,
+                actor_inlets: Some(inlets),
+            };
+            let result = super::run_part(cfg, registry, process_start, RankPart::Actor(ranks), Some(ends));
+            let stopped = Wire::Stopped {
+                error: result.as_ref().err().map(ToString::to_string),
+            };
+            let to = Outgoing {
+                dest: ranks.learner,
+                tag: TO_LEARNER,
+                bytes: stopped.encode()?,
+            };
+            outgoing
+                .send(to)
+                .map_err(|_| RlfError::EventLoop("the mpi_send thread is gone".into()))?;
+            drop(outgoing);
+            let sent = join("mpi_send", sender);
+            let received = join("mpi_receive", receiver);
+            result.and_then(|summary| sent.and(received).map(|()| summary))
+        }
+    };
+    eprintln!("{}", traffic.line(rank, started.elapsed().as_secs_f64()));
+    result
+}
