@@ -83,6 +83,60 @@ pub fn fork_if_single_threaded() -> std::io::Result<Option<Forked>> {
     }
 }
 
+/// Starts a reaper: a small process of its own session that waits until this process and every child it starts
+/// later are gone, however they end (SIGKILL included), then removes the shared-memory segments whose creators are
+/// gone ([`crate::region::reclaim_stale`]) and exits. What a process that may be killed without warning (an MPI rank,
+/// which `mpirun` SIGKILLs one second after its SIGTERM, with its whole process group) calls first thing. Returns
+/// `false`, starting nothing, when this process has more than one thread already (see [`fork_if_single_threaded`]).
+///
+/// The wait is a blocking read of a pipe whose write end this process and its children hold (children inherit it,
+/// also across `exec`): the read returns end-of-file when the last holder is gone; then a blocking poll of the
+/// caller's pidfd waits until it has exited.
+pub fn start_segment_reaper() -> std::io::Result<bool> {
+    let caller = rustix::process::getpid();
+    let (read_end, write_end) = rustix::pipe::pipe()?;
+    match fork_if_single_threaded()? {
+        None => Ok(false),
+        Some(Forked::Parent(_)) => {
+            drop(read_end);
+            // The write end stays open for the rest of this process's life, and is inherited by its children.
+            std::mem::forget(write_end);
+            Ok(true)
+        }
+        Some(Forked::Child) => {
+            drop(write_end);
+            // Out of the caller's session and process group, so that signals to the group do not reach it, and
+            // without the caller's terminal or output pipes, so that nobody waits for it to close them.
+            let _ = rustix::process::setsid();
+            if let Ok(null) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+            {
+                let _ = rustix::stdio::dup2_stdin(&null);
+                let _ = rustix::stdio::dup2_stdout(&null);
+                let _ = rustix::stdio::dup2_stderr(&null);
+            }
+            let mut byte = [0u8; 1];
+            loop {
+                match rustix::io::read(&read_end, &mut byte) {
+                    Ok(n) if n > 0 => {}
+                    Err(rustix::io::Errno::INTR) => {}
+                    _ => break,
+                }
+            }
+            // The pipe closes as the caller exits, a moment before it is a zombie (whose segments are stale):
+            // its pidfd turns readable then.
+            if let Ok(pidfd) = rustix::process::pidfd_open(caller, rustix::process::PidfdFlags::empty()) {
+                let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+                while let Err(rustix::io::Errno::INTR) = rustix::event::poll(&mut fds, None) {}
+            }
+            let _ = crate::region::reclaim_stale();
+            std::process::exit(0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};

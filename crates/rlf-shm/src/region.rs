@@ -223,8 +223,9 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Whether a segment name (without the leading `/`) was made by a process that is gone: its pid does not exist
-/// or belongs to a process started at another time. Names not made by this crate are never stale.
+/// Whether a segment name (without the leading `/`) was made by a process that is gone: its pid does not exist,
+/// belongs to a process started at another time, or to a zombie (a process that exited and that its parent has not
+/// waited for yet). Names not made by this crate are never stale.
 pub fn is_stale(name: &str) -> bool {
     let Some(rest) = name.strip_prefix(NAME_PREFIX) else {
         return false;
@@ -236,7 +237,16 @@ pub fn is_stale(name: &str) -> bool {
     let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
         return false;
     };
-    process_start_time(pid) != Some(start)
+    process_start_time(pid) != Some(start) || is_zombie(pid)
+}
+
+/// Whether process `pid` exited and waits for its parent to collect its status (state `Z`, or `X` while it goes).
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X")
+    })
 }
 
 /// Unlinks every segment in `/dev/shm` left by a dead creator; returns the names removed.

@@ -315,7 +315,9 @@ fn run_forked(
         let transport: Arc<dyn Transport> = Arc::new(QueueTransport::open(handle)?);
         let mut plan = layout.plan(b, loop_id, &transport);
         plan.whole_process = true;
-        run_loop_process(plan, transport)
+        let result = run_loop_process(plan, transport);
+        reclaim_if_orphaned(parent);
+        result
     }));
     match run {
         Ok(Ok(())) => 0,
@@ -511,7 +513,17 @@ where
     plan.incarnation = spec.incarnation;
     plan.whole_process = true;
     drop(b);
-    run_loop_process(plan, transport)
+    let result = run_loop_process(plan, transport);
+    reclaim_if_orphaned(spec.parent);
+    result
+}
+
+/// A child whose parent died (SIGKILL leaves it no chance to remove its shared-memory segments) removes them on its
+/// way out: every segment whose creator is gone.
+fn reclaim_if_orphaned(parent: u32) {
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(parent) {
+        let _ = rlf_shm::region::reclaim_stale();
+    }
 }
 
 /// A child's first steps: it dies with its parent (a SIGTERM then makes its loop drain and stop), checks that the

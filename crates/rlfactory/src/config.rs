@@ -1457,9 +1457,6 @@ impl Config {
         if d.workflow == Workflow::Sync {
             return err("--workflow sync is not available yet: use --workflow async");
         }
-        if d.learner_procs > 1 || d.process_per_env > 1 {
-            return err("--mpi runs one learner rank and one rank per env so far: --learner_procs 1 --process_per_env 1");
-        }
         if self.run.serial_mode
             || self.off_policy.algo.is_off_policy()
             || self.sampling.num_policies > 1

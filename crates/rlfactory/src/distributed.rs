@@ -41,10 +41,19 @@ pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -
         fn world(&self) -> Box<dyn Comm> {
             Box::new(self.0.world())
         }
+
+        fn abort(&self, code: i32) -> ! {
+            self.0.world().abort(code)
+        }
     }
 
     if !under_launcher() {
         return Err(not_launched());
+    }
+    // mpirun SIGKILLs a rank (and its process group) one second after asking it to stop: a reaper removes what
+    // shared memory the rank and its workers leave then.
+    if !rlf_shm::process::start_segment_reaper().map_err(|e| RlfError::EventLoop(format!("--mpi: {e}")))? {
+        eprintln!("[rlfactory] no shared-memory reaper: this process already runs several threads");
     }
     let mpi_error = |e: rlf_comm::CommError| RlfError::Config(format!("--mpi: {e}"));
     let universe = MpiUniverse::init_threaded().map_err(mpi_error)?;

@@ -360,20 +360,14 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
         app.construct(inf, move || InferenceNode::new(&cfg, &registry, &plane, signals));
     }
+    let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
     if let (Some(link), Some(signals)) = (actor_link, actor_link_signals) {
         let (ranks, plane) = (part.ranks(), plane.clone());
         let ends = link_ends.take().unwrap_or_else(LinkEnds::detached);
         let num_policies = s.num_policies;
         app.construct(link, move || {
             let weights = (0..num_policies).map(|p| plane.open_weights(p)).collect();
-            ActorLink::new(
-                ranks,
-                signals,
-                ends.outgoing,
-                ends.actor_inlets,
-                plane.open_pools(),
-                weights,
-            )
+            ActorLink::new(ranks, signals, ends, heartbeat, plane.open_pools(), weights)
         });
     }
     if let (Some(link), Some(signals)) = (learner_link, learner_link_signals) {
@@ -382,14 +376,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         let num_policies = s.num_policies;
         app.construct(link, move || {
             let weights = (0..num_policies).map(|p| plane.open_weights(p)).collect();
-            LearnerLink::new(
-                ranks,
-                signals,
-                ends.outgoing,
-                ends.learner_inlets,
-                plane.open_pools(),
-                weights,
-            )
+            LearnerLink::new(ranks, signals, ends, heartbeat, plane.open_pools(), weights)
         });
     }
     let (Some(batcher), Some(runner), Some(runner_signals)) = (batcher, runner, runner_signals) else {

@@ -8,17 +8,17 @@
 //! rank's receiver runs until every actor rank's `Stopped` is in.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
-use std::time::Instant;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use rlf_comm::{Comm, Layout, Role, Source};
 use rlf_signal::EmitError;
 
 use super::adapters::{
-    ActorInlets, ActorStopped, LearnerInlets, LinkEnds, Outgoing, Ranks, StopRequested, Wire, TO_ACTOR,
-    TO_LEARNER,
+    ActorInlets, ActorStopped, LearnerInlets, LinkEnds, Liveness, Outgoing, Ranks, StopRequested, Wire,
+    TO_ACTOR, TO_LEARNER,
 };
 use super::plane::RankPart;
 use super::summary::Summary;
@@ -33,6 +33,16 @@ use crate::sampling::BufferReleased;
 pub trait WorldMaker: Send + Sync {
     /// The world communicator, for this thread.
     fn world(&self) -> Box<dyn Comm>;
+
+    /// Ends every rank of the job with `code` (`MPI_Abort`): what a rank does when a peer neither answers nor dies.
+    fn abort(&self, code: i32) -> !;
+}
+
+/// What the link's threads and the link share.
+#[derive(Debug)]
+struct Shared {
+    traffic: Traffic,
+    liveness: Arc<Liveness>,
 }
 
 /// What crossed the network from this rank, counted by its two threads.
@@ -50,8 +60,9 @@ impl Traffic {
     fn line(&self, rank: usize, seconds: f64) -> String {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
-            "[rlfactory] rank {rank}: sent {} messages ({} bytes), received {} messages ({} bytes) in {seconds:.1} s; \
+            "[rlfactory] rank {rank} (pid {}): sent {} messages ({} bytes), received {} messages ({} bytes) in {seconds:.1} s; \
              waited {:.1} s for messages",
+            std::process::id(),
             get(&self.sent_messages),
             get(&self.sent_bytes),
             get(&self.received_messages),
@@ -109,18 +120,21 @@ fn receive_on_learner(
     comm: &dyn Comm,
     inlets: &Receiver<LearnerInlets>,
     ranks: Ranks,
-    traffic: &Traffic,
+    link: &Shared,
 ) -> Result<()> {
     let mut inlets = inlets.recv().ok();
     let mut first_error = None;
     let mut stopped = 0;
     while stopped < ranks.actors {
-        let (from, message) = receive(comm, Source::Any, TO_LEARNER, traffic)?;
+        let (from, message) = receive(comm, Source::Any, TO_LEARNER, &link.traffic)?;
+        link.liveness.heard(from);
         if matches!(message, Wire::Stopped { .. }) {
             stopped += 1;
+            link.liveness.set_stopped(from);
         }
         let Some(to) = &inlets else { continue };
         let delivered = match message {
+            Wire::Alive => Ok(()),
             Wire::Started(mut started) => {
                 started.worker = ranks.global_worker(from, started.worker);
                 emitted(to.worker_started.emit(&started))
@@ -164,12 +178,13 @@ fn receive_on_actor(
     comm: &dyn Comm,
     inlets: &Receiver<ActorInlets>,
     ranks: Ranks,
-    traffic: &Traffic,
+    link: &Shared,
 ) -> Result<()> {
     let mut inlets = inlets.recv().ok();
     let mut first_error = None;
     loop {
-        let (_, message) = receive(comm, Source::Rank(ranks.learner), TO_ACTOR, traffic)?;
+        let (from, message) = receive(comm, Source::Rank(ranks.learner), TO_ACTOR, &link.traffic)?;
+        link.liveness.heard(from);
         if message == Wire::Stop {
             if let Some(to) = &inlets {
                 // The rank may already be stopping on its own.
@@ -185,6 +200,7 @@ fn receive_on_actor(
             ),
         };
         let delivered = match message {
+            Wire::Alive => Ok(()),
             Wire::Released { worker, buffer } => to
                 .buffer_released
                 .get(worker)
@@ -228,27 +244,26 @@ fn receive_on_actor(
     first_error.map_or(Ok(()), Err)
 }
 
-/// Starts a named thread running `f`.
-fn spawn<F>(name: &str, f: F) -> Result<JoinHandle<Result<()>>>
+/// Starts a named thread running `f`, which reports its end on `done`.
+fn spawn<F>(name: &'static str, done: &Sender<(&'static str, Result<()>)>, f: F) -> Result<()>
 where
     F: FnOnce() -> Result<()> + Send + 'static,
 {
+    let done = done.clone();
     thread::Builder::new()
         .name(name.to_owned())
-        .spawn(f)
+        .spawn(move || {
+            let _ = done.send((name, f()));
+        })
+        .map(drop)
         .map_err(|e| RlfError::EventLoop(format!("cannot start the {name} thread: {e}")))
-}
-
-/// Waits for a link thread; a panic is an error naming it.
-fn join(name: &str, handle: JoinHandle<Result<()>>) -> Result<()> {
-    handle
-        .join()
-        .unwrap_or_else(|_| Err(RlfError::EventLoop(format!("the {name} thread panicked"))))
 }
 
 /// Trains as `cfg` says as this process's rank of the world communicator `world` (`--mpi`, `--workflow async`):
 /// the learner rank returns the run's summary, an actor rank `None`. Every rank must call it with the same `cfg`.
-/// An impossible layout is an error on every rank.
+/// An impossible layout is an error on every rank. When the run is over, each rank waits up to
+/// `--heartbeat_interval` for its peers' last messages; a peer that sends none is hung, and the rank aborts the job
+/// (after the learner's checkpoint and this rank's shared memory are gone).
 pub fn train_rank(
     cfg: &Config,
     registry: &EnvRegistry,
@@ -260,81 +275,103 @@ pub fn train_rank(
     let (rank, size) = (world.rank(), world.size());
     let layout =
         Layout::new(size, d.learner_procs, d.process_per_env).map_err(|e| RlfError::Config(e.to_string()))?;
+    if d.learner_procs > 1 || d.process_per_env > 1 {
+        return Err(RlfError::Config(
+            "--mpi runs one learner rank and one rank per env so far: --learner_procs 1 --process_per_env 1"
+                .into(),
+        ));
+    }
     let ranks = Ranks {
         learner: 0,
         first_actor: d.learner_procs,
         actors: size - d.learner_procs,
         workers_per_actor: cfg.sampling.num_workers,
     };
-    let traffic = Arc::new(Traffic::default());
+    let learner = matches!(layout.role(rank), Role::Learner { .. });
+    let link = Arc::new(Shared {
+        traffic: Traffic::default(),
+        liveness: Arc::new(Liveness::new(size)),
+    });
+    let (done, finished) = mpsc::channel();
     let (outgoing, to_send) = mpsc::channel();
-    let sender = {
-        let (maker, traffic) = (Arc::clone(&maker), Arc::clone(&traffic));
-        spawn("mpi_send", move || send_all(&*maker.world(), &to_send, &traffic))?
+    {
+        let (maker, link) = (Arc::clone(&maker), Arc::clone(&link));
+        spawn("mpi_send", &done, move || {
+            send_all(&*maker.world(), &to_send, &link.traffic)
+        })?;
+    }
+    let mut ends = LinkEnds {
+        outgoing: outgoing.clone(),
+        learner_inlets: None,
+        actor_inlets: None,
+        liveness: Arc::clone(&link.liveness),
     };
+    let (maker_in, link_in) = (Arc::clone(&maker), Arc::clone(&link));
+    let part = if learner {
+        let (inlets, inlets_in) = mpsc::channel();
+        ends.learner_inlets = Some(inlets);
+        spawn("mpi_receive", &done, move || {
+            receive_on_learner(&*maker_in.world(), &inlets_in, ranks, &link_in)
+        })?;
+        RankPart::Learner(ranks)
+    } else {
+        let (inlets, inlets_in) = mpsc::channel();
+        ends.actor_inlets = Some(inlets);
+        spawn("mpi_receive", &done, move || {
+            receive_on_actor(&*maker_in.world(), &inlets_in, ranks, &link_in)
+        })?;
+        RankPart::Actor(ranks)
+    };
+    drop(done);
     let started = Instant::now();
-    let result = match layout.role(rank) {
-        Role::Learner { .. } => {
-            let (inlets, inlets_in) = mpsc::channel();
-            let receiver = {
-                let traffic = Arc::clone(&traffic);
-                spawn("mpi_receive", move || {
-                    receive_on_learner(&*maker.world(), &inlets_in, ranks, &traffic)
-                })?
-            };
-            let ends = LinkEnds {
-                outgoing: outgoing.clone(),
-                learner_inlets: Some(inlets),
-                actor_inlets: None,
-            };
-            let result = super::run_part(cfg, registry, process_start, RankPart::Learner(ranks), Some(ends));
-            let stop = Wire::Stop.encode()?;
-            for a in 0..ranks.actors {
-                let to = Outgoing {
-                    dest: ranks.first_actor + a,
-                    tag: TO_ACTOR,
-                    bytes: stop.clone(),
-                };
-                outgoing
-                    .send(to)
-                    .map_err(|_| RlfError::EventLoop("the mpi_send thread is gone".into()))?;
-            }
-            drop(outgoing);
-            let sent = join("mpi_send", sender);
-            let received = join("mpi_receive", receiver);
-            result.and_then(|summary| sent.and(received).map(|()| summary))
-        }
-        Role::Actor { .. } => {
-            let (inlets, inlets_in) = mpsc::channel();
-            let receiver = {
-                let traffic = Arc::clone(&traffic);
-                spawn("mpi_receive", move || {
-                    receive_on_actor(&*maker.world(), &inlets_in, ranks, &traffic)
-                })?
-            };
-            let ends = LinkEnds {
-                outgoing: outgoing.clone(),
-                learner_inlets: None,
-                actor_inlets: Some(inlets),
-            };
-            let result = super::run_part(cfg, registry, process_start, RankPart::Actor(ranks), Some(ends));
-            let stopped = Wire::Stopped {
-                error: result.as_ref().err().map(ToString::to_string),
-            };
-            let to = Outgoing {
-                dest: ranks.learner,
-                tag: TO_LEARNER,
-                bytes: stopped.encode()?,
-            };
-            outgoing
-                .send(to)
-                .map_err(|_| RlfError::EventLoop("the mpi_send thread is gone".into()))?;
-            drop(outgoing);
-            let sent = join("mpi_send", sender);
-            let received = join("mpi_receive", receiver);
-            result.and_then(|summary| sent.and(received).map(|()| summary))
-        }
+    let result = super::run_part(cfg, registry, process_start, part, Some(ends));
+    // The last messages: `Stop` to every actor rank, or `Stopped` to the learner rank.
+    let last = if learner {
+        ranks
+            .actor_ranks()
+            .map(|dest| (dest, TO_ACTOR, Wire::Stop))
+            .collect()
+    } else {
+        let error = result.as_ref().err().map(ToString::to_string);
+        vec![(ranks.learner, TO_LEARNER, Wire::Stopped { error })]
     };
-    eprintln!("{}", traffic.line(rank, started.elapsed().as_secs_f64()));
-    result
+    for (dest, tag, message) in last {
+        let bytes = message.encode()?;
+        // A sending thread that is gone has reported why on `finished`.
+        let _ = outgoing.send(Outgoing { dest, tag, bytes });
+    }
+    drop(outgoing);
+    let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
+    let deadline = Instant::now() + heartbeat;
+    let mut threads = Ok(());
+    for _ in 0..2 {
+        match finished.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((name, r)) => {
+                threads = threads.and(r.map_err(|e| RlfError::Protocol {
+                    component: "mpi link",
+                    message: format!("{name}: {e}"),
+                }))
+            }
+            Err(_) => {
+                let silent = if learner {
+                    let hung: Vec<String> = ranks
+                        .actor_ranks()
+                        .filter(|&r| !link.liveness.has_stopped(r))
+                        .map(|r| r.to_string())
+                        .collect();
+                    format!("actor rank(s) {} did not stop", hung.join(", "))
+                } else {
+                    format!("the learner rank {} did not stop", ranks.learner)
+                };
+                eprintln!("{}", link.traffic.line(rank, started.elapsed().as_secs_f64()));
+                eprintln!(
+                    "[rlfactory] rank {rank}: {silent} within --heartbeat_interval ({:.1} s): aborting the MPI job",
+                    heartbeat.as_secs_f64()
+                );
+                maker.abort(1);
+            }
+        }
+    }
+    eprintln!("{}", link.traffic.line(rank, started.elapsed().as_secs_f64()));
+    result.and_then(|summary| threads.map(|()| summary))
 }

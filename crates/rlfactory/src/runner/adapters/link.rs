@@ -15,7 +15,10 @@
 //! A slot stays with the learner rank until it is released, as on one machine: the actor rank's rollout workers run
 //! out of slots when the learner falls behind, so the data in flight is bounded by the pools (back-pressure).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rlf_comm::Tag;
 use rlf_shm::SharedWeights;
@@ -64,6 +67,8 @@ pub(crate) enum Wire {
     },
     /// The learner rank stopped: the last message to an actor rank.
     Stop,
+    /// A heartbeat (every quarter of `--heartbeat_interval`, both ways).
+    Alive,
 }
 
 impl Wire {
@@ -103,6 +108,54 @@ fn post(outgoing: &Sender<Outgoing>, dest: usize, tag: Tag, message: &Wire) -> R
         })
 }
 
+/// When each rank was last heard from (set by the receiving thread, read by the link's heartbeat check) and which
+/// actor ranks said `Stopped`.
+#[derive(Debug)]
+pub(crate) struct Liveness {
+    epoch: Instant,
+    /// Microseconds from `epoch` to the last message of each rank, plus one (0: never heard from).
+    heard: Vec<AtomicU64>,
+    stopped: Vec<AtomicBool>,
+}
+
+impl Liveness {
+    /// No rank of `ranks` heard from yet.
+    pub fn new(ranks: usize) -> Self {
+        Self {
+            epoch: Instant::now(),
+            heard: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
+            stopped: (0..ranks).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// A message from `rank` arrived.
+    pub fn heard(&self, rank: usize) {
+        if let Some(h) = self.heard.get(rank) {
+            h.store(self.epoch.elapsed().as_micros() as u64 + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// How long `rank` has been silent (since the start when never heard from).
+    pub fn silent_for(&self, rank: usize) -> Duration {
+        let last = self.heard.get(rank).map_or(0, |h| h.load(Ordering::Relaxed));
+        self.epoch
+            .elapsed()
+            .saturating_sub(Duration::from_micros(last.saturating_sub(1)))
+    }
+
+    /// `rank` said `Stopped`.
+    pub fn set_stopped(&self, rank: usize) {
+        if let Some(s) = self.stopped.get(rank) {
+            s.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `rank` said `Stopped`.
+    pub fn has_stopped(&self, rank: usize) -> bool {
+        self.stopped.get(rank).is_some_and(|s| s.load(Ordering::Relaxed))
+    }
+}
+
 /// What a link is built with in the rank's main process: the sending thread's queue and the receiving thread's
 /// inlets' way in (a child process never runs a link's constructor: it gets [`LinkEnds::detached`]).
 #[derive(Debug)]
@@ -110,6 +163,7 @@ pub(in crate::runner) struct LinkEnds {
     pub outgoing: Sender<Outgoing>,
     pub learner_inlets: Option<Sender<LearnerInlets>>,
     pub actor_inlets: Option<Sender<ActorInlets>>,
+    pub liveness: Arc<Liveness>,
 }
 
 impl LinkEnds {
@@ -119,6 +173,7 @@ impl LinkEnds {
             outgoing: std::sync::mpsc::channel().0,
             learner_inlets: None,
             actor_inlets: None,
+            liveness: Arc::new(Liveness::new(0)),
         }
     }
 }
@@ -137,6 +192,11 @@ pub(crate) struct Ranks {
 }
 
 impl Ranks {
+    /// Every actor rank.
+    pub fn actor_ranks(&self) -> std::ops::Range<usize> {
+        self.first_actor..self.first_actor + self.actors
+    }
+
     /// The learner rank's index of worker `worker` of actor rank `rank`.
     pub fn global_worker(&self, rank: usize, worker: usize) -> usize {
         (rank - self.first_actor) * self.workers_per_actor + worker
@@ -189,6 +249,8 @@ pub(in crate::runner) struct LearnerLink {
     pools: Option<Result<Vec<TrajectoryPool>>>,
     weights: Result<Vec<SharedWeights>>,
     scratch: Vec<f32>,
+    liveness: Arc<Liveness>,
+    heartbeat: Duration,
 }
 
 impl LearnerLink {
@@ -197,19 +259,39 @@ impl LearnerLink {
     pub fn new(
         ranks: Ranks,
         signals: LearnerLinkSignals,
-        outgoing: Sender<Outgoing>,
-        inlets: Option<Sender<LearnerInlets>>,
+        ends: LinkEnds,
+        heartbeat: Duration,
         pools: Result<Vec<TrajectoryPool>>,
         weights: Result<Vec<SharedWeights>>,
     ) -> Self {
         Self {
             ranks,
             signals,
-            outgoing,
-            inlets,
+            outgoing: ends.outgoing,
+            inlets: ends.learner_inlets,
             pools: Some(pools),
             weights,
             scratch: Vec::new(),
+            liveness: ends.liveness,
+            heartbeat,
+        }
+    }
+
+    /// Every quarter of the heartbeat interval: a heartbeat to every actor rank, and the run stops when one has been
+    /// silent for the whole interval.
+    fn beat(&mut self, ctx: &mut Ctx<'_, Self>) {
+        for rank in self.ranks.actor_ranks() {
+            if let Err(e) = post(&self.outgoing, rank, TO_ACTOR, &Wire::Alive) {
+                return ctx.fail(e);
+            }
+            let silent = self.liveness.silent_for(rank);
+            if silent > self.heartbeat {
+                return ctx.fail(format!(
+                    "actor rank {rank} sent nothing for {:.1} s (--heartbeat_interval {:.1} s): it is hung or gone",
+                    silent.as_secs_f64(),
+                    self.heartbeat.as_secs_f64()
+                ));
+            }
         }
     }
 
@@ -291,6 +373,7 @@ impl LearnerLink {
 
 impl Component for LearnerLink {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        ctx.timer_periodic(self.heartbeat / 4, LearnerLink::beat);
         let pools = match self.pools.take() {
             Some(Ok(pools)) => pools,
             Some(Err(e)) => return ctx.fail(e),
@@ -343,6 +426,8 @@ pub(in crate::runner) struct ActorLink {
     inlets: Option<Sender<ActorInlets>>,
     pools: Result<Vec<TrajectoryPool>>,
     weights: Option<Result<Vec<SharedWeights>>>,
+    liveness: Arc<Liveness>,
+    heartbeat: Duration,
 }
 
 impl ActorLink {
@@ -350,18 +435,37 @@ impl ActorLink {
     pub fn new(
         ranks: Ranks,
         signals: ActorLinkSignals,
-        outgoing: Sender<Outgoing>,
-        inlets: Option<Sender<ActorInlets>>,
+        ends: LinkEnds,
+        heartbeat: Duration,
         pools: Result<Vec<TrajectoryPool>>,
         weights: Result<Vec<SharedWeights>>,
     ) -> Self {
         Self {
             ranks,
             signals,
-            outgoing,
-            inlets,
+            outgoing: ends.outgoing,
+            inlets: ends.actor_inlets,
             pools,
             weights: Some(weights),
+            liveness: ends.liveness,
+            heartbeat,
+        }
+    }
+
+    /// Every quarter of the heartbeat interval: a heartbeat to the learner rank, and this rank stops when the learner
+    /// rank has been silent for the whole interval.
+    fn beat(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let Err(e) = self.to_learner(&Wire::Alive) {
+            return ctx.fail(e);
+        }
+        let rank = self.ranks.learner;
+        let silent = self.liveness.silent_for(rank);
+        if silent > self.heartbeat {
+            ctx.fail(format!(
+                "the learner rank {rank} sent nothing for {:.1} s (--heartbeat_interval {:.1} s): it is hung or gone",
+                silent.as_secs_f64(),
+                self.heartbeat.as_secs_f64()
+            ));
         }
     }
 
@@ -411,6 +515,7 @@ impl ActorLink {
 
 impl Component for ActorLink {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
+        ctx.timer_periodic(self.heartbeat / 4, ActorLink::beat);
         let weights = match self.weights.take() {
             Some(Ok(weights)) => weights,
             Some(Err(e)) => return ctx.fail(e),

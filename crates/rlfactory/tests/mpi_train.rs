@@ -1,0 +1,270 @@
+//! `train --mpi` under OpenMPI's `mpirun` (cargo feature `mpi`; `scripts/setup_mpi.sh` installs OpenMPI): the async
+//! workflow learns, an impossible layout or a missing launcher fails fast with one line, and an actor rank that is
+//! SIGKILLed stops the whole job with a line naming it, after the learner's checkpoint, leaving no process and no
+//! shared memory. Every run is tagged with an environment variable of its own, which its ranks, their workers and
+//! their shared-memory reapers inherit: that is how the test finds all of them in `/proc`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{spawn, summary, temp_dir, text, BIN};
+
+/// The variable that tags a test's run.
+const TAG: &str = "RLF_MPI_TEST_RUN";
+
+/// The runs share 2 cores: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// `mpirun -n ranks rlfactory train --mpi args...`, tagged with `tag`.
+fn mpirun(ranks: usize, tag: &str, args: &[String]) -> Command {
+    let mut command = Command::new("mpirun");
+    command
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            &ranks.to_string(),
+            BIN,
+            "train",
+            "--mpi",
+        ])
+        .args(args)
+        .env(TAG, tag);
+    command
+}
+
+/// The processes whose environment holds `TAG=tag`, with the MPI rank they belong to.
+fn tagged(tag: &str) -> Vec<(u32, Option<usize>)> {
+    let wanted = format!("{TAG}={tag}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let vars: Vec<String> = environ
+            .split(|&b| b == 0)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        if vars.iter().any(|v| *v == wanted) {
+            let rank = vars
+                .iter()
+                .find_map(|v| v.strip_prefix("OMPI_COMM_WORLD_RANK=")?.parse().ok());
+            found.push((pid, rank));
+        }
+    }
+    found
+}
+
+/// Waits (blocking on each one's pidfd, up to `limit` in all) until every process of `pids` has exited.
+fn wait_gone(pids: &[u32], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    for &pid in pids {
+        let Some(raw) = rustix::process::Pid::from_raw(pid as i32) else {
+            continue;
+        };
+        let Ok(fd) = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) else {
+            continue; // already gone
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        let ready = rustix::event::poll(&mut fds, Some(&timeout)).expect("poll a pidfd");
+        assert_eq!(
+            ready, 1,
+            "process {pid} is still running {limit:?} after the job ended"
+        );
+    }
+}
+
+/// Asserts that none of `pids` left a `/dev/shm` segment.
+fn assert_no_segments(pids: &[u32]) {
+    for &pid in pids {
+        common::assert_no_segments(pid);
+    }
+}
+
+fn flags(dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut flags = vec![
+        "--env=CartPole-v1".to_owned(),
+        format!("--train_dir={}", dir.display()),
+        "--experiment=exp".to_owned(),
+    ];
+    flags.extend(extra.iter().map(|s| (*s).to_owned()));
+    flags
+}
+
+#[test]
+fn async_three_ranks_learn_cartpole_and_count_their_traffic() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = temp_dir("mpi-async");
+    let json = dir.path().join("summary.json");
+    let args = flags(
+        dir.path(),
+        &[
+            "--stop_at_reward=475",
+            "--train_for_env_steps=20000000",
+            "--train_for_seconds=120",
+            &format!("--summary_json={}", json.display()),
+        ],
+    );
+    let out = mpirun(3, "learn", &args).output().expect("run mpirun");
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let s = summary(&json);
+    assert_eq!(s["stop_reason"], "reward", "{s}");
+    let reward = s["mean_return"].as_f64().expect("mean_return");
+    assert!(reward >= 475.0, "mean return {reward}");
+    // Frames come from the two actor ranks only: the learner rank steps no env.
+    assert!(s["env_frames"].as_u64().expect("env_frames") > 0, "{s}");
+    assert!(
+        dir.path().join("exp/checkpoint_p0").is_dir(),
+        "the learner rank owns the experiment folder"
+    );
+    // Every rank reports its traffic; the actor ranks sent the trajectories, the learner rank the weights.
+    let mut pids = Vec::new();
+    for rank in 0..3 {
+        let line = log
+            .lines()
+            .find(|l| l.starts_with(&format!("[rlfactory] rank {rank} (pid ")))
+            .unwrap_or_else(|| panic!("no traffic line of rank {rank}:\n{log}"));
+        let pid: u32 = line
+            .split("(pid ")
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+            .and_then(|p| p.parse().ok())
+            .expect("a pid");
+        let sent: u64 = line
+            .split("messages (")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|b| b.parse().ok())
+            .expect("bytes sent");
+        assert!(sent > 0, "rank {rank} sent nothing: {line}");
+        pids.push(pid);
+    }
+    wait_gone(
+        &tagged("learn").iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        Duration::from_secs(30),
+    );
+    assert_no_segments(&pids);
+}
+
+#[test]
+fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = temp_dir("mpi-kill");
+    let args = flags(
+        dir.path(),
+        &[
+            "--train_for_seconds=120",
+            "--heartbeat_interval=5",
+            "--stop_at_reward=100000",
+        ],
+    );
+    let run = spawn(&mut mpirun(3, "kill", &args));
+    // Training is under way once the learner rank prints its first progress line.
+    let start = Instant::now();
+    let mut log = Vec::new();
+    while !log.iter().any(|l: &String| l.contains("| fps ")) {
+        let line = run
+            .lines
+            .recv_timeout(Duration::from_secs(60).saturating_sub(start.elapsed()))
+            .unwrap_or_else(|_| panic!("no progress line within 60 s:\n{}", log.join("\n")));
+        log.push(line);
+    }
+    let processes = tagged("kill");
+    let victim = processes
+        .iter()
+        .find(|(pid, rank)| {
+            *rank == Some(2)
+                && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        s[s.rfind(')')? + 1..]
+                            .split_whitespace()
+                            .nth(1)?
+                            .parse::<u32>()
+                            .ok()
+                    })
+                    == Some(run.pid)
+        })
+        .map(|(pid, _)| *pid)
+        .expect("rank 2, a child of mpirun");
+    let killed = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(victim as i32).expect("a pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill rank 2");
+    let status = run
+        .exited
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the job stops on its own");
+    let stopped_in = killed.elapsed();
+    log.extend(run.lines.try_iter());
+    let log = log.join("\n");
+    assert!(!status.success(), "{log}");
+    assert!(
+        stopped_in < Duration::from_secs(5),
+        "stopped {stopped_in:?} after the kill (--heartbeat_interval 5)"
+    );
+    assert!(
+        log.contains("process rank 2"),
+        "a line names the killed rank:\n{log}"
+    );
+    let saved = std::fs::read_dir(dir.path().join("exp/checkpoint_p0"))
+        .expect("checkpoint folder")
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().ends_with(".json"));
+    assert!(saved, "the learner saved a checkpoint as the job stopped:\n{log}");
+    let pids: Vec<u32> = processes.iter().map(|(p, _)| *p).collect();
+    wait_gone(&pids, Duration::from_secs(30));
+    assert!(tagged("kill").is_empty(), "no process of the job is left");
+    assert_no_segments(&pids);
+}
+
+#[test]
+fn an_impossible_layout_fails_on_every_rank_with_one_line() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = temp_dir("mpi-layout");
+    // 4 ranks: 1 learner and 3 actor ranks, which groups of 2 cannot hold.
+    let args = flags(dir.path(), &["--process_per_env=2"]);
+    let start = Instant::now();
+    let out = mpirun(4, "layout", &args).output().expect("run mpirun");
+    let log = text(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "one error line, from rank 0:\n{log}");
+    assert!(errors[0].contains("multiple of process_per_env"), "{}", errors[0]);
+    assert!(start.elapsed() < Duration::from_secs(60), "failed fast");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+fn mpi_outside_mpirun_is_a_clear_error() {
+    let dir = temp_dir("mpi-outside");
+    let mut command = Command::new(BIN);
+    command.arg("train").arg("--mpi").args(flags(dir.path(), &[]));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("OMPI_") || key.starts_with("PMI") {
+            command.env_remove(key);
+        }
+    }
+    let out = command.output().expect("run rlfactory");
+    let log = text(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "{log}");
+    assert!(errors[0].contains("mpirun"), "{}", errors[0]);
+    assert!(!dir.path().join("exp").exists(), "nothing was started");
+}
