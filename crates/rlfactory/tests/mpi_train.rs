@@ -52,7 +52,7 @@ fn tagged(tag: &str) -> Vec<(u32, Option<usize>)> {
             .split(|&b| b == 0)
             .map(|v| String::from_utf8_lossy(v).into_owned())
             .collect();
-        if vars.iter().any(|v| *v == wanted) {
+        if vars.contains(&wanted) {
             let rank = vars
                 .iter()
                 .find_map(|v| v.strip_prefix("OMPI_COMM_WORLD_RANK=")?.parse().ok());
