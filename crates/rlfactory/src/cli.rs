@@ -8,7 +8,7 @@ use std::time::Instant;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::config::{read_settings, Config, BENCHMARK_SECONDS, UNLIMITED_SECONDS};
+use crate::config::{read_settings, Config, Workflow, BENCHMARK_SECONDS, UNLIMITED_SECONDS};
 use crate::enjoy::{EnjoyArgs, EvalArgs, ExportArgs};
 use crate::env::EnvRegistry;
 use crate::error::RlfError;
@@ -139,6 +139,9 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
         if r.train_for_seconds == UNLIMITED_SECONDS {
             r.train_for_seconds = BENCHMARK_SECONDS;
         }
+    }
+    if config.distributed.mpi && config.distributed.workflow == Workflow::Sync {
+        config.run.async_rl = false;
     }
     config.validate_for(registry)?;
     Ok(Invocation::Train(Box::new(config)))

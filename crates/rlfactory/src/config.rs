@@ -858,7 +858,9 @@ pub enum Workflow {
     /// Every actor rank samples on its own (rollout and inference workers, as on one machine) and sends its
     /// trajectories to the learner rank, which trains and sends versioned weights back.
     Async,
-    /// One env group steps in collective steps with the learner (EXARL's sync learner).
+    /// As `async`, in lockstep rounds (EXARL's sync learner): every actor rank samples its share of a dataset with the
+    /// current weights and waits; the learner trains on the round's dataset and sends the new weights, which start
+    /// the next round (`--async_rl=false` across the ranks).
     Sync,
 }
 
@@ -1337,8 +1339,9 @@ impl Config {
                 }
             ));
         }
+        // Under MPI the whole run's envs are known once the ranks are (see `runner::train_rank`).
         let sampled = self.total_envs() * spec.num_agents * s.rollout;
-        if !r.async_rl && self.dataset_size() % sampled != 0 {
+        if !r.async_rl && !self.distributed.mpi && self.dataset_size() % sampled != 0 {
             return err(format!(
                 "with --async_rl=false, --batch_size * --num_batches_per_epoch ({}) must be a multiple of \
                  --num_workers * --num_envs_per_worker * agents per env * --rollout ({sampled})",
@@ -1454,8 +1457,8 @@ impl Config {
         if !d.mpi {
             return Ok(());
         }
-        if d.workflow == Workflow::Sync {
-            return err("--workflow sync is not available yet: use --workflow async");
+        if d.workflow == Workflow::Async && !self.run.async_rl {
+            return err("--workflow async needs --async_rl=true (--workflow sync is the one in lockstep)");
         }
         if self.run.serial_mode
             || self.off_policy.algo.is_off_policy()
@@ -1463,9 +1466,6 @@ impl Config {
             || self.sampling.self_play
         {
             return err("--mpi runs APPO with one policy on ranks in parallel mode so far (no --serial_mode, --algo dqn|sac, --num_policies above 1 or --self_play)");
-        }
-        if !self.run.async_rl {
-            return err("--mpi needs --async_rl=true: actor ranks do not wait for each policy update");
         }
         Ok(())
     }

@@ -354,7 +354,10 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     // so they start identical; the learner publishes every update into the shared weights.
     for ((i, &w), signals) in workers.iter().enumerate().zip(worker_signals) {
         let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
-        app.construct(w, move || RolloutNode::new(i, cfg, registry, &plane, signals));
+        let place = (part.global_worker(i), part.all_workers(&cfg));
+        app.construct(w, move || {
+            RolloutNode::new(i, place, cfg, registry, &plane, signals)
+        });
     }
     for (&inf, signals) in inference.iter().zip(actions_ready) {
         let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());

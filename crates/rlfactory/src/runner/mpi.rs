@@ -287,6 +287,18 @@ pub fn train_rank(
         actors: size - d.learner_procs,
         workers_per_actor: cfg.sampling.num_workers,
     };
+    if !cfg.run.async_rl {
+        let s = &cfg.sampling;
+        let agents = crate::env::EnvSpec::of(registry, &cfg.env)?.num_agents;
+        let sampled = ranks.actors * s.num_workers * s.num_envs_per_worker * agents * s.rollout;
+        if cfg.dataset_size() % sampled != 0 {
+            return Err(RlfError::Config(format!(
+                "--workflow sync: --batch_size * --num_batches_per_epoch ({}) must be a multiple of a round's \
+                 transitions, actor ranks * --num_workers * --num_envs_per_worker * agents per env * --rollout ({sampled})",
+                cfg.dataset_size()
+            )));
+        }
+    }
     let learner = matches!(layout.role(rank), Role::Learner { .. });
     let link = Arc::new(Shared {
         traffic: Traffic::default(),
@@ -320,7 +332,7 @@ pub fn train_rank(
         spawn("mpi_receive", &done, move || {
             receive_on_actor(&*maker_in.world(), &inlets_in, ranks, &link_in)
         })?;
-        RankPart::Actor(ranks)
+        RankPart::Actor(ranks, rank)
     };
     drop(done);
     let started = Instant::now();

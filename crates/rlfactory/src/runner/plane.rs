@@ -77,8 +77,8 @@ pub(super) enum RankPart {
     Whole,
     /// The learner rank: one pool per rollout worker of every actor rank.
     Learner(Ranks),
-    /// An actor rank: its own rollout workers' pools.
-    Actor(Ranks),
+    /// An actor rank (the second field): its own rollout workers' pools.
+    Actor(Ranks, usize),
 }
 
 impl RankPart {
@@ -89,29 +89,37 @@ impl RankPart {
 
     /// Whether this part trains.
     pub fn learns(self) -> bool {
-        !matches!(self, RankPart::Actor(_))
+        !matches!(self, RankPart::Actor(..))
     }
 
     /// The rollout workers whose pools this part holds.
     pub fn pools(self, cfg: &Config) -> usize {
         match self {
             RankPart::Learner(r) => r.actors * r.workers_per_actor,
-            RankPart::Whole | RankPart::Actor(_) => cfg.sampling.num_workers,
+            RankPart::Whole | RankPart::Actor(..) => cfg.sampling.num_workers,
         }
     }
 
     /// The rollout workers of the whole run (every rank's).
-    fn all_workers(self, cfg: &Config) -> usize {
+    pub fn all_workers(self, cfg: &Config) -> usize {
         match self {
-            RankPart::Learner(r) | RankPart::Actor(r) => r.actors * r.workers_per_actor,
+            RankPart::Learner(r) | RankPart::Actor(r, _) => r.actors * r.workers_per_actor,
             RankPart::Whole => cfg.sampling.num_workers,
+        }
+    }
+
+    /// The whole run's index of this part's rollout worker `i`.
+    pub fn global_worker(self, i: usize) -> usize {
+        match self {
+            RankPart::Actor(r, rank) => r.global_worker(rank, i),
+            RankPart::Whole | RankPart::Learner(_) => i,
         }
     }
 
     /// Where the ranks are (one machine: a learner rank 0 and no actor ranks).
     pub fn ranks(self) -> Ranks {
         match self {
-            RankPart::Learner(r) | RankPart::Actor(r) => r,
+            RankPart::Learner(r) | RankPart::Actor(r, _) => r,
             RankPart::Whole => Ranks {
                 learner: 0,
                 first_actor: 1,

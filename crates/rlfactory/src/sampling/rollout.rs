@@ -340,6 +340,19 @@ fn flags(dst: &mut [f32], src: &[bool]) {
     }
 }
 
+/// The seed of rollout worker `index`'s first env (the others follow it).
+fn env_seed(cfg: &Config, index: usize) -> u64 {
+    cfg.env.seed + (index * cfg.sampling.num_envs_per_worker) as u64
+}
+
+/// Sync mode: the rounds of a rollout worker between policy updates, each policy's dataset filling from its share of
+/// the columns of the run's `workers` (`columns` per split).
+fn sync_rounds(cfg: &Config, columns: usize, workers: usize) -> Option<usize> {
+    let s = &cfg.sampling;
+    let all = columns * s.worker_num_splits * workers;
+    (!cfg.run.async_rl).then(|| (cfg.dataset_size() * s.num_policies / (all * s.rollout)).max(1))
+}
+
 impl RolloutWorker {
     /// Process `incarnation` of rollout worker `index` of the run configured by `cfg`, with envs
     /// from `registry`, continuing `counts`. Its trajectories go into `pool` (which it marks as
@@ -438,16 +451,13 @@ impl RolloutWorker {
             split.refresh_policy_values();
             splits.push(split);
         }
-        let columns = pool.shape().num_envs * s.worker_num_splits * s.num_workers;
-        // Sync mode: each policy's dataset fills from its share of the columns.
-        let rounds_per_update =
-            (!cfg.run.async_rl).then(|| (cfg.dataset_size() * s.num_policies / (columns * s.rollout)).max(1));
+        let rounds_per_update = sync_rounds(cfg, pool.shape().num_envs, s.num_workers);
         pool.set_owner(incarnation);
         Ok(Self {
             index,
             rollout: s.rollout,
             envs_per_split: per_split,
-            seed: cfg.env.seed + (index * s.num_envs_per_worker) as u64,
+            seed: env_seed(cfg, index),
             splits,
             report: RolloutReport::new(index, s.num_policies),
             rounds_per_update,
@@ -460,6 +470,15 @@ impl RolloutWorker {
             pool,
             replay: None,
         })
+    }
+
+    /// Rollout worker `global` of the `workers` of a run spread over machines (an MPI actor rank's worker): its envs
+    /// are seeded as that worker's of one machine would be, and in sync mode its share of each dataset is its share
+    /// of the whole run's columns.
+    pub fn in_run(mut self, cfg: &Config, global: usize, workers: usize) -> Self {
+        self.seed = env_seed(cfg, global);
+        self.rounds_per_update = sync_rounds(cfg, self.pool.shape().num_envs, workers);
+        self
     }
 
     /// Off-policy: every agent step of a trained policy goes, as n-step transitions, into that policy's replay

@@ -28,6 +28,8 @@ pub(in crate::runner) struct RolloutSignals {
 
 pub(in crate::runner) struct RolloutNode {
     index: usize,
+    /// Its index among the whole run's rollout workers, and their number.
+    place: (usize, usize),
     worker: Option<RolloutWorker>,
     counters: Option<ShmArray<u64>>,
     /// Requests waiting for the next turn of the loop (see [`RolloutNode::defer`]).
@@ -45,9 +47,11 @@ pub(in crate::runner) struct RolloutNode {
 type Mapped = (TrajectoryPool, ShmArray<u64>, Option<ReplayWriter>);
 
 impl RolloutNode {
-    /// Rollout worker `index`, in its loop's process.
+    /// Rollout worker `index`, in its loop's process: worker `place.0` of the `place.1` of the whole run (spread over
+    /// MPI ranks, or `(index, --num_workers)` on one machine).
     pub fn new(
         index: usize,
+        place: (usize, usize),
         cfg: Config,
         registry: EnvRegistry,
         plane: &DataPlane,
@@ -64,6 +68,7 @@ impl RolloutNode {
             });
         Self {
             index,
+            place,
             worker: None,
             counters: None,
             queued: Vec::new(),
@@ -89,8 +94,10 @@ impl RolloutNode {
         } else {
             before.inherit()
         };
+        let (global, workers) = self.place;
         let mut worker =
-            RolloutWorker::new(self.index, &self.cfg, &self.registry, pool, incarnation, counts)?;
+            RolloutWorker::new(self.index, &self.cfg, &self.registry, pool, incarnation, counts)?
+                .in_run(&self.cfg, global, workers);
         if let Some(replay) = replay {
             worker = worker.with_replay(replay);
         }
