@@ -881,6 +881,10 @@ pub struct DistributedConfig {
     /// How the ranks share the work.
     #[arg(long, value_enum, default_value_t = Workflow::Async)]
     pub workflow: Workflow,
+    /// With several learner ranks, every this many SGD steps the learners compare digests of their weights, which
+    /// must be bit-identical (a difference stops the run); 0: never.
+    #[arg(long, default_value_t = 0)]
+    pub check_weights_every: u64,
 }
 
 /// The reference values (one learner rank, one rank per env, the async workflow).
@@ -891,6 +895,7 @@ impl Default for DistributedConfig {
             learner_procs: 1,
             process_per_env: 1,
             workflow: Workflow::Async,
+            check_weights_every: 0,
         }
     }
 }

@@ -71,6 +71,9 @@ pub enum RlfError {
     /// A component of the run failed (the faults, on one line, each naming its loop and object).
     #[error("{0}")]
     Component(String),
+    /// Another learner of this policy stopped (several learners): this one stops too, without taking the step.
+    #[error("another learner of this policy stopped")]
+    LearnersStopped,
     /// An error every rank of an MPI job has, reported by rank 0 alone (the others exit without a line).
     #[error("(reported by rank 0)")]
     ReportedByRankZero,

@@ -1,5 +1,6 @@
 //! `train --mpi` under OpenMPI's `mpirun` (cargo feature `mpi`; `scripts/setup_mpi.sh` installs OpenMPI): the async
-//! and sync workflows learn, an impossible layout or a missing launcher fails fast with one line, and an actor rank that is
+//! and sync workflows learn, two learners fed by actor ranks of their own keep bit-identical weights (and learners
+//! that do not are stopped), an impossible layout or a missing launcher fails fast with one line, and an actor rank that is
 //! SIGKILLed stops the whole job with a line naming it, after the learner's checkpoint, leaving no process and no
 //! shared memory. Every run is tagged with an environment variable of its own, which its ranks, their workers and
 //! their shared-memory reapers inherit: that is how the test finds all of them in `/proc`.
@@ -190,6 +191,84 @@ fn sync_workflow_learns_cartpole_in_lockstep_rounds() {
         assert!(line.contains("| policy lag 0.0 |"), "{line}");
     }
     let pids: Vec<u32> = tagged("sync").iter().map(|(p, _)| *p).collect();
+    wait_gone(&pids, Duration::from_secs(30));
+}
+
+#[test]
+fn two_learners_fed_by_two_actor_ranks_each_learn_with_bit_identical_weights() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = temp_dir("mpi-learners");
+    let json = dir.path().join("summary.json");
+    // Ranks 0 and 1 learn; ranks 2 and 3 feed learner 0 and 1. The learners compare digests of their weights after
+    // every SGD step: a difference would stop the run with an error.
+    let args = flags(
+        dir.path(),
+        &[
+            "--learner_procs=2",
+            "--check_weights_every=1",
+            "--stop_at_reward=475",
+            "--train_for_env_steps=20000000",
+            "--train_for_seconds=120",
+            &format!("--summary_json={}", json.display()),
+        ],
+    );
+    let out = mpirun(4, "learners", &args).output().expect("run mpirun");
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let s = summary(&json);
+    assert_eq!(s["stop_reason"], "reward", "{s}");
+    assert!(s["mean_return"].as_f64().expect("mean_return") >= 475.0, "{s}");
+    assert!(s["policy_version"].as_u64().expect("policy_version") > 10, "{s}");
+    for rank in 0..4 {
+        assert!(
+            log.contains(&format!("[rlfactory] rank {rank} (pid ")),
+            "rank {rank}:\n{log}"
+        );
+    }
+    assert!(!log.contains("differ"), "{log}");
+    let pids: Vec<u32> = tagged("learners").iter().map(|(p, _)| *p).collect();
+    wait_gone(&pids, Duration::from_secs(30));
+}
+
+#[test]
+fn learners_whose_weights_differ_stop_the_run() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = temp_dir("mpi-differ");
+    // Learner rank 1 starts from another seed's weights: averaged gradients cannot make them agree.
+    let args = flags(
+        dir.path(),
+        &[
+            "--learner_procs=2",
+            "--check_weights_every=1",
+            "--train_for_seconds=60",
+        ],
+    );
+    let mut command = Command::new("mpirun");
+    command.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        "1",
+        BIN,
+        "train",
+        "--mpi",
+    ]);
+    command
+        .args(&args)
+        .args([":", "-n", "1", BIN, "train", "--mpi", "--seed=7"])
+        .args(&args);
+    command
+        .args([":", "-n", "2", BIN, "train", "--mpi"])
+        .args(&args)
+        .env(TAG, "differ");
+    let out = command.output().expect("run mpirun");
+    let log = text(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("the learners' weights differ after SGD step 1"),
+        "{log}"
+    );
+    let pids: Vec<u32> = tagged("differ").iter().map(|(p, _)| *p).collect();
     wait_gone(&pids, Duration::from_secs(30));
 }
 

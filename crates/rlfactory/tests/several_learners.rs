@@ -52,7 +52,7 @@ fn learner(rank: usize, comm: LocalComm, averaged: bool) -> (Vec<f32>, Vec<Vec<f
     appo.model_mut().load_weights(&PolicyWeights { values }).unwrap();
     let start = appo.model().weights().unwrap().values;
     if averaged {
-        appo.set_gradient_sync(Box::new(AllreduceGradients::new(Box::new(comm))));
+        appo.set_gradient_sync(Box::new(AllreduceGradients::new(Box::new(comm), 1)));
     }
     let reward = if rank == 0 { 1.0 } else { -1.0 };
     let after = (0..3)

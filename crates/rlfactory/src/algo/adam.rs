@@ -28,8 +28,16 @@ const EXP_AVG_SQ: &str = "adam.exp_avg_sq.";
 /// data): called at every step with every parameter's gradient, flat, before clipping. It must leave the same values
 /// on every learner, so that their Adam steps, and so their weights, stay bit-identical.
 pub trait GradientSync {
-    /// Replaces `grads` with the learners' mean.
-    fn average(&mut self, grads: &mut [f32]) -> Result<()>;
+    /// Replaces `grads` with the learners' mean; returns `false`, and no learner takes this step, when another
+    /// learner has stopped (see [`GradientSync::finish`]).
+    fn average(&mut self, grads: &mut [f32]) -> Result<bool>;
+
+    /// After each step, the weights (flat) as they now are: where the learners may check that theirs agree.
+    fn stepped(&mut self, weights: &Tensor) -> Result<()>;
+
+    /// This learner, of a network of `parameters` values, trains no more: the others learn it at their next step
+    /// (and stop too), unless one of them stopped first.
+    fn finish(&mut self, parameters: usize) -> Result<()>;
 }
 
 /// Adam's hyper-parameters.
@@ -125,6 +133,12 @@ impl Adam {
         self.sync = Some(sync);
     }
 
+    /// This learner trains no more: tells the learners it averages with (see [`GradientSync::finish`]).
+    pub fn finish_sync(&mut self) -> Result<()> {
+        let parameters = self.flat.numel();
+        self.sync.as_mut().map_or(Ok(()), |sync| sync.finish(parameters))
+    }
+
     /// Sets the learning rate of the next steps.
     pub fn set_lr(&mut self, lr: f64) {
         self.lr = lr;
@@ -192,7 +206,9 @@ impl Adam {
                 if let Some(sync) = &mut self.sync {
                     let mut host =
                         Vec::<f32>::try_from(g.f_to_device(tch::Device::Cpu)?.f_to_kind(tch::Kind::Float)?)?;
-                    sync.average(&mut host)?;
+                    if !sync.average(&mut host)? {
+                        return Err(RlfError::LearnersStopped);
+                    }
                     g = Tensor::f_from_slice(&host)?
                         .f_to_kind(g.kind())?
                         .f_to_device(g.device())?;
@@ -208,6 +224,9 @@ impl Adam {
                 let _ = self
                     .flat
                     .f_addcdiv_(&self.exp_avg.f_mul_scalar(-step_size)?, &denom)?;
+                if let Some(sync) = &mut self.sync {
+                    sync.stepped(&self.flat)?;
+                }
                 return Ok(norm);
             }
             let defined: Vec<Tensor> = grads

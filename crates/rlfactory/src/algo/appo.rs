@@ -596,6 +596,11 @@ impl Appo {
         self.optimizer.set_gradient_sync(sync);
     }
 
+    /// This learner trains no more: tells the other learners of the policy (see [`Appo::set_gradient_sync`]).
+    pub fn finish_sync(&mut self) -> Result<()> {
+        self.optimizer.finish_sync()
+    }
+
     /// The network being trained.
     pub fn model(&self) -> &ActorCritic {
         &self.model

@@ -161,6 +161,16 @@ impl Learner {
         super::publish_weights(&self.weights, self.policy, self.appo.version(), &values)
     }
 
+    /// Trains as one of several learners of the policy (see [`Appo::set_gradient_sync`]).
+    pub fn set_gradient_sync(&mut self, sync: Box<dyn crate::algo::adam::GradientSync>) {
+        self.appo.set_gradient_sync(sync);
+    }
+
+    /// This learner trains no more: tells the other learners of the policy.
+    pub fn finish_sync(&mut self) -> Result<()> {
+        self.appo.finish_sync()
+    }
+
     /// Replaces the hyper-parameters PBT mutates.
     pub fn set_hyper(&mut self, hyper: &crate::pbt::Hyper) {
         self.appo.set_hyper(hyper);

@@ -10,6 +10,7 @@ use super::adapters::{
     RunnerSignals, StopRequested, SummarySlot, TrainTick,
 };
 use super::counters::CounterLayout;
+use super::mpi::LearnerSync;
 use super::plane::{DataPlane, RankPart};
 use super::stats::Runner;
 use crate::config::Config;
@@ -68,6 +69,8 @@ pub(super) struct Parts {
     pub part: RankPart,
     /// The MPI link's threads (main process of an MPI rank).
     pub link_ends: Option<LinkEnds>,
+    /// What the learner averages its gradients with (main process of one of several learner ranks).
+    pub learner_sync: Option<LearnerSync>,
 }
 
 /// The component graph:
@@ -100,6 +103,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         agent_names,
         part,
         link_ends,
+        learner_sync,
     } = parts;
     let mut link_ends = link_ends;
     let s = &cfg.sampling;
@@ -129,8 +133,18 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         })
         .collect();
     let num_policies = if learns { s.num_policies } else { 0 };
+    // One of several learner ranks: its learner averages gradients over MPI, which only the rank's main process may
+    // use: it runs on a thread.
+    let several_learners = matches!(part, RankPart::Learner(r) if r.learners > 1);
     let learner_loops: Vec<_> = (0..num_policies)
-        .map(|p| app.process_loop(&learner_name(p, num_policies)))
+        .map(|p| {
+            let name = learner_name(p, num_policies);
+            if several_learners {
+                app.thread_loop(&name)
+            } else {
+                app.process_loop(&name)
+            }
+        })
         .collect();
     let batcher = learns.then(|| app.object::<BatcherNode>(learner_loops[0], "batcher"));
     let learners: Vec<_> = learner_loops
@@ -403,9 +417,10 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         BatcherNode::new(assembler, num_networks, &batcher_plane, layout, batcher_signals)
     });
     for (p, (&learner, signals)) in learners.iter().zip(learner_signals).enumerate() {
-        let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
+        let (cfg, registry, plane, sync) =
+            (cfg.clone(), registry.clone(), plane.clone(), learner_sync.clone());
         app.construct(learner, move || {
-            LearnerNode::new(p, &cfg, &registry, &plane, signals)
+            LearnerNode::new(p, &cfg, &registry, &plane, signals, sync)
         });
     }
     let mut stats = Runner::new(&cfg, process_start);

@@ -30,6 +30,7 @@ use rlf_signal::{App, AppBuilder, BuildError, Fault, Outcome};
 use self::adapters::LinkEnds;
 use self::counters::CounterLayout;
 use self::graph::{build_graph, Parts};
+use self::mpi::LearnerSync;
 use self::plane::{create_plane, GraphSpec, RankPart};
 use crate::config::Config;
 use crate::env::{EnvRegistry, EnvSpec};
@@ -63,6 +64,7 @@ pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(
         agent_names: Vec::new(),
         part: spec.part,
         link_ends: None,
+        learner_sync: None,
     };
     build_graph(app, parts)
 }
@@ -92,11 +94,12 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
 /// As [`train`], with the envs of `registry` (the binary's children must build their graph with
 /// the same registry: see [`child_build_with`]).
 pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -> Result<Summary> {
-    run_part(cfg, registry, process_start, RankPart::Whole, None)?
+    run_part(cfg, registry, process_start, RankPart::Whole, None, None)?
         .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))
 }
 
-/// Runs `part` of the graph in this process (with `link_ends`, the MPI link's threads, on a rank): the summary of
+/// Runs `part` of the graph in this process (with `link_ends`, the MPI link's threads, on a rank, and
+/// `learner_sync` on one of several learner ranks): the summary of
 /// the part that learns, `None` for an actor rank's.
 fn run_part(
     cfg: &Config,
@@ -104,6 +107,7 @@ fn run_part(
     process_start: Instant,
     part: RankPart,
     link_ends: Option<LinkEnds>,
+    learner_sync: Option<LearnerSync>,
 ) -> Result<Option<Summary>> {
     tch::set_num_threads(cfg.run.num_threads);
     let (experiment, resumed) = if cfg.run.save_experiment && part.learns() {
@@ -135,6 +139,7 @@ fn run_part(
         },
         part,
         link_ends,
+        learner_sync,
     };
     let app = App::new("rlfactory")
         .with_config(&spec)

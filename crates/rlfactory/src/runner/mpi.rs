@@ -38,6 +38,35 @@ pub trait WorldMaker: Send + Sync {
     fn abort(&self, code: i32) -> !;
 }
 
+/// What the learner of a rank with several learner ranks averages its gradients with: its own handle on the world
+/// communicator (it runs on a thread of the rank's main process), from which it splits the learner communicator.
+#[derive(Clone)]
+pub(super) struct LearnerSync {
+    pub maker: Arc<dyn WorldMaker>,
+    pub rank: usize,
+    pub check_every: u64,
+}
+
+impl std::fmt::Debug for LearnerSync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LearnerSync").field("rank", &self.rank).finish()
+    }
+}
+
+impl LearnerSync {
+    /// The learner communicator (a collective of the world: the actor ranks take part without a colour).
+    pub fn learners(&self) -> Result<Box<dyn Comm>> {
+        self.maker
+            .world()
+            .split(Some(0), self.rank)
+            .map_err(comm_error)?
+            .ok_or_else(|| RlfError::Protocol {
+                component: "learner communicator",
+                message: "a learner rank got no learner communicator".into(),
+            })
+    }
+}
+
 /// What the link's threads and the link share.
 #[derive(Debug)]
 struct Shared {
@@ -125,7 +154,7 @@ fn receive_on_learner(
     let mut inlets = inlets.recv().ok();
     let mut first_error = None;
     let mut stopped = 0;
-    while stopped < ranks.actors {
+    while stopped < ranks.actor_ranks().count() {
         let (from, message) = receive(comm, Source::Any, TO_LEARNER, &link.traffic)?;
         link.liveness.heard(from);
         if matches!(message, Wire::Stopped { .. }) {
@@ -183,7 +212,7 @@ fn receive_on_actor(
     let mut inlets = inlets.recv().ok();
     let mut first_error = None;
     loop {
-        let (from, message) = receive(comm, Source::Rank(ranks.learner), TO_ACTOR, &link.traffic)?;
+        let (from, message) = receive(comm, Source::Rank(ranks.learner()), TO_ACTOR, &link.traffic)?;
         link.liveness.heard(from);
         if message == Wire::Stop {
             if let Some(to) = &inlets {
@@ -275,22 +304,27 @@ pub fn train_rank(
     let (rank, size) = (world.rank(), world.size());
     let layout =
         Layout::new(size, d.learner_procs, d.process_per_env).map_err(|e| RlfError::Config(e.to_string()))?;
-    if d.learner_procs > 1 || d.process_per_env > 1 {
+    if d.process_per_env > 1 {
         return Err(RlfError::Config(
-            "--mpi runs one learner rank and one rank per env so far: --learner_procs 1 --process_per_env 1"
-                .into(),
+            "--mpi runs one rank per env so far: --process_per_env 1".into(),
+        ));
+    }
+    if d.learner_procs > 1 && !cfg.run.async_rl {
+        return Err(RlfError::Config(
+            "--workflow sync has one learner (EXARL's sync learner): --learner_procs 1".into(),
         ));
     }
     let ranks = Ranks {
-        learner: 0,
-        first_actor: d.learner_procs,
+        learners: d.learner_procs,
         actors: size - d.learner_procs,
         workers_per_actor: cfg.sampling.num_workers,
+        me: rank,
     };
     if !cfg.run.async_rl {
         let s = &cfg.sampling;
         let agents = crate::env::EnvSpec::of(registry, &cfg.env)?.num_agents;
-        let sampled = ranks.actors * s.num_workers * s.num_envs_per_worker * agents * s.rollout;
+        let sampled =
+            ranks.actor_ranks().count() * s.num_workers * s.num_envs_per_worker * agents * s.rollout;
         if cfg.dataset_size() % sampled != 0 {
             return Err(RlfError::Config(format!(
                 "--workflow sync: --batch_size * --num_batches_per_epoch ({}) must be a multiple of a round's \
@@ -300,6 +334,23 @@ pub fn train_rank(
         }
     }
     let learner = matches!(layout.role(rank), Role::Learner { .. });
+    // With several learners, rank 0's owns the experiment folder and the summary; they average their gradients over
+    // the learner communicator, which every rank takes part in making.
+    let several = d.learner_procs > 1;
+    let mut cfg = cfg.clone();
+    if several && rank > 0 {
+        cfg.run.save_experiment = false;
+        cfg.run.summary_json = None;
+    }
+    let learner_sync = (several && learner).then(|| LearnerSync {
+        maker: Arc::clone(&maker),
+        rank,
+        check_every: d.check_weights_every,
+    });
+    if several && !learner {
+        world.split(None, rank).map_err(comm_error)?;
+    }
+    let cfg = &cfg;
     let link = Arc::new(Shared {
         traffic: Traffic::default(),
         liveness: Arc::new(Liveness::new(size)),
@@ -332,11 +383,11 @@ pub fn train_rank(
         spawn("mpi_receive", &done, move || {
             receive_on_actor(&*maker_in.world(), &inlets_in, ranks, &link_in)
         })?;
-        RankPart::Actor(ranks, rank)
+        RankPart::Actor(ranks)
     };
     drop(done);
     let started = Instant::now();
-    let result = super::run_part(cfg, registry, process_start, part, Some(ends));
+    let result = super::run_part(cfg, registry, process_start, part, Some(ends), learner_sync);
     // The last messages: `Stop` to every actor rank, or `Stopped` to the learner rank.
     let last = if learner {
         ranks
@@ -345,7 +396,7 @@ pub fn train_rank(
             .collect()
     } else {
         let error = result.as_ref().err().map(ToString::to_string);
-        vec![(ranks.learner, TO_LEARNER, Wire::Stopped { error })]
+        vec![(ranks.learner(), TO_LEARNER, Wire::Stopped { error })]
     };
     for (dest, tag, message) in last {
         let bytes = message.encode()?;
@@ -373,7 +424,7 @@ pub fn train_rank(
                         .collect();
                     format!("actor rank(s) {} did not stop", hung.join(", "))
                 } else {
-                    format!("the learner rank {} did not stop", ranks.learner)
+                    format!("the learner rank {} did not stop", ranks.learner())
                 };
                 eprintln!("{}", link.traffic.line(rank, started.elapsed().as_secs_f64()));
                 eprintln!(

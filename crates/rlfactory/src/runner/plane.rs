@@ -75,10 +75,10 @@ pub(super) struct GraphSpec {
 pub(super) enum RankPart {
     /// One machine.
     Whole,
-    /// The learner rank: one pool per rollout worker of every actor rank.
+    /// A learner rank: one pool per rollout worker of each actor rank that feeds it.
     Learner(Ranks),
-    /// An actor rank (the second field): its own rollout workers' pools.
-    Actor(Ranks, usize),
+    /// An actor rank: its own rollout workers' pools.
+    Actor(Ranks),
 }
 
 impl RankPart {
@@ -89,29 +89,29 @@ impl RankPart {
 
     /// Whether this part trains.
     pub fn learns(self) -> bool {
-        !matches!(self, RankPart::Actor(..))
+        !matches!(self, RankPart::Actor(_))
     }
 
     /// The rollout workers whose pools this part holds.
     pub fn pools(self, cfg: &Config) -> usize {
         match self {
-            RankPart::Learner(r) => r.actors * r.workers_per_actor,
-            RankPart::Whole | RankPart::Actor(..) => cfg.sampling.num_workers,
+            RankPart::Learner(r) => r.feeding_workers(),
+            RankPart::Whole | RankPart::Actor(_) => cfg.sampling.num_workers,
         }
     }
 
-    /// The rollout workers of the whole run (every rank's).
+    /// The rollout workers that feed this part's learner (on one machine, all of them).
     pub fn all_workers(self, cfg: &Config) -> usize {
         match self {
-            RankPart::Learner(r) | RankPart::Actor(r, _) => r.actors * r.workers_per_actor,
+            RankPart::Learner(r) | RankPart::Actor(r) => r.feeding_workers(),
             RankPart::Whole => cfg.sampling.num_workers,
         }
     }
 
-    /// The whole run's index of this part's rollout worker `i`.
+    /// The whole job's index of this part's rollout worker `i`.
     pub fn global_worker(self, i: usize) -> usize {
         match self {
-            RankPart::Actor(r, rank) => r.global_worker(rank, i),
+            RankPart::Actor(r) => r.run_worker(i),
             RankPart::Whole | RankPart::Learner(_) => i,
         }
     }
@@ -119,12 +119,12 @@ impl RankPart {
     /// Where the ranks are (one machine: a learner rank 0 and no actor ranks).
     pub fn ranks(self) -> Ranks {
         match self {
-            RankPart::Learner(r) | RankPart::Actor(r, _) => r,
+            RankPart::Learner(r) | RankPart::Actor(r) => r,
             RankPart::Whole => Ranks {
-                learner: 0,
-                first_actor: 1,
+                learners: 1,
                 actors: 0,
                 workers_per_actor: 1,
+                me: 0,
             },
         }
     }

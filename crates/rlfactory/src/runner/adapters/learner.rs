@@ -13,13 +13,15 @@ use crate::algo::dqn::Dqn;
 use crate::algo::sac::Sac;
 use crate::algo::OffPolicyAlgo;
 use crate::config::{Algo, Config};
+use crate::distributed::AllreduceGradients;
 use crate::env::EnvRegistry;
-use crate::error::Result;
+use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer};
 use crate::learning::{
     Batch, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round, TrainingReport,
 };
 use crate::model::{Policy, TwinQ};
+use crate::runner::mpi::LearnerSync;
 use crate::runner::plane::{new_model, new_q_network, new_sac_actor, transition_layout, DataPlane};
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken};
 
@@ -81,11 +83,12 @@ impl LearnerNode {
         registry: &EnvRegistry,
         plane: &DataPlane,
         signals: LearnerSignals,
+        sync: Option<LearnerSync>,
     ) -> Self {
         let setup = if cfg.off_policy.algo.is_off_policy() {
             off_policy_setup(policy, cfg, registry, plane)
         } else {
-            on_policy_setup(policy, cfg, registry, plane)
+            on_policy_setup(policy, cfg, registry, plane, sync)
         };
         Self {
             learner: None,
@@ -102,7 +105,14 @@ impl LearnerNode {
 }
 
 /// An APPO learner, continuing from the policy's newest checkpoint if any.
-fn on_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &DataPlane) -> Result<Setup> {
+/// With `sync`, one of several learners of the policy (on MPI ranks): they start from the same seed, and none resumes.
+fn on_policy_setup(
+    policy: usize,
+    cfg: &Config,
+    registry: &EnvRegistry,
+    plane: &DataPlane,
+    sync: Option<LearnerSync>,
+) -> Result<Setup> {
     new_model(cfg, registry, policy).and_then(|model| {
         let appo = Appo::new(model, &cfg.appo, cfg.run.train_for_env_steps)?;
         let policies = (policy, cfg.num_networks());
@@ -112,6 +122,19 @@ fn on_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &
         } else {
             None
         };
+        if let Some(sync) = sync {
+            // Every learner ends its setup in the collective that makes the learner communicator, even one that
+            // refuses to go on: the others would wait for it there.
+            let learners = sync.learners()?;
+            if learner.version() > 0 {
+                return Err(RlfError::Config(
+                    "several learner ranks cannot resume a checkpoint yet (their Adam moments would differ): \
+                     start a new experiment (--restart_behavior restart)"
+                        .into(),
+                ));
+            }
+            learner.set_gradient_sync(Box::new(AllreduceGradients::new(learners, sync.check_every)));
+        }
         if let (true, Some((checkpointer, _))) = (cfg.pbt.with_pbt, &mut checkpointer) {
             let dir = cfg.run.train_dir.join(&cfg.run.experiment);
             if let Some(state) = crate::experiment::read_policy_state(&dir, policy)? {
@@ -216,7 +239,11 @@ impl LearnerNode {
             sent(ctx.emit(&self.signals.policy_updated, &update))?;
             sent(ctx.emit(&self.signals.training_reported, &report))
         });
-        or_fail(ctx, result);
+        match result {
+            // Another learner of the policy stopped (several learner ranks): so does this run.
+            Err(RlfError::LearnersStopped) => ctx.stop_app(),
+            result => or_fail(ctx, result),
+        }
     }
 
     pub fn on_progress_reported(&mut self, _ctx: &mut Ctx<'_, Self>, progress: &CheckpointRequest) {
@@ -379,6 +406,10 @@ impl Component for LearnerNode {
     /// The last checkpoint, whatever stopped the run (the stop conditions, a fault elsewhere,
     /// SIGINT, SIGTERM).
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let Some(learner) = &mut self.learner {
+            let finished = learner.finish_sync();
+            or_fail(ctx, finished);
+        }
         let saved = self.save_checkpoint().map(drop);
         or_fail(ctx, saved);
     }

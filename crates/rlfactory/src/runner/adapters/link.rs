@@ -178,36 +178,57 @@ impl LinkEnds {
     }
 }
 
-/// Where the ranks are: the learner rank, and the first actor rank (the others follow it).
+/// Where the ranks are, as rank `me` sees them: the learner ranks come first, then the actor ranks, each fed to
+/// learner `(rank - learners) % learners` (each learner has actor ranks of its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Ranks {
-    /// The learner rank.
-    pub learner: usize,
-    /// The first actor rank.
-    pub first_actor: usize,
-    /// Actor ranks.
+    /// Learner ranks: `0..learners`.
+    pub learners: usize,
+    /// Actor ranks: `learners..learners + actors`.
     pub actors: usize,
     /// Rollout workers per actor rank.
     pub workers_per_actor: usize,
+    /// This rank.
+    pub me: usize,
 }
 
 impl Ranks {
-    /// Every actor rank.
-    pub fn actor_ranks(&self) -> std::ops::Range<usize> {
-        self.first_actor..self.first_actor + self.actors
+    /// The learner of this rank: its own number on a learner rank.
+    pub fn learner(&self) -> usize {
+        if self.me < self.learners {
+            self.me
+        } else {
+            (self.me - self.learners) % self.learners
+        }
+    }
+
+    /// The actor ranks that feed this rank's learner.
+    pub fn actor_ranks(&self) -> impl Iterator<Item = usize> {
+        let (learners, learner) = (self.learners, self.learner());
+        (learners + learner..learners + self.actors).step_by(learners)
+    }
+
+    /// The rollout workers that feed this rank's learner (every actor rank of it has the same).
+    pub fn feeding_workers(&self) -> usize {
+        self.actor_ranks().count() * self.workers_per_actor
     }
 
     /// The learner rank's index of worker `worker` of actor rank `rank`.
     pub fn global_worker(&self, rank: usize, worker: usize) -> usize {
-        (rank - self.first_actor) * self.workers_per_actor + worker
+        (rank - self.learners) / self.learners * self.workers_per_actor + worker
     }
 
     /// The actor rank and its own index of the learner rank's worker `global`.
     pub fn actor_worker(&self, global: usize) -> (usize, usize) {
         (
-            self.first_actor + global / self.workers_per_actor,
+            self.learners + self.learner() + global / self.workers_per_actor * self.learners,
             global % self.workers_per_actor,
         )
+    }
+
+    /// The whole job's index of this actor rank's worker `worker` (its envs are seeded by it).
+    pub fn run_worker(&self, worker: usize) -> usize {
+        (self.me - self.learners) * self.workers_per_actor + worker
     }
 }
 
@@ -346,8 +367,7 @@ impl LearnerLink {
         if let Wire::Weights { values, .. } = message {
             self.scratch = values;
         }
-        for a in 0..self.ranks.actors {
-            let dest = self.ranks.first_actor + a;
+        for dest in self.ranks.actor_ranks() {
             self.outgoing
                 .send(Outgoing {
                     dest,
@@ -458,7 +478,7 @@ impl ActorLink {
         if let Err(e) = self.to_learner(&Wire::Alive) {
             return ctx.fail(e);
         }
-        let rank = self.ranks.learner;
+        let rank = self.ranks.learner();
         let silent = self.liveness.silent_for(rank);
         if silent > self.heartbeat {
             ctx.fail(format!(
@@ -470,7 +490,7 @@ impl ActorLink {
     }
 
     fn to_learner(&self, message: &Wire) -> Result<()> {
-        post(&self.outgoing, self.ranks.learner, TO_LEARNER, message)
+        post(&self.outgoing, self.ranks.learner(), TO_LEARNER, message)
     }
 
     /// A finished trajectory: its slot, copied, goes to the learner rank (the slot stays taken until released).
