@@ -1,8 +1,8 @@
 //! `train --mpi` under OpenMPI's `mpirun` (cargo feature `mpi`; `scripts/setup_mpi.sh` installs OpenMPI): the async
 //! and sync workflows learn, two learners fed by actor ranks of their own keep bit-identical weights (and learners
 //! that do not are stopped), an impossible layout or a missing launcher fails fast with one line, and an actor rank that is
-//! SIGKILLed stops the whole job with a line naming it, after the learner's checkpoint, leaving no process and no
-//! shared memory. Every run is tagged with an environment variable of its own, which its ranks, their workers and
+//! SIGKILLed, or hung by SIGSTOP, stops the whole job with a line naming it, after the learner's checkpoint, leaving no process and no
+//! shared memory. Every rank but the first writes its output to a log file of its own. Every run is tagged with an environment variable of its own, which its ranks, their workers and
 //! their shared-memory reapers inherit: that is how the test finds all of them in `/proc`.
 
 mod common;
@@ -61,6 +61,26 @@ fn tagged(tag: &str) -> Vec<(u32, Option<usize>)> {
         }
     }
     found
+}
+
+/// What rank `rank` printed: the terminal's lines (`terminal`) for rank 0, its own log file for the others.
+fn rank_log(dir: &Path, rank: usize, terminal: &str) -> String {
+    if rank == 0 {
+        return terminal.to_owned();
+    }
+    let path = dir.join(format!("exp.ranks/rank_{rank}.log"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; on the terminal:\n{terminal}", path.display()))
+}
+
+/// The parent of process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Waits (blocking on each one's pidfd, up to `limit` in all) until every process of `pids` has exited.
@@ -131,9 +151,11 @@ fn async_three_ranks_learn_cartpole_and_count_their_traffic() {
         dir.path().join("exp/checkpoint_p0").is_dir(),
         "the learner rank owns the experiment folder"
     );
-    // Every rank reports its traffic; the actor ranks sent the trajectories, the learner rank the weights.
+    // Every rank reports its traffic (rank 0 on the terminal, the others in their own log files); the actor ranks
+    // sent the trajectories, the learner rank the weights.
     let mut pids = Vec::new();
     for rank in 0..3 {
+        let log = rank_log(dir.path(), rank, &log);
         let line = log
             .lines()
             .find(|l| l.starts_with(&format!("[rlfactory] rank {rank} (pid ")))
@@ -215,15 +237,25 @@ fn two_learners_fed_by_two_actor_ranks_each_learn_with_bit_identical_weights() {
     let out = mpirun(4, "learners", &args).output().expect("run mpirun");
     let log = text(&out.stderr);
     assert!(out.status.success(), "{log}");
+    // Each learner's runner sees its own actor ranks' episodes; the first to reach the reward stops both.
     let s = summary(&json);
-    assert_eq!(s["stop_reason"], "reward", "{s}");
-    assert!(s["mean_return"].as_f64().expect("mean_return") >= 475.0, "{s}");
+    let reason = s["stop_reason"].as_str().expect("stop_reason");
+    match reason {
+        "reward" => assert!(s["frames_to_reward"].as_u64().is_some(), "{s}"),
+        // Learner 1's episodes reached it first (its runner has no other stop within the limits given).
+        "other_learner" => {}
+        other => panic!("stopped for {other}: {s}"),
+    }
+    // With the same weights, learner 0's own episodes are nearly as good.
+    assert!(s["mean_return"].as_f64().expect("mean_return") >= 400.0, "{s}");
     assert!(s["policy_version"].as_u64().expect("policy_version") > 10, "{s}");
     for rank in 0..4 {
+        let own = rank_log(dir.path(), rank, &log);
         assert!(
-            log.contains(&format!("[rlfactory] rank {rank} (pid ")),
-            "rank {rank}:\n{log}"
+            own.contains(&format!("[rlfactory] rank {rank} (pid ")),
+            "rank {rank}:\n{own}"
         );
+        assert!(!own.contains("differ"), "{own}");
     }
     assert!(!log.contains("differ"), "{log}");
     let pids: Vec<u32> = tagged("learners").iter().map(|(p, _)| *p).collect();
@@ -298,19 +330,7 @@ fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing(
     let processes = tagged("kill");
     let victim = processes
         .iter()
-        .find(|(pid, rank)| {
-            *rank == Some(2)
-                && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|s| {
-                        s[s.rfind(')')? + 1..]
-                            .split_whitespace()
-                            .nth(1)?
-                            .parse::<u32>()
-                            .ok()
-                    })
-                    == Some(run.pid)
-        })
+        .find(|(pid, rank)| *rank == Some(2) && parent_of(*pid) == Some(run.pid))
         .map(|(pid, _)| *pid)
         .expect("rank 2, a child of mpirun");
     let killed = Instant::now();
@@ -343,6 +363,69 @@ fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing(
     let pids: Vec<u32> = processes.iter().map(|(p, _)| *p).collect();
     wait_gone(&pids, Duration::from_secs(30));
     assert!(tagged("kill").is_empty(), "no process of the job is left");
+    assert_no_segments(&pids);
+}
+
+#[test]
+fn a_hung_actor_rank_stops_the_job_within_the_heartbeat_interval() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = temp_dir("mpi-hang");
+    let args = flags(
+        dir.path(),
+        &[
+            "--train_for_seconds=120",
+            "--heartbeat_interval=3",
+            "--stop_at_reward=100000",
+        ],
+    );
+    let run = spawn(&mut mpirun(3, "hang", &args));
+    let start = Instant::now();
+    let mut log = Vec::new();
+    while !log.iter().any(|l: &String| l.contains("| fps ")) {
+        let line = run
+            .lines
+            .recv_timeout(Duration::from_secs(60).saturating_sub(start.elapsed()))
+            .unwrap_or_else(|_| panic!("no progress line within 60 s:\n{}", log.join("\n")));
+        log.push(line);
+    }
+    // SIGSTOP: rank 2 stays alive (mpirun sees nothing wrong) but stops answering.
+    let processes = tagged("hang");
+    let victim = processes
+        .iter()
+        .find(|(pid, rank)| *rank == Some(2) && parent_of(*pid) == Some(run.pid))
+        .map(|(pid, _)| *pid)
+        .expect("rank 2, a child of mpirun");
+    let stopped = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(victim as i32).expect("a pid"),
+        rustix::process::Signal::STOP,
+    )
+    .expect("stop rank 2");
+    let status = run
+        .exited
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the job stops on its own");
+    let took = stopped.elapsed();
+    log.extend(run.lines.try_iter());
+    let log = log.join("\n");
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("actor rank 2 sent nothing for"),
+        "the learner rank names the silent rank:\n{log}"
+    );
+    // The heartbeat interval to notice, then as long again for the handshake before the abort, and slack.
+    assert!(
+        took < Duration::from_secs(12),
+        "stopped {took:?} after rank 2 hung (--heartbeat_interval 3)"
+    );
+    let saved = std::fs::read_dir(dir.path().join("exp/checkpoint_p0"))
+        .expect("checkpoint folder")
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().ends_with(".json"));
+    assert!(saved, "the learner saved a checkpoint as the job stopped:\n{log}");
+    let pids: Vec<u32> = processes.iter().map(|(p, _)| *p).collect();
+    wait_gone(&pids, Duration::from_secs(30));
+    assert!(tagged("hang").is_empty(), "no process of the job is left");
     assert_no_segments(&pids);
 }
 

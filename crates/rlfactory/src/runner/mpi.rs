@@ -21,7 +21,7 @@ use super::adapters::{
     TO_ACTOR, TO_LEARNER,
 };
 use super::plane::RankPart;
-use super::summary::Summary;
+use super::summary::{StopReason, Summary};
 use crate::config::Config;
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
@@ -273,6 +273,29 @@ fn receive_on_actor(
     first_error.map_or(Ok(()), Err)
 }
 
+/// Every rank but the first learner's (whose lines are the run's, and which keeps the experiment's `log.txt`) writes
+/// its output and its workers' to `<train_dir>/<experiment>.ranks/rank_<r>.log`, after one line saying so. Nothing
+/// when the run has no experiment folder (`--save_experiment=false`, `--benchmark`): every rank prints to the terminal.
+fn log_to_own_file(cfg: &Config, rank: usize, learner: bool) -> Result<()> {
+    if (learner && rank == 0) || !cfg.run.save_experiment {
+        return Ok(());
+    }
+    let dir = cfg.run.train_dir.join(format!("{}.ranks", cfg.run.experiment));
+    let path = dir.join(format!("rank_{rank}.log"));
+    let io = |source| RlfError::Io {
+        what: "opening the rank's log",
+        path: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let file = std::fs::File::create(&path).map_err(io)?;
+    // One write, so that the line is not cut by other ranks' output on mpirun's terminal.
+    let line = format!("[rlfactory] rank {rank} logs to {}\n", path.display());
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    rustix::stdio::dup2_stdout(&file).map_err(|e| io(e.into()))?;
+    rustix::stdio::dup2_stderr(&file).map_err(|e| io(e.into()))
+}
+
 /// Starts a named thread running `f`, which reports its end on `done`.
 fn spawn<F>(name: &'static str, done: &Sender<(&'static str, Result<()>)>, f: F) -> Result<()>
 where
@@ -288,8 +311,8 @@ where
         .map_err(|e| RlfError::EventLoop(format!("cannot start the {name} thread: {e}")))
 }
 
-/// Trains as `cfg` says as this process's rank of the world communicator `world` (`--mpi`, `--workflow async`):
-/// the learner rank returns the run's summary, an actor rank `None`. Every rank must call it with the same `cfg`.
+/// Trains as `cfg` says as this process's rank of the world communicator `world` (`--mpi`): learner rank 0 returns
+/// the run's summary, the other ranks `None`. Every rank must call it with the same `cfg`.
 /// An impossible layout is an error on every rank. When the run is over, each rank waits up to
 /// `--heartbeat_interval` for its peers' last messages; a peer that sends none is hung, and the rank aborts the job
 /// (after the learner's checkpoint and this rank's shared memory are gone).
@@ -334,6 +357,7 @@ pub fn train_rank(
         }
     }
     let learner = matches!(layout.role(rank), Role::Learner { .. });
+    log_to_own_file(cfg, rank, learner)?;
     // With several learners, rank 0's owns the experiment folder and the summary; they average their gradients over
     // the learner communicator, which every rank takes part in making.
     let several = d.learner_procs > 1;
@@ -427,6 +451,9 @@ pub fn train_rank(
                     format!("the learner rank {} did not stop", ranks.learner())
                 };
                 eprintln!("{}", link.traffic.line(rank, started.elapsed().as_secs_f64()));
+                if let Err(e) = &result {
+                    eprintln!("error: {e}");
+                }
                 eprintln!(
                     "[rlfactory] rank {rank}: {silent} within --heartbeat_interval ({:.1} s): aborting the MPI job",
                     heartbeat.as_secs_f64()
@@ -436,5 +463,20 @@ pub fn train_rank(
         }
     }
     eprintln!("{}", link.traffic.line(rank, started.elapsed().as_secs_f64()));
+    let result = result.map(|summary| {
+        let mut summary = summary?;
+        // A learner stops with no reason of its own, and no fault, only when another learner stopped.
+        if several && summary.stop_reason == StopReason::Failed {
+            summary.stop_reason = StopReason::OtherLearner;
+        }
+        if rank == 0 {
+            return Some(summary);
+        }
+        // The run's summary is learner 0's; another learner's goes to its own log.
+        if let Ok(json) = serde_json::to_string(&summary) {
+            eprintln!("[rlfactory] rank {rank} done: {json}");
+        }
+        None
+    });
     result.and_then(|summary| threads.map(|()| summary))
 }

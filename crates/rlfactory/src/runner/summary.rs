@@ -18,6 +18,8 @@ pub enum StopReason {
     Failed,
     /// SIGINT or SIGTERM (a checkpoint was saved).
     Interrupted,
+    /// Another learner rank of the policy stopped (several learners under MPI: they stop together).
+    OtherLearner,
 }
 
 /// One policy's part of a run.
