@@ -1462,6 +1462,16 @@ impl Config {
         if !d.mpi {
             return Ok(());
         }
+        let kl_adaptive = matches!(
+            self.appo.lr_schedule,
+            LrScheduleKind::KlAdaptiveMinibatch | LrScheduleKind::KlAdaptiveEpoch
+        );
+        if d.learner_procs > 1 && (self.model.normalize_input || self.model.normalize_returns || kl_adaptive)
+        {
+            return err("several learner ranks keep bit-identical weights only without statistics of their own: \
+                        --normalize_input=false --normalize_returns=false and a learning rate that is constant or \
+                        decays linearly (not kl_adaptive_*)");
+        }
         if d.workflow == Workflow::Async && !self.run.async_rl {
             return err("--workflow async needs --async_rl=true (--workflow sync is the one in lockstep)");
         }

@@ -246,8 +246,23 @@ fn two_learners_fed_by_two_actor_ranks_each_learn_with_bit_identical_weights() {
         "other_learner" => {}
         other => panic!("stopped for {other}: {s}"),
     }
-    // With the same weights, learner 0's own episodes are nearly as good.
+    // With the same weights, the whole job's last episodes are nearly as good.
     assert!(s["mean_return"].as_f64().expect("mean_return") >= 400.0, "{s}");
+    // Learner 0's runner counts every actor rank's frames; learner 1's (in its log) its own actor rank's.
+    let other = rank_log(dir.path(), 1, &log);
+    let other: serde_json::Value = other
+        .lines()
+        .find_map(|l| l.strip_prefix("[rlfactory] rank 1 done: "))
+        .map(|json| serde_json::from_str(json).expect("rank 1's summary is JSON"))
+        .unwrap_or_else(|| panic!("rank 1's summary in its log:\n{other}"));
+    let (all, own) = (
+        s["env_frames"].as_u64().expect("env_frames"),
+        other["env_frames"].as_u64().expect("env_frames"),
+    );
+    assert!(
+        all > own && own > 0,
+        "learner 0 counted {all} frames, learner 1 {own}"
+    );
     assert!(s["policy_version"].as_u64().expect("policy_version") > 10, "{s}");
     for rank in 0..4 {
         let own = rank_log(dir.path(), rank, &log);

@@ -143,8 +143,9 @@ fn emitted(r: std::result::Result<(), EmitError>) -> Result<()> {
 }
 
 /// The learner rank's receiver: trajectories into the pools of the actor ranks' workers, and their signals, until
-/// every actor rank said `Stopped`. After a failure it keeps receiving (and drops what arrives), so that no actor
-/// rank is left blocked in a send; the first failure is returned at the end.
+/// every actor rank it hears from (learner 0 hears every one's progress) said `Stopped`. After a failure it keeps
+/// receiving (and drops what arrives), so that no actor rank is left blocked in a send; the first failure is
+/// returned at the end.
 fn receive_on_learner(
     comm: &dyn Comm,
     inlets: &Receiver<LearnerInlets>,
@@ -154,7 +155,8 @@ fn receive_on_learner(
     let mut inlets = inlets.recv().ok();
     let mut first_error = None;
     let mut stopped = 0;
-    while stopped < ranks.actor_ranks().count() {
+    let heard = ranks.heard_ranks().len();
+    while stopped < heard {
         let (from, message) = receive(comm, Source::Any, TO_LEARNER, &link.traffic)?;
         link.liveness.heard(from);
         if matches!(message, Wire::Stopped { .. }) {
@@ -187,6 +189,8 @@ fn receive_on_learner(
                 report.worker = ranks.global_worker(from, report.worker);
                 emitted(to.rollout_reported.emit(&report))
             }
+            // Another learner's actor rank stops with its learner, which this one learns of from their allreduce.
+            Wire::Stopped { error: None } if !ranks.feeds_me(from) => Ok(()),
             Wire::Stopped { error } => emitted(to.actor_stopped.emit(&ActorStopped { rank: from, error })),
             other => Err(RlfError::Protocol {
                 component: "mpi link",
@@ -420,7 +424,15 @@ pub fn train_rank(
             .collect()
     } else {
         let error = result.as_ref().err().map(ToString::to_string);
-        vec![(ranks.learner(), TO_LEARNER, Wire::Stopped { error })]
+        let mut last = vec![(
+            ranks.learner(),
+            TO_LEARNER,
+            Wire::Stopped { error: error.clone() },
+        )];
+        if ranks.learner() != 0 {
+            last.push((0, TO_LEARNER, Wire::Stopped { error }));
+        }
+        last
     };
     for (dest, tag, message) in last {
         let bytes = message.encode()?;
@@ -442,7 +454,8 @@ pub fn train_rank(
             Err(_) => {
                 let silent = if learner {
                     let hung: Vec<String> = ranks
-                        .actor_ranks()
+                        .heard_ranks()
+                        .into_iter()
                         .filter(|&r| !link.liveness.has_stopped(r))
                         .map(|r| r.to_string())
                         .collect();

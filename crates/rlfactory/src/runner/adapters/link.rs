@@ -202,6 +202,20 @@ impl Ranks {
         }
     }
 
+    /// The actor ranks a learner rank hears from: its own, and every actor rank for learner 0 (their progress).
+    pub fn heard_ranks(&self) -> Vec<usize> {
+        if self.me == 0 {
+            (self.learners..self.learners + self.actors).collect()
+        } else {
+            self.actor_ranks().collect()
+        }
+    }
+
+    /// Whether actor rank `rank` feeds this rank's learner.
+    pub fn feeds_me(&self, rank: usize) -> bool {
+        rank >= self.learners && (rank - self.learners) % self.learners == self.learner()
+    }
+
     /// The actor ranks that feed this rank's learner.
     pub fn actor_ranks(&self) -> impl Iterator<Item = usize> {
         let (learners, learner) = (self.learners, self.learner());
@@ -522,8 +536,14 @@ impl ActorLink {
         or_fail(ctx, sent);
     }
 
+    /// Progress goes to this rank's learner and, with several learners, to learner 0 too, whose runner counts the
+    /// whole job (its progress line, `--train_for_env_steps`, `--stop_at_reward`).
     pub fn on_rollout_reported(&mut self, ctx: &mut Ctx<'_, Self>, report: &RolloutReport) {
-        let sent = self.to_learner(&Wire::Report(report.clone()));
+        let message = Wire::Report(report.clone());
+        let mut sent = self.to_learner(&message);
+        if self.ranks.learner() != 0 {
+            sent = sent.and_then(|()| post(&self.outgoing, 0, TO_LEARNER, &message));
+        }
         or_fail(ctx, sent);
     }
 
