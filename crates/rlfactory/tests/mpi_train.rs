@@ -319,20 +319,29 @@ fn learners_whose_weights_differ_stop_the_run() {
     wait_gone(&pids, Duration::from_secs(30));
 }
 
-#[test]
-fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = temp_dir("mpi-kill");
+/// How a job ended after a signal to one of its ranks.
+struct Ended {
+    /// From the signal to mpirun's exit.
+    took: Duration,
+    status: std::process::ExitStatus,
+    /// mpirun's output (rank 0's and its own).
+    log: String,
+}
+
+/// A job of 3 ranks tagged `tag`, stopped only by a signal: once the learner rank prints its first progress line,
+/// rank 2 (a child of mpirun) gets `signal`. Checks that the job ended on its own after it, that the learner saved a
+/// checkpoint as it stopped, and that no process or shared-memory segment of the job is left.
+fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal) -> Ended {
+    let dir = temp_dir(tag);
     let args = flags(
         dir.path(),
         &[
             "--train_for_seconds=120",
-            "--heartbeat_interval=5",
+            &format!("--heartbeat_interval={heartbeat}"),
             "--stop_at_reward=100000",
         ],
     );
-    let run = spawn(&mut mpirun(3, "kill", &args));
-    // Training is under way once the learner rank prints its first progress line.
+    let run = spawn(&mut mpirun(3, tag, &args));
     let start = Instant::now();
     let mut log = Vec::new();
     while !log.iter().any(|l: &String| l.contains("| fps ")) {
@@ -342,34 +351,25 @@ fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing(
             .unwrap_or_else(|_| panic!("no progress line within 60 s:\n{}", log.join("\n")));
         log.push(line);
     }
-    let processes = tagged("kill");
+    let processes = tagged(tag);
     let victim = processes
         .iter()
         .find(|(pid, rank)| *rank == Some(2) && parent_of(*pid) == Some(run.pid))
         .map(|(pid, _)| *pid)
         .expect("rank 2, a child of mpirun");
-    let killed = Instant::now();
+    let signalled = Instant::now();
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(victim as i32).expect("a pid"),
-        rustix::process::Signal::KILL,
+        signal,
     )
-    .expect("kill rank 2");
+    .expect("signal rank 2");
     let status = run
         .exited
-        .recv_timeout(Duration::from_secs(30))
+        .recv_timeout(Duration::from_secs(60))
         .expect("the job stops on its own");
-    let stopped_in = killed.elapsed();
+    let took = signalled.elapsed();
     log.extend(run.lines.try_iter());
     let log = log.join("\n");
-    assert!(!status.success(), "{log}");
-    assert!(
-        stopped_in < Duration::from_secs(5),
-        "stopped {stopped_in:?} after the kill (--heartbeat_interval 5)"
-    );
-    assert!(
-        log.contains("process rank 2"),
-        "a line names the killed rank:\n{log}"
-    );
     let saved = std::fs::read_dir(dir.path().join("exp/checkpoint_p0"))
         .expect("checkpoint folder")
         .flatten()
@@ -377,71 +377,46 @@ fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing(
     assert!(saved, "the learner saved a checkpoint as the job stopped:\n{log}");
     let pids: Vec<u32> = processes.iter().map(|(p, _)| *p).collect();
     wait_gone(&pids, Duration::from_secs(30));
-    assert!(tagged("kill").is_empty(), "no process of the job is left");
+    assert!(tagged(tag).is_empty(), "no process of the job is left");
     assert_no_segments(&pids);
+    Ended { took, status, log }
+}
+
+#[test]
+fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ended = signal_rank_2("mpi-kill", "5", rustix::process::Signal::KILL);
+    let log = &ended.log;
+    assert!(!ended.status.success(), "{log}");
+    // mpirun notices the death at once and names the rank.
+    assert!(
+        ended.took < Duration::from_secs(5),
+        "stopped {:?} after the kill (--heartbeat_interval 5)",
+        ended.took
+    );
+    assert!(
+        log.contains("process rank 2"),
+        "a line names the killed rank:\n{log}"
+    );
 }
 
 #[test]
 fn a_hung_actor_rank_stops_the_job_within_the_heartbeat_interval() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = temp_dir("mpi-hang");
-    let args = flags(
-        dir.path(),
-        &[
-            "--train_for_seconds=120",
-            "--heartbeat_interval=3",
-            "--stop_at_reward=100000",
-        ],
-    );
-    let run = spawn(&mut mpirun(3, "hang", &args));
-    let start = Instant::now();
-    let mut log = Vec::new();
-    while !log.iter().any(|l: &String| l.contains("| fps ")) {
-        let line = run
-            .lines
-            .recv_timeout(Duration::from_secs(60).saturating_sub(start.elapsed()))
-            .unwrap_or_else(|_| panic!("no progress line within 60 s:\n{}", log.join("\n")));
-        log.push(line);
-    }
     // SIGSTOP: rank 2 stays alive (mpirun sees nothing wrong) but stops answering.
-    let processes = tagged("hang");
-    let victim = processes
-        .iter()
-        .find(|(pid, rank)| *rank == Some(2) && parent_of(*pid) == Some(run.pid))
-        .map(|(pid, _)| *pid)
-        .expect("rank 2, a child of mpirun");
-    let stopped = Instant::now();
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(victim as i32).expect("a pid"),
-        rustix::process::Signal::STOP,
-    )
-    .expect("stop rank 2");
-    let status = run
-        .exited
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the job stops on its own");
-    let took = stopped.elapsed();
-    log.extend(run.lines.try_iter());
-    let log = log.join("\n");
-    assert!(!status.success(), "{log}");
+    let ended = signal_rank_2("mpi-hang", "3", rustix::process::Signal::STOP);
+    let log = &ended.log;
+    assert!(!ended.status.success(), "{log}");
     assert!(
         log.contains("actor rank 2 sent nothing for"),
         "the learner rank names the silent rank:\n{log}"
     );
     // The heartbeat interval to notice, then as long again for the handshake before the abort, and slack.
     assert!(
-        took < Duration::from_secs(12),
-        "stopped {took:?} after rank 2 hung (--heartbeat_interval 3)"
+        ended.took < Duration::from_secs(12),
+        "stopped {:?} after rank 2 hung (--heartbeat_interval 3)",
+        ended.took
     );
-    let saved = std::fs::read_dir(dir.path().join("exp/checkpoint_p0"))
-        .expect("checkpoint folder")
-        .flatten()
-        .any(|e| e.file_name().to_string_lossy().ends_with(".json"));
-    assert!(saved, "the learner saved a checkpoint as the job stopped:\n{log}");
-    let pids: Vec<u32> = processes.iter().map(|(p, _)| *p).collect();
-    wait_gone(&pids, Duration::from_secs(30));
-    assert!(tagged("hang").is_empty(), "no process of the job is left");
-    assert_no_segments(&pids);
 }
 
 #[test]

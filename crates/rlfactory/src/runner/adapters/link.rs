@@ -266,6 +266,34 @@ pub(crate) struct LearnerInlets {
     pub actor_stopped: Inlet<ActorStopped>,
 }
 
+/// What both links have: where the ranks are, the sending thread's queue, and the heartbeats.
+struct Peers {
+    ranks: Ranks,
+    outgoing: Sender<Outgoing>,
+    liveness: Arc<Liveness>,
+    heartbeat: Duration,
+}
+
+impl Peers {
+    /// A heartbeat to `rank` (`what`, for the message, names its kind); an error when it has been silent for the
+    /// whole heartbeat interval.
+    fn beat(&self, rank: usize, tag: Tag, what: &str) -> Result<()> {
+        post(&self.outgoing, rank, tag, &Wire::Alive)?;
+        let silent = self.liveness.silent_for(rank);
+        if silent > self.heartbeat {
+            return Err(RlfError::Protocol {
+                component: "mpi link",
+                message: format!(
+                    "{what} {rank} sent nothing for {:.1} s (--heartbeat_interval {:.1} s): it is hung or gone",
+                    silent.as_secs_f64(),
+                    self.heartbeat.as_secs_f64()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The learner rank's signals emitted on behalf of the actor ranks' rollout workers.
 #[derive(Debug, Clone, Copy)]
 pub(in crate::runner) struct LearnerLinkSignals {
@@ -277,15 +305,12 @@ pub(in crate::runner) struct LearnerLinkSignals {
 
 /// The learner rank's end: releases and new weights go to the actor ranks.
 pub(in crate::runner) struct LearnerLink {
-    ranks: Ranks,
+    peers: Peers,
     signals: LearnerLinkSignals,
-    outgoing: Sender<Outgoing>,
     inlets: Option<Sender<LearnerInlets>>,
     pools: Option<Result<Vec<TrajectoryPool>>>,
     weights: Result<Vec<SharedWeights>>,
     scratch: Vec<f32>,
-    liveness: Arc<Liveness>,
-    heartbeat: Duration,
 }
 
 impl LearnerLink {
@@ -300,54 +325,48 @@ impl LearnerLink {
         weights: Result<Vec<SharedWeights>>,
     ) -> Self {
         Self {
-            ranks,
+            peers: Peers {
+                ranks,
+                outgoing: ends.outgoing,
+                liveness: ends.liveness,
+                heartbeat,
+            },
             signals,
-            outgoing: ends.outgoing,
             inlets: ends.learner_inlets,
             pools: Some(pools),
             weights,
             scratch: Vec::new(),
-            liveness: ends.liveness,
-            heartbeat,
         }
     }
 
     /// Every quarter of the heartbeat interval: a heartbeat to every actor rank, and the run stops when one has been
     /// silent for the whole interval.
     fn beat(&mut self, ctx: &mut Ctx<'_, Self>) {
-        for rank in self.ranks.actor_ranks() {
-            if let Err(e) = post(&self.outgoing, rank, TO_ACTOR, &Wire::Alive) {
+        for rank in self.peers.ranks.actor_ranks() {
+            if let Err(e) = self.peers.beat(rank, TO_ACTOR, "actor rank") {
                 return ctx.fail(e);
-            }
-            let silent = self.liveness.silent_for(rank);
-            if silent > self.heartbeat {
-                return ctx.fail(format!(
-                    "actor rank {rank} sent nothing for {:.1} s (--heartbeat_interval {:.1} s): it is hung or gone",
-                    silent.as_secs_f64(),
-                    self.heartbeat.as_secs_f64()
-                ));
             }
         }
     }
 
     /// The batcher released slot `released.buffer` of the learner rank's worker `global`.
     pub fn on_buffer_released(&mut self, ctx: &mut Ctx<'_, Self>, global: usize, released: &BufferReleased) {
-        let (rank, worker) = self.ranks.actor_worker(global);
+        let (rank, worker) = self.peers.ranks.actor_worker(global);
         let message = Wire::Released {
             worker,
             buffer: released.buffer,
         };
-        or_fail(ctx, post(&self.outgoing, rank, TO_ACTOR, &message));
+        or_fail(ctx, post(&self.peers.outgoing, rank, TO_ACTOR, &message));
     }
 
     /// The batcher's answer to a started worker.
     pub fn on_slots_reclaimed(&mut self, ctx: &mut Ctx<'_, Self>, global: usize, reclaimed: &SlotsReclaimed) {
-        let (rank, worker) = self.ranks.actor_worker(global);
+        let (rank, worker) = self.peers.ranks.actor_worker(global);
         let message = Wire::Reclaimed {
             worker,
             reclaimed: reclaimed.clone(),
         };
-        or_fail(ctx, post(&self.outgoing, rank, TO_ACTOR, &message));
+        or_fail(ctx, post(&self.peers.outgoing, rank, TO_ACTOR, &message));
     }
 
     /// A new policy version: its weights go to every actor rank (a newer publication may already have replaced
@@ -381,8 +400,9 @@ impl LearnerLink {
         if let Wire::Weights { values, .. } = message {
             self.scratch = values;
         }
-        for dest in self.ranks.actor_ranks() {
-            self.outgoing
+        for dest in self.peers.ranks.actor_ranks() {
+            self.peers
+                .outgoing
                 .send(Outgoing {
                     dest,
                     tag: TO_ACTOR,
@@ -407,7 +427,7 @@ impl LearnerLink {
 
 impl Component for LearnerLink {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        ctx.timer_periodic(self.heartbeat / 4, LearnerLink::beat);
+        ctx.timer_periodic(self.peers.heartbeat / 4, LearnerLink::beat);
         let pools = match self.pools.take() {
             Some(Ok(pools)) => pools,
             Some(Err(e)) => return ctx.fail(e),
@@ -454,14 +474,11 @@ pub(in crate::runner) struct ActorLinkSignals {
 
 /// An actor rank's end: its rollout workers' trajectories, starts and reports go to the learner rank.
 pub(in crate::runner) struct ActorLink {
-    ranks: Ranks,
+    peers: Peers,
     signals: ActorLinkSignals,
-    outgoing: Sender<Outgoing>,
     inlets: Option<Sender<ActorInlets>>,
     pools: Result<Vec<TrajectoryPool>>,
     weights: Option<Result<Vec<SharedWeights>>>,
-    liveness: Arc<Liveness>,
-    heartbeat: Duration,
 }
 
 impl ActorLink {
@@ -475,36 +492,35 @@ impl ActorLink {
         weights: Result<Vec<SharedWeights>>,
     ) -> Self {
         Self {
-            ranks,
+            peers: Peers {
+                ranks,
+                outgoing: ends.outgoing,
+                liveness: ends.liveness,
+                heartbeat,
+            },
             signals,
-            outgoing: ends.outgoing,
             inlets: ends.actor_inlets,
             pools,
             weights: Some(weights),
-            liveness: ends.liveness,
-            heartbeat,
         }
     }
 
     /// Every quarter of the heartbeat interval: a heartbeat to the learner rank, and this rank stops when the learner
     /// rank has been silent for the whole interval.
     fn beat(&mut self, ctx: &mut Ctx<'_, Self>) {
-        if let Err(e) = self.to_learner(&Wire::Alive) {
-            return ctx.fail(e);
-        }
-        let rank = self.ranks.learner();
-        let silent = self.liveness.silent_for(rank);
-        if silent > self.heartbeat {
-            ctx.fail(format!(
-                "the learner rank {rank} sent nothing for {:.1} s (--heartbeat_interval {:.1} s): it is hung or gone",
-                silent.as_secs_f64(),
-                self.heartbeat.as_secs_f64()
-            ));
+        let rank = self.peers.ranks.learner();
+        if let Err(e) = self.peers.beat(rank, TO_LEARNER, "the learner rank") {
+            ctx.fail(e);
         }
     }
 
     fn to_learner(&self, message: &Wire) -> Result<()> {
-        post(&self.outgoing, self.ranks.learner(), TO_LEARNER, message)
+        post(
+            &self.peers.outgoing,
+            self.peers.ranks.learner(),
+            TO_LEARNER,
+            message,
+        )
     }
 
     /// A finished trajectory: its slot, copied, goes to the learner rank (the slot stays taken until released).
@@ -541,8 +557,8 @@ impl ActorLink {
     pub fn on_rollout_reported(&mut self, ctx: &mut Ctx<'_, Self>, report: &RolloutReport) {
         let message = Wire::Report(report.clone());
         let mut sent = self.to_learner(&message);
-        if self.ranks.learner() != 0 {
-            sent = sent.and_then(|()| post(&self.outgoing, 0, TO_LEARNER, &message));
+        if self.peers.ranks.learner() != 0 {
+            sent = sent.and_then(|()| post(&self.peers.outgoing, 0, TO_LEARNER, &message));
         }
         or_fail(ctx, sent);
     }
@@ -555,7 +571,7 @@ impl ActorLink {
 
 impl Component for ActorLink {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        ctx.timer_periodic(self.heartbeat / 4, ActorLink::beat);
+        ctx.timer_periodic(self.peers.heartbeat / 4, ActorLink::beat);
         let weights = match self.weights.take() {
             Some(Ok(weights)) => weights,
             Some(Err(e)) => return ctx.fail(e),
