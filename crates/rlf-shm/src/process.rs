@@ -105,6 +105,8 @@ pub fn start_segment_reaper() -> std::io::Result<bool> {
         }
         Some(Forked::Child) => {
             drop(write_end);
+            // The caller's pidfd now, while the caller surely exists (later its pid could be another process's).
+            let pidfd = rustix::process::pidfd_open(caller, rustix::process::PidfdFlags::empty()).ok();
             // Out of the caller's session and process group, so that signals to the group do not reach it, and
             // without the caller's terminal or output pipes, so that nobody waits for it to close them.
             let _ = rustix::process::setsid();
@@ -127,12 +129,14 @@ pub fn start_segment_reaper() -> std::io::Result<bool> {
             }
             // The pipe closes as the caller exits, a moment before it is a zombie (whose segments are stale):
             // its pidfd turns readable then.
-            if let Ok(pidfd) = rustix::process::pidfd_open(caller, rustix::process::PidfdFlags::empty()) {
-                let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+            if let Some(pidfd) = &pidfd {
+                let mut fds = [rustix::event::PollFd::new(pidfd, rustix::event::PollFlags::IN)];
                 while let Err(rustix::io::Errno::INTR) = rustix::event::poll(&mut fds, None) {}
             }
             let _ = crate::region::reclaim_stale();
-            std::process::exit(0)
+            // SAFETY: `_exit` ends the process at once, without the exit handlers the caller's libraries registered
+            // (the reaper is a copy of the caller: they are not its to run); it has no precondition.
+            unsafe { libc::_exit(0) }
         }
     }
 }

@@ -30,7 +30,7 @@ fn under_launcher() -> bool {
     LAUNCHER_VARIABLES.iter().any(|v| std::env::var_os(v).is_some())
 }
 
-/// Trains as this process's rank of an MPI job: the learner rank returns the summary, an actor rank `None`. Outside
+/// Trains as this process's rank of an MPI job: learner rank 0 returns the summary, the other ranks `None`. Outside
 /// `mpirun`, or with a layout the ranks cannot make (an error rank 0 alone reports), it is an error.
 #[cfg(feature = "mpi")]
 pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -> Result<Option<Summary>> {
@@ -69,10 +69,7 @@ pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -
     let universe = MpiUniverse::init_threaded().map_err(mpi_error)?;
     let world = universe.world();
     let maker = Arc::new(Threads(universe.thread_world().map_err(mpi_error)?));
-    match crate::runner::train_rank(cfg, registry, process_start, &world, maker) {
-        Err(RlfError::Config(_)) if world.rank() != 0 => Err(RlfError::ReportedByRankZero),
-        result => result,
-    }
+    crate::runner::train_rank(cfg, registry, process_start, &world, maker)
 }
 
 /// `--mpi` in a build without MPI: the error says how to get one.

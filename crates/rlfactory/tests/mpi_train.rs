@@ -423,17 +423,27 @@ fn a_hung_actor_rank_stops_the_job_within_the_heartbeat_interval() {
 fn an_impossible_layout_fails_on_every_rank_with_one_line() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = temp_dir("mpi-layout");
-    // 4 ranks: 1 learner and 3 actor ranks, which groups of 2 cannot hold.
-    let args = flags(dir.path(), &["--process_per_env=2"]);
-    let start = Instant::now();
-    let out = mpirun(4, "layout", &args).output().expect("run mpirun");
-    let log = text(&out.stderr);
-    assert!(!out.status.success(), "{log}");
-    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error: ")).collect();
-    assert_eq!(errors.len(), 1, "one error line, from rank 0:\n{log}");
-    assert!(errors[0].contains("multiple of process_per_env"), "{}", errors[0]);
-    assert!(start.elapsed() < Duration::from_secs(60), "failed fast");
-    assert!(!log.contains("panicked"), "{log}");
+    for (ranks, flag, expected) in [
+        // 1 learner and 3 actor ranks, which groups of 2 cannot hold.
+        (4, "--process_per_env=2", "multiple of process_per_env"),
+        // 2 learners and 1 actor rank: a learner would have no data.
+        (
+            3,
+            "--learner_procs=2",
+            "every learner needs an actor rank of its own",
+        ),
+    ] {
+        let args = flags(dir.path(), &[flag]);
+        let start = Instant::now();
+        let out = mpirun(ranks, "layout", &args).output().expect("run mpirun");
+        let log = text(&out.stderr);
+        assert!(!out.status.success(), "{log}");
+        let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "one error line, from rank 0:\n{log}");
+        assert!(errors[0].contains(expected), "{}", errors[0]);
+        assert!(start.elapsed() < Duration::from_secs(60), "failed fast");
+        assert!(!log.contains("panicked"), "{log}");
+    }
 }
 
 #[test]

@@ -207,6 +207,8 @@ impl Adam {
                     let mut host =
                         Vec::<f32>::try_from(g.f_to_device(tch::Device::Cpu)?.f_to_kind(tch::Kind::Float)?)?;
                     if !sync.average(&mut host)? {
+                        // No learner takes this step.
+                        self.step -= 1;
                         return Err(RlfError::LearnersStopped);
                     }
                     g = Tensor::f_from_slice(&host)?

@@ -6,8 +6,8 @@ use rlf_signal::{AppBuilder, BuildError};
 
 use super::adapters::{
     ActorLink, ActorLinkSignals, ActorStopped, BatcherNode, BatcherSignals, InferenceNode, LearnerLink,
-    LearnerLinkSignals, LearnerNode, LearnerSignals, LinkEnds, RolloutNode, RolloutSignals, RunnerNode,
-    RunnerSignals, StopRequested, SummarySlot, TrainTick,
+    LearnerLinkSignals, LearnerNode, LearnerSignals, LinkEnds, LinkFailed, RolloutNode, RolloutSignals,
+    RunnerNode, RunnerSignals, StopRequested, SummarySlot, TrainTick,
 };
 use super::counters::CounterLayout;
 use super::mpi::LearnerSync;
@@ -250,8 +250,10 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             worker_started: app.signal::<WorkerStarted, _>(link, "worker_started"),
             rollout_reported: app.signal::<RolloutReport, _>(link, "rollout_reported"),
             actor_stopped: app.signal::<ActorStopped, _>(link, "actor_stopped"),
+            link_failed: app.signal::<LinkFailed, _>(link, "link_failed"),
         };
         app.connect(signals.actor_stopped, link, LearnerLink::on_actor_stopped);
+        app.connect(signals.link_failed, link, LearnerLink::on_link_failed);
         signals
     });
     let mut producers = Vec::new();
@@ -274,8 +276,10 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
                 .collect(),
             policy_updated: app.signal::<PolicyUpdated, _>(link, "policy_updated"),
             stop_requested: app.signal::<StopRequested, _>(link, "stop_requested"),
+            link_failed: app.signal::<LinkFailed, _>(link, "link_failed"),
         };
         app.connect(signals.stop_requested, link, ActorLink::on_stop_requested);
+        app.connect(signals.link_failed, link, ActorLink::on_link_failed);
         signals
     });
 

@@ -8,17 +8,17 @@
 //! rank's receiver runs until every actor rank's `Stopped` is in.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rlf_comm::{Comm, Layout, Role, Source};
-use rlf_signal::EmitError;
+use rlf_signal::{EmitError, Inlet};
 
 use super::adapters::{
-    ActorInlets, ActorStopped, LearnerInlets, LinkEnds, Liveness, Outgoing, Ranks, StopRequested, Wire,
-    TO_ACTOR, TO_LEARNER,
+    ActorInlets, ActorStopped, LearnerInlets, LinkEnds, LinkFailed, Liveness, Outgoing, Ranks, StopRequested,
+    Wire, TO_ACTOR, TO_LEARNER,
 };
 use super::plane::RankPart;
 use super::summary::{StopReason, Summary};
@@ -120,8 +120,15 @@ fn send_all(comm: &dyn Comm, outgoing: &Receiver<Outgoing>, traffic: &Traffic) -
     Ok(())
 }
 
-/// Receives the next message with `tag` from `source`, counted.
-fn receive(comm: &dyn Comm, source: Source, tag: rlf_comm::Tag, traffic: &Traffic) -> Result<(usize, Wire)> {
+/// Receives the next message with `tag` from `source`.
+/// Counted; a communication error is the outer one (the thread cannot go on), a message that does not decode the
+/// inner one.
+fn receive(
+    comm: &dyn Comm,
+    source: Source,
+    tag: rlf_comm::Tag,
+    traffic: &Traffic,
+) -> Result<(usize, Result<Wire>)> {
     let start = Instant::now();
     let received = comm.recv(source, tag).map_err(comm_error)?;
     traffic
@@ -131,7 +138,7 @@ fn receive(comm: &dyn Comm, source: Source, tag: rlf_comm::Tag, traffic: &Traffi
     traffic
         .received_bytes
         .fetch_add(received.bytes.len() as u64, Ordering::Relaxed);
-    Ok((received.from, Wire::decode(&received.bytes)?))
+    Ok((received.from, Wire::decode(&received.bytes)))
 }
 
 /// An emit into a loop that stopped is not an error: the rank is stopping.
@@ -143,9 +150,9 @@ fn emitted(r: std::result::Result<(), EmitError>) -> Result<()> {
 }
 
 /// The learner rank's receiver: trajectories into the pools of the actor ranks' workers, and their signals, until
-/// every actor rank it hears from (learner 0 hears every one's progress) said `Stopped`. After a failure it keeps
-/// receiving (and drops what arrives), so that no actor rank is left blocked in a send; the first failure is
-/// returned at the end.
+/// every actor rank it hears from (learner 0 hears every one's progress) said `Stopped`. A message it cannot deliver
+/// stops the run (`link_failed`); it keeps receiving then (and drops what arrives), so that no actor rank is left
+/// blocked in a send, and returns the first failure at the end.
 fn receive_on_learner(
     comm: &dyn Comm,
     inlets: &Receiver<LearnerInlets>,
@@ -159,11 +166,15 @@ fn receive_on_learner(
     while stopped < heard {
         let (from, message) = receive(comm, Source::Any, TO_LEARNER, &link.traffic)?;
         link.liveness.heard(from);
-        if matches!(message, Wire::Stopped { .. }) {
+        if matches!(message, Ok(Wire::Stopped { .. })) {
             stopped += 1;
             link.liveness.set_stopped(from);
         }
         let Some(to) = &inlets else { continue };
+        let Ok(message) = message.map_err(|e| give_up(&mut first_error, e, &to.link_failed)) else {
+            inlets = None;
+            continue;
+        };
         let delivered = match message {
             Wire::Alive => Ok(()),
             Wire::Started(mut started) => {
@@ -198,15 +209,24 @@ fn receive_on_learner(
             }),
         };
         if let Err(e) = delivered {
-            first_error.get_or_insert(e);
+            give_up(&mut first_error, e, &to.link_failed);
             inlets = None;
         }
     }
     first_error.map_or(Ok(()), Err)
 }
 
+/// A receiving thread's first failure: it stops the run through the link (`link_failed`) and is kept for the end.
+fn give_up(first_error: &mut Option<RlfError>, e: RlfError, link_failed: &Inlet<LinkFailed>) {
+    let _ = link_failed.emit(&LinkFailed {
+        message: e.to_string(),
+    });
+    first_error.get_or_insert(e);
+}
+
 /// An actor rank's receiver: released slots, new weights (published into this rank's shared memory) and their
-/// signals, until the learner rank's `Stop`.
+/// signals, until the learner rank's `Stop`. A message it cannot deliver stops the rank (`link_failed`), as on the
+/// learner rank.
 fn receive_on_actor(
     comm: &dyn Comm,
     inlets: &Receiver<ActorInlets>,
@@ -218,7 +238,7 @@ fn receive_on_actor(
     loop {
         let (from, message) = receive(comm, Source::Rank(ranks.learner()), TO_ACTOR, &link.traffic)?;
         link.liveness.heard(from);
-        if message == Wire::Stop {
+        if matches!(message, Ok(Wire::Stop)) {
             if let Some(to) = &inlets {
                 // The rank may already be stopping on its own.
                 let _ = to.stop_requested.emit(&StopRequested);
@@ -226,6 +246,10 @@ fn receive_on_actor(
             break;
         }
         let Some(to) = &inlets else { continue };
+        let Ok(message) = message.map_err(|e| give_up(&mut first_error, e, &to.link_failed)) else {
+            inlets = None;
+            continue;
+        };
         let missing = |what: &str, index: usize| RlfError::Protocol {
             component: "mpi link",
             message: format!(
@@ -269,8 +293,7 @@ fn receive_on_actor(
             }),
         };
         if let Err(e) = delivered {
-            eprintln!("[rlfactory] {e}");
-            first_error.get_or_insert(e);
+            give_up(&mut first_error, e, &to.link_failed);
             inlets = None;
         }
     }
@@ -298,6 +321,44 @@ fn log_to_own_file(cfg: &Config, rank: usize, learner: bool) -> Result<()> {
     let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     rustix::stdio::dup2_stdout(&file).map_err(|e| io(e.into()))?;
     rustix::stdio::dup2_stderr(&file).map_err(|e| io(e.into()))
+}
+
+/// EXARL's layout of `size` ranks, and what the workflows here need of it: as many actor ranks as learners at
+/// least, one rank per env, one learner in sync mode, and sync rounds that fill whole datasets.
+fn check_layout(cfg: &Config, registry: &EnvRegistry, size: usize, ranks: Ranks) -> Result<Layout> {
+    let d = &cfg.distributed;
+    let layout =
+        Layout::new(size, d.learner_procs, d.process_per_env).map_err(|e| RlfError::Config(e.to_string()))?;
+    if d.process_per_env > 1 {
+        return Err(RlfError::Config(
+            "--mpi runs one rank per env so far: --process_per_env 1".into(),
+        ));
+    }
+    if ranks.actors < ranks.learners {
+        return Err(RlfError::Config(format!(
+            "{size} ranks with --learner_procs {}: every learner needs an actor rank of its own (at least {} ranks)",
+            ranks.learners,
+            2 * ranks.learners
+        )));
+    }
+    if d.learner_procs > 1 && !cfg.run.async_rl {
+        return Err(RlfError::Config(
+            "--workflow sync has one learner (EXARL's sync learner): --learner_procs 1".into(),
+        ));
+    }
+    if !cfg.run.async_rl {
+        let s = &cfg.sampling;
+        let agents = crate::env::EnvSpec::of(registry, &cfg.env)?.num_agents;
+        let sampled = ranks.actors * s.num_workers * s.num_envs_per_worker * agents * s.rollout;
+        if cfg.dataset_size() % sampled != 0 {
+            return Err(RlfError::Config(format!(
+                "--workflow sync: --batch_size * --num_batches_per_epoch ({}) must be a multiple of a round's \
+                 transitions, actor ranks * --num_workers * --num_envs_per_worker * agents per env * --rollout ({sampled})",
+                cfg.dataset_size()
+            )));
+        }
+    }
+    Ok(layout)
 }
 
 /// Starts a named thread running `f`, which reports its end on `done`.
@@ -329,37 +390,17 @@ pub fn train_rank(
 ) -> Result<Option<Summary>> {
     let d = &cfg.distributed;
     let (rank, size) = (world.rank(), world.size());
-    let layout =
-        Layout::new(size, d.learner_procs, d.process_per_env).map_err(|e| RlfError::Config(e.to_string()))?;
-    if d.process_per_env > 1 {
-        return Err(RlfError::Config(
-            "--mpi runs one rank per env so far: --process_per_env 1".into(),
-        ));
-    }
-    if d.learner_procs > 1 && !cfg.run.async_rl {
-        return Err(RlfError::Config(
-            "--workflow sync has one learner (EXARL's sync learner): --learner_procs 1".into(),
-        ));
-    }
     let ranks = Ranks {
         learners: d.learner_procs,
-        actors: size - d.learner_procs,
+        actors: size.saturating_sub(d.learner_procs),
         workers_per_actor: cfg.sampling.num_workers,
         me: rank,
     };
-    if !cfg.run.async_rl {
-        let s = &cfg.sampling;
-        let agents = crate::env::EnvSpec::of(registry, &cfg.env)?.num_agents;
-        let sampled =
-            ranks.actor_ranks().count() * s.num_workers * s.num_envs_per_worker * agents * s.rollout;
-        if cfg.dataset_size() % sampled != 0 {
-            return Err(RlfError::Config(format!(
-                "--workflow sync: --batch_size * --num_batches_per_epoch ({}) must be a multiple of a round's \
-                 transitions, actor ranks * --num_workers * --num_envs_per_worker * agents per env * --rollout ({sampled})",
-                cfg.dataset_size()
-            )));
-        }
-    }
+    // What every rank finds wrong alike is reported by rank 0 alone; every rank exits with an error.
+    let layout = check_layout(cfg, registry, size, ranks).map_err(|e| match (rank, e) {
+        (0, e) => e,
+        _ => RlfError::ReportedByRankZero,
+    })?;
     let learner = matches!(layout.role(rank), Role::Learner { .. });
     log_to_own_file(cfg, rank, learner)?;
     // With several learners, rank 0's owns the experiment folder and the summary; they average their gradients over
@@ -440,17 +481,29 @@ pub fn train_rank(
         let _ = outgoing.send(Outgoing { dest, tag, bytes });
     }
     drop(outgoing);
+    // Both threads end once the peers' last messages are in; a peer still sending heartbeats (a learner saving its
+    // checkpoint) is waited for, one silent for the whole interval is hung or gone.
     let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
-    let deadline = Instant::now() + heartbeat;
+    let peers = if learner {
+        ranks.heard_ranks()
+    } else {
+        vec![ranks.learner()]
+    };
     let mut threads = Ok(());
-    for _ in 0..2 {
-        match finished.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+    let mut ended = 0;
+    while ended < 2 {
+        match finished.recv_timeout(heartbeat / 4) {
             Ok((name, r)) => {
+                ended += 1;
                 threads = threads.and(r.map_err(|e| RlfError::Protocol {
                     component: "mpi link",
                     message: format!("{name}: {e}"),
-                }))
+                }));
             }
+            Err(RecvTimeoutError::Timeout)
+                if peers
+                    .iter()
+                    .any(|&p| !link.liveness.has_stopped(p) && link.liveness.silent_for(p) <= heartbeat) => {}
             Err(_) => {
                 let silent = if learner {
                     let hung: Vec<String> = ranks

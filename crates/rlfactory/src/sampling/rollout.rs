@@ -472,9 +472,10 @@ impl RolloutWorker {
         })
     }
 
-    /// Rollout worker `global` of the `workers` of a run spread over machines (an MPI actor rank's worker): its envs
-    /// are seeded as that worker's of one machine would be, and in sync mode its share of each dataset is its share
-    /// of the whole run's columns.
+    /// Rollout worker `global` of a run spread over machines (an MPI actor rank's worker), among the `workers` that
+    /// feed its learner: its envs are seeded as worker `global` of one machine would be (no two actor ranks step the
+    /// same episodes), and in sync mode its share of each dataset is its share of those workers' columns. (The
+    /// policy mapping's random draws keep the rank's own index: a run under MPI has one policy.)
     pub fn in_run(mut self, cfg: &Config, global: usize, workers: usize) -> Self {
         self.seed = env_seed(cfg, global);
         self.rounds_per_update = sync_rounds(cfg, self.pool.shape().num_envs, workers);

@@ -8,6 +8,7 @@ use rlf_signal::{Component, Ctx, Signal};
 use serde::{Deserialize, Serialize};
 
 use super::{or_fail, sent};
+use crate::algo::adam::GradientSync;
 use crate::algo::appo::Appo;
 use crate::algo::dqn::Dqn;
 use crate::algo::sac::Sac;
@@ -113,51 +114,71 @@ fn on_policy_setup(
     plane: &DataPlane,
     sync: Option<LearnerSync>,
 ) -> Result<Setup> {
-    new_model(cfg, registry, policy).and_then(|model| {
+    // With several learners, the collective that makes the learner communicator comes first, before anything that
+    // can fail on one learner alone; after it, a learner that cannot go on tells the others (`finish`) before it
+    // fails, or they would wait for it in their first allreduce.
+    let mut sync = sync
+        .map(|s| Ok::<_, RlfError>(AllreduceGradients::new(s.learners()?, s.check_every)))
+        .transpose()?;
+    let built = new_model(cfg, registry, policy).and_then(|model| {
         let appo = Appo::new(model, &cfg.appo, cfg.run.train_for_env_steps)?;
         let policies = (policy, cfg.num_networks());
         let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
-        let mut checkpointer = if cfg.run.save_experiment {
+        let checkpointer = if cfg.run.save_experiment {
             Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
         } else {
             None
         };
-        if let Some(sync) = sync {
-            // Every learner ends its setup in the collective that makes the learner communicator, even one that
-            // refuses to go on: the others would wait for it there.
-            let learners = sync.learners()?;
-            if learner.version() > 0 {
-                return Err(RlfError::Config(
-                    "several learner ranks cannot resume a checkpoint yet (their Adam moments would differ): \
-                     start a new experiment (--restart_behavior restart)"
-                        .into(),
-                ));
-            }
-            learner.set_gradient_sync(Box::new(AllreduceGradients::new(learners, sync.check_every)));
+        if sync.is_some() && learner.version() > 0 {
+            return Err(RlfError::Config(
+                "several learner ranks cannot resume a checkpoint yet (their Adam moments would differ): \
+                 start a new experiment (--restart_behavior restart)"
+                    .into(),
+            ));
         }
-        if let (true, Some((checkpointer, _))) = (cfg.pbt.with_pbt, &mut checkpointer) {
-            let dir = cfg.run.train_dir.join(&cfg.run.experiment);
-            if let Some(state) = crate::experiment::read_policy_state(&dir, policy)? {
-                learner.set_hyper(&state.hyper);
-                checkpointer.log(&format!(
-                    "pbt: policy {policy} continues with its saved hyper-parameters (learning rate {:e}, {} updates)",
-                    state.hyper.learning_rate, state.updates
-                ))?;
-            }
+        Ok((learner, checkpointer))
+    });
+    let (mut learner, mut checkpointer) = match (built, sync.take()) {
+        (Ok((mut learner, checkpointer)), Some(sync)) => {
+            learner.set_gradient_sync(Box::new(sync));
+            (learner, checkpointer)
         }
-        let slots = if cfg.sampling.self_play {
-            cfg.sampling.opponent_pool_size
-        } else {
-            0
-        };
-        let pool = (0..slots)
-            .map(|k| plane.open_weights(cfg.snapshot_network(policy, k)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Setup {
-            learner: Trainer::OnPolicy(Box::new(learner)),
-            pool,
-            checkpointer,
-        })
+        (Ok((learner, checkpointer)), None) => (learner, checkpointer),
+        (Err(e), Some(mut sync)) => {
+            // The network's size, for the collective the others wait in (a model that cannot be built fails on
+            // every learner alike).
+            let parameters = new_model(cfg, registry, policy)?
+                .trainable_named()
+                .iter()
+                .map(|(_, t)| t.numel())
+                .sum();
+            sync.finish(parameters)?;
+            return Err(e);
+        }
+        (Err(e), None) => return Err(e),
+    };
+    if let (true, Some((checkpointer, _))) = (cfg.pbt.with_pbt, &mut checkpointer) {
+        let dir = cfg.run.train_dir.join(&cfg.run.experiment);
+        if let Some(state) = crate::experiment::read_policy_state(&dir, policy)? {
+            learner.set_hyper(&state.hyper);
+            checkpointer.log(&format!(
+                "pbt: policy {policy} continues with its saved hyper-parameters (learning rate {:e}, {} updates)",
+                state.hyper.learning_rate, state.updates
+            ))?;
+        }
+    }
+    let slots = if cfg.sampling.self_play {
+        cfg.sampling.opponent_pool_size
+    } else {
+        0
+    };
+    let pool = (0..slots)
+        .map(|k| plane.open_weights(cfg.snapshot_network(policy, k)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Setup {
+        learner: Trainer::OnPolicy(Box::new(learner)),
+        pool,
+        checkpointer,
     })
 }
 
@@ -406,11 +427,12 @@ impl Component for LearnerNode {
     /// The last checkpoint, whatever stopped the run (the stop conditions, a fault elsewhere,
     /// SIGINT, SIGTERM).
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let saved = self.save_checkpoint().map(drop);
+        or_fail(ctx, saved);
+        // After the checkpoint: with several learners this waits for the others' next collective.
         if let Some(learner) = &mut self.learner {
             let finished = learner.finish_sync();
             or_fail(ctx, finished);
         }
-        let saved = self.save_checkpoint().map(drop);
-        or_fail(ctx, saved);
     }
 }

@@ -246,6 +246,13 @@ impl Ranks {
     }
 }
 
+/// What arrived could not be delivered (`link_failed`, from a receiving thread to its link): the run stops with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LinkFailed {
+    /// What went wrong, on one line.
+    pub message: String,
+}
+
 /// An actor rank stopped on its own (`actor_stopped`, from the learner rank's receiving thread).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ActorStopped {
@@ -264,6 +271,7 @@ pub(crate) struct LearnerInlets {
     pub worker_started: Inlet<WorkerStarted>,
     pub rollout_reported: Inlet<RolloutReport>,
     pub actor_stopped: Inlet<ActorStopped>,
+    pub link_failed: Inlet<LinkFailed>,
 }
 
 /// What both links have: where the ranks are, the sending thread's queue, and the heartbeats.
@@ -301,6 +309,7 @@ pub(in crate::runner) struct LearnerLinkSignals {
     pub worker_started: Signal<WorkerStarted>,
     pub rollout_reported: Signal<RolloutReport>,
     pub actor_stopped: Signal<ActorStopped>,
+    pub link_failed: Signal<LinkFailed>,
 }
 
 /// The learner rank's end: releases and new weights go to the actor ranks.
@@ -386,10 +395,9 @@ impl LearnerLink {
             message: format!("no weights of policy {policy}"),
         })?;
         self.scratch.resize(shared.len(), 0.0);
-        let version = loop {
-            if let Ok(version) = shared.try_read(&mut self.scratch) {
-                break version;
-            }
+        // A read that overlaps the learner's next publication is torn: the next `policy_updated` sends that one.
+        let Ok(version) = shared.try_read(&mut self.scratch) else {
+            return Ok(());
         };
         let message = Wire::Weights {
             policy,
@@ -416,6 +424,11 @@ impl LearnerLink {
         Ok(())
     }
 
+    /// The receiving thread could not deliver what arrived: the run stops.
+    pub fn on_link_failed(&mut self, ctx: &mut Ctx<'_, Self>, failed: &LinkFailed) {
+        ctx.fail(&failed.message);
+    }
+
     /// An actor rank stopped while this one runs: the run stops, naming it.
     pub fn on_actor_stopped(&mut self, ctx: &mut Ctx<'_, Self>, stopped: &ActorStopped) {
         match &stopped.error {
@@ -439,6 +452,7 @@ impl Component for LearnerLink {
             worker_started: ctx.inlet(&self.signals.worker_started),
             rollout_reported: ctx.inlet(&self.signals.rollout_reported),
             actor_stopped: ctx.inlet(&self.signals.actor_stopped),
+            link_failed: ctx.inlet(&self.signals.link_failed),
         };
         if self.inlets.take().is_none_or(|to| to.send(inlets).is_err()) {
             ctx.fail("no receiving thread takes this link's inlets");
@@ -461,6 +475,7 @@ pub(crate) struct ActorInlets {
     pub slots_reclaimed: Vec<Inlet<SlotsReclaimed>>,
     pub policy_updated: Inlet<PolicyUpdated>,
     pub stop_requested: Inlet<StopRequested>,
+    pub link_failed: Inlet<LinkFailed>,
 }
 
 /// An actor rank's signals emitted on behalf of the learner rank.
@@ -470,6 +485,7 @@ pub(in crate::runner) struct ActorLinkSignals {
     pub slots_reclaimed: Vec<Signal<SlotsReclaimed>>,
     pub policy_updated: Signal<PolicyUpdated>,
     pub stop_requested: Signal<StopRequested>,
+    pub link_failed: Signal<LinkFailed>,
 }
 
 /// An actor rank's end: its rollout workers' trajectories, starts and reports go to the learner rank.
@@ -563,6 +579,11 @@ impl ActorLink {
         or_fail(ctx, sent);
     }
 
+    /// The receiving thread could not deliver what arrived: the rank stops (and tells its learner why).
+    pub fn on_link_failed(&mut self, ctx: &mut Ctx<'_, Self>, failed: &LinkFailed) {
+        ctx.fail(&failed.message);
+    }
+
     /// The learner rank stopped: so does this rank.
     pub fn on_stop_requested(&mut self, ctx: &mut Ctx<'_, Self>, _stop: &StopRequested) {
         ctx.stop_app();
@@ -593,6 +614,7 @@ impl Component for ActorLink {
                 .collect(),
             policy_updated: ctx.inlet(&self.signals.policy_updated),
             stop_requested: ctx.inlet(&self.signals.stop_requested),
+            link_failed: ctx.inlet(&self.signals.link_failed),
         };
         if self.inlets.take().is_none_or(|to| to.send(inlets).is_err()) {
             ctx.fail("no receiving thread takes this link's inlets");

@@ -23,7 +23,7 @@ pub(super) use inference::InferenceNode;
 pub(super) use learner::{LearnerNode, LearnerSignals, TrainTick};
 pub(super) use link::{
     ActorInlets, ActorLink, ActorLinkSignals, ActorStopped, LearnerInlets, LearnerLink, LearnerLinkSignals,
-    LinkEnds, Liveness, Outgoing, Ranks, StopRequested, Wire, TO_ACTOR, TO_LEARNER,
+    LinkEnds, LinkFailed, Liveness, Outgoing, Ranks, StopRequested, Wire, TO_ACTOR, TO_LEARNER,
 };
 pub(super) use rollout::{RolloutNode, RolloutSignals};
 pub(super) use runner::{RunnerNode, RunnerSignals, SummarySlot};
