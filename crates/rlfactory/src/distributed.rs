@@ -60,10 +60,19 @@ pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -
         eprintln!("[rlfactory] no shared-memory reaper: this process already runs several threads");
     }
     // OpenMPI's receives spin while they wait; a rank's receiving thread waits most of the time, on cores that its
-    // workers need. Yielding in that spin keeps 92% of one process's CartPole throughput on 2 cores instead of 31%
-    // (BENCHMARKS.md). Set before MPI starts and before this process has a second thread; a value given wins.
-    if std::env::var_os(YIELD_WHEN_IDLE).is_none() {
-        std::env::set_var(YIELD_WHEN_IDLE, "1");
+    // workers need. Yielding in that spin keeps about 90% of one process's CartPole throughput on 2 cores instead of
+    // 31% (BENCHMARKS.md). Set before MPI starts and before this process has a second thread; a value given wins.
+    // A weight update (18 KB for CartPole's network) above OpenMPI's 4 KB shared-memory eager limit makes the
+    // learner rank's sending thread wait for each match on the learner's own core; 32 KB lets it go at once (4% more
+    // CartPole FPS with 1 + 1 ranks, BENCHMARKS.md).
+    for (variable, value) in [
+        (YIELD_WHEN_IDLE, "1"),
+        ("OMPI_MCA_btl_vader_eager_limit", "32768"),
+        ("OMPI_MCA_btl_vader_max_send_size", "32768"),
+    ] {
+        if std::env::var_os(variable).is_none() {
+            std::env::set_var(variable, value);
+        }
     }
     let mpi_error = |e: rlf_comm::CommError| RlfError::Config(format!("--mpi: {e}"));
     let universe = MpiUniverse::init_threaded().map_err(mpi_error)?;
