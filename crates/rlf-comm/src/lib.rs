@@ -176,6 +176,31 @@ pub trait Comm {
     /// Splits the communicator (a collective): ranks of the same `color` (at most [`MAX_COLOR`]) form a new
     /// communicator, ordered by `key` (then by rank); a rank with no colour gets `None`.
     fn split(&self, color: Option<u32>, key: usize) -> Result<Option<Box<dyn Comm>>>;
+
+    /// The communicator of `members` (ranks of this one, distinct; member `i` gets rank `i`), made by the members
+    /// alone (MPI's `MPI_Comm_create_group`): the other ranks take no part, and calls with different tags (below
+    /// [`RESERVED_TAGS`]) may run at once, from several threads, without being confused.
+    fn subgroup(&self, members: &[usize], tag: Tag) -> Result<Box<dyn Comm>>;
+}
+
+/// Checks the arguments of [`Comm::subgroup`] on rank `rank` of a communicator of `size`.
+fn check_subgroup(members: &[usize], tag: Tag, rank: usize, size: usize) -> Result<()> {
+    check_tag(tag)?;
+    for (i, &m) in members.iter().enumerate() {
+        check_rank(m, size)?;
+        if members[..i].contains(&m) {
+            return Err(CommError::Argument(format!(
+                "subgroup {members:?} names rank {m} twice"
+            )));
+        }
+    }
+    if members.contains(&rank) {
+        Ok(())
+    } else {
+        Err(CommError::Argument(format!(
+            "rank {rank} is not in the subgroup {members:?} it makes"
+        )))
+    }
 }
 
 /// Checks that an application's `tag` is below the collectives' tags.

@@ -11,8 +11,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use crate::{
-    check_rank, check_split, check_tag, Comm, CommError, Op, Received, Result, Source, Tag, Values,
-    RESERVED_TAGS,
+    check_rank, check_split, check_subgroup, check_tag, Comm, CommError, Op, Received, Result, Source, Tag,
+    Values, RESERVED_TAGS,
 };
 
 const TAG_BCAST: Tag = RESERVED_TAGS;
@@ -99,11 +99,16 @@ impl Drop for LocalComm {
 
 impl LocalComm {
     fn post(&self, dest: usize, tag: Tag, bytes: Vec<u8>) -> Result<()> {
+        self.post_in(self.context, dest, tag, bytes)
+    }
+
+    /// Posts in `context` (this communicator's, or the one its subgroups are made in).
+    fn post_in(&self, context: u64, dest: usize, tag: Tag, bytes: Vec<u8>) -> Result<()> {
         check_rank(dest, self.members.len())?;
         let mailbox = &self.shared.boxes[self.members[dest]];
         let mut queue = mailbox.queue.lock().unwrap_or_else(|p| p.into_inner());
         queue.push_back(Mail {
-            context: self.context,
+            context,
             from: self.members[self.rank],
             tag,
             bytes,
@@ -113,6 +118,11 @@ impl LocalComm {
     }
 
     fn take(&self, source: Source, tag: Tag) -> Result<Received> {
+        self.take_in(self.context, source, tag)
+    }
+
+    /// Takes from `context` (see [`LocalComm::post_in`]).
+    fn take_in(&self, context: u64, source: Source, tag: Tag) -> Result<Received> {
         let from = match source {
             Source::Rank(r) => {
                 check_rank(r, self.members.len())?;
@@ -125,7 +135,7 @@ impl LocalComm {
         loop {
             let found = queue
                 .iter()
-                .position(|m| m.context == self.context && m.tag == tag && from.is_none_or(|f| m.from == f));
+                .position(|m| m.context == context && m.tag == tag && from.is_none_or(|f| m.from == f));
             if let Some(at) = found {
                 let mail = queue.remove(at).expect("the position just found");
                 let rank = self.members.iter().position(|&w| w == mail.from).unwrap_or(0);
@@ -380,6 +390,34 @@ impl Comm for LocalComm {
             world: false,
         })))
     }
+
+    fn subgroup(&self, members: &[usize], tag: Tag) -> Result<Box<dyn Comm>> {
+        check_subgroup(members, tag, self.rank, self.size())?;
+        // The first member draws the context and tells the others, in a context of this communicator's own that no
+        // communicator has (contexts are drawn upwards from 1), with the caller's tag.
+        let making = u64::MAX - self.context;
+        let context = if members[0] == self.rank {
+            let context = self.shared.next_context.fetch_add(1, Ordering::SeqCst);
+            for &m in &members[1..] {
+                self.post_in(making, m, tag, context.to_le_bytes().to_vec())?;
+            }
+            context
+        } else {
+            let bytes = self.take_in(making, Source::Rank(members[0]), tag)?.bytes;
+            let word: [u8; 8] = bytes.as_slice().try_into().map_err(|_| CommError::Mismatch {
+                what: "subgroup",
+                message: format!("a context of {} bytes", bytes.len()),
+            })?;
+            u64::from_le_bytes(word)
+        };
+        Ok(Box::new(LocalComm {
+            shared: self.shared.clone(),
+            context,
+            members: members.iter().map(|&m| self.members[m]).collect(),
+            rank: members.iter().position(|&m| m == self.rank).unwrap_or(0),
+            world: false,
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -489,6 +527,42 @@ pub(crate) mod tests {
         });
         assert_eq!(out[2].1, [2, 0]);
         assert_eq!(out[3].1, [3, 1]);
+    }
+
+    /// Subgroups made by their members alone, two at once between the same ranks (told apart by their tags), in the
+    /// members' order; rank 0 takes no part, and a rank outside the members it names is refused.
+    #[test]
+    fn subgroups_are_made_by_their_members_alone() {
+        let out = on_ranks(4, |comm| {
+            let r = comm.rank();
+            if r == 0 {
+                let outside = comm.subgroup(&[1, 2], 3).map(|_| ()).unwrap_err();
+                assert!(matches!(outside, CommError::Argument(_)), "{outside}");
+                return Vec::new();
+            }
+            let shared = Arc::new(comm);
+            let threads: Vec<_> = [(vec![3, 1, 2], 4u16), (vec![2, 3], 5)]
+                .into_iter()
+                .filter(|(members, _)| members.contains(&r))
+                .map(|(members, tag)| {
+                    let comm = Arc::clone(&shared);
+                    std::thread::spawn(move || {
+                        let sub = comm.subgroup(&members, tag).expect("subgroup");
+                        let mut b = if sub.rank() == 0 {
+                            vec![tag as u8]
+                        } else {
+                            Vec::new()
+                        };
+                        sub.bcast(0, &mut b).expect("bcast");
+                        (tag, sub.rank(), sub.size(), b[0])
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().expect("thread")).collect()
+        });
+        assert_eq!(out[1], [(4, 1, 3, 4)]);
+        assert_eq!(out[2], [(4, 2, 3, 4), (5, 0, 2, 5)]);
+        assert_eq!(out[3], [(4, 0, 3, 4), (5, 1, 2, 5)]);
     }
 
     /// A receive that only gone ranks could answer fails instead of waiting for ever (from a rank, and from any

@@ -7,12 +7,15 @@ use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::datatype::PartitionMut;
 use mpi::environment::Threading;
 use mpi::point_to_point::{Destination, Source as MpiSource};
-use mpi::topology::{Color, Communicator, SimpleCommunicator};
+use mpi::topology::{Color, Communicator, Group, SimpleCommunicator};
 use mpi::Count;
 
 use std::rc::Rc;
 
-use crate::{check_rank, check_split, check_tag, Comm, CommError, Op, Received, Result, Source, Tag, Values};
+use crate::{
+    check_rank, check_split, check_subgroup, check_tag, Comm, CommError, Op, Received, Result, Source, Tag,
+    Values,
+};
 
 /// MPI, started; it is finalised when this and every communicator made from it are dropped.
 pub struct MpiUniverse {
@@ -264,6 +267,20 @@ impl Comm for MpiComm {
                 comm,
                 _universe: self._universe.clone(),
             }) as Box<dyn Comm>
+        }))
+    }
+
+    fn subgroup(&self, members: &[usize], tag: Tag) -> Result<Box<dyn Comm>> {
+        check_subgroup(members, tag, self.rank(), self.size())?;
+        let ranks: Vec<mpi::Rank> = members.iter().map(|&m| m as mpi::Rank).collect();
+        let group = self.comm.group().include(&ranks);
+        let comm = self
+            .comm
+            .split_by_subgroup_with_tag(&group, mpi::Tag::from(tag))
+            .ok_or_else(|| CommError::Mpi(format!("MPI made no communicator of the subgroup {members:?}")))?;
+        Ok(Box::new(MpiComm {
+            comm,
+            _universe: self._universe.clone(),
         }))
     }
 }

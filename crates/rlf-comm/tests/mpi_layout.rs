@@ -2,8 +2,8 @@
 //! `cargo test`, this binary starts `mpirun` on itself for each case, with a time limit; given `--rank LEARNERS
 //! PER_ENV` it is one rank of that case, and a rank that finds something wrong aborts the whole job (no rank is left
 //! waiting in a collective).
-//! - Collectives: point to point from a rank and from any, broadcast, gather by rank, reduce, and an allreduce whose
-//!   result has the same bits on every rank.
+//! - Collectives: point to point from a rank and from any, broadcast, gather by rank, reduce, an allreduce whose
+//!   result has the same bits on every rank, and subgroups made by their members alone, two at once from two threads.
 //! - Layouts: 3, 4 and 5 ranks with `process_per_env` 1, 2 and every rank, and `learner_procs` 1 and 2: every rank's
 //!   agent, env and learner communicators hold exactly the members EXARL's rules give, and each env group's lead is
 //!   its rank 0 (with two learners too, where EXARL errs).
@@ -12,10 +12,10 @@
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use rlf_comm::{Comm, Communicators, Layout, MpiUniverse, Op, Source, Values};
+use rlf_comm::{Comm, Communicators, Layout, MpiThreadWorld, MpiUniverse, Op, Source, Values};
 
 fn rank_main(learner_procs: usize, process_per_env: usize) -> ExitCode {
-    let universe = match MpiUniverse::init() {
+    let universe = match MpiUniverse::init_threaded() {
         Ok(u) => u,
         Err(e) => {
             eprintln!("error: {e}");
@@ -33,7 +33,14 @@ fn rank_main(learner_procs: usize, process_per_env: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = collectives(&world) {
+    let threads = match universe.thread_world() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = collectives(&world, &threads) {
         eprintln!("rank {rank}: {e}");
         world.abort(1);
     }
@@ -53,7 +60,7 @@ fn rank_main(learner_procs: usize, process_per_env: usize) -> ExitCode {
 }
 
 /// The collectives' semantics on this world; an error names what differed.
-fn collectives(world: &dyn Comm) -> Result<(), String> {
+fn collectives(world: &dyn Comm, threads: &MpiThreadWorld) -> Result<(), String> {
     let (rank, size) = (world.rank(), world.size());
     let e = |e: rlf_comm::CommError| e.to_string();
     // From a rank: the last rank sends rank 0 two messages, taken in the order sent.
@@ -111,7 +118,46 @@ fn collectives(world: &dyn Comm) -> Result<(), String> {
     if root != bits {
         return Err("allreduce gave different bits on different ranks".into());
     }
+    subgroups(world, threads)?;
     world.barrier().map_err(e)
+}
+
+/// Subgroups made by their members alone: the last two ranks make two, in reverse rank order and with different
+/// tags, one from each of two threads at once, while rank 0 makes none; each is broadcast in from its rank 0.
+fn subgroups(world: &dyn Comm, threads: &MpiThreadWorld) -> Result<(), String> {
+    let (rank, size) = (world.rank(), world.size());
+    if rank + 2 < size {
+        return Ok(());
+    }
+    let pair = [size - 1, size - 2];
+    let threads: Vec<_> = [9u16, 10]
+        .into_iter()
+        .map(|tag| {
+            let threads = threads.clone();
+            std::thread::spawn(move || -> Result<(), String> {
+                let world = threads.world();
+                let sub = world.subgroup(&pair, tag).map_err(|e| e.to_string())?;
+                let mut b = if sub.rank() == 0 {
+                    vec![tag as u8; 3]
+                } else {
+                    Vec::new()
+                };
+                sub.bcast(0, &mut b).map_err(|e| e.to_string())?;
+                let want_rank = pair.iter().position(|&r| r == rank);
+                if b != vec![tag as u8; 3] || Some(sub.rank()) != want_rank || sub.size() != 2 {
+                    return Err(format!(
+                        "subgroup {pair:?} tag {tag}: rank {} got {b:?}",
+                        sub.rank()
+                    ));
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .map(|t| t.join().map_err(|_| "a subgroup thread panicked".to_owned())?)
+        .collect()
 }
 
 fn mpirun(ranks: usize, learner_procs: usize, process_per_env: usize) -> (bool, String, Duration) {
