@@ -20,6 +20,7 @@ pub mod config;
 pub mod distributed;
 pub mod enjoy;
 pub mod env;
+pub mod env_group;
 mod error;
 pub mod experiment;
 pub mod learning;
