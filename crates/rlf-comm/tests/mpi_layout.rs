@@ -156,8 +156,7 @@ fn subgroups(world: &dyn Comm, threads: &MpiThreadWorld) -> Result<(), String> {
         .collect();
     threads
         .into_iter()
-        .map(|t| t.join().map_err(|_| "a subgroup thread panicked".to_owned())?)
-        .collect()
+        .try_for_each(|t| t.join().map_err(|_| "a subgroup thread panicked".to_owned())?)
 }
 
 fn mpirun(ranks: usize, learner_procs: usize, process_per_env: usize) -> (bool, String, Duration) {

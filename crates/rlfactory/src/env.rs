@@ -9,6 +9,7 @@ pub use rlf_env::{
 use rand_pcg::Pcg64Mcg;
 
 use crate::config::{ContinuousActionMode, EnvConfig};
+use crate::env_group::{EnvGroup, GroupVecEnv};
 use crate::error::{Result, RlfError};
 
 /// What the models and the trajectory slots are built from: each agent's spaces, the agents per
@@ -122,6 +123,8 @@ pub enum Envs {
     Single(VecEnv),
     /// Multi-agent envs.
     Multi(MultiVecEnv),
+    /// Single-agent envs stepped over an env group's ranks (`--process_per_env` under `--mpi`).
+    Group(GroupVecEnv),
 }
 
 impl Envs {
@@ -137,10 +140,25 @@ impl Envs {
         Ok(Envs::Multi(MultiVecEnv::new(envs)?))
     }
 
+    /// `n` envs of `cfg`'s single-agent env stepped over `group`'s ranks, on the communicator of the lead's split
+    /// `channel` (the members serve it: [`crate::env_group::serve_share`]).
+    pub fn make_in_group(
+        registry: &EnvRegistry,
+        cfg: &EnvConfig,
+        n: usize,
+        group: &EnvGroup,
+        channel: usize,
+    ) -> Result<Self> {
+        let comm = group.comm(channel)?;
+        let group = GroupVecEnv::lead(comm, n, |k| Ok(VecEnv::from_registry(registry, &cfg.env, k)?))?;
+        Ok(Envs::Group(group))
+    }
+
     /// Columns: envs × agents.
     pub fn num_columns(&self) -> usize {
         match self {
             Envs::Single(v) => v.num_envs(),
+            Envs::Group(g) => g.num_envs(),
             Envs::Multi(m) => m.num_columns(),
         }
     }
@@ -148,7 +166,7 @@ impl Envs {
     /// Agents per env (1 for single-agent envs).
     pub fn num_agents(&self) -> usize {
         match self {
-            Envs::Single(_) => 1,
+            Envs::Single(_) | Envs::Group(_) => 1,
             Envs::Multi(m) => m.num_agents(),
         }
     }
@@ -156,7 +174,7 @@ impl Envs {
     /// The agents' names (`agent_0` for a single-agent env).
     pub fn agent_names(&self) -> Vec<String> {
         match self {
-            Envs::Single(_) => vec!["agent_0".to_owned()],
+            Envs::Single(_) | Envs::Group(_) => vec!["agent_0".to_owned()],
             Envs::Multi(m) => (0..m.num_agents()).map(|a| m.agent_name(a)).collect(),
         }
     }
@@ -165,6 +183,7 @@ impl Envs {
     pub fn obs_dim(&self) -> usize {
         match self {
             Envs::Single(v) => v.obs_dim(),
+            Envs::Group(g) => g.obs_dim(),
             Envs::Multi(m) => m.obs_dim(),
         }
     }
@@ -173,6 +192,7 @@ impl Envs {
     pub fn action_spaces(&self) -> Vec<Space> {
         match self {
             Envs::Single(v) => vec![v.action_space().clone()],
+            Envs::Group(g) => vec![g.action_space().clone()],
             Envs::Multi(m) => (0..m.num_agents())
                 .filter_map(|a| m.agent_action_space(a).cloned())
                 .collect(),
@@ -182,7 +202,7 @@ impl Envs {
     /// The names of the envs' built-in players (none for single-agent envs).
     pub fn builtin_players(&self) -> &[&'static str] {
         match self {
-            Envs::Single(_) => &[],
+            Envs::Single(_) | Envs::Group(_) => &[],
             Envs::Multi(m) => m.builtin_players(),
         }
     }
@@ -191,7 +211,7 @@ impl Envs {
     /// `c`'s agent now; `None` when the agent does not act next.
     pub fn builtin_action(&self, c: usize, player: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
         match self {
-            Envs::Single(_) => None,
+            Envs::Single(_) | Envs::Group(_) => None,
             Envs::Multi(m) => m.builtin_action(c, player, rng),
         }
     }
@@ -200,6 +220,7 @@ impl Envs {
     pub fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<()> {
         match self {
             Envs::Single(v) => v.reset(seed, obs)?,
+            Envs::Group(g) => g.reset(seed, obs)?,
             Envs::Multi(m) => m.reset(seed, obs)?,
         }
         Ok(())
@@ -209,6 +230,7 @@ impl Envs {
     pub fn step(&mut self, actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<()> {
         match self {
             Envs::Single(v) => v.step(actions, out)?,
+            Envs::Group(g) => g.step(actions, out)?,
             Envs::Multi(m) => m.step(actions, out)?,
         }
         Ok(())
@@ -217,7 +239,7 @@ impl Envs {
     /// Whether column `c` acted in the last step (always, for single-agent envs).
     pub fn acted(&self, c: usize) -> bool {
         match self {
-            Envs::Single(_) => true,
+            Envs::Single(_) | Envs::Group(_) => true,
             Envs::Multi(m) => m.acted().get(c).copied().unwrap_or(false),
         }
     }
@@ -225,7 +247,7 @@ impl Envs {
     /// Whether column `c` acts in the next step (always, for single-agent envs).
     pub fn acts_next(&self, c: usize) -> bool {
         match self {
-            Envs::Single(_) => true,
+            Envs::Single(_) | Envs::Group(_) => true,
             Envs::Multi(m) => m.active().get(c).copied().unwrap_or(false),
         }
     }
@@ -234,6 +256,7 @@ impl Envs {
     pub fn final_observation(&self, c: usize) -> Option<&[f32]> {
         match self {
             Envs::Single(v) => v.final_observation(c),
+            Envs::Group(g) => g.final_observation(c),
             Envs::Multi(_) => None,
         }
     }
@@ -242,6 +265,7 @@ impl Envs {
     pub fn finished(&self, c: usize) -> Option<EpisodeStats> {
         match self {
             Envs::Single(v) => v.infos().get(c).and_then(|i| i.episode),
+            Envs::Group(g) => g.infos().get(c).and_then(|i| i.episode),
             Envs::Multi(m) => m.finished().get(c).copied().flatten(),
         }
     }

@@ -19,7 +19,6 @@ use rlf_comm::{Comm, Tag};
 use rlf_env::{ActionBatch, EpisodeStats, Info, Space, StepBuffers, VecBuffers, VecEnv};
 use serde::{Deserialize, Serialize};
 
-use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 use crate::runner::WorldMaker;
 
@@ -526,6 +525,7 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::EnvRegistry;
     use rlf_comm::LocalWorld;
 
     /// The actions of step `t`: a fixed pattern that ends episodes at various times.

@@ -182,6 +182,60 @@ fn async_three_ranks_learn_cartpole_and_count_their_traffic() {
     assert_no_segments(&pids);
 }
 
+/// `--process_per_env 2` with 3 ranks: the learner and one env group of two ranks, whose lead's rollout workers step
+/// their envs over both ranks (16 CartPoles per split, 8 on each). It learns; the member rank stepped its share of
+/// every split's envs in lockstep with the lead: the run's frames are its steps times the envs of a split (less the
+/// steps after the last progress report), and every rank of the job is gone at the end, with its shared memory.
+#[test]
+fn an_env_group_of_two_ranks_steps_in_lockstep_and_learns() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = temp_dir("mpi-group");
+    let json = dir.path().join("summary.json");
+    let args = flags(
+        dir.path(),
+        &[
+            "--process_per_env=2",
+            "--num_workers=2",
+            "--worker_num_splits=2",
+            "--num_envs_per_worker=32",
+            "--stop_at_reward=475",
+            "--train_for_seconds=150",
+            &format!("--summary_json={}", json.display()),
+        ],
+    );
+    let out = mpirun(3, "group", &args).output().expect("run mpirun");
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let s = summary(&json);
+    assert_eq!(s["stop_reason"], "reward", "{s}");
+    assert!(s["mean_return"].as_f64().expect("mean_return") >= 475.0, "{s}");
+    let member = rank_log(dir.path(), 2, &log);
+    let line = member
+        .lines()
+        .find(|l| l.starts_with("[rlfactory] rank 2: stepped "))
+        .unwrap_or_else(|| panic!("no line of the member's steps:\n{member}"));
+    assert!(
+        line.contains("of 8 env(s) in each of 4 split(s) for lead rank 1 (group [1, 2])"),
+        "{line}"
+    );
+    let steps: u64 = line
+        .split_whitespace()
+        .nth(4)
+        .and_then(|n| n.parse().ok())
+        .expect("the member's steps");
+    let frames = s["env_frames"].as_u64().expect("env_frames");
+    let stepped = steps * 16;
+    assert!(
+        frames <= stepped && frames * 10 >= stepped * 9,
+        "{frames} frames, the member stepped {steps} steps of 16-env splits"
+    );
+    wait_gone(
+        &tagged("group").iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        Duration::from_secs(30),
+    );
+    assert!(tagged("group").is_empty(), "no process of the job is left");
+}
+
 #[test]
 fn sync_workflow_learns_cartpole_in_lockstep_rounds() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -331,9 +385,9 @@ struct Ended {
 /// A job of 3 ranks tagged `tag`, stopped only by a signal: once the learner rank prints its first progress line,
 /// rank 2 (a child of mpirun) gets `signal`. Checks that the job ended on its own after it, that the learner saved a
 /// checkpoint as it stopped, and that no process or shared-memory segment of the job is left.
-fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal) -> Ended {
+fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal, extra: &[&str]) -> Ended {
     let dir = temp_dir(tag);
-    let args = flags(
+    let mut args = flags(
         dir.path(),
         &[
             "--train_for_seconds=120",
@@ -341,6 +395,7 @@ fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal) ->
             "--stop_at_reward=100000",
         ],
     );
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     let run = spawn(&mut mpirun(3, tag, &args));
     let start = Instant::now();
     let mut log = Vec::new();
@@ -385,7 +440,7 @@ fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal) ->
 #[test]
 fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let ended = signal_rank_2("mpi-kill", "5", rustix::process::Signal::KILL);
+    let ended = signal_rank_2("mpi-kill", "5", rustix::process::Signal::KILL, &[]);
     let log = &ended.log;
     assert!(!ended.status.success(), "{log}");
     // mpirun notices the death at once and names the rank.
@@ -404,7 +459,7 @@ fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing(
 fn a_hung_actor_rank_stops_the_job_within_the_heartbeat_interval() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     // SIGSTOP: rank 2 stays alive (mpirun sees nothing wrong) but stops answering.
-    let ended = signal_rank_2("mpi-hang", "3", rustix::process::Signal::STOP);
+    let ended = signal_rank_2("mpi-hang", "3", rustix::process::Signal::STOP, &[]);
     let log = &ended.log;
     assert!(!ended.status.success(), "{log}");
     assert!(
@@ -419,21 +474,64 @@ fn a_hung_actor_rank_stops_the_job_within_the_heartbeat_interval() {
     );
 }
 
+/// An env group's member rank hung by SIGSTOP: its lead waits for it in a collective, and the learner rank names it
+/// and ends the job within the heartbeat interval (and as long again), after its checkpoint.
+#[test]
+fn a_hung_member_of_an_env_group_stops_the_job() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ended = signal_rank_2(
+        "mpi-member",
+        "3",
+        rustix::process::Signal::STOP,
+        &["--process_per_env=2"],
+    );
+    let log = &ended.log;
+    assert!(!ended.status.success(), "{log}");
+    assert!(
+        log.contains("actor rank 2 sent nothing for"),
+        "the learner rank names the silent member:\n{log}"
+    );
+    assert!(
+        ended.took < Duration::from_secs(12),
+        "stopped {:?} after rank 2 hung (--heartbeat_interval 3)",
+        ended.took
+    );
+}
+
 #[test]
 fn an_impossible_layout_fails_on_every_rank_with_one_line() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = temp_dir("mpi-layout");
-    for (ranks, flag, expected) in [
+    let cases: [(usize, &[&str], &str); 5] = [
         // 1 learner and 3 actor ranks, which groups of 2 cannot hold.
-        (4, "--process_per_env=2", "multiple of process_per_env"),
+        (4, &["--process_per_env=2"], "multiple of process_per_env"),
         // 2 learners and 1 actor rank: a learner would have no data.
         (
             3,
-            "--learner_procs=2",
+            &["--learner_procs=2"],
             "every learner needs an actor rank of its own",
         ),
-    ] {
-        let args = flags(dir.path(), &[flag]);
+        // EXARL's one group of every rank: the learner rank would step envs.
+        (3, &["--process_per_env=3"], "the learner rank steps no envs here"),
+        // Groups of 2 ranks for splits of 1 env.
+        (
+            3,
+            &[
+                "--process_per_env=2",
+                "--num_envs_per_worker=2",
+                "--worker_num_splits=2",
+            ],
+            "must be at least 2",
+        ),
+        // Envs that span ranks are single-agent.
+        (
+            3,
+            &["--process_per_env=2", "--env=treasurehunt"],
+            "spreads single-agent native envs",
+        ),
+    ];
+    for (ranks, extra, expected) in cases {
+        let args = flags(dir.path(), extra);
         let start = Instant::now();
         let out = mpirun(ranks, "layout", &args).output().expect("run mpirun");
         let log = text(&out.stderr);

@@ -15,6 +15,7 @@ use super::plane::{DataPlane, RankPart};
 use super::stats::Runner;
 use crate::config::Config;
 use crate::env::EnvRegistry;
+use crate::env_group::EnvGroup;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::{Batch, Batcher, PbtUpdate, PbtWeightsSaved, PolicyUpdated, TrainingReport};
 use crate::pbt::Pbt;
@@ -71,6 +72,8 @@ pub(super) struct Parts {
     pub link_ends: Option<LinkEnds>,
     /// What the learner averages its gradients with (main process of one of several learner ranks).
     pub learner_sync: Option<LearnerSync>,
+    /// The env group the rollout workers step their envs over (main process of a group's lead rank).
+    pub env_group: Option<EnvGroup>,
 }
 
 /// The component graph:
@@ -104,6 +107,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         part,
         link_ends,
         learner_sync,
+        env_group,
     } = parts;
     let mut link_ends = link_ends;
     let s = &cfg.sampling;
@@ -119,11 +123,20 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     let num_workers = part.pools(&cfg);
 
     // Loops and objects. An MPI rank has only its half of them, and a link in place of the other.
+    // An env group's lead steps its envs over MPI, which only the rank's main process may use: its rollout workers
+    // run on threads.
+    let in_group = part.ranks().per_env > 1;
     let workers: Vec<_> = (0..if samples { num_workers } else { 0 })
         .map(|i| {
-            let l = app.process_loop(&format!("rollout_worker_{i}"));
-            app.restart_on_failure(l, cfg.run.max_worker_restarts);
-            app.object::<RolloutNode>(l, &format!("rollout_worker_{i}"))
+            let name = format!("rollout_worker_{i}");
+            let l = if in_group {
+                app.thread_loop(&name)
+            } else {
+                let l = app.process_loop(&name);
+                app.restart_on_failure(l, cfg.run.max_worker_restarts);
+                l
+            };
+            app.object::<RolloutNode>(l, &name)
         })
         .collect();
     let inference: Vec<_> = (0..if samples { s.policy_workers_per_policy } else { 0 })
@@ -373,8 +386,9 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     for ((i, &w), signals) in workers.iter().enumerate().zip(worker_signals) {
         let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
         let place = (part.global_worker(i), part.all_workers(&cfg));
+        let group = env_group.clone();
         app.construct(w, move || {
-            RolloutNode::new(i, place, cfg, registry, &plane, signals)
+            RolloutNode::new(i, place, cfg, registry, &plane, signals, group)
         });
     }
     for (&inf, signals) in inference.iter().zip(actions_ready) {

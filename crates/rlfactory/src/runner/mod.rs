@@ -34,6 +34,7 @@ use self::mpi::LearnerSync;
 use self::plane::{create_plane, GraphSpec, RankPart};
 use crate::config::Config;
 use crate::env::{EnvRegistry, EnvSpec};
+use crate::env_group::EnvGroup;
 use crate::error::{Result, RlfError};
 use crate::experiment::ExperimentRun;
 
@@ -65,6 +66,7 @@ pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(
         part: spec.part,
         link_ends: None,
         learner_sync: None,
+        env_group: None,
     };
     build_graph(app, parts)
 }
@@ -94,7 +96,7 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
 /// As [`train`], with the envs of `registry` (the binary's children must build their graph with
 /// the same registry: see [`child_build_with`]).
 pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -> Result<Summary> {
-    run_part(cfg, registry, process_start, RankPart::Whole, None, None)?
+    run_part(cfg, registry, process_start, RankPart::Whole, None, None, None)?
         .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))
 }
 
@@ -108,6 +110,7 @@ fn run_part(
     part: RankPart,
     link_ends: Option<LinkEnds>,
     learner_sync: Option<LearnerSync>,
+    env_group: Option<EnvGroup>,
 ) -> Result<Option<Summary>> {
     tch::set_num_threads(cfg.run.num_threads);
     let (experiment, resumed) = if cfg.run.save_experiment && part.learns() {
@@ -140,6 +143,7 @@ fn run_part(
         part,
         link_ends,
         learner_sync,
+        env_group,
     };
     let app = App::new("rlfactory")
         .with_config(&spec)

@@ -23,7 +23,8 @@ use super::adapters::{
 use super::plane::RankPart;
 use super::summary::{StopReason, Summary};
 use crate::config::Config;
-use crate::env::EnvRegistry;
+use crate::env::{EnvRegistry, VecEnv};
+use crate::env_group::{serve_share, EnvGroup, Shares, MAX_CHANNELS};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
 use crate::sampling::BufferReleased;
@@ -108,9 +109,45 @@ fn comm_error(e: rlf_comm::CommError) -> RlfError {
     }
 }
 
-/// Sends what the link posts, in order, until every sender of `outgoing` is dropped.
-fn send_all(comm: &dyn Comm, outgoing: &Receiver<Outgoing>, traffic: &Traffic) -> Result<()> {
+/// Sends what the link posts until every sender of `outgoing` is dropped: in order to each rank, on a thread per
+/// destination (started at its first message, with its own handle on the world), so that a peer that stops taking
+/// messages (a hung rank whose buffers are full) holds up its own messages only, not the heartbeats and the `Stop`
+/// of the others. Returns the first lane's error once every lane has sent all it was given.
+fn send_all(maker: &Arc<dyn WorldMaker>, outgoing: &Receiver<Outgoing>, link: &Arc<Shared>) -> Result<()> {
+    let mut lanes: Vec<(usize, Sender<Outgoing>, thread::JoinHandle<Result<()>>)> = Vec::new();
     for o in outgoing {
+        let at = match lanes.iter().position(|(dest, ..)| *dest == o.dest) {
+            Some(at) => at,
+            None => {
+                let (lane, messages) = mpsc::channel();
+                let (maker, link) = (Arc::clone(maker), Arc::clone(link));
+                let handle = thread::Builder::new()
+                    .name(format!("mpi_send_{}", o.dest))
+                    .spawn(move || send_lane(&*maker.world(), &messages, &link.traffic))
+                    .map_err(|e| RlfError::EventLoop(format!("cannot start a sending thread: {e}")))?;
+                lanes.push((o.dest, lane, handle));
+                lanes.len() - 1
+            }
+        };
+        // A lane that ended has failed: its error comes at the end.
+        let _ = lanes[at].1.send(o);
+    }
+    let mut first_error = Ok(());
+    for (dest, lane, handle) in lanes {
+        drop(lane);
+        let sent = handle.join().unwrap_or_else(|_| {
+            Err(RlfError::EventLoop(format!(
+                "the sending thread to rank {dest} panicked"
+            )))
+        });
+        first_error = first_error.and(sent);
+    }
+    first_error
+}
+
+/// Sends `messages` in order, until their sender is dropped.
+fn send_lane(comm: &dyn Comm, messages: &Receiver<Outgoing>, traffic: &Traffic) -> Result<()> {
+    for o in messages {
         comm.send(o.dest, o.tag, &o.bytes).map_err(comm_error)?;
         traffic.sent_messages.fetch_add(1, Ordering::Relaxed);
         traffic
@@ -329,10 +366,14 @@ fn check_layout(cfg: &Config, registry: &EnvRegistry, size: usize, ranks: Ranks)
     let d = &cfg.distributed;
     let layout =
         Layout::new(size, d.learner_procs, d.process_per_env).map_err(|e| RlfError::Config(e.to_string()))?;
+    if layout.shared() && size > 1 {
+        return Err(RlfError::Config(format!(
+            "{size} ranks with --process_per_env {size}: the learner rank steps no envs here; \
+             give the env groups ranks of their own (ranks = --learner_procs + a multiple of --process_per_env)"
+        )));
+    }
     if d.process_per_env > 1 {
-        return Err(RlfError::Config(
-            "--mpi runs one rank per env so far: --process_per_env 1".into(),
-        ));
+        check_env_groups(cfg, registry, d.process_per_env)?;
     }
     if ranks.actors < ranks.learners {
         return Err(RlfError::Config(format!(
@@ -359,6 +400,107 @@ fn check_layout(cfg: &Config, registry: &EnvRegistry, size: usize, ranks: Ranks)
         }
     }
     Ok(layout)
+}
+
+/// What envs that span the ranks of a group need: single-agent native envs, and at least one env per rank in every
+/// split of a rollout worker.
+fn check_env_groups(cfg: &Config, registry: &EnvRegistry, per_env: usize) -> Result<()> {
+    let s = &cfg.sampling;
+    let env = &cfg.env.env;
+    if registry.is_multi_agent(env) || rlf_env::runs_python(env) {
+        return Err(RlfError::Config(format!(
+            "--process_per_env {per_env} spreads single-agent native envs (CartPole-v1, ...) over a group's ranks, \
+             not {env}"
+        )));
+    }
+    let per_split = s.num_envs_per_worker / s.worker_num_splits;
+    if per_split < per_env {
+        return Err(RlfError::Config(format!(
+            "--process_per_env {per_env} shares each split's envs over {per_env} ranks: --num_envs_per_worker / \
+             --worker_num_splits ({per_split}) must be at least {per_env}"
+        )));
+    }
+    let channels = s.num_workers * s.worker_num_splits;
+    if channels > MAX_CHANNELS {
+        return Err(RlfError::Config(format!(
+            "--process_per_env {per_env}: at most {MAX_CHANNELS} splits per actor rank (--num_workers * \
+             --worker_num_splits is {channels})"
+        )));
+    }
+    Ok(())
+}
+
+/// A member rank of an env group: it steps its share of the envs of every split of its lead's rollout workers, each
+/// on a thread with the split's own communicator, until the lead closes them, and sends its learner a heartbeat
+/// every quarter of `--heartbeat_interval` meanwhile. A communication error on a thread leaves its lead waiting in a
+/// collective: the rank aborts the job.
+fn serve_member(
+    cfg: &Config,
+    registry: &EnvRegistry,
+    ranks: Ranks,
+    maker: &Arc<dyn WorldMaker>,
+    outgoing: &Sender<Outgoing>,
+) -> Result<Option<Summary>> {
+    let s = &cfg.sampling;
+    let group = EnvGroup {
+        maker: Arc::clone(maker),
+        members: ranks.my_group(),
+    };
+    let shares = Shares {
+        total: s.num_envs_per_worker / s.worker_num_splits,
+        ranks: ranks.per_env,
+    };
+    let channels = s.num_workers * s.worker_num_splits;
+    let (done, served) = mpsc::channel();
+    for channel in 0..channels {
+        let (group, registry, env) = (group.clone(), registry.clone(), cfg.env.env.clone());
+        let done = done.clone();
+        thread::Builder::new()
+            .name(format!("env_share_{channel}"))
+            .spawn(move || {
+                let served = group.comm(channel).and_then(|comm| {
+                    serve_share(&*comm, shares, |n| Ok(VecEnv::from_registry(&registry, &env, n)?))
+                });
+                let _ = done.send(served);
+            })
+            .map_err(|e| RlfError::EventLoop(format!("cannot start an env share's thread: {e}")))?;
+    }
+    drop(done);
+    let beat = Duration::from_secs_f64(cfg.run.heartbeat_interval) / 4;
+    let alive = Wire::Alive.encode()?;
+    let (mut steps, mut ended) = (0, 0);
+    while ended < channels {
+        match served.recv_timeout(beat) {
+            Ok(Ok(n)) => {
+                ended += 1;
+                steps += n;
+            }
+            Ok(Err(e)) => {
+                eprintln!(
+                    "[rlfactory] rank {}: an env share of the group {:?} failed: {e}: aborting the MPI job",
+                    ranks.me, group.members
+                );
+                maker.abort(1);
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = outgoing.send(Outgoing {
+                    dest: ranks.learner(),
+                    tag: TO_LEARNER,
+                    bytes: alive.clone(),
+                });
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    eprintln!(
+        "[rlfactory] rank {}: stepped {steps} steps of {} env(s) in each of {channels} split(s) for lead rank {} \
+         (group {:?})",
+        ranks.me,
+        shares.share(ranks.me - group.members[0]),
+        group.members[0],
+        group.members
+    );
+    Ok(None)
 }
 
 /// Starts a named thread running `f`, which reports its end on `done`.
@@ -392,7 +534,8 @@ pub fn train_rank(
     let (rank, size) = (world.rank(), world.size());
     let ranks = Ranks {
         learners: d.learner_procs,
-        actors: size.saturating_sub(d.learner_procs),
+        actors: size.saturating_sub(d.learner_procs) / d.process_per_env.max(1),
+        per_env: d.process_per_env.max(1),
         workers_per_actor: cfg.sampling.num_workers,
         me: rank,
     };
@@ -428,9 +571,7 @@ pub fn train_rank(
     let (outgoing, to_send) = mpsc::channel();
     {
         let (maker, link) = (Arc::clone(&maker), Arc::clone(&link));
-        spawn("mpi_send", &done, move || {
-            send_all(&*maker.world(), &to_send, &link.traffic)
-        })?;
+        spawn("mpi_send", &done, move || send_all(&maker, &to_send, &link))?;
     }
     let mut ends = LinkEnds {
         outgoing: outgoing.clone(),
@@ -456,11 +597,29 @@ pub fn train_rank(
     };
     drop(done);
     let started = Instant::now();
-    let result = super::run_part(cfg, registry, process_start, part, Some(ends), learner_sync);
+    let result = if ranks.is_member() {
+        drop(ends);
+        serve_member(cfg, registry, ranks, &maker, &outgoing)
+    } else {
+        let env_group = (ranks.per_env > 1 && !learner).then(|| EnvGroup {
+            maker: Arc::clone(&maker),
+            members: ranks.my_group(),
+        });
+        super::run_part(
+            cfg,
+            registry,
+            process_start,
+            part,
+            Some(ends),
+            learner_sync,
+            env_group,
+        )
+    };
     // The last messages: `Stop` to every actor rank, or `Stopped` to the learner rank.
     let last = if learner {
         ranks
-            .actor_ranks()
+            .group_ranks()
+            .into_iter()
             .map(|dest| (dest, TO_ACTOR, Wire::Stop))
             .collect()
     } else {
@@ -481,8 +640,9 @@ pub fn train_rank(
         let _ = outgoing.send(Outgoing { dest, tag, bytes });
     }
     drop(outgoing);
-    // Both threads end once the peers' last messages are in; a peer still sending heartbeats (a learner saving its
-    // checkpoint) is waited for, one silent for the whole interval is hung or gone.
+    // Both threads end once the peers' last messages are in; peers still sending heartbeats (a learner saving its
+    // checkpoint) are waited for, but one silent for the whole interval is hung or gone (and may hold up the others:
+    // an env group's lead waits in a collective for a hung member).
     let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
     let peers = if learner {
         ranks.heard_ranks()
@@ -503,7 +663,7 @@ pub fn train_rank(
             Err(RecvTimeoutError::Timeout)
                 if peers
                     .iter()
-                    .any(|&p| !link.liveness.has_stopped(p) && link.liveness.silent_for(p) <= heartbeat) => {}
+                    .all(|&p| link.liveness.has_stopped(p) || link.liveness.silent_for(p) <= heartbeat) => {}
             Err(_) => {
                 let silent = if learner {
                     let hung: Vec<String> = ranks

@@ -123,6 +123,7 @@ impl RankPart {
             RankPart::Whole => Ranks {
                 learners: 1,
                 actors: 0,
+                per_env: 1,
                 workers_per_actor: 1,
                 me: 0,
             },

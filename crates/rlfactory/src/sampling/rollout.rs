@@ -30,6 +30,7 @@ use super::{
 };
 use crate::config::Config;
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
+use crate::env_group::EnvGroup;
 use crate::error::{Result, RlfError};
 use crate::learning::replay::{NStepAdder, TransitionLayout};
 use rand::SeedableRng;
@@ -357,6 +358,7 @@ impl RolloutWorker {
     /// Process `incarnation` of rollout worker `index` of the run configured by `cfg`, with envs
     /// from `registry`, continuing `counts`. Its trajectories go into `pool` (which it marks as
     /// its own), whose free slots it learns from [`on_slots_reclaimed`](Self::on_slots_reclaimed).
+    /// With `group` (an env group's lead rank) each split's envs are stepped over the group's ranks.
     pub fn new(
         index: usize,
         cfg: &Config,
@@ -364,12 +366,19 @@ impl RolloutWorker {
         pool: TrajectoryPool,
         incarnation: u32,
         counts: WorkerCounts,
+        group: Option<&EnvGroup>,
     ) -> Result<Self> {
         let s = &cfg.sampling;
         let per_split = s.num_envs_per_worker / s.worker_num_splits;
         let mut splits = Vec::with_capacity(s.worker_num_splits);
         for k in 0..s.worker_num_splits {
-            let envs = Envs::make(registry, &cfg.env, per_split)?;
+            let envs = match group {
+                Some(group) => {
+                    let channel = index * s.worker_num_splits + k;
+                    Envs::make_in_group(registry, &cfg.env, per_split, group, channel)?
+                }
+                None => Envs::make(registry, &cfg.env, per_split)?,
+            };
             let mapping = cfg.policy_mapping(&envs.agent_names())?;
             let first_env = index * s.num_envs_per_worker + k * per_split;
             let num_agents = envs.num_agents();
@@ -814,7 +823,7 @@ mod tests {
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
         let mut worker =
-            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default()).expect("worker");
+            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
         for slot in 0..2 {
             worker.on_snapshot_taken(&SnapshotTaken {
                 policy: 0,
@@ -898,7 +907,7 @@ mod tests {
             1,
             0.5,
         );
-        let mut worker = RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default())
+        let mut worker = RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None)
             .expect("worker")
             .with_replay(writer);
         worker.start().expect("reset");
@@ -991,7 +1000,7 @@ mod tests {
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
         let mut worker =
-            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default()).expect("worker");
+            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
         worker.start().expect("reset");
         let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
         let (mut obs, mut networks) = (vec![0.0; 8 * shape.obs_dim], vec![0.0; 8]);

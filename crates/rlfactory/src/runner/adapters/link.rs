@@ -178,14 +178,17 @@ impl LinkEnds {
     }
 }
 
-/// Where the ranks are, as rank `me` sees them: the learner ranks come first, then the actor ranks, each fed to
-/// learner `(rank - learners) % learners` (each learner has actor ranks of its own).
+/// Where the ranks are, as rank `me` sees them: the learner ranks come first, then the env groups of `per_env`
+/// ranks each, whose first rank (the lead) is the group's actor rank and the others its members. Group `g` feeds
+/// learner `g % learners` (each learner has actor ranks of its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Ranks {
     /// Learner ranks: `0..learners`.
     pub learners: usize,
-    /// Actor ranks: `learners..learners + actors`.
+    /// Actor ranks (env groups' leads): `learners + g * per_env` for `g` in `0..actors`.
     pub actors: usize,
+    /// Ranks per env group (`--process_per_env`).
+    pub per_env: usize,
     /// Rollout workers per actor rank.
     pub workers_per_actor: usize,
     /// This rank.
@@ -193,33 +196,68 @@ pub(crate) struct Ranks {
 }
 
 impl Ranks {
+    /// The env group of actor or member rank `rank`.
+    fn group(&self, rank: usize) -> usize {
+        (rank - self.learners) / self.per_env
+    }
+
+    /// The actor rank (lead) of env group `g`.
+    fn lead(&self, g: usize) -> usize {
+        self.learners + g * self.per_env
+    }
+
+    /// Whether this rank is a member of an env group but not its lead: it steps envs for the lead.
+    pub fn is_member(&self) -> bool {
+        self.me >= self.learners && (self.me - self.learners) % self.per_env != 0
+    }
+
+    /// The world ranks of this actor or member rank's env group, the lead first.
+    pub fn my_group(&self) -> Vec<usize> {
+        let lead = self.lead(self.group(self.me));
+        (lead..lead + self.per_env).collect()
+    }
+
     /// The learner of this rank: its own number on a learner rank.
     pub fn learner(&self) -> usize {
         if self.me < self.learners {
             self.me
         } else {
-            (self.me - self.learners) % self.learners
+            self.group(self.me) % self.learners
         }
     }
 
-    /// The actor ranks a learner rank hears from: its own, and every actor rank for learner 0 (their progress).
+    /// The ranks a learner rank hears from: those of its env groups, and every actor rank for learner 0 (their
+    /// progress).
     pub fn heard_ranks(&self) -> Vec<usize> {
+        let mut heard = self.group_ranks();
         if self.me == 0 {
-            (self.learners..self.learners + self.actors).collect()
-        } else {
-            self.actor_ranks().collect()
+            heard.extend((0..self.actors).map(|g| self.lead(g)));
+            heard.sort_unstable();
+            heard.dedup();
         }
+        heard
     }
 
-    /// Whether actor rank `rank` feeds this rank's learner.
+    /// Every rank of the env groups that feed this rank's learner: leads and members.
+    pub fn group_ranks(&self) -> Vec<usize> {
+        self.actor_ranks()
+            .flat_map(|lead| lead..lead + self.per_env)
+            .collect()
+    }
+
+    /// Whether actor rank `rank` (a lead) feeds this rank's learner.
     pub fn feeds_me(&self, rank: usize) -> bool {
-        rank >= self.learners && (rank - self.learners) % self.learners == self.learner()
+        rank >= self.learners
+            && (rank - self.learners) % self.per_env == 0
+            && self.group(rank) % self.learners == self.learner()
     }
 
-    /// The actor ranks that feed this rank's learner.
+    /// The actor ranks (leads) that feed this rank's learner.
     pub fn actor_ranks(&self) -> impl Iterator<Item = usize> {
-        let (learners, learner) = (self.learners, self.learner());
-        (learners + learner..learners + self.actors).step_by(learners)
+        let (learners, per_env) = (self.learners, self.per_env);
+        (self.learner()..self.actors)
+            .step_by(learners)
+            .map(move |g| learners + g * per_env)
     }
 
     /// The rollout workers that feed this rank's learner (every actor rank of it has the same).
@@ -229,20 +267,18 @@ impl Ranks {
 
     /// The learner rank's index of worker `worker` of actor rank `rank`.
     pub fn global_worker(&self, rank: usize, worker: usize) -> usize {
-        (rank - self.learners) / self.learners * self.workers_per_actor + worker
+        self.group(rank) / self.learners * self.workers_per_actor + worker
     }
 
     /// The actor rank and its own index of the learner rank's worker `global`.
     pub fn actor_worker(&self, global: usize) -> (usize, usize) {
-        (
-            self.learners + self.learner() + global / self.workers_per_actor * self.learners,
-            global % self.workers_per_actor,
-        )
+        let g = self.learner() + global / self.workers_per_actor * self.learners;
+        (self.lead(g), global % self.workers_per_actor)
     }
 
     /// The whole job's index of this actor rank's worker `worker` (its envs are seeded by it).
     pub fn run_worker(&self, worker: usize) -> usize {
-        (self.me - self.learners) * self.workers_per_actor + worker
+        self.group(self.me) * self.workers_per_actor + worker
     }
 }
 
@@ -348,10 +384,10 @@ impl LearnerLink {
         }
     }
 
-    /// Every quarter of the heartbeat interval: a heartbeat to every actor rank, and the run stops when one has been
-    /// silent for the whole interval.
+    /// Every quarter of the heartbeat interval: a heartbeat to every rank of its env groups, and the run stops when
+    /// one has been silent for the whole interval.
     fn beat(&mut self, ctx: &mut Ctx<'_, Self>) {
-        for rank in self.peers.ranks.actor_ranks() {
+        for rank in self.peers.ranks.group_ranks() {
             if let Err(e) = self.peers.beat(rank, TO_ACTOR, "actor rank") {
                 return ctx.fail(e);
             }
@@ -619,5 +655,35 @@ impl Component for ActorLink {
         if self.inlets.take().is_none_or(|to| to.send(inlets).is_err()) {
             ctx.fail("no receiving thread takes this link's inlets");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ranks;
+
+    /// 2 learners and 3 env groups of 2 ranks (ranks 2-3, 4-5, 6-7): groups 0 and 2 feed learner 0, group 1
+    /// learner 1; workers are numbered by learner, and back.
+    #[test]
+    fn ranks_of_env_groups() {
+        let at = |me| Ranks {
+            learners: 2,
+            actors: 3,
+            per_env: 2,
+            workers_per_actor: 2,
+            me,
+        };
+        assert_eq!(at(0).actor_ranks().collect::<Vec<_>>(), [2, 6]);
+        assert_eq!(at(1).actor_ranks().collect::<Vec<_>>(), [4]);
+        assert_eq!(at(0).group_ranks(), [2, 3, 6, 7]);
+        assert_eq!(at(0).heard_ranks(), [2, 3, 4, 6, 7]);
+        assert_eq!(at(1).heard_ranks(), [4, 5]);
+        assert!(at(0).feeds_me(6) && !at(0).feeds_me(7) && !at(0).feeds_me(4));
+        assert_eq!((at(7).learner(), at(5).learner()), (0, 1));
+        assert!(at(7).is_member() && !at(6).is_member() && !at(1).is_member());
+        assert_eq!(at(7).my_group(), [6, 7]);
+        assert_eq!(at(0).global_worker(6, 1), 3);
+        assert_eq!(at(0).actor_worker(3), (6, 1));
+        assert_eq!(at(6).run_worker(1), 5);
     }
 }

@@ -8,6 +8,7 @@ use rlf_signal::{Component, Ctx, Signal, WorkQueue};
 use super::{or_fail, sent};
 use crate::config::Config;
 use crate::env::EnvRegistry;
+use crate::env_group::EnvGroup;
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
 use crate::runner::counters::CounterLayout;
@@ -41,6 +42,8 @@ pub(in crate::runner) struct RolloutNode {
     cfg: Config,
     registry: EnvRegistry,
     signals: RolloutSignals,
+    /// The env group its envs span (an env group's lead rank).
+    group: Option<EnvGroup>,
 }
 
 /// What a rollout worker maps before it starts: its pool, the counters and, off-policy, the replay buffers.
@@ -56,6 +59,7 @@ impl RolloutNode {
         registry: EnvRegistry,
         plane: &DataPlane,
         signals: RolloutSignals,
+        group: Option<EnvGroup>,
     ) -> Self {
         let setup = plane
             .pools
@@ -77,6 +81,7 @@ impl RolloutNode {
             cfg,
             registry,
             signals,
+            group,
         }
     }
 
@@ -95,9 +100,16 @@ impl RolloutNode {
             before.inherit()
         };
         let (global, workers) = self.place;
-        let mut worker =
-            RolloutWorker::new(self.index, &self.cfg, &self.registry, pool, incarnation, counts)?
-                .in_run(&self.cfg, global, workers);
+        let mut worker = RolloutWorker::new(
+            self.index,
+            &self.cfg,
+            &self.registry,
+            pool,
+            incarnation,
+            counts,
+            self.group.as_ref(),
+        )?
+        .in_run(&self.cfg, global, workers);
         if let Some(replay) = replay {
             worker = worker.with_replay(replay);
         }
