@@ -147,6 +147,13 @@ fn async_three_ranks_learn_cartpole_and_count_their_traffic() {
     assert!(reward >= 475.0, "mean return {reward}");
     // Frames come from the two actor ranks only: the learner rank steps no env.
     assert!(s["env_frames"].as_u64().expect("env_frames") > 0, "{s}");
+    // The learner rank counts the actor ranks' trajectories as they arrive: every one trained on was produced.
+    let count = |key: &str| s[key].as_u64().unwrap_or_else(|| panic!("{key} in {s}"));
+    assert!(
+        count("trajectories_produced") >= count("trajectories_trained") && count("trajectories_trained") > 0,
+        "{s}"
+    );
+    assert_eq!(count("env_frames_lost"), 0, "{s}");
     assert!(
         dir.path().join("exp/checkpoint_p0").is_dir(),
         "the learner rank owns the experiment folder"

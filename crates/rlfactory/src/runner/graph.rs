@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use rlf_shm::ShmArray;
 use rlf_signal::{AppBuilder, BuildError};
 
 use super::adapters::{
@@ -411,7 +412,10 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         let num_policies = s.num_policies;
         app.construct(link, move || {
             let weights = (0..num_policies).map(|p| plane.open_weights(p)).collect();
-            LearnerLink::new(ranks, signals, ends, heartbeat, plane.open_pools(), weights)
+            let mapped = plane
+                .open_pools()
+                .and_then(|pools| Ok((pools, ShmArray::open(&plane.counters)?)));
+            LearnerLink::new(ranks, signals, ends, heartbeat, mapped, weights)
         });
     }
     let (Some(batcher), Some(runner), Some(runner_signals)) = (batcher, runner, runner_signals) else {

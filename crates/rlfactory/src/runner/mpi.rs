@@ -14,12 +14,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rlf_comm::{Comm, Layout, Role, Source};
+use rlf_shm::ShmArray;
 use rlf_signal::{EmitError, Inlet};
 
 use super::adapters::{
     ActorInlets, ActorStopped, LearnerInlets, LinkEnds, LinkFailed, Liveness, Outgoing, Ranks, StopRequested,
     Wire, TO_ACTOR, TO_LEARNER,
 };
+use super::counters::CounterLayout;
 use super::plane::RankPart;
 use super::summary::{StopReason, Summary};
 use crate::config::Config;
@@ -27,7 +29,7 @@ use crate::env::{EnvRegistry, VecEnv};
 use crate::env_group::{serve_share, EnvGroup, Shares, MAX_CHANNELS};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
-use crate::sampling::BufferReleased;
+use crate::sampling::{BufferReleased, WorkerCounts};
 
 /// Makes, on the thread that calls it, that thread's own handle on the world communicator (MPI's, started for
 /// several threads).
@@ -197,6 +199,7 @@ fn receive_on_learner(
     link: &Shared,
 ) -> Result<()> {
     let mut inlets = inlets.recv().ok();
+    let mut counts = vec![WorkerCounts::default(); inlets.as_ref().map_or(0, |to| to.pools.len())];
     let mut first_error = None;
     let mut stopped = 0;
     let heard = ranks.heard_ranks().len();
@@ -216,6 +219,9 @@ fn receive_on_learner(
             Wire::Alive => Ok(()),
             Wire::Started(mut started) => {
                 started.worker = ranks.global_worker(from, started.worker);
+                count(&mut counts, &to.counters, started.worker, |c| {
+                    c.lost_frames += started.lost_frames;
+                });
                 emitted(to.worker_started.emit(&started))
             }
             Wire::Trajectory {
@@ -231,7 +237,10 @@ fn receive_on_learner(
                         message: format!("rank {from} sent a trajectory of a worker it does not have"),
                     })
                     .and_then(|pool| pool.write_slot(ready.buffer, &floats, &versions))
-                    .and_then(|()| emitted(to.trajectory_ready.emit(&ready)))
+                    .and_then(|()| {
+                        count(&mut counts, &to.counters, ready.worker, |c| c.produced += 1);
+                        emitted(to.trajectory_ready.emit(&ready))
+                    })
             }
             Wire::Report(mut report) => {
                 report.worker = ranks.global_worker(from, report.worker);
@@ -251,6 +260,20 @@ fn receive_on_learner(
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Changes the counts of the learner rank's worker `global` with `change` and stores them in `counters` (a worker
+/// out of range was refused with its message).
+fn count(
+    counts: &mut [WorkerCounts],
+    counters: &ShmArray<u64>,
+    global: usize,
+    change: impl FnOnce(&mut WorkerCounts),
+) {
+    if let Some(c) = counts.get_mut(global) {
+        change(c);
+        CounterLayout::store_worker(counters, global, *c);
+    }
 }
 
 /// A receiving thread's first failure: it stops the run through the link (`link_failed`) and is kept for the end.

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rlf_comm::Tag;
-use rlf_shm::SharedWeights;
+use rlf_shm::{SharedWeights, ShmArray};
 use rlf_signal::{Component, Ctx, Inlet, Signal};
 use serde::{Deserialize, Serialize};
 
@@ -303,6 +303,9 @@ pub(crate) struct ActorStopped {
 pub(crate) struct LearnerInlets {
     /// The pools of every actor rank's workers, by the learner rank's worker index.
     pub pools: Vec<TrajectoryPool>,
+    /// This rank's trajectory counters, where the receiving thread counts the remote workers' trajectories as
+    /// they arrive (and their lost frames), for the run's summary.
+    pub counters: ShmArray<u64>,
     pub trajectory_ready: Inlet<TrajectoryReady>,
     pub worker_started: Inlet<WorkerStarted>,
     pub rollout_reported: Inlet<RolloutReport>,
@@ -353,20 +356,20 @@ pub(in crate::runner) struct LearnerLink {
     peers: Peers,
     signals: LearnerLinkSignals,
     inlets: Option<Sender<LearnerInlets>>,
-    pools: Option<Result<Vec<TrajectoryPool>>>,
+    pools: Option<Result<(Vec<TrajectoryPool>, ShmArray<u64>)>>,
     weights: Result<Vec<SharedWeights>>,
     scratch: Vec<f32>,
 }
 
 impl LearnerLink {
-    /// The link of `ranks`, posting to `outgoing` and handing its inlets and the actor ranks' workers' `pools` to
-    /// the receiving thread through `inlets`; it reads each policy's published `weights`.
+    /// The link of `ranks`, posting to `outgoing` and handing its inlets, the actor ranks' workers' `pools` and the
+    /// rank's counters to the receiving thread through `inlets`; it reads each policy's published `weights`.
     pub fn new(
         ranks: Ranks,
         signals: LearnerLinkSignals,
         ends: LinkEnds,
         heartbeat: Duration,
-        pools: Result<Vec<TrajectoryPool>>,
+        pools: Result<(Vec<TrajectoryPool>, ShmArray<u64>)>,
         weights: Result<Vec<SharedWeights>>,
     ) -> Self {
         Self {
@@ -477,13 +480,14 @@ impl LearnerLink {
 impl Component for LearnerLink {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
         ctx.timer_periodic(self.peers.heartbeat / 4, LearnerLink::beat);
-        let pools = match self.pools.take() {
-            Some(Ok(pools)) => pools,
+        let (pools, counters) = match self.pools.take() {
+            Some(Ok(mapped)) => mapped,
             Some(Err(e)) => return ctx.fail(e),
             None => return,
         };
         let inlets = LearnerInlets {
             pools,
+            counters,
             trajectory_ready: ctx.inlet(&self.signals.trajectory_ready),
             worker_started: ctx.inlet(&self.signals.worker_started),
             rollout_reported: ctx.inlet(&self.signals.rollout_reported),
