@@ -875,7 +875,7 @@ pub struct DistributedConfig {
     /// Ranks that learn (the first ones); the others are actor ranks.
     #[arg(long, default_value_t = 1)]
     pub learner_procs: usize,
-    /// Actor ranks per env group (an env that spans ranks).
+    /// Ranks per env group: the group's first rank samples, and each split's envs are stepped over all its ranks.
     #[arg(long, default_value_t = 1)]
     pub process_per_env: usize,
     /// How the ranks share the work.
