@@ -7,7 +7,7 @@
 //! learner rank's last message to each actor rank is `Stop`, each actor rank's last is `Stopped`, and the learner
 //! rank's receiver runs until every actor rank's `Stopped` is in.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread;
@@ -75,6 +75,8 @@ impl LearnerSync {
 struct Shared {
     traffic: Traffic,
     liveness: Arc<Liveness>,
+    /// The learner rank's `Stop` arrived (an actor or member rank).
+    stop_received: AtomicBool,
 }
 
 /// What crossed the network from this rank, counted by its two threads.
@@ -299,6 +301,7 @@ fn receive_on_actor(
         let (from, message) = receive(comm, Source::Rank(ranks.learner()), TO_ACTOR, &link.traffic)?;
         link.liveness.heard(from);
         if matches!(message, Ok(Wire::Stop)) {
+            link.stop_received.store(true, Ordering::Relaxed);
             if let Some(to) = &inlets {
                 // The rank may already be stopping on its own.
                 let _ = to.stop_requested.emit(&StopRequested);
@@ -456,12 +459,14 @@ fn check_env_groups(cfg: &Config, registry: &EnvRegistry, per_env: usize) -> Res
 /// A member rank of an env group: it steps its share of the envs of every split of its lead's rollout workers, each
 /// on a thread with the split's own communicator, until the lead closes them, and sends its learner a heartbeat
 /// every quarter of `--heartbeat_interval` meanwhile. A communication error on a thread leaves its lead waiting in a
-/// collective: the rank aborts the job.
+/// collective, and a lead that has not closed every split within the interval after the learner's `Stop` never will
+/// (it failed before making them): either way the rank aborts the job.
 fn serve_member(
     cfg: &Config,
     registry: &EnvRegistry,
     ranks: Ranks,
     maker: &Arc<dyn WorldMaker>,
+    link: &Shared,
     outgoing: &Sender<Outgoing>,
 ) -> Result<Option<Summary>> {
     let s = &cfg.sampling;
@@ -489,11 +494,24 @@ fn serve_member(
             .map_err(|e| RlfError::EventLoop(format!("cannot start an env share's thread: {e}")))?;
     }
     drop(done);
-    let beat = Duration::from_secs_f64(cfg.run.heartbeat_interval) / 4;
+    let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
     let alive = Wire::Alive.encode()?;
-    let (mut steps, mut ended) = (0, 0);
+    let (mut steps, mut ended, mut stop_seen) = (0, 0, None);
     while ended < channels {
-        match served.recv_timeout(beat) {
+        if link.stop_received.load(Ordering::Relaxed) {
+            let since = *stop_seen.get_or_insert_with(Instant::now);
+            if since.elapsed() > heartbeat {
+                eprintln!(
+                    "[rlfactory] rank {}: the lead rank {} closed {ended} of its {channels} split(s) within \
+                     --heartbeat_interval ({:.1} s) of the learner's stop: aborting the MPI job",
+                    ranks.me,
+                    group.members[0],
+                    heartbeat.as_secs_f64()
+                );
+                maker.abort(1);
+            }
+        }
+        match served.recv_timeout(heartbeat / 4) {
             Ok(Ok(n)) => {
                 ended += 1;
                 steps += n;
@@ -589,6 +607,7 @@ pub fn train_rank(
     let link = Arc::new(Shared {
         traffic: Traffic::default(),
         liveness: Arc::new(Liveness::new(size)),
+        stop_received: AtomicBool::new(false),
     });
     let (done, finished) = mpsc::channel();
     let (outgoing, to_send) = mpsc::channel();
@@ -622,7 +641,7 @@ pub fn train_rank(
     let started = Instant::now();
     let result = if ranks.is_member() {
         drop(ends);
-        serve_member(cfg, registry, ranks, &maker, &outgoing)
+        serve_member(cfg, registry, ranks, &maker, &link, &outgoing)
     } else {
         let env_group = (ranks.per_env > 1 && !learner).then(|| EnvGroup {
             maker: Arc::clone(&maker),
