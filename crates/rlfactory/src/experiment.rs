@@ -59,12 +59,41 @@ pub fn checkpoint_dir(dir: &Path, policy: usize) -> PathBuf {
 }
 
 /// The sidecar's extra state: what [`CheckpointMeta`] has no field for.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct ExtraState {
     episodes: u64,
     training: TrainingState,
     /// Always false (see the module doc); written so a reader of the sidecar need not guess.
     adam_moments_saved: bool,
+    /// The policy's self-play pool (`--self_play`); each snapshot's values are the tensor [`pool_tensor`]`(slot)`.
+    #[serde(default)]
+    self_play_pool: Vec<PoolSnapshot>,
+}
+
+/// A self-play snapshot in a policy's pool, as a checkpoint keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSnapshot {
+    /// Its slot in the pool.
+    pub slot: usize,
+    /// Its number (the run's n-th snapshot).
+    pub number: u64,
+    /// The policy version it holds.
+    pub version: u64,
+}
+
+/// The name of the tensor that holds the values of the snapshot in pool slot `slot`.
+fn pool_tensor(slot: usize) -> String {
+    format!("self_play_pool/{slot}")
+}
+
+/// What a learner resumes with besides its own state: the counts its checkpoint was saved with and the snapshots of
+/// its self-play pool, with their values (none for a fresh run).
+#[derive(Debug, Clone, Default)]
+pub struct Resumed {
+    /// The runner's counts when the checkpoint was saved.
+    pub progress: CheckpointRequest,
+    /// The pool's snapshots.
+    pub pool: Vec<(PoolSnapshot, Vec<f32>)>,
 }
 
 /// A checkpoint read back: the model's tensors and where to continue from.
@@ -80,6 +109,8 @@ pub struct RestoredState {
     pub training: TrainingState,
     /// Weights and normaliser statistics by name.
     pub tensors: Vec<NamedTensor>,
+    /// The self-play pool's snapshots and their values.
+    pub pool: Vec<(PoolSnapshot, Vec<f32>)>,
     /// Newer checkpoints passed over because they were incomplete or corrupt, with the reason.
     pub skipped: Vec<String>,
 }
@@ -201,12 +232,30 @@ fn restored(loaded: Loaded) -> Result<RestoredState> {
                 values,
             })
         })
+        .collect::<Result<Vec<NamedTensor>>>()?;
+    let pool = extra
+        .self_play_pool
+        .iter()
+        .map(|&snapshot| {
+            let name = pool_tensor(snapshot.slot);
+            tensors
+                .iter()
+                .find(|t| t.name == name)
+                .map(|t| (snapshot, t.values.clone()))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "the pool's snapshot {} has no tensor `{name}`",
+                        snapshot.number
+                    ))
+                })
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(RestoredState {
         env_steps: checkpoint.meta.env_steps,
         episodes: extra.episodes,
         training: extra.training,
         tensors,
+        pool,
         skipped: skipped.iter().map(ToString::to_string).collect(),
         path,
     })
@@ -423,9 +472,9 @@ impl Checkpointer {
         cfg: &Config,
         policy: usize,
         learner: &mut impl Resumable,
-    ) -> Result<(Self, CheckpointRequest)> {
+    ) -> Result<(Self, Resumed)> {
         let mut checkpointer = Self::open(cfg, policy)?;
-        let mut progress = CheckpointRequest::default();
+        let mut resumed = Resumed::default();
         if let Some(state) = checkpointer.load_latest()? {
             if !learner.restore(&state.tensors, state.training)? {
                 checkpointer.log(
@@ -433,10 +482,11 @@ impl Checkpointer {
                 )?;
             }
             learner.publish()?;
-            progress.env_steps = state.env_steps;
-            progress.episodes = state.episodes;
+            resumed.progress.env_steps = state.env_steps;
+            resumed.progress.episodes = state.episodes;
+            resumed.pool = state.pool;
         }
-        Ok((checkpointer, progress))
+        Ok((checkpointer, resumed))
     }
 
     /// Loads the newest intact regular checkpoint to resume from, logging any skipped one and
@@ -460,10 +510,12 @@ impl Checkpointer {
 
     /// Saves the learner's state (see [`Learner::state`]) as `request` describes it; also as the
     /// best checkpoint when its mean return beats the best so far (after `--save_best_after` frames).
+    /// With `pool`, the policy's self-play snapshots and their values are saved too.
     pub fn save(
         &mut self,
         (named, training): (Vec<NamedTensor>, TrainingState),
         request: &CheckpointRequest,
+        pool: &[(PoolSnapshot, Vec<f32>)],
     ) -> Result<PathBuf> {
         let started = Instant::now();
         let extra = ExtraState {
@@ -472,6 +524,7 @@ impl Checkpointer {
             adam_moments_saved: named
                 .iter()
                 .any(|t| t.name.starts_with(crate::algo::adam::PREFIX)),
+            self_play_pool: pool.iter().map(|(snapshot, _)| *snapshot).collect(),
         };
         let mut ckpt = Checkpoint {
             meta: CheckpointMeta {
@@ -486,6 +539,12 @@ impl Checkpointer {
         };
         for t in named {
             ckpt.tensors.insert(t.name, Tensor::f32(&t.shape, t.values));
+        }
+        for (snapshot, values) in pool {
+            ckpt.tensors.insert(
+                pool_tensor(snapshot.slot),
+                Tensor::f32(&[values.len()], values.clone()),
+            );
         }
         let path = self.store.save(&ckpt)?;
         let best = request.env_steps >= self.save_best_after && self.store.save_if_best(&ckpt)?;

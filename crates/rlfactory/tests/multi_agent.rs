@@ -183,6 +183,70 @@ fn win_rate(stdout: &str) -> f64 {
         .unwrap_or_else(|| panic!("no win rate in {stdout}"))
 }
 
+/// The opponent pool outlives a stop: a resumed self-play run puts the saved snapshots back into their slots (the
+/// log says so), keeps every one it has not replaced since (same number, same policy version), and numbers its new
+/// snapshots after them.
+#[test]
+fn a_resumed_self_play_run_keeps_its_opponent_pool() {
+    let dir = temp_dir("c4-resume");
+    let train_dir = format!("--train_dir={}", dir.path().display());
+    let pools: Vec<(Vec<(u64, u64, u64)>, String)> = [70_000, 110_000]
+        .into_iter()
+        .enumerate()
+        .map(|(i, frames)| {
+            let out = dir.path().join(format!("summary_{i}.json"));
+            let output = run(&[
+                "train",
+                "--env=connect_four",
+                "--seed=1",
+                "--experiment=c4",
+                &train_dir,
+                &format!("--summary_json={}", out.display()),
+                "--self_play",
+                "--snapshot_every_env_steps=20000",
+                "--opponent_pool_size=3",
+                &format!("--train_for_env_steps={frames}"),
+                "--report_interval_sec=0",
+            ]);
+            assert!(output.status.success(), "{}", text(&output.stderr));
+            let s = common::summary(&out);
+            let pool = s["policies"][0]["self_play"]["pool"]
+                .as_array()
+                .expect("the pool")
+                .iter()
+                .map(|p| {
+                    let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
+                    (n("slot"), n("number"), n("policy_version"))
+                })
+                .collect();
+            (pool, text(&output.stderr))
+        })
+        .collect();
+    let ((first, _), (second, log)) = (&pools[0], &pools[1]);
+    assert_eq!(first.len(), 3, "a full pool of 3 after 70K moves: {first:?}");
+    assert!(
+        log.contains("self-play: policy 0 continues with the snapshots of its pool"),
+        "{log}"
+    );
+    let last_first = first.iter().map(|p| p.1).max().expect("snapshots");
+    let kept: Vec<_> = second.iter().filter(|p| p.1 <= last_first).collect();
+    for snapshot in &kept {
+        assert!(
+            first.contains(snapshot),
+            "{snapshot:?} was not in the saved pool {first:?}"
+        );
+    }
+    let new: Vec<_> = second.iter().filter(|p| p.1 > last_first).collect();
+    assert!(
+        !new.is_empty() && !kept.is_empty(),
+        "after the resume the pool holds new snapshots and saved ones: {second:?} (saved {first:?})"
+    );
+    let mut numbers: Vec<u64> = second.iter().map(|p| p.1).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!(numbers.len(), 3, "no number twice: {second:?}");
+}
+
 /// Connect Four self-play from scratch with an opponent pool (`--self_play`: a snapshot of the
 /// initial weights, then one every 250K moves, the last 8 kept; each game one side plays the latest
 /// weights and the other too or, half the time, a snapshot whose moves are not trained on;

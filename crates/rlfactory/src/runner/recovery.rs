@@ -51,6 +51,6 @@ pub(super) fn save_published(
             })
             .collect(),
     };
-    Checkpointer::open(cfg, policy)?.save((model.named_tensors()?, training), &progress)?;
+    Checkpointer::open(cfg, policy)?.save((model.named_tensors()?, training), &progress, &[])?;
     Ok(())
 }

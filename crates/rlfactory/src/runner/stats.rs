@@ -397,6 +397,10 @@ impl Runner {
             p.episode_scalars.from = env_frames;
             p.training_scalars.from = env_frames;
         }
+        // The snapshots continue on their schedule: the learners put the saved pool back.
+        if let (Some(schedule), true) = (&mut self.snapshots, env_frames > 0) {
+            schedule.next = (env_frames / schedule.every + 1) * schedule.every;
+        }
     }
 
     /// Slot of `rollout_reported`: counts frames and episodes; returns why to stop, if it is time.
@@ -456,7 +460,7 @@ impl Runner {
 
     /// The self-play snapshot due now, if any: the first at the first report (the initial
     /// weights, an opponent close to uniformly random), then one every
-    /// `--snapshot_every_env_steps` env frames.
+    /// `--snapshot_every_env_steps` env frames (a resumed run continues the schedule, its pool put back).
     pub fn due_snapshot(&mut self) -> Option<SnapshotRequest> {
         let schedule = self.snapshots.as_mut()?;
         if self.env_frames < schedule.next {
@@ -471,8 +475,12 @@ impl Runner {
         })
     }
 
-    /// Slot of `snapshot_taken`.
+    /// Slot of `snapshot_taken` (also for each snapshot a resumed learner put back into its pool: the numbering
+    /// continues after them).
     pub fn on_snapshot_taken(&mut self, taken: &SnapshotTaken) {
+        if let Some(schedule) = &mut self.snapshots {
+            schedule.number = schedule.number.max(taken.number);
+        }
         if let Some(sp) = self
             .policies
             .get_mut(taken.policy)

@@ -17,7 +17,7 @@ use crate::config::{Algo, Config};
 use crate::distributed::AllreduceGradients;
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
-use crate::experiment::{CheckpointRequest, Checkpointer};
+use crate::experiment::{CheckpointRequest, Checkpointer, PoolSnapshot, Resumed};
 use crate::learning::{
     Batch, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round, TrainingReport,
 };
@@ -48,8 +48,9 @@ struct Setup {
     learner: Trainer,
     /// The slots of the policy's self-play pool.
     pool: Vec<SharedWeights>,
-    /// With an experiment folder: the checkpointer and the counts of the checkpoint resumed from.
-    checkpointer: Option<(Checkpointer, CheckpointRequest)>,
+    /// With an experiment folder: the checkpointer and what the checkpoint resumed from holds besides the learner's
+    /// state.
+    checkpointer: Option<(Checkpointer, Resumed)>,
 }
 
 /// The learner of either kind.
@@ -73,6 +74,8 @@ pub(in crate::runner) struct LearnerNode {
     /// The policy version of the last checkpoint saved.
     saved_version: Option<u64>,
     pool: Vec<SharedWeights>,
+    /// What each slot of the pool holds (saved with the checkpoints).
+    pool_snapshots: Vec<Option<PoolSnapshot>>,
 }
 
 impl LearnerNode {
@@ -101,6 +104,7 @@ impl LearnerNode {
             progress: CheckpointRequest::default(),
             saved_version: None,
             pool: Vec::new(),
+            pool_snapshots: Vec::new(),
         }
     }
 }
@@ -243,6 +247,11 @@ impl LearnerNode {
         let taken = learner
             .snapshot(&self.pool[slot], request.number)
             .and_then(|version| {
+                self.pool_snapshots[slot] = Some(PoolSnapshot {
+                    slot,
+                    number: request.number,
+                    version,
+                });
                 let taken = SnapshotTaken {
                     policy: learner.policy(),
                     slot,
@@ -252,6 +261,72 @@ impl LearnerNode {
                 sent(ctx.emit(&signal, &taken))
             });
         or_fail(ctx, taken);
+    }
+
+    /// The pool's snapshots a resumed checkpoint holds go back into their slots, announced as if just taken (a
+    /// snapshot whose slot or size no longer fits the pool, after a change of `--opponent_pool_size`, is left out
+    /// and logged).
+    fn restore_pool(
+        &mut self,
+        ctx: &mut Ctx<'_, Self>,
+        snapshots: Vec<(PoolSnapshot, Vec<f32>)>,
+    ) -> Result<()> {
+        let (Some(learner), Some(signal)) = (&self.learner, self.signals.snapshot_taken) else {
+            return Ok(());
+        };
+        let mut restored = Vec::new();
+        for (snapshot, values) in snapshots {
+            match self.pool.get(snapshot.slot) {
+                Some(slot) if slot.len() == values.len() => {
+                    slot.publish(snapshot.number, &values);
+                    self.pool_snapshots[snapshot.slot] = Some(snapshot);
+                    restored.push(snapshot.number.to_string());
+                    let taken = SnapshotTaken {
+                        policy: learner.policy(),
+                        slot: snapshot.slot,
+                        number: snapshot.number,
+                        version: snapshot.version,
+                    };
+                    sent(ctx.emit(&signal, &taken))?;
+                }
+                _ => {
+                    if let Some(checkpointer) = &mut self.checkpointer {
+                        checkpointer.log(&format!(
+                            "self-play: snapshot {} of policy {} does not fit a pool of {} slots; left out",
+                            snapshot.number,
+                            learner.policy(),
+                            self.pool.len()
+                        ))?;
+                    }
+                }
+            }
+        }
+        if let (false, Some(checkpointer)) = (restored.is_empty(), &mut self.checkpointer) {
+            checkpointer.log(&format!(
+                "self-play: policy {} continues with the snapshots of its pool (numbers {})",
+                learner.policy(),
+                restored.join(", ")
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// The pool's snapshots and their values, for a checkpoint (the learner alone writes the slots: a read is never
+    /// torn).
+    fn pool_state(&self) -> Result<Vec<(PoolSnapshot, Vec<f32>)>> {
+        self.pool_snapshots
+            .iter()
+            .flatten()
+            .map(|&snapshot| {
+                let slot = &self.pool[snapshot.slot];
+                let mut values = vec![0.0; slot.len()];
+                slot.try_read(&mut values).map_err(|_| RlfError::Protocol {
+                    component: "learner",
+                    message: format!("self-play pool slot {} changed while read", snapshot.slot),
+                })?;
+                Ok((snapshot, values))
+            })
+            .collect()
     }
 
     pub fn on_batch_ready(&mut self, ctx: &mut Ctx<'_, Self>, batch: &Batch) {
@@ -288,15 +363,19 @@ impl LearnerNode {
     }
 
     fn save_checkpoint(&mut self) -> Result<Option<std::path::PathBuf>> {
-        let Some(checkpointer) = &mut self.checkpointer else {
+        if self.checkpointer.is_none() {
             return Ok(None);
-        };
+        }
         let (state, version) = match (&self.learner, &self.off_policy) {
             (Some(learner), _) => (learner.state()?, learner.version()),
             (None, Some(learner)) => (learner.state()?, learner.version()),
             (None, None) => return Ok(None),
         };
-        let path = checkpointer.save(state, &self.progress)?;
+        let pool = self.pool_state()?;
+        let Some(checkpointer) = &mut self.checkpointer else {
+            return Ok(None);
+        };
+        let path = checkpointer.save(state, &self.progress, &pool)?;
         self.saved_version = Some(version);
         Ok(Some(path))
     }
@@ -413,10 +492,13 @@ impl Component for LearnerNode {
                         }
                     }
                 }
+                self.pool_snapshots = vec![None; setup.pool.len()];
                 self.pool = setup.pool;
                 if let Some((checkpointer, resumed)) = setup.checkpointer {
                     self.checkpointer = Some(checkpointer);
-                    self.progress = resumed;
+                    self.progress = resumed.progress;
+                    let restored = self.restore_pool(ctx, resumed.pool);
+                    or_fail(ctx, restored);
                 }
             }
             Some(Err(e)) => ctx.fail(e),
