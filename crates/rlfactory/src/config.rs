@@ -230,9 +230,15 @@ pub struct SamplingConfig {
     /// Env frames between two snapshots of every policy into its pool (self-play).
     #[arg(long, default_value_t = 100_000)]
     pub snapshot_every_env_steps: u64,
-    /// Snapshots kept per policy (self-play); a new one replaces the oldest.
+    /// Snapshots kept per policy (self-play); a new one replaces the oldest (but the first, with
+    /// `--self_play_keep_first`).
     #[arg(long, default_value_t = 8)]
     pub opponent_pool_size: usize,
+    /// Keep the first snapshot (the initial weights: a nearly uniformly random player) in its pool slot for the
+    /// whole run, the later ones taking turns in the other slots (self-play, pools of 2 or more): the latest
+    /// weights keep meeting a weak, unpredictable opponent after the pool has moved on.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub self_play_keep_first: bool,
     /// Probability that an opponent plays the latest weights rather than a snapshot (self-play).
     #[arg(long, default_value_t = 0.5)]
     pub self_play_latest_prob: f64,
@@ -263,6 +269,7 @@ impl Default for SamplingConfig {
             self_play: false,
             snapshot_every_env_steps: 100_000,
             opponent_pool_size: 8,
+            self_play_keep_first: true,
             self_play_latest_prob: 0.5,
             self_play_builtin_opponents: String::new(),
             self_play_builtin_prob: 0.0,
@@ -1488,5 +1495,36 @@ impl Config {
     /// The resolved configuration as a flat TOML table, the format `--config` reads.
     pub fn to_toml(&self) -> Result<String> {
         toml::to_string(self).map_err(|e| RlfError::Config(format!("cannot serialise the config: {e}")))
+    }
+}
+
+/// The slot of a pool of `pool_size` that a policy's snapshot `number` (1, 2, ...) goes into: in turn, except that
+/// with `keep_first` (`--self_play_keep_first`) the first keeps slot 0 and the others take turns in the rest.
+pub fn snapshot_slot(number: u64, pool_size: usize, keep_first: bool) -> usize {
+    let pool = pool_size.max(1) as u64;
+    let n = number.max(1) - 1;
+    let slot = match (keep_first && pool > 1, n) {
+        (true, 0) => 0,
+        (true, n) => 1 + (n - 1) % (pool - 1),
+        (false, n) => n % pool,
+    };
+    slot as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snapshot_slot;
+
+    /// Snapshots 1..=7 in a pool of 3: in turn, or with the first kept in slot 0 and the others in slots 1 and 2.
+    #[test]
+    fn snapshots_take_turns_in_their_slots() {
+        let slots = |keep_first| {
+            (1..=7)
+                .map(|n| snapshot_slot(n, 3, keep_first))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(slots(false), [0, 1, 2, 0, 1, 2, 0]);
+        assert_eq!(slots(true), [0, 1, 2, 1, 2, 1, 2]);
+        assert_eq!(snapshot_slot(5, 1, true), 0);
     }
 }

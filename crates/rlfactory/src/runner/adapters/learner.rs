@@ -13,7 +13,7 @@ use crate::algo::appo::Appo;
 use crate::algo::dqn::Dqn;
 use crate::algo::sac::Sac;
 use crate::algo::OffPolicyAlgo;
-use crate::config::{Algo, Config};
+use crate::config::{snapshot_slot, Algo, Config};
 use crate::distributed::AllreduceGradients;
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
@@ -76,6 +76,8 @@ pub(in crate::runner) struct LearnerNode {
     pool: Vec<SharedWeights>,
     /// What each slot of the pool holds (saved with the checkpoints).
     pool_snapshots: Vec<Option<PoolSnapshot>>,
+    /// `--self_play_keep_first`.
+    keep_first: bool,
 }
 
 impl LearnerNode {
@@ -105,6 +107,7 @@ impl LearnerNode {
             saved_version: None,
             pool: Vec::new(),
             pool_snapshots: Vec::new(),
+            keep_first: cfg.sampling.self_play_keep_first,
         }
     }
 }
@@ -235,7 +238,8 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
 
 impl LearnerNode {
     /// Every `--snapshot_every_env_steps` with `--self_play`: the current weights go into the
-    /// next slot of the policy's pool (replacing the oldest snapshot once it is full).
+    /// next slot of the policy's pool (replacing the oldest snapshot once it is full, but the first with
+    /// `--self_play_keep_first`).
     pub fn on_snapshot_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &SnapshotRequest) {
         let (Some(learner), Some(signal)) = (&self.learner, self.signals.snapshot_taken) else {
             return;
@@ -243,7 +247,7 @@ impl LearnerNode {
         if self.pool.is_empty() || request.number == 0 {
             return;
         }
-        let slot = ((request.number - 1) % self.pool.len() as u64) as usize;
+        let slot = snapshot_slot(request.number, self.pool.len(), self.keep_first);
         let taken = learner
             .snapshot(&self.pool[slot], request.number)
             .and_then(|version| {
