@@ -124,7 +124,7 @@ pub enum Envs {
     /// Multi-agent envs.
     Multi(MultiVecEnv),
     /// Single-agent envs stepped over an env group's ranks (`--process_per_env` under `--mpi`).
-    Group(GroupVecEnv),
+    Group(Box<GroupVecEnv>),
 }
 
 impl Envs {
@@ -151,7 +151,7 @@ impl Envs {
     ) -> Result<Self> {
         let comm = group.comm(channel)?;
         let group = GroupVecEnv::lead(comm, n, |k| Ok(VecEnv::from_registry(registry, &cfg.env, k)?))?;
-        Ok(Envs::Group(group))
+        Ok(Envs::Group(Box::new(group)))
     }
 
     /// Columns: envs × agents.

@@ -11,7 +11,9 @@
 //! CartPole-v1: a batch of CartPoles split over the group's ranks and gathered to the lead.
 //!
 //! A member that fails (an env's error) answers with the error, which the lead returns naming the rank; the lead
-//! always sends `Close` when its envs go, so a member never waits for an order that cannot come.
+//! sends `Close` when its envs go, and closes the splits a failed rollout worker never made ([`close_unused`]), so a
+//! member waits for an order that cannot come only when its lead's process dies or hangs (the learner rank's
+//! heartbeats end the job then).
 
 use std::sync::Arc;
 
@@ -176,7 +178,7 @@ impl Share {
         };
         match order {
             Order::Reset { seed } => {
-                let seed = seed.map(|s| s + shares.offset(r) as u64);
+                let seed = seed.map(|s| s.wrapping_add(shares.offset(r) as u64));
                 self.envs.reset(seed, out.obs)?;
             }
             Order::Step { actions } => {
@@ -274,6 +276,8 @@ pub fn serve_share(
 /// The lead's view of a group env: every env of the group, stepped as one [`VecEnv`] would be.
 pub struct GroupVecEnv {
     comm: Box<dyn Comm>,
+    /// Between an order's broadcast and its gather (a panic there leaves the members in the gather: no `Close`).
+    in_order: bool,
     shares: Shares,
     own: Share,
     infos: Vec<Info>,
@@ -337,6 +341,7 @@ impl GroupVecEnv {
         let d = own.obs_dim();
         Ok(Self {
             comm,
+            in_order: false,
             shares,
             own: Share::new(own),
             infos: vec![Info::default(); total],
@@ -460,6 +465,7 @@ impl GroupVecEnv {
         order: &Order,
         own: impl FnOnce(&mut Share, Shares) -> Result<()>,
     ) -> Result<Vec<(usize, Outcome)>> {
+        self.in_order = true;
         self.comm
             .bcast(0, &mut encode(order)?)
             .map_err(|e| comm_error(&e))?;
@@ -469,6 +475,7 @@ impl GroupVecEnv {
             .gather(0, &[])
             .map_err(|e| comm_error(&e))?
             .unwrap_or_default();
+        self.in_order = false;
         mine?;
         answers
             .iter()
@@ -498,10 +505,22 @@ impl GroupVecEnv {
 
 impl Drop for GroupVecEnv {
     fn drop(&mut self) {
+        if self.in_order {
+            return;
+        }
         if let Ok(mut close) = encode(&Order::Close) {
             let _ = self.comm.bcast(0, &mut close);
         }
     }
+}
+
+/// Closes the lead's split `channel`, whose envs will never be made (its rollout worker failed first): the members
+/// make the split's communicator, say hello and get `Close`, so none waits for it.
+pub fn close_unused(group: &EnvGroup, channel: usize) -> Result<()> {
+    let comm = group.comm(channel)?;
+    comm.gather(0, &[]).map_err(|e| comm_error(&e))?;
+    comm.bcast(0, &mut encode(&Order::Close)?)
+        .map_err(|e| comm_error(&e))
 }
 
 fn member_failed(r: usize, e: &str) -> RlfError {

@@ -495,7 +495,7 @@ fn a_hung_member_of_an_env_group_stops_the_job() {
     let log = &ended.log;
     assert!(!ended.status.success(), "{log}");
     assert!(
-        log.contains("actor rank 2 sent nothing for"),
+        log.contains("env group member rank 2 sent nothing for"),
         "the learner rank names the silent member:\n{log}"
     );
     assert!(

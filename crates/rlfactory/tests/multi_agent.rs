@@ -190,7 +190,9 @@ fn win_rate(stdout: &str) -> f64 {
 fn a_resumed_self_play_run_keeps_its_opponent_pool() {
     let dir = temp_dir("c4-resume");
     let train_dir = format!("--train_dir={}", dir.path().display());
-    let pools: Vec<(Vec<(u64, u64, u64)>, String)> = [70_000, 110_000]
+    // Each run's pool, (slot, number, policy version) by snapshot, and its log.
+    type Pool = Vec<(u64, u64, u64)>;
+    let pools: Vec<(Pool, String)> = [70_000, 110_000]
         .into_iter()
         .enumerate()
         .map(|(i, frames)| {

@@ -1,11 +1,14 @@
 //! One rank of an MPI job in the async workflow (EXARL's async learner; issue 17). The learner rank runs the batcher,
 //! the learner and the runner; every actor rank runs rollout and inference workers over its own shared memory, as
 //! one machine does; a link on each rank's main loop stands for the other side ([`super::adapters`]' `link`).
-//! Each rank has two threads of its own besides its event loops, each with its own handle on the world
-//! communicator ([`WorldMaker`]): one sends what the link posts, in order; one receives, writes what arrives into
-//! this rank's shared memory and emits the signals. They end in a handshake that leaves no message unmatched: the
-//! learner rank's last message to each actor rank is `Stop`, each actor rank's last is `Stopped`, and the learner
-//! rank's receiver runs until every actor rank's `Stopped` is in.
+//! Each rank has threads of its own besides its event loops, each with its own handle on the world communicator
+//! ([`WorldMaker`]): sending threads (one per destination rank) send what the link posts, in order; one receives,
+//! writes what arrives into this rank's shared memory and emits the signals. With `--process_per_env` above 1 the
+//! member ranks of each env group run no component graph: they step their share of their lead's envs
+//! ([`crate::env_group`]). The ranks end in a handshake that leaves no message unmatched: the learner rank's last
+//! message to each rank of its env groups is `Stop`, each such rank's last is `Stopped` (a lead's also to learner 0,
+//! which counts every lead's progress), and the learner rank's receiver runs until the `Stopped` of every rank it
+//! hears from is in.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -116,9 +119,17 @@ fn comm_error(e: rlf_comm::CommError) -> RlfError {
 /// Sends what the link posts until every sender of `outgoing` is dropped: in order to each rank, on a thread per
 /// destination (started at its first message, with its own handle on the world), so that a peer that stops taking
 /// messages (a hung rank whose buffers are full) holds up its own messages only, not the heartbeats and the `Stop`
-/// of the others. Returns the first lane's error once every lane has sent all it was given.
+/// of the others. Returns once every lane has sent all it was given, or at once with the error of a lane that failed
+/// (the link's next post then fails, which stops the run; the other lanes are left to the end of the process).
 fn send_all(maker: &Arc<dyn WorldMaker>, outgoing: &Receiver<Outgoing>, link: &Arc<Shared>) -> Result<()> {
     let mut lanes: Vec<(usize, Sender<Outgoing>, thread::JoinHandle<Result<()>>)> = Vec::new();
+    let joined = |dest: usize, handle: thread::JoinHandle<Result<()>>| {
+        handle.join().unwrap_or_else(|_| {
+            Err(RlfError::EventLoop(format!(
+                "the sending thread to rank {dest} panicked"
+            )))
+        })
+    };
     for o in outgoing {
         let at = match lanes.iter().position(|(dest, ..)| *dest == o.dest) {
             Some(at) => at,
@@ -133,18 +144,19 @@ fn send_all(maker: &Arc<dyn WorldMaker>, outgoing: &Receiver<Outgoing>, link: &A
                 lanes.len() - 1
             }
         };
-        // A lane that ended has failed: its error comes at the end.
-        let _ = lanes[at].1.send(o);
+        if lanes[at].1.send(o).is_err() {
+            // The lane ended: it failed.
+            let (dest, _, handle) = lanes.swap_remove(at);
+            return joined(dest, handle).and(Err(RlfError::Protocol {
+                component: "mpi link",
+                message: format!("the sending thread to rank {dest} stopped"),
+            }));
+        }
     }
     let mut first_error = Ok(());
     for (dest, lane, handle) in lanes {
         drop(lane);
-        let sent = handle.join().unwrap_or_else(|_| {
-            Err(RlfError::EventLoop(format!(
-                "the sending thread to rank {dest} panicked"
-            )))
-        });
-        first_error = first_error.and(sent);
+        first_error = first_error.and(joined(dest, handle));
     }
     first_error
 }
@@ -208,7 +220,7 @@ fn receive_on_learner(
     while stopped < heard {
         let (from, message) = receive(comm, Source::Any, TO_LEARNER, &link.traffic)?;
         link.liveness.heard(from);
-        if matches!(message, Ok(Wire::Stopped { .. })) {
+        if matches!(message, Ok(Wire::Stopped { .. })) && !link.liveness.has_stopped(from) {
             stopped += 1;
             link.liveness.set_stopped(from);
         }
@@ -386,8 +398,9 @@ fn log_to_own_file(cfg: &Config, rank: usize, learner: bool) -> Result<()> {
     rustix::stdio::dup2_stderr(&file).map_err(|e| io(e.into()))
 }
 
-/// EXARL's layout of `size` ranks, and what the workflows here need of it: as many actor ranks as learners at
-/// least, one rank per env, one learner in sync mode, and sync rounds that fill whole datasets.
+/// EXARL's layout of `size` ranks, and what the workflows here need of it: as many actor ranks (env groups) as
+/// learners at least, env groups the envs can be shared over, one learner in sync mode, and sync rounds that fill
+/// whole datasets.
 fn check_layout(cfg: &Config, registry: &EnvRegistry, size: usize, ranks: Ranks) -> Result<Layout> {
     let d = &cfg.distributed;
     let layout =
@@ -405,7 +418,7 @@ fn check_layout(cfg: &Config, registry: &EnvRegistry, size: usize, ranks: Ranks)
         return Err(RlfError::Config(format!(
             "{size} ranks with --learner_procs {}: every learner needs an actor rank of its own (at least {} ranks)",
             ranks.learners,
-            2 * ranks.learners
+            ranks.learners * (1 + ranks.per_env)
         )));
     }
     if d.learner_procs > 1 && !cfg.run.async_rl {
@@ -486,8 +499,15 @@ fn serve_member(
         thread::Builder::new()
             .name(format!("env_share_{channel}"))
             .spawn(move || {
-                let served = group.comm(channel).and_then(|comm| {
-                    serve_share(&*comm, shares, |n| Ok(VecEnv::from_registry(&registry, &env, n)?))
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    group.comm(channel).and_then(|comm| {
+                        serve_share(&*comm, shares, |n| Ok(VecEnv::from_registry(&registry, &env, n)?))
+                    })
+                }))
+                .unwrap_or_else(|_| {
+                    Err(RlfError::EventLoop(format!(
+                        "the thread of split {channel} panicked"
+                    )))
                 });
                 let _ = done.send(served);
             })
@@ -530,7 +550,16 @@ fn serve_member(
                     bytes: alive.clone(),
                 });
             }
-            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Disconnected) => {
+                eprintln!(
+                    "[rlfactory] rank {}: {} of the group {:?}'s {channels} split threads ended without a word: \
+                     aborting the MPI job",
+                    ranks.me,
+                    channels - ended,
+                    group.members
+                );
+                maker.abort(1);
+            }
         }
     }
     eprintln!(
@@ -671,7 +700,8 @@ pub fn train_rank(
             TO_LEARNER,
             Wire::Stopped { error: error.clone() },
         )];
-        if ranks.learner() != 0 {
+        // Learner 0 hears every lead, not other learners' members.
+        if ranks.learner() != 0 && !ranks.is_member() {
             last.push((0, TO_LEARNER, Wire::Stopped { error }));
         }
         last

@@ -123,7 +123,7 @@ pub struct SelfPlayGame {
 /// the runner every `--snapshot_every_env_steps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotRequest {
-    /// The snapshot's number (1, 2, ...): it goes into slot `(number - 1) % --opponent_pool_size`.
+    /// The snapshot's number (1, 2, ...): it goes into slot [`crate::config::snapshot_slot`]`(number, ...)`.
     pub number: u64,
 }
 

@@ -30,7 +30,7 @@ use super::{
 };
 use crate::config::Config;
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
-use crate::env_group::EnvGroup;
+use crate::env_group::{close_unused, EnvGroup};
 use crate::error::{Result, RlfError};
 use crate::learning::replay::{NStepAdder, TransitionLayout};
 use rand::SeedableRng;
@@ -370,13 +370,28 @@ impl RolloutWorker {
     ) -> Result<Self> {
         let s = &cfg.sampling;
         let per_split = s.num_envs_per_worker / s.worker_num_splits;
+        // An env group's splits first: when one fails, the later ones are closed so that no member waits for them
+        // (the splits made are closed as they are dropped).
+        let mut in_group = Vec::new();
+        if let Some(group) = group {
+            let channels = index * s.worker_num_splits..(index + 1) * s.worker_num_splits;
+            for channel in channels.clone() {
+                match Envs::make_in_group(registry, &cfg.env, per_split, group, channel) {
+                    Ok(envs) => in_group.push(envs),
+                    Err(e) => {
+                        for later in channel + 1..channels.end {
+                            let _ = close_unused(group, later);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let mut in_group = in_group.into_iter();
         let mut splits = Vec::with_capacity(s.worker_num_splits);
         for k in 0..s.worker_num_splits {
-            let envs = match group {
-                Some(group) => {
-                    let channel = index * s.worker_num_splits + k;
-                    Envs::make_in_group(registry, &cfg.env, per_split, group, channel)?
-                }
+            let envs = match in_group.next() {
+                Some(envs) => envs,
                 None => Envs::make(registry, &cfg.env, per_split)?,
             };
             let mapping = cfg.policy_mapping(&envs.agent_names())?;

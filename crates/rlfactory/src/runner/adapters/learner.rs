@@ -269,15 +269,21 @@ impl LearnerNode {
 
     /// The pool's snapshots a resumed checkpoint holds go back into their slots, announced as if just taken (a
     /// snapshot whose slot or size no longer fits the pool, after a change of `--opponent_pool_size`, is left out
-    /// and logged).
+    /// and logged). A resumed run (`resuming`) with no snapshot to put back (a checkpoint from before pools were
+    /// saved, or from a lost learner's weights) starts its pool with the resumed weights, snapshot 1, as a fresh run
+    /// starts it with the initial ones (the runner's schedule continues after the resumed frames).
     fn restore_pool(
         &mut self,
         ctx: &mut Ctx<'_, Self>,
         snapshots: Vec<(PoolSnapshot, Vec<f32>)>,
+        resuming: bool,
     ) -> Result<()> {
         let (Some(learner), Some(signal)) = (&self.learner, self.signals.snapshot_taken) else {
             return Ok(());
         };
+        if self.pool.is_empty() {
+            return Ok(());
+        }
         let mut restored = Vec::new();
         for (snapshot, values) in snapshots {
             match self.pool.get(snapshot.slot) {
@@ -311,6 +317,9 @@ impl LearnerNode {
                 learner.policy(),
                 restored.join(", ")
             ))?;
+        }
+        if restored.is_empty() && resuming {
+            self.on_snapshot_requested(ctx, &SnapshotRequest { number: 1 });
         }
         Ok(())
     }
@@ -500,8 +509,9 @@ impl Component for LearnerNode {
                 self.pool = setup.pool;
                 if let Some((checkpointer, resumed)) = setup.checkpointer {
                     self.checkpointer = Some(checkpointer);
+                    let resuming = resumed.progress.env_steps > 0;
                     self.progress = resumed.progress;
-                    let restored = self.restore_pool(ctx, resumed.pool);
+                    let restored = self.restore_pool(ctx, resumed.pool, resuming);
                     or_fail(ctx, restored);
                 }
             }

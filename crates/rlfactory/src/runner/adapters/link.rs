@@ -391,7 +391,12 @@ impl LearnerLink {
     /// one has been silent for the whole interval.
     fn beat(&mut self, ctx: &mut Ctx<'_, Self>) {
         for rank in self.peers.ranks.group_ranks() {
-            if let Err(e) = self.peers.beat(rank, TO_ACTOR, "actor rank") {
+            let what = if self.peers.ranks.feeds_me(rank) {
+                "actor rank"
+            } else {
+                "env group member rank"
+            };
+            if let Err(e) = self.peers.beat(rank, TO_ACTOR, what) {
                 return ctx.fail(e);
             }
         }

@@ -8,7 +8,7 @@ use rlf_signal::{Component, Ctx, Signal, WorkQueue};
 use super::{or_fail, sent};
 use crate::config::Config;
 use crate::env::EnvRegistry;
-use crate::env_group::EnvGroup;
+use crate::env_group::{close_unused, EnvGroup};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
 use crate::runner::counters::CounterLayout;
@@ -91,7 +91,19 @@ impl RolloutNode {
         let Some(setup) = self.setup.take() else {
             return Ok(());
         };
-        let (pool, counters, replay) = setup?;
+        let (pool, counters, replay) = match setup {
+            Ok(mapped) => mapped,
+            Err(e) => {
+                // No split of this worker will be made: its env group's members must not wait for them.
+                if let Some(group) = &self.group {
+                    let splits = self.cfg.sampling.worker_num_splits;
+                    for channel in self.index * splits..(self.index + 1) * splits {
+                        let _ = close_unused(group, channel);
+                    }
+                }
+                return Err(e);
+            }
+        };
         let incarnation = ctx.incarnation();
         let before = CounterLayout::load_worker(&counters, self.index);
         let counts = if incarnation == 0 {
