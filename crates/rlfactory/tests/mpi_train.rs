@@ -243,6 +243,48 @@ fn an_env_group_of_two_ranks_steps_in_lockstep_and_learns() {
     assert!(tagged("group").is_empty(), "no process of the job is left");
 }
 
+/// 2 learners, each fed by an env group of 2 ranks of its own (6 ranks: learners 0 and 1, groups 2-3 and 4-5): the job
+/// learns with the learners' weights compared after every 10 SGD steps, each member steps for its own lead, and the
+/// end handshake (members stopping to their own learner only) leaves every rank exiting cleanly.
+#[test]
+fn two_learners_with_env_groups_of_two_learn() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = temp_dir("mpi-groups");
+    let json = dir.path().join("summary.json");
+    let args = flags(
+        dir.path(),
+        &[
+            "--learner_procs=2",
+            "--process_per_env=2",
+            "--check_weights_every=10",
+            "--stop_at_reward=450",
+            "--train_for_seconds=150",
+            &format!("--summary_json={}", json.display()),
+        ],
+    );
+    let out = mpirun(6, "groups", &args).output().expect("run mpirun");
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let s = summary(&json);
+    assert!(
+        matches!(s["stop_reason"].as_str(), Some("reward" | "other_learner")),
+        "{s}"
+    );
+    assert!(s["mean_return"].as_f64().expect("mean_return") >= 400.0, "{s}");
+    for (member, lead) in [(3, 2), (5, 4)] {
+        let own = rank_log(dir.path(), member, &log);
+        assert!(
+            own.contains(&format!("for lead rank {lead} (group [{lead}, {member}])")),
+            "rank {member}:\n{own}"
+        );
+    }
+    assert!(!log.contains("differ"), "{log}");
+    wait_gone(
+        &tagged("groups").iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        Duration::from_secs(30),
+    );
+}
+
 #[test]
 fn sync_workflow_learns_cartpole_in_lockstep_rounds() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
