@@ -470,7 +470,10 @@ fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal, ex
     let status = run
         .exited
         .recv_timeout(Duration::from_secs(60))
-        .expect("the job stops on its own");
+        .unwrap_or_else(|_| {
+            log.extend(run.lines.try_iter());
+            panic!("the job did not stop on its own within 60 s:\n{}", log.join("\n"))
+        });
     let took = signalled.elapsed();
     log.extend(run.lines.try_iter());
     let log = log.join("\n");

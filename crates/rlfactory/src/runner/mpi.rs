@@ -713,8 +713,9 @@ pub fn train_rank(
     }
     drop(outgoing);
     // Both threads end once the peers' last messages are in; peers still sending heartbeats (a learner saving its
-    // checkpoint) are waited for, but one silent for the whole interval is hung or gone (and may hold up the others:
-    // an env group's lead waits in a collective for a hung member).
+    // checkpoint) are waited for. One silent for the whole interval is hung or gone: the rank aborts the job once
+    // the others have stopped or gone silent too, or after one more interval (a hung member holds its lead in a
+    // collective, beating for ever), so that no peer is aborted in the middle of its own orderly end.
     let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
     let peers = if learner {
         ranks.heard_ranks()
@@ -723,6 +724,15 @@ pub fn train_rank(
     };
     let mut threads = Ok(());
     let mut ended = 0;
+    let waiting = Instant::now();
+    // Waits on while no peer that has not stopped is silent, or while some still beat, for one interval at most.
+    let wait_on = || {
+        let live = |p: &usize| !link.liveness.has_stopped(*p);
+        let silent = |p: &usize| link.liveness.silent_for(*p) > heartbeat;
+        let some_silent = peers.iter().filter(|p| live(p)).any(silent);
+        let some_beating = peers.iter().filter(|p| live(p)).any(|p| !silent(p));
+        !some_silent || (some_beating && waiting.elapsed() <= heartbeat)
+    };
     while ended < 2 {
         match finished.recv_timeout(heartbeat / 4) {
             Ok((name, r)) => {
@@ -732,10 +742,7 @@ pub fn train_rank(
                     message: format!("{name}: {e}"),
                 }));
             }
-            Err(RecvTimeoutError::Timeout)
-                if peers
-                    .iter()
-                    .all(|&p| link.liveness.has_stopped(p) || link.liveness.silent_for(p) <= heartbeat) => {}
+            Err(RecvTimeoutError::Timeout) if wait_on() => {}
             Err(_) => {
                 let silent = if learner {
                     let hung: Vec<String> = ranks
