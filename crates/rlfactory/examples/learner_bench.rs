@@ -45,6 +45,7 @@ fn dataset(obs_dim: usize) -> Dataset {
         next_obs: Tensor::zeros([(n / SEQ) as i64, d], (Kind::Float, tch::Device::Cpu)),
         next_valid: Tensor::ones([(n / SEQ) as i64], (Kind::Float, tch::Device::Cpu)),
         versions: vec![0; n],
+        states: None,
     }
 }
 

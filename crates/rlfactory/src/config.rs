@@ -171,6 +171,11 @@ pub struct EnvConfig {
     /// `num_agents=3,height=8` for treasurehunt).
     #[arg(long, default_value = "")]
     pub env_kwargs: String,
+    /// The observation values a single-agent env's policy sees, by index, comma-separated (the
+    /// others are hidden): `0,2` shows CartPole's cart position and pole angle, not their
+    /// velocities, a partially observed task that needs `--use_rnn`. Empty: all.
+    #[arg(long, default_value = "")]
+    pub obs_mask: String,
     /// Random seed of the networks and of the envs (env `i` gets `seed + i`).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -182,6 +187,7 @@ impl Default for EnvConfig {
         Self {
             env: "CartPole-v1".to_owned(),
             env_kwargs: String::new(),
+            obs_mask: String::new(),
             seed: 0,
         }
     }
@@ -352,6 +358,31 @@ pub struct ModelConfig {
     /// Learn values in units of the running standard deviation of the returns.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub normalize_returns: bool,
+    /// A recurrent core after the encoder (the actor's and the critic's, one each without
+    /// `--actor_critic_share_weights`): each env's state lives in the trajectory slots, is reset at
+    /// its episode ends, and the learner trains through time over `--recurrence` steps.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub use_rnn: bool,
+    /// The recurrent core's cell.
+    #[arg(long, value_enum, default_value_t = RnnType::Gru)]
+    pub rnn_type: RnnType,
+    /// Units per layer of the recurrent core.
+    #[arg(long, default_value_t = 128)]
+    pub rnn_size: usize,
+    /// Layers of the recurrent core.
+    #[arg(long, default_value_t = 1)]
+    pub rnn_num_layers: usize,
+}
+
+/// The cell of the recurrent core (`--use_rnn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum RnnType {
+    /// Gated recurrent unit: a state of `--rnn_size` values per layer.
+    Gru,
+    /// Long short-term memory: hidden and cell states, `2 × --rnn_size` values per layer.
+    Lstm,
 }
 
 /// The reference values (the command line's defaults).
@@ -368,6 +399,10 @@ impl Default for ModelConfig {
             continuous_action_mode: ContinuousActionMode::Clip,
             normalize_input: false,
             normalize_returns: false,
+            use_rnn: false,
+            rnn_type: RnnType::Gru,
+            rnn_size: 128,
+            rnn_num_layers: 1,
         }
     }
 }
@@ -460,6 +495,11 @@ pub struct AppoConfig {
     /// trajectory slots until the learner catches up).
     #[arg(long, default_value_t = 2)]
     pub num_batches_to_accumulate: usize,
+    /// Steps of backpropagation through time with `--use_rnn`: each trajectory is cut into chunks
+    /// of this many steps, each starting from the state the slot recorded; it must divide
+    /// `--rollout` (and equal it with V-trace). -1: the whole trajectory.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub recurrence: i64,
 }
 
 /// The reference values (the command line's defaults).
@@ -488,6 +528,7 @@ impl Default for AppoConfig {
             batch_size: 1024,
             max_policy_lag: 1000,
             num_batches_to_accumulate: 2,
+            recurrence: -1,
         }
     }
 }
@@ -1109,6 +1150,52 @@ impl Config {
         s.num_policies + policy * s.opponent_pool_size + slot
     }
 
+    /// Steps per chunk of backpropagation through time (`--recurrence`, -1 standing for `--rollout`).
+    pub fn recurrence(&self) -> usize {
+        usize::try_from(self.appo.recurrence).unwrap_or(self.sampling.rollout)
+    }
+
+    /// The checks of `--use_rnn` and `--recurrence`.
+    fn validate_rnn(&self) -> Result<()> {
+        let err = |m: String| Err(RlfError::Config(m));
+        let (m, s) = (&self.model, &self.sampling);
+        if self.appo.recurrence == 0 || self.appo.recurrence < -1 {
+            return err(format!(
+                "--recurrence must be -1 (the whole trajectory) or at least 1, got {}",
+                self.appo.recurrence
+            ));
+        }
+        if !m.use_rnn {
+            return Ok(());
+        }
+        if m.rnn_size == 0 || m.rnn_num_layers == 0 {
+            return err("--rnn_size and --rnn_num_layers must be at least 1 with --use_rnn".into());
+        }
+        let r = self.recurrence();
+        if s.rollout % r != 0 {
+            return err(format!(
+                "--recurrence ({r}) must divide --rollout ({}): the learner cuts each trajectory into whole chunks",
+                s.rollout
+            ));
+        }
+        if self.appo.with_vtrace && r != s.rollout {
+            return err(format!(
+                "--with_vtrace runs over whole trajectories: --recurrence ({r}) must equal --rollout ({}) or be -1",
+                s.rollout
+            ));
+        }
+        for (flag, on) in [
+            ("--algo dqn or sac", self.off_policy.algo.is_off_policy()),
+            ("--num_policies above 1", s.num_policies > 1),
+            ("--self_play", s.self_play),
+        ] {
+            if on {
+                return err(format!("--use_rnn is not supported with {flag} yet"));
+            }
+        }
+        Ok(())
+    }
+
     /// The checks of `--algo dqn`: what it supports so far, and settings in range.
     fn validate_off_policy(&self, spec: &EnvSpec) -> Result<()> {
         let err = |m: String| Err(RlfError::Config(m));
@@ -1316,6 +1403,7 @@ impl Config {
                 ));
             }
         }
+        self.validate_rnn()?;
         if self.off_policy.algo.is_off_policy() {
             self.validate_off_policy(&spec)?;
         } else if self.off_policy.prioritized_replay {

@@ -324,6 +324,8 @@ pub struct Lineup {
     /// Values per observation slot.
     width: usize,
     gathered: Vec<f32>,
+    /// A recurrent policy's state of each column (one policy playing every agent).
+    states: Vec<f32>,
 }
 
 impl Lineup {
@@ -341,6 +343,7 @@ impl Lineup {
                 reported: vec![true; n],
                 width: spec.obs_dim,
                 gathered: Vec::new(),
+                states: Vec::new(),
             },
             Some(by_agent) => {
                 let mut models = Vec::with_capacity(cfg.sampling.num_policies);
@@ -363,17 +366,34 @@ impl Lineup {
                     models,
                     width: spec.obs_dim,
                     gathered: Vec::new(),
+                    states: Vec::new(),
                 }
             }
         };
         Ok((cfg, lineup))
     }
 
+    /// Zeroes the recurrent state of the columns whose episode just ended.
+    fn forget(&mut self, terminated: &[bool], truncated: &[bool]) {
+        let d = self.states.len() / terminated.len().max(1);
+        if d == 0 {
+            return;
+        }
+        for (c, state) in self.states.chunks_mut(d).enumerate() {
+            if terminated[c] || truncated[c] {
+                state.fill(0.0);
+            }
+        }
+    }
+
     /// Actions for every column of `obs` (`width` values each): each column's agent's network
     /// takes the first values of its slot.
     fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput> {
         if self.models.len() == 1 {
-            return self.models[0].act(obs, deterministic);
+            let model = &mut self.models[0];
+            let columns = obs.len() / model.obs_dim().max(1);
+            self.states.resize(columns * model.state_dim(), 0.0);
+            return model.act_recurrent(obs, &mut self.states, deterministic);
         }
         let (agents, width) = (self.of_agent.len().max(1), self.width.max(1));
         let columns = obs.len() / width;
@@ -424,6 +444,7 @@ pub fn run_episodes(
     while done.len() < episodes {
         let out = lineup.act(&buf.obs, deterministic)?;
         envs.step(mapper.map(&out.actions), buf.view())?;
+        lineup.forget(&buf.terminated, &buf.truncated);
         let agents = lineup.reported.len().max(1);
         for c in (0..columns).filter(|&c| lineup.reported[c % agents]) {
             if let Some(ep) = envs.finished(c) {

@@ -6,6 +6,9 @@ pub use rlf_env::{
     parse_kwargs, ActionBatch, EnvRegistry, EpisodeStats, MultiVecEnv, Space, StepBuffers, VecBuffers, VecEnv,
 };
 
+use rlf_env::wrappers::SelectObservation;
+use rlf_env::Env;
+
 use rand_pcg::Pcg64Mcg;
 
 use crate::config::{ContinuousActionMode, EnvConfig};
@@ -34,6 +37,12 @@ impl EnvSpec {
     /// The spec of `cfg`'s env (`--env`, `--env_kwargs`), from a probe env.
     pub fn of(registry: &EnvRegistry, cfg: &EnvConfig) -> Result<Self> {
         if registry.is_multi_agent(&cfg.env) {
+            if !cfg.obs_mask.trim().is_empty() {
+                return Err(RlfError::Config(format!(
+                    "--obs_mask hides values of a single-agent env's observations; {} is a multi-agent env",
+                    cfg.env
+                )));
+            }
             let env = registry.make_multi_agent(&cfg.env, &parse_kwargs(&cfg.env_kwargs)?)?;
             let n = env.num_agents();
             return Ok(Self {
@@ -51,7 +60,10 @@ impl EnvSpec {
                 cfg.env
             )));
         }
-        let env = registry.make(&cfg.env)?;
+        let env = make_single(registry, cfg).map_err(|e| match (e, cfg.obs_mask.trim().is_empty()) {
+            (RlfError::Env(e), false) => RlfError::Config(format!("--obs_mask {}: {e}", cfg.obs_mask)),
+            (e, _) => e,
+        })?;
         Ok(Self {
             observation_spaces: vec![env.observation_space().clone()],
             action_spaces: vec![env.action_space().clone()],
@@ -114,6 +126,43 @@ impl EnvSpec {
     }
 }
 
+/// The values `--obs_mask` keeps (none: all).
+fn obs_mask(cfg: &EnvConfig) -> Result<Option<Vec<usize>>> {
+    let mask = cfg.obs_mask.trim();
+    if mask.is_empty() {
+        return Ok(None);
+    }
+    mask.split(',')
+        .map(|k| {
+            k.trim().parse::<usize>().map_err(|_| {
+                RlfError::Config(format!(
+                    "--obs_mask {mask}: `{}` is not an observation index (0, 1, ...)",
+                    k.trim()
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// One env of `cfg`'s single-agent env, showing the values `--obs_mask` keeps.
+pub fn make_single(registry: &EnvRegistry, cfg: &EnvConfig) -> Result<Box<dyn Env>> {
+    let env = registry.make(&cfg.env)?;
+    Ok(match obs_mask(cfg)? {
+        None => env,
+        Some(keep) => Box::new(SelectObservation::new(env, keep)?),
+    })
+}
+
+/// `n` envs of `cfg`'s single-agent env, stepped together.
+pub fn single_envs(registry: &EnvRegistry, cfg: &EnvConfig, n: usize) -> Result<VecEnv> {
+    Ok(VecEnv::new(
+        (0..n)
+            .map(|_| make_single(registry, cfg))
+            .collect::<Result<_>>()?,
+    )?)
+}
+
 /// A rollout worker's envs: `n` single-agent envs (one column each, every step valid, final
 /// observations of truncated episodes kept) or `n` multi-agent envs (one column per agent; a
 /// column is valid at a step when its agent acted in it).
@@ -131,7 +180,7 @@ impl Envs {
     /// `n` envs of `cfg`'s env.
     pub fn make(registry: &EnvRegistry, cfg: &EnvConfig, n: usize) -> Result<Self> {
         if !registry.is_multi_agent(&cfg.env) {
-            return Ok(Envs::Single(VecEnv::from_registry(registry, &cfg.env, n)?));
+            return Ok(Envs::Single(single_envs(registry, cfg, n)?));
         }
         let kwargs = parse_kwargs(&cfg.env_kwargs)?;
         let envs = (0..n)
@@ -150,7 +199,7 @@ impl Envs {
         channel: usize,
     ) -> Result<Self> {
         let comm = group.comm(channel)?;
-        let group = GroupVecEnv::lead(comm, n, |k| Ok(VecEnv::from_registry(registry, &cfg.env, k)?))?;
+        let group = GroupVecEnv::lead(comm, n, |k| single_envs(registry, cfg, k))?;
         Ok(Envs::Group(Box::new(group)))
     }
 

@@ -20,7 +20,7 @@ pub use action::{ClipAction, RescaleAction};
 pub use checked::CheckedEnv;
 pub use episode_statistics::EpisodeStatistics;
 pub use frame_skip::FrameSkip;
-pub use observation::ClipObservation;
+pub use observation::{ClipObservation, SelectObservation};
 pub use time_limit::TimeLimit;
 
 /// The state of a test env shared by the wrapper tests: counts steps, rewards 1 per step, ends

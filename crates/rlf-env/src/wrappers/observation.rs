@@ -76,6 +76,92 @@ impl<E: Env> Env for ClipObservation<E> {
     }
 }
 
+/// Keeps only some values of a flat `Box` observation, in the order given: a partially observed
+/// version of a fully observed env (CartPole with `[0, 2]` sees the cart's position and the pole's
+/// angle, not their velocities, so a policy needs memory to balance it).
+#[derive(Debug, Clone)]
+pub struct SelectObservation<E> {
+    inner: E,
+    keep: Vec<usize>,
+    full: Vec<f32>,
+    observation_space: Space,
+}
+
+impl<E: Env> SelectObservation<E> {
+    /// Wraps `inner`, whose observation space must be a `Box`, keeping the values at `keep`
+    /// (distinct, within the observation, at least one).
+    pub fn new(inner: E, keep: Vec<usize>) -> Result<Self, EnvError> {
+        let Space::Box(b) = inner.observation_space() else {
+            return Err(EnvError::Unsupported {
+                env: inner.id().to_owned(),
+                what: format!(
+                    "selecting values of a {} observation space",
+                    inner.observation_space()
+                ),
+            });
+        };
+        let n = b.size();
+        let mut seen = vec![false; n];
+        for &k in &keep {
+            if k >= n || std::mem::replace(&mut seen[k], true) {
+                return Err(EnvError::InvalidSpace(format!(
+                    "observation values {keep:?} of {}: value {k} is {} (it has {n} values, 0 to {})",
+                    inner.id(),
+                    if k >= n { "out of range" } else { "named twice" },
+                    n.saturating_sub(1)
+                )));
+            }
+        }
+        if keep.is_empty() {
+            return Err(EnvError::InvalidSpace(format!(
+                "observation values of {}: keep at least one",
+                inner.id()
+            )));
+        }
+        let pick = |v: &[f32]| keep.iter().map(|&k| v[k]).collect::<Vec<_>>();
+        let observation_space = Space::Box(BoxSpace::new(pick(b.low()), pick(b.high()), vec![keep.len()])?);
+        Ok(Self {
+            inner,
+            full: vec![0.0; n],
+            keep,
+            observation_space,
+        })
+    }
+
+    fn select(&self, obs: &mut [f32]) {
+        for (o, &k) in obs.iter_mut().zip(&self.keep) {
+            *o = self.full[k];
+        }
+    }
+}
+
+impl<E: Env> Env for SelectObservation<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        &self.observation_space
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.reset(seed, &mut self.full)?;
+        self.select(obs);
+        Ok(())
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let step = self.inner.step(action, &mut self.full)?;
+        self.select(obs);
+        Ok(step)
+    }
+    fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.set_state(state, &mut self.full)?;
+        self.select(obs);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::Counter;
@@ -93,5 +179,27 @@ mod tests {
         env.step(Action::Discrete(0), &mut obs).unwrap();
         assert_eq!(obs, [1.0, 5.0]);
         assert!(ClipObservation::new(Counter::new(10), 1.0, -1.0).is_err());
+    }
+
+    #[test]
+    fn selects_values_in_the_order_given() {
+        let mut env = SelectObservation::new(Counter::new(10), vec![1, 0]).unwrap();
+        assert_eq!(
+            env.observation_space().to_string(),
+            "Box(-10.0, 10.0, (2,), float32)"
+        );
+        let mut obs = [0.0; 2];
+        env.step(Action::Discrete(0), &mut obs).unwrap();
+        assert_eq!(obs, [100.0, 1.0]);
+        let mut one = SelectObservation::new(Counter::new(10), vec![1]).unwrap();
+        let mut obs = [0.0; 1];
+        one.step(Action::Discrete(0), &mut obs).unwrap();
+        assert_eq!(obs, [100.0]);
+        for bad in [vec![], vec![2], vec![0, 0]] {
+            let Err(e) = SelectObservation::new(Counter::new(10), bad.clone()) else {
+                panic!("{bad:?} was taken");
+            };
+            assert!(e.to_string().contains("observation values"), "{bad:?}: {e}");
+        }
     }
 }

@@ -93,6 +93,9 @@ pub struct Dataset {
     pub next_valid: Tensor,
     /// Policy version that chose each action, `S * T`.
     pub versions: Vec<u64>,
+    /// With a recurrent network: the state each step started from when it was acted,
+    /// `[S * T, state_dim]` (zero at an episode's first step).
+    pub states: Option<Tensor>,
 }
 
 impl Dataset {
@@ -129,7 +132,10 @@ impl Dataset {
             &self.has_final,
             &self.final_obs,
             &self.next_obs,
-        ] {
+        ]
+        .into_iter()
+        .chain(&self.states)
+        {
             let v = to_vec(t)?;
             eat(v.len() as u64);
             v.iter().for_each(|x| eat(u64::from(x.to_bits())));
@@ -563,6 +569,10 @@ struct Prepared {
     bootstrapped: Vec<bool>,
     rewards: Vec<f32>,
     ends: Vec<bool>,
+    /// Recurrent networks: the states steps started from, and 1 where a step ended its episode,
+    /// both in row order.
+    states: Option<Tensor>,
+    ends_rows: Tensor,
 }
 
 impl Appo {
@@ -656,6 +666,27 @@ impl Appo {
         self.version
     }
 
+    /// Steps per chunk of backpropagation through time for sequences of `seq_len` steps.
+    fn recurrence(&self, seq_len: usize) -> usize {
+        usize::try_from(self.cfg.recurrence).map_or(seq_len, |r| r.max(1))
+    }
+
+    /// Rows of the chunks `(sequence, chunk)` of `len` steps each, chunk after chunk (row order of
+    /// [`ActorCritic::forward_sequences`]), and the rows where each chunk starts.
+    fn chunk_rows(&self, chunks: &[(usize, usize)], len: usize, data: &Dataset) -> Result<(Tensor, Tensor)> {
+        let s = data.num_sequences;
+        let rows: Vec<i64> = chunks
+            .iter()
+            .flat_map(|&(q, k)| (0..len).map(move |j| ((k * len + j) * s + q) as i64))
+            .collect();
+        let starts: Vec<i64> = chunks.iter().map(|&(q, k)| (k * len * s + q) as i64).collect();
+        let device = self.model.device();
+        Ok((
+            Tensor::f_from_slice(&rows)?.f_to_device(device)?,
+            Tensor::f_from_slice(&starts)?.f_to_device(device)?,
+        ))
+    }
+
     /// Checks a dataset's tensor shapes against the model.
     fn check(&self, data: &Dataset) -> Result<()> {
         let protocol = |message: String| RlfError::Protocol {
@@ -691,6 +722,29 @@ impl Appo {
                 "dataset field {name} is {:?} {:?}, expected Float {want:?}",
                 t.kind(),
                 t.size()
+            )));
+        }
+        let state_dim = self.model.state_dim();
+        match &data.states {
+            None if state_dim > 0 => {
+                return Err(protocol(
+                    "a dataset without recurrent states for a recurrent network".into(),
+                ))
+            }
+            Some(states) if states.size() != [n, state_dim] || states.kind() != Kind::Float => {
+                return Err(protocol(format!(
+                    "dataset field states is {:?} {:?}, expected Float [{n}, {state_dim}]",
+                    states.kind(),
+                    states.size()
+                )))
+            }
+            _ => {}
+        }
+        if state_dim > 0 && data.seq_len % self.recurrence(data.seq_len) != 0 {
+            return Err(protocol(format!(
+                "--recurrence {} does not divide sequences of {} steps",
+                self.recurrence(data.seq_len),
+                data.seq_len
             )));
         }
         if data.versions.len() != data.len() {
@@ -757,7 +811,50 @@ impl Appo {
         }
 
         // Bootstrap values: after each sequence, and the last observation of truncated episodes.
-        let tail = to_vec(&self.model.values(&data.next_obs.f_to_device(device)?))?;
+        // A recurrent network sees them with the state after the step before (unrolled from each
+        // sequence's first recorded state with the current weights).
+        let ends_rows = data
+            .terminated
+            .f_add(&data.truncated)?
+            .f_clamp_max(1.0)?
+            .f_to_device(device)?;
+        let states = match &data.states {
+            Some(states) if self.model.state_dim() > 0 => Some(states.f_to_device(device)?),
+            _ => None,
+        };
+        let after: Option<Tensor> = match &states {
+            None => None,
+            Some(states) => {
+                let seqs: Vec<(usize, usize)> = (0..s).map(|q| (q, 0)).collect();
+                let (rows, starts) = self.chunk_rows(&seqs, t, data)?;
+                tch::no_grad(|| {
+                    self.model
+                        .forward_sequences(
+                            &obs.index_select(0, &rows),
+                            &states.index_select(0, &starts),
+                            &ends_rows.index_select(0, &rows),
+                            t as i64,
+                        )
+                        .2
+                })
+            }
+        };
+        // The value of `obs` after the steps `rows` (sequence-major) of a recurrent network.
+        let values_after = |obs: &Tensor, rows: &[i64]| -> Result<Vec<f32>> {
+            match &after {
+                None => to_vec(&self.model.values(obs)),
+                Some(after) => {
+                    let rows = Tensor::f_from_slice(rows)?.f_to_device(device)?;
+                    let state = after.f_index_select(0, &rows)?;
+                    tch::no_grad(|| {
+                        let value = self.model.forward_step(obs, Some(&state)).1;
+                        to_vec(&self.model.unscale_value(&value))
+                    })
+                }
+            }
+        };
+        let last_steps: Vec<i64> = (0..s).map(|q| (q * t + t - 1) as i64).collect();
+        let tail = values_after(&data.next_obs.f_to_device(device)?, &last_steps)?;
         let mut next_values = vec![0.0_f32; n];
         let mut bootstrapped = vec![false; n];
         for (i, (nv, b)) in next_values.iter_mut().zip(bootstrapped.iter_mut()).enumerate() {
@@ -776,7 +873,11 @@ impl Appo {
         if !rows.is_empty() {
             let idx = Tensor::f_from_slice(&rows)?.f_to_device(device)?;
             let finals = data.final_obs.f_to_device(device)?.f_index_select(0, &idx)?;
-            for (&r, v) in rows.iter().zip(to_vec(&self.model.values(&finals))?) {
+            let steps: Vec<i64> = rows
+                .iter()
+                .map(|&r| ((r as usize % s) * t + r as usize / s) as i64)
+                .collect();
+            for (&r, v) in rows.iter().zip(values_after(&finals, &steps)?) {
                 let r = r as usize;
                 next_values[(r % s) * t + r / s] = v;
             }
@@ -909,6 +1010,8 @@ impl Appo {
             bootstrapped,
             rewards,
             ends,
+            states,
+            ends_rows,
         })
     }
 
@@ -1035,18 +1138,23 @@ impl Appo {
         // Without V-trace, minibatches are drawn from the transitions the slots mark valid only
         // (a turn-based env's waiting agents would otherwise fill most of each minibatch with
         // masked rows): the same number of SGD steps, on fewer rows each.
-        let acted_rows: Option<Vec<i64>> = if self.cfg.with_vtrace || p.slot_valid.iter().all(|&v| v) {
-            None
-        } else {
-            let rows: Vec<i64> = (0..n).filter(|&r| p.slot_valid[r]).map(|r| r as i64).collect();
-            (!rows.is_empty()).then_some(rows)
-        };
+        // A recurrent network trains on whole chunks of `--recurrence` steps (invalid steps masked).
+        let recurrent = p.states.is_some();
+        let chunk = if recurrent { self.recurrence(t) } else { 1 };
+        let acted_rows: Option<Vec<i64>> =
+            if self.cfg.with_vtrace || recurrent || p.slot_valid.iter().all(|&v| v) {
+                None
+            } else {
+                let rows: Vec<i64> = (0..n).filter(|&r| p.slot_valid[r]).map(|r| r as i64).collect();
+                (!rows.is_empty()).then_some(rows)
+            };
         let (units, mb_size) = match &acted_rows {
             Some(rows) => (rows.len(), rows.len().div_ceil(mb_per_epoch)),
             None if self.cfg.with_vtrace => (s, mb_size),
+            None if recurrent => (s * (t / chunk), mb_size),
             None => (n, mb_size),
         };
-        let whole = !self.cfg.with_vtrace && acted_rows.is_none() && mb_size == n;
+        let whole = !self.cfg.with_vtrace && !recurrent && acted_rows.is_none() && mb_size == n;
         let mut sums: Vec<Tensor> = Vec::new();
         let mut grad_norm_sum = 0.0;
         let mut steps = 0usize;
@@ -1064,22 +1172,38 @@ impl Appo {
                 })
             };
             for mb in 0..mb_per_epoch {
-                let (idx, seqs) = match &order {
-                    None => (None, Vec::new()),
+                // The minibatch's rows, its sequences (V-trace) and its chunks (recurrent).
+                let (idx, seqs, chunks) = match &order {
+                    None => (None, Vec::new(), Vec::new()),
                     Some(order) if self.cfg.with_vtrace => {
                         let per = (mb_size / t).max(1);
                         let seqs: Vec<usize> = order[mb * per..((mb + 1) * per).min(s)]
                             .iter()
                             .map(|&q| q as usize)
                             .collect();
-                        (Some(self.index(&seqs, data)?), seqs)
+                        let chunks = seqs.iter().map(|&q| (q, 0)).collect();
+                        (Some(self.index(&seqs, data)?), seqs, chunks)
+                    }
+                    Some(order) if recurrent => {
+                        let (per, k) = ((mb_size / chunk).max(1), t / chunk);
+                        let part = &order[(mb * per).min(units)..((mb + 1) * per).min(units)];
+                        if part.is_empty() {
+                            continue;
+                        }
+                        let chunks: Vec<(usize, usize)> =
+                            part.iter().map(|&u| (u as usize / k, u as usize % k)).collect();
+                        (Some(self.chunk_rows(&chunks, chunk, data)?.0), Vec::new(), chunks)
                     }
                     Some(order) => {
                         let part = &order[(mb * mb_size).min(units)..((mb + 1) * mb_size).min(units)];
                         if part.is_empty() {
                             continue;
                         }
-                        (Some(Tensor::f_from_slice(part)?.f_to_device(device)?), Vec::new())
+                        (
+                            Some(Tensor::f_from_slice(part)?.f_to_device(device)?),
+                            Vec::new(),
+                            Vec::new(),
+                        )
                     }
                 };
                 let pick = |x: &Tensor| match &idx {
@@ -1087,7 +1211,19 @@ impl Appo {
                     None => x.shallow_clone(),
                 };
                 let obs = pick(&p.obs);
-                let (dist, values_norm) = self.model.forward(&obs);
+                let (dist, values_norm) = match &p.states {
+                    Some(states) => {
+                        let starts = self.chunk_rows(&chunks, chunk, data)?.1;
+                        let (dist, values, _) = self.model.forward_sequences(
+                            &obs,
+                            &states.index_select(0, &starts),
+                            &pick(&p.ends_rows),
+                            chunk as i64,
+                        );
+                        (dist, values)
+                    }
+                    None => self.model.forward(&obs),
+                };
                 let log_probs = dist.log_prob(&pick(&p.actions));
                 let entropy = dist.entropy();
                 let (advantages, targets_norm) = if self.cfg.with_vtrace {

@@ -103,7 +103,7 @@ impl Learner {
                 Field::Obs | Field::FinalObs | Field::NextObs => {
                     whole.f_reshape([-1, width])?.f_narrow(1, 0, obs_dim.min(width))?
                 }
-                Field::Actions => whole.f_reshape([-1, width])?,
+                Field::Actions | Field::States => whole.f_reshape([-1, width])?,
                 _ => whole.f_reshape([-1])?,
             };
             Ok(shaped)
@@ -142,6 +142,7 @@ impl Learner {
             next_obs: rows(Field::NextObs)?,
             next_valid: rows(Field::NextValid)?,
             versions,
+            states: (sh.state_dim > 0).then(|| rows(Field::States)).transpose()?,
         })
     }
 

@@ -5,6 +5,7 @@ use std::path::Path;
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
+use super::recurrent::Core;
 use super::{ActOutput, Distribution, Policy, PolicyWeights, RunningMeanStd};
 use crate::config::{DeviceKind, ModelConfig, Nonlinearity, PolicyInitialization};
 use crate::error::{Result, RlfError};
@@ -343,6 +344,9 @@ pub struct ActorCritic {
     action_mask: Option<(i64, i64)>,
     actor: Encoder,
     critic: Option<Encoder>,
+    /// With `--use_rnn`: the actor's recurrent core, and the critic's without shared weights.
+    actor_core: Option<Core>,
+    critic_core: Option<Core>,
     action_out: nn::Linear,
     value_out: nn::Linear,
     log_std: Option<Tensor>,
@@ -388,12 +392,21 @@ impl ActorCritic {
         };
         let vs = nn::VarStore::new(device);
         let root = vs.root();
-        let (actor, hidden) = Encoder::new(&(&root / "actor_encoder"), observation_space, obs_dim, cfg)?;
+        let (actor, mut hidden) = Encoder::new(&(&root / "actor_encoder"), observation_space, obs_dim, cfg)?;
         let critic = if cfg.actor_critic_share_weights {
             None
         } else {
             Some(Encoder::new(&(&root / "critic_encoder"), observation_space, obs_dim, cfg)?.0)
         };
+        let (mut actor_core, mut critic_core) = (None, None);
+        if cfg.use_rnn {
+            let (core, size) = Core::new(&(&root / "actor_core"), hidden, cfg);
+            actor_core = Some(core);
+            if critic.is_some() {
+                critic_core = Some(Core::new(&(&root / "critic_core"), hidden, cfg).0);
+            }
+            hidden = size;
+        }
         let action_out = linear(
             &root / "action_head",
             hidden,
@@ -425,6 +438,8 @@ impl ActorCritic {
             action_mask,
             actor,
             critic,
+            actor_core,
+            critic_core,
             action_out,
             value_out,
             log_std,
@@ -459,11 +474,90 @@ impl ActorCritic {
         self.vs.device()
     }
 
+    /// Values of recurrent state per observation (0 without `--use_rnn`): the actor core's, then
+    /// the critic core's.
+    pub fn state_dim(&self) -> i64 {
+        [&self.actor_core, &self.critic_core]
+            .iter()
+            .filter_map(|c| c.as_ref().map(Core::state_dim))
+            .sum()
+    }
+
     /// The action distribution and the *normalised* value (see [`value_scale`](Self::unscale_value))
     /// for a batch of observations `[n, obs_dim]`. With an `action_mask` in a Dict observation,
     /// the actions it marks 0 have probability 0 (never sampled, no part of the entropy); a row
-    /// whose mask is all 0 (an agent that does not act) gets a uniform distribution.
+    /// whose mask is all 0 (an agent that does not act) gets a uniform distribution. A recurrent
+    /// network starts from zero states here (an episode's first step; see
+    /// [`forward_step`](Self::forward_step) and [`forward_sequences`](Self::forward_sequences)).
     pub fn forward(&self, obs: &Tensor) -> (Distribution, Tensor) {
+        let (dist, value, _) = self.forward_step(obs, None);
+        (dist, value)
+    }
+
+    /// As [`forward`](Self::forward), from recurrent states `[n, state_dim]` (zeros when `None`;
+    /// ignored without a core), and the states after the step.
+    pub fn forward_step(
+        &self,
+        obs: &Tensor,
+        states: Option<&Tensor>,
+    ) -> (Distribution, Tensor, Option<Tensor>) {
+        let (actor_h, critic_h) = self.encode(obs);
+        if self.actor_core.is_none() {
+            let (dist, value) = self.heads(obs, &actor_h, &critic_h);
+            return (dist, value, None);
+        }
+        let zeros;
+        let states = match states {
+            Some(s) => s,
+            None => {
+                zeros = Tensor::zeros([obs.size()[0], self.state_dim()], (Kind::Float, self.device()));
+                &zeros
+            }
+        };
+        let (actor_h, critic_h, next) = self.core_step(&actor_h, &critic_h, states);
+        let (dist, value) = self.heads(obs, &actor_h, &critic_h);
+        (dist, value, Some(next))
+    }
+
+    /// The distribution and normalised value of every step of `c` sequences of `len` steps each,
+    /// rows sequence-major (`obs` `[c * len, obs_dim]`, row `q * len + j` step `j` of sequence `q`),
+    /// unrolled through the recurrent core from `states` `[c, state_dim]`: a step whose `ends`
+    /// (`[c * len]`, 1 where the step ended its episode) is set passes a zero state to the next,
+    /// as the rollout worker resets an env's state after its episode ends. Also the states
+    /// after each step before that reset, `[c * len, state_dim]`. Without a core: as
+    /// [`forward`](Self::forward), and no states.
+    pub fn forward_sequences(
+        &self,
+        obs: &Tensor,
+        states: &Tensor,
+        ends: &Tensor,
+        len: i64,
+    ) -> (Distribution, Tensor, Option<Tensor>) {
+        let (actor_h, critic_h) = self.encode(obs);
+        if self.actor_core.is_none() {
+            let (dist, value) = self.heads(obs, &actor_h, &critic_h);
+            return (dist, value, None);
+        }
+        let c = obs.size()[0] / len;
+        let by_step = |h: &Tensor| h.reshape([c, len, -1]);
+        let (actor_in, critic_in) = (by_step(&actor_h), by_step(&critic_h));
+        let keep = (ends.reshape([c, len, 1]) * -1.0 + 1.0).to_kind(Kind::Float);
+        let mut state = states.shallow_clone();
+        let (mut actor_out, mut critic_out, mut after) = (Vec::new(), Vec::new(), Vec::new());
+        for j in 0..len {
+            let (a, v, next) = self.core_step(&actor_in.select(1, j), &critic_in.select(1, j), &state);
+            state = &next * keep.select(1, j);
+            actor_out.push(a);
+            critic_out.push(v);
+            after.push(next);
+        }
+        let rows = |parts: &[Tensor]| Tensor::stack(parts, 1).reshape([c * len, -1]);
+        let (dist, value) = self.heads(obs, &rows(&actor_out), &rows(&critic_out));
+        (dist, value, Some(rows(&after)))
+    }
+
+    /// The encoders' outputs (the critic's is the actor's with shared weights).
+    fn encode(&self, obs: &Tensor) -> (Tensor, Tensor) {
         let x = match &self.obs_rms {
             Some(rms) => rms.normalize(obs, OBS_CLIP),
             None => obs.shallow_clone(),
@@ -473,6 +567,34 @@ impl ActorCritic {
             Some(critic) => critic.forward(&x),
             None => actor_h.shallow_clone(),
         };
+        (actor_h, critic_h)
+    }
+
+    /// One step of the recurrent cores from `states` (the actor's, then the critic's).
+    fn core_step(&self, actor_h: &Tensor, critic_h: &Tensor, states: &Tensor) -> (Tensor, Tensor, Tensor) {
+        let (Some(actor), critic) = (&self.actor_core, &self.critic_core) else {
+            return (
+                actor_h.shallow_clone(),
+                critic_h.shallow_clone(),
+                states.shallow_clone(),
+            );
+        };
+        match critic {
+            None => {
+                let (out, next) = actor.step(actor_h, states);
+                (out.shallow_clone(), out, next)
+            }
+            Some(critic) => {
+                let d = actor.state_dim();
+                let (a, next_a) = actor.step(actor_h, &states.narrow(1, 0, d));
+                let (v, next_v) = critic.step(critic_h, &states.narrow(1, d, critic.state_dim()));
+                (a, v, Tensor::cat(&[next_a, next_v], 1))
+            }
+        }
+    }
+
+    /// The action distribution and the normalised value from the heads' inputs.
+    fn heads(&self, obs: &Tensor, actor_h: &Tensor, critic_h: &Tensor) -> (Distribution, Tensor) {
         let value = critic_h.apply(&self.value_out).squeeze_dim(-1);
         let out = actor_h.apply(&self.action_out);
         let dist = match &self.head {
@@ -732,9 +854,40 @@ pub(super) fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
 
 impl Policy for ActorCritic {
     fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput> {
+        if self.actor_core.is_some() {
+            return Err(RlfError::Protocol {
+                component: "policy",
+                message: "a recurrent policy acts with its states (act_recurrent)".into(),
+            });
+        }
+        self.act_recurrent(obs, &mut [], deterministic)
+    }
+
+    fn state_dim(&self) -> usize {
+        ActorCritic::state_dim(self) as usize
+    }
+
+    fn act_recurrent(&mut self, obs: &[f32], states: &mut [f32], deterministic: bool) -> Result<ActOutput> {
         let obs = self.obs_tensor(obs)?;
+        let d = ActorCritic::state_dim(self);
+        let n = obs.size()[0];
+        if states.len() as i64 != n * d {
+            return Err(RlfError::Protocol {
+                component: "policy",
+                message: format!(
+                    "{} state values for {n} observations of a policy with {d} state values each",
+                    states.len()
+                ),
+            });
+        }
+        let before = (d > 0)
+            .then(|| rows_tensor(states, d, self.device()))
+            .transpose()?;
         tch::no_grad(|| {
-            let (dist, value) = self.forward(&obs);
+            let (dist, value, after) = self.forward_step(&obs, before.as_ref());
+            if let Some(after) = after {
+                states.copy_from_slice(&to_vec(&after.flatten(0, -1))?);
+            }
             let actions = dist.sample(deterministic);
             let log_probs = dist.log_prob(&actions);
             Ok(ActOutput {

@@ -14,6 +14,7 @@ mod actor_critic;
 mod distribution;
 mod normalize;
 mod q_network;
+mod recurrent;
 mod sac;
 
 use std::path::Path;
@@ -53,6 +54,25 @@ pub trait Policy {
     /// Chooses actions for `obs`, a batch of observations of `obs_dim` values each: sampled, or the
     /// most likely ones when `deterministic`.
     fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput>;
+
+    /// Values of recurrent state per observation: 0 for a policy without memory.
+    fn state_dim(&self) -> usize {
+        0
+    }
+
+    /// As [`act`](Policy::act), for a recurrent policy: `states` holds each observation's state
+    /// before the step ([`state_dim`](Policy::state_dim) values each) and is overwritten with the
+    /// state after it. A policy without memory takes no states.
+    fn act_recurrent(&mut self, obs: &[f32], states: &mut [f32], deterministic: bool) -> Result<ActOutput> {
+        if states.is_empty() {
+            self.act(obs, deterministic)
+        } else {
+            Err(crate::RlfError::Protocol {
+                component: "policy",
+                message: format!("{} state values for a policy without memory", states.len()),
+            })
+        }
+    }
 
     /// Values per observation.
     fn obs_dim(&self) -> usize;

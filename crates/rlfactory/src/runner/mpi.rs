@@ -28,7 +28,7 @@ use super::counters::CounterLayout;
 use super::plane::RankPart;
 use super::summary::{StopReason, Summary};
 use crate::config::Config;
-use crate::env::{EnvRegistry, VecEnv};
+use crate::env::EnvRegistry;
 use crate::env_group::{serve_share, EnvGroup, Shares, MAX_CHANNELS};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
@@ -494,14 +494,14 @@ fn serve_member(
     let channels = s.num_workers * s.worker_num_splits;
     let (done, served) = mpsc::channel();
     for channel in 0..channels {
-        let (group, registry, env) = (group.clone(), registry.clone(), cfg.env.env.clone());
+        let (group, registry, env) = (group.clone(), registry.clone(), cfg.env.clone());
         let done = done.clone();
         thread::Builder::new()
             .name(format!("env_share_{channel}"))
             .spawn(move || {
                 let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     group.comm(channel).and_then(|comm| {
-                        serve_share(&*comm, shares, |n| Ok(VecEnv::from_registry(&registry, &env, n)?))
+                        serve_share(&*comm, shares, |n| crate::env::single_envs(&registry, &env, n))
                     })
                 }))
                 .unwrap_or_else(|_| {

@@ -180,6 +180,7 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
         num_envs: s.num_envs_per_worker / s.worker_num_splits * num_agents,
         obs_dim: spec.obs_dim,
         action_dim: models[0].action_dim(),
+        state_dim: models[0].state_dim(),
     };
     let slots = buffers_per_worker(cfg, num_agents, part.all_workers(cfg));
     let pools = (0..part.pools(cfg))

@@ -39,6 +39,9 @@ pub struct TrajectoryShape {
     pub obs_dim: usize,
     /// Values per raw action.
     pub action_dim: usize,
+    /// Values of recurrent state per env (`--use_rnn`; 0 without).
+    #[serde(default)]
+    pub state_dim: usize,
 }
 
 /// A field of a trajectory slot.
@@ -74,15 +77,23 @@ pub enum Field {
     /// The policy controlling the column's agent at the step (rollout worker, with several
     /// policies; all 0 with one).
     Policy,
+    /// The recurrent state each env's step starts from (`--use_rnn`; no values without): the
+    /// inference worker writes the state after step `t` at step `t + 1`, and the rollout worker
+    /// zeroes it when step `t` ended the env's episode, so the learner can start backpropagation
+    /// through time at any step from what acting used.
+    States,
+    /// The recurrent state after the last step, one per env, no time axis (as [`Field::States`]);
+    /// the rollout worker carries it into the split's next slot.
+    NextStates,
 }
 
 impl Field {
     /// Whether the field holds one value per env after the last step (no time axis).
     pub fn is_after_last_step(self) -> bool {
-        matches!(self, Field::NextObs | Field::NextValid)
+        matches!(self, Field::NextObs | Field::NextValid | Field::NextStates)
     }
 
-    const ALL: [Field; 13] = [
+    const ALL: [Field; 15] = [
         Field::Obs,
         Field::Actions,
         Field::LogProbs,
@@ -96,6 +107,8 @@ impl Field {
         Field::NextObs,
         Field::NextValid,
         Field::Policy,
+        Field::States,
+        Field::NextStates,
     ];
 }
 
@@ -109,6 +122,7 @@ impl TrajectoryShape {
         match field {
             Field::Obs | Field::FinalObs | Field::NextObs => self.obs_dim,
             Field::Actions => self.action_dim,
+            Field::States | Field::NextStates => self.state_dim,
             _ => 1,
         }
     }
@@ -337,6 +351,7 @@ mod tests {
         num_envs: 2,
         obs_dim: 4,
         action_dim: 1,
+        state_dim: 0,
     };
 
     #[test]

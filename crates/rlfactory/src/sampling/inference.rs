@@ -49,6 +49,8 @@ pub struct InferenceWorker {
     /// Every rollout worker's trajectory pool, by worker index.
     pools: Vec<TrajectoryPool>,
     obs: Vec<f32>,
+    /// A recurrent policy's states of every column of the batch.
+    states: Vec<f32>,
     /// With several policies: each column's policy, and one policy's columns and observations.
     column_policies: Vec<f32>,
     rows: Vec<usize>,
@@ -99,6 +101,7 @@ impl InferenceWorker {
             served,
             pools,
             obs: Vec::new(),
+            states: Vec::new(),
             column_policies: Vec::new(),
             rows: Vec::new(),
             gathered: Vec::new(),
@@ -163,7 +166,9 @@ impl InferenceWorker {
             )));
         }
         let mut live = Vec::with_capacity(requests.len());
+        let state_dim = self.served[0].policy.state_dim();
         self.obs.clear();
+        self.states.clear();
         self.column_policies.clear();
         for r in requests {
             let pool = self
@@ -183,6 +188,17 @@ impl InferenceWorker {
             let at = self.obs.len();
             self.obs.resize(at + shape.num_envs * width, 0.0);
             pool.get(r.buffer, Field::Obs, r.step, &mut self.obs[at..])?;
+            if state_dim > 0 {
+                if shape.state_dim != state_dim {
+                    return Err(protocol(format!(
+                        "worker {}: slots hold states of {} values, the policy's have {state_dim}",
+                        r.worker, shape.state_dim
+                    )));
+                }
+                let at = self.states.len();
+                self.states.resize(at + shape.num_envs * state_dim, 0.0);
+                pool.get(r.buffer, Field::States, r.step, &mut self.states[at..])?;
+            }
             if several {
                 let at = self.column_policies.len();
                 self.column_policies.resize(at + shape.num_envs, 0.0);
@@ -197,7 +213,7 @@ impl InferenceWorker {
             self.act_per_policy(width)?
         } else {
             let served = &mut self.served[0];
-            let out = served.policy.act(&self.obs, false)?;
+            let out = served.policy.act_recurrent(&self.obs, &mut self.states, false)?;
             (out, Vec::new())
         };
         let a = self.served[0].policy.action_dim();
@@ -213,6 +229,15 @@ impl InferenceWorker {
             )?;
             pool.put(r.buffer, Field::LogProbs, r.step, &out.log_probs[at..at + n])?;
             pool.put(r.buffer, Field::Values, r.step, &out.values[at..at + n])?;
+            if state_dim > 0 {
+                // The state after this step is where the next one starts.
+                let states = &self.states[at * state_dim..(at + n) * state_dim];
+                if r.step + 1 < pool.shape().rollout {
+                    pool.put(r.buffer, Field::States, r.step + 1, states)?;
+                } else {
+                    pool.put(r.buffer, Field::NextStates, 0, states)?;
+                }
+            }
             if several {
                 pool.put_versions(r.buffer, r.step, &versions[at..at + n])?;
             } else {

@@ -75,6 +75,10 @@ struct Split {
     /// Off-policy: each column's n-step adder, and the observations the last step started from.
     adders: Vec<NStepAdder>,
     prev_obs: Vec<f32>,
+    /// With a recurrent policy: each column's state after the last trajectory (zeros at the
+    /// start), which the next slot starts from, and scratch to reset states at episode ends.
+    carry: Vec<f32>,
+    states: Vec<f32>,
 }
 
 impl Split {
@@ -461,6 +465,8 @@ impl RolloutWorker {
                 actions: vec![0.0; columns * shape.action_dim],
                 flags: vec![0.0; columns],
                 final_obs: vec![0.0; columns * envs.obs_dim()],
+                carry: vec![0.0; columns * shape.state_dim],
+                states: vec![0.0; columns * shape.state_dim],
                 envs,
                 mapper,
                 slot: None,
@@ -569,6 +575,7 @@ impl RolloutWorker {
             split.slot = Some(buffer);
             split.t = 0;
             split.frames = 0;
+            self.pool.put(buffer, Field::States, 0, &split.carry)?;
             requests.push(self.request(k)?);
         }
         Ok(requests)
@@ -665,6 +672,26 @@ impl RolloutWorker {
         }
         self.pool.put(buffer, Field::HasFinal, t, &split.flags)?;
         self.pool.put(buffer, Field::FinalObs, t, &split.final_obs)?;
+        let state_dim = self.pool.shape().state_dim;
+        if state_dim > 0 {
+            // A new episode starts from a zero state: clear the columns whose episode just ended
+            // where the next step starts (the inference worker wrote it with this step's actions).
+            let (field, at) = if t + 1 < rollout {
+                (Field::States, t + 1)
+            } else {
+                (Field::NextStates, 0)
+            };
+            self.pool.get(buffer, field, at, &mut split.states)?;
+            for (c, state) in split.states.chunks_mut(state_dim).enumerate() {
+                if split.buf.terminated[c] || split.buf.truncated[c] {
+                    state.fill(0.0);
+                }
+            }
+            self.pool.put(buffer, field, at, &split.states)?;
+            if t + 1 == rollout {
+                split.carry.copy_from_slice(&split.states);
+            }
+        }
         if let Some(writer) = &mut self.replay {
             split.add_transitions(writer, self.num_policies);
         }
@@ -834,6 +861,7 @@ mod tests {
             num_envs: 8,
             obs_dim: rlf_env::connect_four::OBS_DIM,
             action_dim: 1,
+            state_dim: 0,
         };
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
@@ -908,6 +936,7 @@ mod tests {
             num_envs: 2,
             obs_dim: 4,
             action_dim: 1,
+            state_dim: 0,
         };
         let pool = TrajectoryPool::create(shape, 1).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
@@ -1011,6 +1040,7 @@ mod tests {
             num_envs: 8,
             obs_dim: rlf_env::connect_four::OBS_DIM,
             action_dim: 1,
+            state_dim: 0,
         };
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");

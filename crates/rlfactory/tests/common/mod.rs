@@ -230,5 +230,6 @@ pub fn cartpole_dataset(valid: &[f32]) -> rlfactory::algo::appo::Dataset {
         next_obs: tch::Tensor::ones([s as i64, d], (tch::Kind::Float, tch::Device::Cpu)),
         next_valid: tch::Tensor::ones([s as i64], (tch::Kind::Float, tch::Device::Cpu)),
         versions: vec![0; n],
+        states: None,
     }
 }
