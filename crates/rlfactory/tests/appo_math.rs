@@ -538,3 +538,94 @@ fn steps_the_slots_mark_invalid_are_masked_out_of_training() {
         );
     }
 }
+
+/// The weights after one training pass of a recurrent network (a GRU of 4 units) over `states` beside
+/// [`cartpole_dataset`], with `--recurrence recurrence` (and V-trace when asked).
+fn train_recurrent(states: &Tensor, recurrence: i64, vtrace: bool) -> Vec<f32> {
+    tch::manual_seed(5);
+    let cfg = Config::for_env(
+        "CartPole-v1",
+        &[
+            "--use_rnn",
+            "--rnn_size=4",
+            "--rollout=16",
+            "--batch_size=64",
+            "--num_batches_per_epoch=2",
+            &format!("--recurrence={recurrence}"),
+            &format!("--with_vtrace={vtrace}"),
+        ],
+    )
+    .unwrap();
+    cfg.validate().unwrap();
+    let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
+    let model = ActorCritic::new(
+        env.observation_space(),
+        env.action_space(),
+        &cfg.model,
+        cfg.run.device,
+    )
+    .unwrap();
+    assert_eq!(model.state_dim(), states.size()[1]);
+    let mut appo = Appo::new(model, &cfg.appo, 1_000_000).unwrap();
+    let data = Dataset {
+        states: Some(states.shallow_clone()),
+        ..cartpole_dataset(&[1.0; 128])
+    };
+    appo.train(&data).unwrap();
+    appo.model().weights().unwrap().values
+}
+
+/// Backpropagation through time starts every `--recurrence` steps from the state the slot recorded there, and
+/// nowhere else: changing the recorded states at step 8 of every sequence (of 16) changes what is learnt with
+/// chunks of 8 or 4 steps, not with chunks of 16; changing them at step 5, never a chunk's start, changes nothing.
+/// A dataset without states is refused by a recurrent learner.
+#[test]
+fn bptt_chunks_start_from_the_recorded_states_every_recurrence_steps() {
+    let (s, d) = (8_i64, 8_i64);
+    tch::manual_seed(1);
+    let states = Tensor::randn([16 * s, d], (Kind::Float, tch::Device::Cpu)) * 0.3;
+    let changed_at = |step: i64| {
+        let changed = states.copy();
+        let _ = changed.narrow(0, step * s, s).fill_(0.9);
+        changed
+    };
+    for (recurrence, vtrace, step_8_starts) in [
+        (8, false, true),
+        (4, false, true),
+        (16, false, false),
+        (-1, true, false),
+    ] {
+        let base = train_recurrent(&states, recurrence, vtrace);
+        assert!(base.iter().all(|v| v.is_finite()));
+        assert_ne!(
+            base,
+            train_recurrent(&changed_at(0), recurrence, vtrace),
+            "the first state always matters"
+        );
+        let at_8 = train_recurrent(&changed_at(8), recurrence, vtrace);
+        assert_eq!(
+            base != at_8,
+            step_8_starts,
+            "recurrence {recurrence}: the state at step 8"
+        );
+        assert_eq!(
+            base,
+            train_recurrent(&changed_at(5), recurrence, vtrace),
+            "recurrence {recurrence}: the state at step 5"
+        );
+    }
+    let cfg = Config::for_env("CartPole-v1", &["--use_rnn", "--rnn_size=4"]).unwrap();
+    let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
+    let model = ActorCritic::new(
+        env.observation_space(),
+        env.action_space(),
+        &cfg.model,
+        cfg.run.device,
+    )
+    .unwrap();
+    let err = Appo::new(model, &cfg.appo, 1)
+        .unwrap()
+        .train(&cartpole_dataset(&[1.0; 128]))
+        .unwrap_err();
+    assert!(err.to_string().contains("without recurrent states"), "{err}");
+}

@@ -934,7 +934,7 @@ mod tests {
     use tch::{Kind, Tensor};
 
     use super::{ActorCritic, ACTION_MASK_KEY};
-    use crate::config::{Config, DeviceKind};
+    use crate::config::{Config, DeviceKind, ModelConfig, RnnType};
     use crate::model::Policy;
 
     fn unit_box(size: usize) -> Space {
@@ -979,6 +979,194 @@ mod tests {
         let flat = Space::Box(BoxSpace::uniform(0.0, 1.0, vec![10]).expect("box"));
         let err = ActorCritic::new(&flat, &Space::discrete(2), &cfg, DeviceKind::Cpu).unwrap_err();
         assert!(err.to_string().contains("needs one image"), "{err}");
+    }
+
+    /// The variable `name` of `model`.
+    fn var(model: &ActorCritic, name: &str) -> Tensor {
+        let found = model.named.iter().find(|(n, _)| n == name);
+        found
+            .unwrap_or_else(|| panic!("no variable {name}"))
+            .1
+            .shallow_clone()
+    }
+
+    /// One step of layer `l` of the core at `path`, written out from PyTorch's equations: a GRU
+    /// (`c` is `None`) or an LSTM.
+    fn cell(
+        model: &ActorCritic,
+        path: &str,
+        l: usize,
+        x: &Tensor,
+        h: &Tensor,
+        c: Option<&Tensor>,
+    ) -> (Tensor, Option<Tensor>) {
+        let w = |k: &str| var(model, &format!("{path}.{k}_l{l}"));
+        let gi = x.matmul(&w("weight_ih").tr()) + w("bias_ih");
+        let gh = h.matmul(&w("weight_hh").tr()) + w("bias_hh");
+        match c {
+            None => {
+                let (gi, gh) = (gi.chunk(3, 1), gh.chunk(3, 1));
+                let r = (&gi[0] + &gh[0]).sigmoid();
+                let z = (&gi[1] + &gh[1]).sigmoid();
+                let n = (&gi[2] + r * &gh[2]).tanh();
+                ((-&z + 1.0) * n + z * h, None)
+            }
+            Some(c) => {
+                let g = (gi + gh).chunk(4, 1);
+                let c = g[1].sigmoid() * c + g[0].sigmoid() * g[2].tanh();
+                (g[3].sigmoid() * c.tanh(), Some(c))
+            }
+        }
+    }
+
+    /// `forward_sequences` by hand: each chunk step by step through [`cell`], layer by layer,
+    /// zeroing the state after a step that ended its episode.
+    fn unrolled(
+        model: &ActorCritic,
+        cfg: &ModelConfig,
+        obs: &Tensor,
+        states: &Tensor,
+        ends: &[bool],
+        len: usize,
+    ) -> (Tensor, Tensor) {
+        let (layers, size) = (cfg.rnn_num_layers as i64, cfg.rnn_size as i64);
+        let lstm = cfg.rnn_type == RnnType::Lstm;
+        let per_core = if lstm { 2 * layers * size } else { layers * size };
+        let cores: Vec<&str> = if model.critic_core.is_some() {
+            vec!["actor_core", "critic_core"]
+        } else {
+            vec!["actor_core"]
+        };
+        let (actor_h, critic_h) = model.encode(obs);
+        let (mut log_probs, mut values) = (Vec::new(), Vec::new());
+        for q in 0..(obs.size()[0] as usize / len) {
+            // The state of each core: per layer, the hidden state and (LSTM) the cell state.
+            let mut state: Vec<Vec<(Tensor, Option<Tensor>)>> = (0..cores.len() as i64)
+                .map(|k| {
+                    let row = states
+                        .get(q as i64)
+                        .narrow(0, k * per_core, per_core)
+                        .unsqueeze(0);
+                    (0..layers)
+                        .map(|l| {
+                            let h = row.narrow(1, l * size, size);
+                            let c = lstm.then(|| row.narrow(1, (layers + l) * size, size));
+                            (h, c)
+                        })
+                        .collect()
+                })
+                .collect();
+            for j in 0..len {
+                let r = (q * len + j) as i64;
+                let inputs = [actor_h.get(r).unsqueeze(0), critic_h.get(r).unsqueeze(0)];
+                let mut outs = Vec::new();
+                for (k, path) in cores.iter().enumerate() {
+                    let mut x = inputs[k].shallow_clone();
+                    for (l, layer) in state[k].iter_mut().enumerate() {
+                        let (h, c) = cell(model, path, l, &x, &layer.0, layer.1.as_ref());
+                        x = h.shallow_clone();
+                        *layer = (h, c);
+                    }
+                    outs.push(x);
+                }
+                let critic_out = outs.get(1).unwrap_or(&outs[0]);
+                let row = obs.get(r).unsqueeze(0);
+                let (dist, value) = model.heads(&row, &outs[0], critic_out);
+                log_probs.push(dist.log_prob(&Tensor::from_slice(&[(r % 2) as f32]).view([1, 1])));
+                values.push(value);
+                if ends[r as usize] {
+                    for layer in state.iter_mut().flatten() {
+                        *layer = (layer.0.zeros_like(), layer.1.as_ref().map(Tensor::zeros_like));
+                    }
+                }
+            }
+        }
+        (Tensor::cat(&log_probs, 0), Tensor::cat(&values, 0))
+    }
+
+    /// The gradient of `loss` with respect to each trainable variable of `model`.
+    fn gradients(model: &ActorCritic, loss: &Tensor) -> Vec<Tensor> {
+        for (_, t) in model.trainable_named() {
+            let mut g = t.grad();
+            if g.defined() {
+                let _ = g.zero_();
+            }
+        }
+        loss.backward();
+        model
+            .trainable_named()
+            .iter()
+            .map(|(_, t)| t.grad().copy())
+            .collect()
+    }
+
+    /// GRU (two layers, actor and critic cores) and LSTM (one shared core) unrolled over two chunks of 3 steps,
+    /// one with an episode ending mid-chunk, from non-zero starting states: the log-probabilities, values, the
+    /// loss and every gradient match the step-by-step reference; the states after each step are the reference's
+    /// states before the reset.
+    #[test]
+    fn recurrent_sequences_match_a_step_by_step_reference() {
+        for (rnn_type, layers, share) in [(RnnType::Gru, 2, false), (RnnType::Lstm, 1, true)] {
+            tch::manual_seed(3);
+            let mut cfg = Config::default().model;
+            cfg.use_rnn = true;
+            cfg.rnn_type = rnn_type;
+            cfg.rnn_num_layers = layers;
+            cfg.rnn_size = 4;
+            cfg.actor_critic_share_weights = share;
+            cfg.encoder_mlp_layers = "8".parse().expect("layers");
+            let model =
+                ActorCritic::new(&unit_box(3), &Space::discrete(2), &cfg, DeviceKind::Cpu).expect("model");
+            let (c, len) = (2_i64, 3_usize);
+            let obs = Tensor::rand([c * len as i64, 3], (Kind::Float, tch::Device::Cpu));
+            let states = Tensor::randn([c, model.state_dim()], (Kind::Float, tch::Device::Cpu)) * 0.5;
+            let ends = [false, true, false, false, false, true];
+            let ends_t = Tensor::from_slice(&ends.map(f32::from));
+            let actions = Tensor::from_slice(&[0.0_f32, 1.0, 0.0, 1.0, 0.0, 1.0]).view([6, 1]);
+
+            let (dist, values, after) = model.forward_sequences(&obs, &states, &ends_t, len as i64);
+            let log_probs = dist.log_prob(&actions);
+            let (ref_log_probs, ref_values) = unrolled(&model, &cfg, &obs, &states, &ends, len);
+            let close = |a: &Tensor, b: &Tensor| a.allclose(b, 1e-5, 1e-6, false);
+            assert!(
+                close(&log_probs, &ref_log_probs),
+                "{rnn_type:?}: log-probabilities"
+            );
+            assert!(close(&values, &ref_values), "{rnn_type:?}: values");
+            let loss = log_probs.sum(Kind::Float) + (&values * &values).sum(Kind::Float);
+            let ref_loss = ref_log_probs.sum(Kind::Float) + (&ref_values * &ref_values).sum(Kind::Float);
+            let grads = gradients(&model, &loss);
+            let ref_grads = gradients(&model, &ref_loss);
+            assert!(!grads.is_empty());
+            for ((name, _), (g, r)) in model.trainable_named().iter().zip(grads.iter().zip(&ref_grads)) {
+                assert!(close(g, r), "{rnn_type:?}: the gradient of {name}");
+            }
+            let core_grad = &grads[model
+                .trainable_named()
+                .iter()
+                .position(|(n, _)| n == "actor_core.weight_hh_l0")
+                .expect("core")];
+            assert!(
+                f64::try_from(core_grad.abs().sum(Kind::Float)).expect("sum") > 0.0,
+                "{rnn_type:?}: the core learns"
+            );
+
+            // One step at a time from the same states gives the same states after each step.
+            let after = after.expect("states after each step");
+            let mut state = states.shallow_clone();
+            for j in 0..len as i64 {
+                let rows = Tensor::from_slice(&[j, len as i64 + j]);
+                let (_, _, next) = model.forward_step(&obs.index_select(0, &rows), Some(&state));
+                let next = next.expect("states");
+                assert!(
+                    close(&next, &after.index_select(0, &rows)),
+                    "{rnn_type:?}: states after step {j}"
+                );
+                let keep =
+                    Tensor::from_slice(&[f32::from(!ends[j as usize]), f32::from(!ends[len + j as usize])]);
+                state = next * keep.unsqueeze(1);
+            }
+        }
     }
 
     /// A Dict observation of a 5-value mask then 3 features, and a 5-action head.

@@ -815,6 +815,118 @@ mod tests {
     use super::*;
     use crate::sampling::TrajectoryShape;
 
+    /// A recurrent policy through a real inference worker: each step starts from the state the step before left
+    /// (zero after an episode's end), a new slot starts from the split's state after the last one, and a fresh
+    /// worker starts from zeros whatever its slots held.
+    #[test]
+    fn recurrent_states_chain_through_the_slots_and_reset_at_episode_ends() {
+        use crate::model::{ActorCritic, Policy};
+        use crate::sampling::InferenceWorker;
+
+        let cfg = Config::for_env(
+            "CartPole-v1",
+            &[
+                "--use_rnn",
+                "--rnn_size=3",
+                "--num_envs_per_worker=4",
+                "--worker_num_splits=1",
+                "--rollout=8",
+                "--batch_size=32",
+            ],
+        )
+        .expect("config");
+        let registry = EnvRegistry::with_builtin();
+        tch::manual_seed(0);
+        let spec = crate::env::EnvSpec::of(&registry, &cfg.env).expect("spec");
+        let model = ActorCritic::new(
+            &spec.observation_spaces[0],
+            &spec.action_spaces[0],
+            &cfg.model,
+            crate::config::DeviceKind::Cpu,
+        )
+        .expect("model");
+        let d = Policy::state_dim(&model);
+        assert_eq!(d, 6, "an actor and a critic GRU of 3 units");
+        let shape = TrajectoryShape {
+            rollout: 8,
+            num_envs: 4,
+            obs_dim: 4,
+            action_dim: 1,
+            state_dim: d,
+        };
+        let pool = TrajectoryPool::create(shape, 2).expect("pool");
+        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        // Leftovers of a predecessor in both slots.
+        for b in 0..2 {
+            for t in 0..8 {
+                reader.put(b, Field::States, t, &[7.0; 24]).expect("garbage");
+            }
+        }
+        let weights =
+            rlf_shm::SharedWeights::create(model.weights().expect("weights").values.len()).expect("weights");
+        let mut inference = InferenceWorker::new(
+            vec![(Box::new(model), weights)],
+            vec![TrajectoryPool::open(&pool.handle()).expect("mapped")],
+        );
+        let mut worker =
+            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        worker.start().expect("reset");
+        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        let (mut state, mut expected) = (vec![0.0; 4 * d], vec![0.0; 4 * d]);
+        let mut flags = [vec![0.0; 4], vec![0.0; 4]];
+        let (mut resets, mut slots) = (0, 0);
+        for _ in 0..400 {
+            let r = requests.pop().expect("a request");
+            reader
+                .get(r.buffer, Field::States, r.step, &mut state)
+                .expect("states");
+            assert_eq!(
+                state, expected,
+                "the state step {} of slot {} starts from",
+                r.step, r.buffer
+            );
+            let answers = inference.on_policy_requested(&[r]).expect("actions");
+            assert_eq!(answers.len(), 1);
+            let (field, at) = if r.step + 1 < 8 {
+                (Field::States, r.step + 1)
+            } else {
+                (Field::NextStates, 0)
+            };
+            reader
+                .get(r.buffer, field, at, &mut expected)
+                .expect("next states");
+            assert!(
+                expected.iter().all(|v| v.abs() > 0.0 && v.abs() < 1.0),
+                "a GRU's state after a step"
+            );
+            let outcome = worker.on_actions_ready(&answers[0]).expect("step");
+            reader
+                .get(r.buffer, Field::Terminated, r.step, &mut flags[0])
+                .expect("flags");
+            reader
+                .get(r.buffer, Field::Truncated, r.step, &mut flags[1])
+                .expect("flags");
+            for (c, e) in expected.chunks_mut(d).enumerate() {
+                if flags[0][c] + flags[1][c] > 0.0 {
+                    e.fill(0.0);
+                    resets += 1;
+                }
+            }
+            reader.get(r.buffer, field, at, &mut state).expect("reset states");
+            assert_eq!(
+                state, expected,
+                "the states after step {} once its episodes ended",
+                r.step
+            );
+            requests.extend(outcome.requests);
+            if let Some(t) = outcome.trajectory {
+                slots += 1;
+                requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
+            }
+        }
+        assert!(resets >= 4 && slots >= 40, "{resets} resets, {slots} slots");
+    }
+
     #[test]
     fn a_replacement_counts_its_predecessors_unfinished_frames_as_lost() {
         let dead = WorkerCounts {
