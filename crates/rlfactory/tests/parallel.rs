@@ -424,9 +424,9 @@ fn a_dead_learner_of_one_policy_stops_the_run_with_every_policys_checkpoint() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The digest of the first dataset a run trains on, in sync mode with one worker of one split.
-fn first_dataset(serial: bool, seed: u64) -> String {
-    let dir = temp_dir(&format!("first-{serial}-{seed}"));
+/// The digest of the first dataset a run trains on, in sync mode with one worker of one split (and `extra` flags).
+fn first_dataset(serial: bool, seed: u64, extra: &[&str]) -> String {
+    let dir = temp_dir(&format!("first-{serial}-{seed}-{}", extra.len()));
     let out = dir.join("summary.json");
     let status = Command::new(BIN)
         .args([
@@ -440,6 +440,7 @@ fn first_dataset(serial: bool, seed: u64) -> String {
             "--async_rl=false",
             "--train_for_env_steps=4096",
         ])
+        .args(extra)
         .arg(format!("--serial_mode={serial}"))
         .arg(format!("--seed={seed}"))
         .arg(format!("--summary_json={}", out.display()))
@@ -457,7 +458,24 @@ fn first_dataset(serial: bool, seed: u64) -> String {
 
 #[test]
 fn serial_and_parallel_runs_train_on_the_same_first_dataset() {
-    let serial = first_dataset(true, 3);
-    assert_eq!(serial, first_dataset(false, 3), "same seed, same first dataset");
-    assert_ne!(serial, first_dataset(false, 4), "another seed, other data");
+    let serial = first_dataset(true, 3, &[]);
+    assert_eq!(
+        serial,
+        first_dataset(false, 3, &[]),
+        "same seed, same first dataset"
+    );
+    assert_ne!(serial, first_dataset(false, 4, &[]), "another seed, other data");
+    // A recurrent policy's datasets hold the states its steps started from.
+    let rnn = ["--use_rnn", "--rnn_type=lstm", "--obs_mask=0,2"];
+    let serial = first_dataset(true, 3, &rnn);
+    assert_eq!(
+        serial,
+        first_dataset(false, 3, &rnn),
+        "a recurrent policy: the same first dataset"
+    );
+    assert_ne!(
+        serial,
+        first_dataset(true, 3, &rnn[..2]),
+        "all four values observed: other data"
+    );
 }

@@ -36,7 +36,13 @@
 //!     per step.
 //! 13. The learning rate follows `--lr_schedule` ([`LrSchedule`]): constant, linear decay to 0 at
 //!     `--train_for_env_steps`, or KL-adaptive per minibatch or per epoch.
-//! 14. Metrics carry Sample Factory's names: `train/policy_loss`, `train/value_loss`,
+//! 14. Recurrent networks (`--use_rnn`): each step's observation goes through the recurrent core from the state
+//!     the slot recorded for it ([`Dataset::states`]). Bootstrap values (3) come from unrolling each sequence from
+//!     its first recorded state with the current weights. Minibatches (6) are whole chunks of `--recurrence` steps,
+//!     in a random order, each unrolled from its first step's recorded state, the state zeroed after a step that
+//!     ended its episode (as acting did), with invalid steps masked rather than dropped; backpropagation through
+//!     time stops at the chunk's start ([`ActorCritic::forward_sequences`]). With V-trace a chunk is a sequence.
+//! 15. Metrics carry Sample Factory's names: `train/policy_loss`, `train/value_loss`,
 //!     `train/exploration_loss`, `train/entropy`, `train/kl_divergence`, `train/grad_norm`,
 //!     `train/fraction_clipped`, `train/adv_mean`, `train/adv_std`, `train/version_diff_min`,
 //!     `train/version_diff_avg`, `train/version_diff_max`, `train/valids_fraction`, `train/lr`, `train/loss`.

@@ -7,6 +7,11 @@
 //! each column ([`Field::Policy`]): the columns of each policy go through its network together,
 //! and each column's results (and the version of the policy that chose them) go back in place.
 //!
+//! A recurrent policy (`--use_rnn`) reads each column's state from the slot at the step ([`Field::States`]) and
+//! writes the state after the step where the next step starts (at step `t + 1`, or [`Field::NextStates`] after
+//! the last); the rollout worker zeroes it when the column's episode ends and carries it into the split's next
+//! slot. The states live in the slots, so a replaced rollout worker's envs start again from zero.
+//!
 //! Weights come through a seqlock in shared memory ([`rlf_shm::SharedWeights`], one per policy):
 //! before each batch the worker compares the published version with its own and, when newer,
 //! copies the weights out (a read that overlaps a write is discarded and retried at the next
