@@ -331,6 +331,15 @@ pub struct ModelConfig {
     /// or `32x8s4` (with a stride). Empty: none.
     #[arg(long, default_value = "")]
     pub encoder_conv_layers: ConvLayers,
+    /// One of Sample Factory's convolutional networks for every image part of the observation (a `Box` of three
+    /// dimensions), with an MLP for each other part, outputs concatenated: `convnet_simple` (its Atari network),
+    /// `convnet_impala`, `convnet_atari`, `resnet_impala`. `none`: the MLP over the whole observation (or
+    /// `--encoder_conv_layers`).
+    #[arg(long, value_enum, default_value_t = ConvArchitecture::None)]
+    pub encoder_conv_architecture: ConvArchitecture,
+    /// Hidden layer sizes of the MLP after a named convolutional network (`--encoder_conv_architecture`).
+    #[arg(long, default_value = "512")]
+    pub encoder_conv_mlp_layers: Layers,
     /// Hidden layer sizes of the MLP encoder (after the convolutions, if any).
     #[arg(long, default_value = "64,64")]
     pub encoder_mlp_layers: Layers,
@@ -374,6 +383,36 @@ pub struct ModelConfig {
     pub rnn_num_layers: usize,
 }
 
+/// Sample Factory's convolutional encoders (`--encoder_conv_architecture`; see `model/encoder.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum ConvArchitecture {
+    /// No named network.
+    None,
+    /// 32 8×8/4, 64 4×4/2, 128 3×3/2.
+    ConvnetSimple,
+    /// 16 8×8/4, 32 4×4/2.
+    ConvnetImpala,
+    /// 32 8×8/4, 64 4×4/2, 64 3×3/1.
+    ConvnetAtari,
+    /// IMPALA's residual network (16, 32, 32 channels).
+    ResnetImpala,
+}
+
+impl ConvArchitecture {
+    /// The flag's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvArchitecture::None => "none",
+            ConvArchitecture::ConvnetSimple => "convnet_simple",
+            ConvArchitecture::ConvnetImpala => "convnet_impala",
+            ConvArchitecture::ConvnetAtari => "convnet_atari",
+            ConvArchitecture::ResnetImpala => "resnet_impala",
+        }
+    }
+}
+
 /// The cell of the recurrent core (`--use_rnn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -390,6 +429,8 @@ impl Default for ModelConfig {
     fn default() -> Self {
         Self {
             encoder_conv_layers: ConvLayers::default(),
+            encoder_conv_architecture: ConvArchitecture::None,
+            encoder_conv_mlp_layers: Layers(vec![512]),
             encoder_mlp_layers: Layers(vec![64, 64]),
             nonlinearity: Nonlinearity::Tanh,
             actor_critic_share_weights: false,
@@ -1220,8 +1261,13 @@ impl Config {
                 self.env.env
             ));
         }
-        if o.algo == Algo::Sac && !self.model.encoder_conv_layers.0.is_empty() {
-            return err("--algo sac takes MLP encoders only: drop --encoder_conv_layers".into());
+        if o.algo == Algo::Sac
+            && (!self.model.encoder_conv_layers.0.is_empty()
+                || self.model.encoder_conv_architecture != ConvArchitecture::None)
+        {
+            return err(
+                "--algo sac takes MLP encoders only: drop --encoder_conv_layers and --encoder_conv_architecture".into(),
+            );
         }
         let unbounded = spec.action_spaces.iter().find(|s| match s {
             rlf_env::Space::Box(b) => b.low().iter().chain(b.high()).any(|v| !v.is_finite()),
@@ -1404,6 +1450,13 @@ impl Config {
             }
         }
         self.validate_rnn()?;
+        if !self.model.encoder_conv_layers.0.is_empty()
+            && self.model.encoder_conv_architecture != ConvArchitecture::None
+        {
+            return err(
+                "--encoder_conv_layers and --encoder_conv_architecture both choose the convolutions: give one".into(),
+            );
+        }
         if self.off_policy.algo.is_off_policy() {
             self.validate_off_policy(&spec)?;
         } else if self.off_policy.prioritized_replay {

@@ -5,9 +5,10 @@ use std::path::Path;
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
+use super::encoder::{conv2d, PartEncoders};
 use super::recurrent::Core;
 use super::{ActOutput, Distribution, Policy, PolicyWeights, RunningMeanStd};
-use crate::config::{DeviceKind, ModelConfig, Nonlinearity, PolicyInitialization};
+use crate::config::{ConvArchitecture, DeviceKind, ModelConfig, Nonlinearity, PolicyInitialization};
 use crate::error::{Result, RlfError};
 
 /// Observations are clipped to this many standard deviations after normalisation.
@@ -111,7 +112,7 @@ impl ActionHead {
     }
 }
 
-struct Mlp {
+pub(super) struct Mlp {
     layers: Vec<nn::Linear>,
     nonlinearity: Nonlinearity,
 }
@@ -215,7 +216,7 @@ impl ImagePart {
 
 /// The convolutions of an encoder over the image part of the observation, each followed by a
 /// ReLU; their flattened output is concatenated with the observation's other parts.
-struct Convs {
+pub(super) struct Convs {
     layers: Vec<nn::Conv2D>,
     image: ImagePart,
 }
@@ -227,24 +228,15 @@ impl Convs {
         let mut layers = Vec::with_capacity(cfg.encoder_conv_layers.0.len());
         for (i, l) in cfg.encoder_conv_layers.0.iter().enumerate() {
             let padding = if l.stride == 1 { l.kernel / 2 } else { 0 };
-            let config = nn::ConvConfig {
-                stride: l.stride,
+            let conv = conv2d(
+                path / format!("conv{i}"),
+                c,
+                l.channels,
+                l.kernel,
+                l.stride,
                 padding,
-                bs_init: nn::Init::Const(0.0),
-                ..Default::default()
-            };
-            let mut conv = nn::conv2d(path / format!("conv{i}"), c, l.channels, l.kernel, config);
-            if cfg.policy_initialization == PolicyInitialization::Orthogonal {
-                // tch's orthogonal initialiser returns the flattened 2-D matrix for a 4-D shape: draw
-                // it flat and copy it in as the kernel.
-                let flat = nn::init::f_init(
-                    nn::Init::Orthogonal { gain: 2f64.sqrt() },
-                    &[l.channels, c * l.kernel * l.kernel],
-                    path.device(),
-                    Kind::Float,
-                )?;
-                tch::no_grad(|| conv.ws.f_copy_(&flat.f_view_as(&conv.ws)?))?;
-            }
+                cfg.policy_initialization,
+            )?;
             layers.push(conv);
             h = (h + 2 * padding - l.kernel) / l.stride + 1;
             w = (w + 2 * padding - l.kernel) / l.stride + 1;
@@ -275,10 +267,12 @@ impl Convs {
     }
 }
 
-/// An encoder: convolutions over the image part (with `--encoder_conv_layers`), then the MLP.
-pub(super) struct Encoder {
-    convs: Option<Convs>,
-    mlp: Mlp,
+/// An encoder: an MLP over the flat observation; convolutions over its image part (`--encoder_conv_layers`), then
+/// the MLP; or one encoder per part of the observation (`--encoder_conv_architecture`, [`PartEncoders`]).
+pub(super) enum Encoder {
+    Mlp(Mlp),
+    Convs(Convs, Mlp),
+    Parts(PartEncoders),
 }
 
 impl Encoder {
@@ -289,26 +283,29 @@ impl Encoder {
         obs_dim: i64,
         cfg: &ModelConfig,
     ) -> Result<(Self, i64)> {
-        let (convs, inputs) = if cfg.encoder_conv_layers.0.is_empty() {
-            (None, obs_dim)
-        } else {
-            let (convs, size) = Convs::new(path, ImagePart::of(space)?, cfg)?;
-            (Some(convs), size)
-        };
-        let (mlp, hidden) = mlp(path, inputs, cfg);
-        Ok((Self { convs, mlp }, hidden))
+        if cfg.encoder_conv_architecture != ConvArchitecture::None {
+            let (parts, size) = PartEncoders::new(path, space, cfg)?;
+            return Ok((Encoder::Parts(parts), size));
+        }
+        if cfg.encoder_conv_layers.0.is_empty() {
+            return Ok(Self::mlp_only(path, obs_dim, cfg));
+        }
+        let (convs, size) = Convs::new(path, ImagePart::of(space)?, cfg)?;
+        let (mlp, hidden) = mlp(path, size, cfg);
+        Ok((Encoder::Convs(convs, mlp), hidden))
     }
 
     /// An MLP alone over `inputs` values (no image part), and its output size.
     pub(super) fn mlp_only(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Self, i64) {
         let (mlp, hidden) = mlp(path, inputs, cfg);
-        (Self { convs: None, mlp }, hidden)
+        (Encoder::Mlp(mlp), hidden)
     }
 
     pub(super) fn forward(&self, x: &Tensor) -> Tensor {
-        match &self.convs {
-            Some(convs) => self.mlp.forward(&convs.forward(x)),
-            None => self.mlp.forward(x),
+        match self {
+            Encoder::Mlp(mlp) => mlp.forward(x),
+            Encoder::Convs(convs, mlp) => mlp.forward(&convs.forward(x)),
+            Encoder::Parts(parts) => parts.forward(x),
         }
     }
 }

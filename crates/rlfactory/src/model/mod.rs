@@ -12,6 +12,7 @@
 
 mod actor_critic;
 mod distribution;
+mod encoder;
 mod normalize;
 mod q_network;
 mod recurrent;
