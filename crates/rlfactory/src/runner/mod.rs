@@ -120,6 +120,12 @@ fn run_part(
         (None, None)
     };
     let regions = create_plane(cfg, registry, part)?;
+    if let Some(line) = regions.memory_line() {
+        match &experiment {
+            Some(e) => e.log(&line)?,
+            None => eprintln!("[rlfactory] {line}"),
+        }
+    }
     let spec = GraphSpec {
         config: cfg.clone(),
         plane: regions.plane.clone(),

@@ -135,7 +135,7 @@ impl RankPart {
 pub(super) struct PlaneRegions {
     /// Each network's published weights (see [`DataPlane::weights`]).
     pub weights: Vec<SharedWeights>,
-    _pools: Vec<TrajectoryPool>,
+    pools: Vec<TrajectoryPool>,
     pub counters: ShmArray<u64>,
     /// Each policy's replay buffer (off-policy algorithms), removed with the plane.
     _replays: Vec<ReplayRing>,
@@ -212,11 +212,32 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
     };
     Ok(PlaneRegions {
         weights,
-        _pools: pools,
+        pools,
         counters,
         _replays: replays,
         plane,
     })
+}
+
+impl PlaneRegions {
+    /// What the trajectory slots take in shared memory (none without pools): per env and step, per slot, in all.
+    pub(super) fn memory_line(&self) -> Option<String> {
+        let first = self.pools.first()?;
+        let (shape, slots) = (first.shape(), first.num_buffers());
+        let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+        Some(format!(
+            "trajectory slots: {} B per env step ({} observation values, {} state values), {:.2} MiB per slot of {} steps x {} envs, {} slots per worker x {} workers = {:.1} MiB of shared memory",
+            shape.step_bytes(),
+            shape.obs_dim,
+            shape.state_dim,
+            mib(shape.slot_bytes()),
+            shape.rollout,
+            shape.num_envs,
+            slots,
+            self.pools.len(),
+            mib(shape.slot_bytes() * slots * self.pools.len())
+        ))
+    }
 }
 
 /// An off-policy rollout worker's writer into every policy's replay buffer (none for APPO).

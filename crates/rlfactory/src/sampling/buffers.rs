@@ -140,6 +140,17 @@ impl TrajectoryShape {
         self.field_steps(field) * self.num_envs * self.width(field)
     }
 
+    /// Bytes of one slot (its values and policy versions).
+    pub fn slot_bytes(&self) -> usize {
+        self.floats() * std::mem::size_of::<f32>() + self.steps() * std::mem::size_of::<u64>()
+    }
+
+    /// Bytes per env (column) per step of a slot: the observation, the actions, the recurrent state and the
+    /// one-value fields.
+    pub fn step_bytes(&self) -> usize {
+        self.slot_bytes() / (self.rollout * self.num_envs).max(1)
+    }
+
     /// Offset of `field` within a slot.
     fn field_offset(&self, field: Field) -> usize {
         Field::ALL
