@@ -79,9 +79,23 @@ def flatten(space, x):
     return np.ascontiguousarray(x, dtype=np.float32).ravel()
 
 
-def make(env_id):
-    env = gym.make(env_id)
+def _value(text):
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return {'true': True, 'false': False, 'none': None}.get(text.lower(), text)
+
+
+def make(env_id, kwargs):
+    env = gym.make(env_id, **{k: _value(v) for k, v in kwargs})
     return env, describe(env.observation_space), describe(env.action_space)
+
+
+def action_meanings(env):
+    get = getattr(env.unwrapped, 'get_action_meanings', None)
+    return None if get is None else [str(m) for m in get()]
 
 
 def reset(env, seed):
@@ -192,6 +206,12 @@ pub(crate) fn translate(desc: &Bound<'_, PyAny>) -> Result<Space, String> {
 impl GymEnv {
     /// Makes Gymnasium's env `id` (without the `gym:` prefix).
     pub fn make(id: &str) -> Result<Self, EnvError> {
+        Self::make_with(id, &[])
+    }
+
+    /// Makes Gymnasium's env `id` with keyword arguments of `gymnasium.make`, each value written as text (an
+    /// integer, a float, `true`, `false` or `none`, else a string).
+    pub fn make_with(id: &str, kwargs: &[(String, String)]) -> Result<Self, EnvError> {
         Python::attach(|py| {
             let helper = helper_module(py).map_err(|e| EnvError::Python {
                 env: id.to_owned(),
@@ -202,7 +222,7 @@ impl GymEnv {
             })?;
             let made = helper
                 .getattr("make")
-                .and_then(|f| f.call1((id,)))
+                .and_then(|f| f.call1((id, kwargs.to_vec())))
                 .map_err(python_error(id, "make"))?;
             let (env, obs_desc, act_desc): (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
                 made.extract().map_err(python_error(id, "make"))?;
@@ -227,6 +247,19 @@ impl GymEnv {
                 observation_space,
                 action_space,
             })
+        })
+    }
+
+    /// The meaning of each action (`env.unwrapped.get_action_meanings()`, Atari's `NOOP`, `FIRE`, ...), when the
+    /// env has them.
+    pub fn action_meanings(&self) -> Result<Option<Vec<String>>, EnvError> {
+        Python::attach(|py| {
+            let helper = helper_module(py).map_err(python_error(&self.id, "action_meanings"))?;
+            helper
+                .getattr("action_meanings")
+                .and_then(|f| f.call1((self.env.bind(py),)))
+                .and_then(|m| m.extract())
+                .map_err(python_error(&self.id, "action_meanings"))
         })
     }
 

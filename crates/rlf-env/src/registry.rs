@@ -84,7 +84,7 @@ fn is_pettingzoo(id: &str) -> bool {
 /// Whether making `id` starts an embedded Python interpreter (the Gymnasium or PettingZoo
 /// bridge): a process that made one must not be forked.
 pub fn runs_python(id: &str) -> bool {
-    id.starts_with(GYM_PREFIX) || is_pettingzoo(id)
+    id.starts_with(GYM_PREFIX) || is_pettingzoo(id) || ATARI_GAMES.iter().any(|&(name, _)| name == id)
 }
 
 impl EnvRegistry {
@@ -109,6 +109,15 @@ impl EnvRegistry {
             }),
             ("Pendulum-v1", 200, || Box::new(Pendulum::new())),
         ];
+        for (id, game) in ATARI_GAMES {
+            registry.entries.insert(
+                id.to_owned(),
+                Entry {
+                    constructor: Arc::new(move || make_atari(game)),
+                    max_episode_steps: None,
+                },
+            );
+        }
         for (id, steps, make) in builtin {
             registry.entries.insert(
                 id.to_owned(),
@@ -259,6 +268,44 @@ impl EnvRegistry {
     }
 }
 
+/// Sample Factory's Atari env names and the ALE games they stand for.
+pub const ATARI_GAMES: [(&str, &str); 10] = [
+    ("atari_pong", "Pong"),
+    ("atari_breakout", "Breakout"),
+    ("atari_spaceinvaders", "SpaceInvaders"),
+    ("atari_qbert", "Qbert"),
+    ("atari_beamrider", "BeamRider"),
+    ("atari_seaquest", "Seaquest"),
+    ("atari_enduro", "Enduro"),
+    ("atari_mspacman", "MsPacman"),
+    ("atari_asteroids", "Asteroids"),
+    ("atari_montezuma", "MontezumaRevenge"),
+];
+
+/// `atari_<game>`: ALE's `<Game>` through the Gymnasium bridge at one frame per step, without sticky actions,
+/// with its minimal action set and grayscale frames, under the standard preprocessing
+/// ([`atari_preprocessing`](crate::wrappers::atari_preprocessing)).
+#[cfg(feature = "python")]
+fn make_atari(game: &str) -> Result<Box<dyn Env>, EnvError> {
+    let kwargs = [
+        ("frameskip", "1"),
+        ("repeat_action_probability", "0.0"),
+        ("full_action_space", "false"),
+        ("obs_type", "grayscale"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    let env = crate::gym::GymEnv::make_with(&format!("ale_py:ALE/{game}-v5"), &kwargs)?;
+    let fire = env
+        .action_meanings()?
+        .is_some_and(|m| m.get(1).is_some_and(|a| a == "FIRE") && m.len() >= 3);
+    crate::wrappers::atari_preprocessing(Box::new(env), fire)
+}
+
+#[cfg(not(feature = "python"))]
+fn make_atari(game: &str) -> Result<Box<dyn Env>, EnvError> {
+    Err(EnvError::PythonDisabled(format!("ALE/{game}-v5")))
+}
+
 #[cfg(feature = "python")]
 fn make_gym(gym_id: &str) -> Result<Box<dyn Env>, EnvError> {
     Ok(Box::new(crate::gym::GymEnv::make(gym_id)?))
@@ -292,7 +339,9 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown env id `CartPole-v0`; known ids: Acrobot-v1, CartPole-v1, MountainCar-v0, \
-             MountainCarContinuous-v0, Pendulum-v1, connect_four, treasurehunt"
+             MountainCarContinuous-v0, Pendulum-v1, atari_asteroids, atari_beamrider, atari_breakout, atari_enduro, \
+             atari_montezuma, atari_mspacman, atari_pong, atari_qbert, atari_seaquest, atari_spaceinvaders, \
+             connect_four, treasurehunt"
         );
     }
 

@@ -10,6 +10,7 @@
 //! ```
 
 mod action;
+mod atari;
 mod checked;
 mod episode_statistics;
 mod frame_skip;
@@ -17,6 +18,7 @@ mod observation;
 mod time_limit;
 
 pub use action::{ClipAction, RescaleAction};
+pub use atari::{atari_preprocessing, ClipReward, FireReset, FrameStack, MaxAndSkip, NoopReset, WarpFrame};
 pub use checked::CheckedEnv;
 pub use episode_statistics::EpisodeStatistics;
 pub use frame_skip::FrameSkip;

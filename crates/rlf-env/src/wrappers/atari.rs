@@ -1,0 +1,603 @@
+//! The standard Atari preprocessing (Mnih et al. 2015, Machado et al. 2018), as the wrappers of Stable-Baselines3's
+//! `AtariWrapper` and Sample Factory's Atari envs: random no-op starts, frames skipped four at a time with the
+//! last two max-pooled, FIRE at reset for games that wait for it, 84×84 grayscale frames, rewards clipped to their
+//! sign, the last four frames stacked. They work on any env whose observations are frames (`Box` of shape `(H, W)`
+//! or `(H, W, 1)`, values 0 to 255); `atari_<game>` ids put them over ALE through the Gymnasium bridge.
+
+use std::collections::VecDeque;
+
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+
+/// Starts each episode with a random number of no-op actions (action 0), 1 to `noop_max`.
+#[derive(Debug, Clone)]
+pub struct NoopReset<E> {
+    inner: E,
+    noop_max: u32,
+    rng: Pcg64Mcg,
+}
+
+impl<E: Env> NoopReset<E> {
+    /// Wraps `inner`.
+    pub fn new(inner: E, noop_max: u32) -> Self {
+        Self {
+            inner,
+            noop_max: noop_max.max(1),
+            rng: Pcg64Mcg::seed_from_u64(0),
+        }
+    }
+}
+
+impl<E: Env> Env for NoopReset<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        self.inner.observation_space()
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        if let Some(seed) = seed {
+            self.rng = Pcg64Mcg::seed_from_u64(seed ^ 0x0a7a_5100_0000_0001);
+        }
+        self.inner.reset(seed, obs)?;
+        for _ in 0..self.rng.random_range(1..=self.noop_max) {
+            if self.inner.step(Action::Discrete(0), obs)?.done() {
+                self.inner.reset(None, obs)?;
+            }
+        }
+        Ok(())
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        self.inner.step(action, obs)
+    }
+}
+
+/// Repeats each action `skip` times, summing the rewards and stopping early when the episode ends; the
+/// observation is the element-wise maximum of the last two frames (Atari renders some objects every other frame).
+#[derive(Debug, Clone)]
+pub struct MaxAndSkip<E> {
+    inner: E,
+    skip: u32,
+    previous: Vec<f32>,
+}
+
+impl<E: Env> MaxAndSkip<E> {
+    /// Wraps `inner`; `skip` must be at least 1.
+    pub fn new(inner: E, skip: u32) -> Result<Self, EnvError> {
+        if skip == 0 {
+            return Err(EnvError::Unsupported {
+                env: inner.id().to_owned(),
+                what: "MaxAndSkip of 0".into(),
+            });
+        }
+        let n = inner.observation_space().flat_dim();
+        Ok(Self {
+            inner,
+            skip,
+            previous: vec![0.0; n],
+        })
+    }
+}
+
+impl<E: Env> Env for MaxAndSkip<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        self.inner.observation_space()
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.reset(seed, obs)
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let mut total = Step::default();
+        for i in 0..self.skip {
+            if i + 1 == self.skip && i > 0 {
+                self.previous.copy_from_slice(obs);
+            }
+            let step = self.inner.step(action, obs)?;
+            total = Step {
+                reward: total.reward + step.reward,
+                ..step
+            };
+            if step.done() {
+                return Ok(total);
+            }
+        }
+        if self.skip > 1 {
+            for (o, p) in obs.iter_mut().zip(&self.previous) {
+                *o = o.max(*p);
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// Presses FIRE (action 1), then action 2, after each reset: games such as Breakout wait for FIRE to start.
+#[derive(Debug, Clone)]
+pub struct FireReset<E> {
+    inner: E,
+}
+
+impl<E: Env> FireReset<E> {
+    /// Wraps `inner`, whose action space must be `Discrete` with at least 3 actions.
+    pub fn new(inner: E) -> Result<Self, EnvError> {
+        match inner.action_space() {
+            Space::Discrete { n, .. } if *n >= 3 => Ok(Self { inner }),
+            other => Err(EnvError::Unsupported {
+                env: inner.id().to_owned(),
+                what: format!("FireReset with actions {other} (it needs Discrete of 3 or more)"),
+            }),
+        }
+    }
+}
+
+impl<E: Env> Env for FireReset<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        self.inner.observation_space()
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.reset(seed, obs)?;
+        for action in [1, 2] {
+            if self.inner.step(Action::Discrete(action), obs)?.done() {
+                self.inner.reset(None, obs)?;
+            }
+        }
+        Ok(())
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        self.inner.step(action, obs)
+    }
+}
+
+/// For each output cell of a resize from `n` to `m` values along one axis, the input cells it covers and their
+/// weights (the fraction of the output cell each covers): area interpolation, as OpenCV's `INTER_AREA`.
+fn area_weights(n: usize, m: usize) -> Vec<Vec<(usize, f32)>> {
+    let scale = n as f64 / m as f64;
+    (0..m)
+        .map(|i| {
+            let (from, to) = (i as f64 * scale, (i + 1) as f64 * scale);
+            (from.floor() as usize..(to.ceil() as usize).min(n))
+                .map(|j| {
+                    let overlap = (to.min(j as f64 + 1.0) - from.max(j as f64)).max(0.0);
+                    (j, (overlap / scale) as f32)
+                })
+                .filter(|&(_, w)| w > 0.0)
+                .collect()
+        })
+        .collect()
+}
+
+/// Resizes grayscale frames (`(H, W)` or `(H, W, 1)`) to `height` × `width` by area interpolation; the
+/// observation space becomes `Box(0, 255, (height, width))`.
+#[derive(Debug, Clone)]
+pub struct WarpFrame<E> {
+    inner: E,
+    size: [usize; 2],
+    frame: Vec<f32>,
+    rows: Vec<f32>,
+    weights: [Vec<Vec<(usize, f32)>>; 2],
+    observation_space: Space,
+}
+
+impl<E: Env> WarpFrame<E> {
+    /// Wraps `inner`, whose observations must be grayscale frames.
+    pub fn new(inner: E, height: usize, width: usize) -> Result<Self, EnvError> {
+        let shape = match inner.observation_space() {
+            Space::Box(b) => b.shape().to_vec(),
+            _ => Vec::new(),
+        };
+        let [h, w] = match shape[..] {
+            [h, w] | [h, w, 1] => [h, w],
+            _ => {
+                return Err(EnvError::Unsupported {
+                    env: inner.id().to_owned(),
+                    what: format!(
+                        "WarpFrame of {} (it takes grayscale frames, (H, W) or (H, W, 1))",
+                        inner.observation_space()
+                    ),
+                })
+            }
+        };
+        if height == 0 || width == 0 {
+            return Err(EnvError::InvalidSpace(format!("WarpFrame to {height}x{width}")));
+        }
+        Ok(Self {
+            inner,
+            size: [h, w],
+            frame: vec![0.0; h * w],
+            rows: vec![0.0; height * w],
+            weights: [area_weights(h, height), area_weights(w, width)],
+            observation_space: Space::Box(BoxSpace::uniform(0.0, 255.0, vec![height, width])?),
+        })
+    }
+
+    fn warp(&mut self, obs: &mut [f32]) {
+        let w = self.size[1];
+        // Rows first: each output row is a weighted sum of input rows.
+        for (y, row) in self.weights[0].iter().zip(self.rows.chunks_exact_mut(w)) {
+            row.fill(0.0);
+            for &(j, weight) in y {
+                for (r, v) in row.iter_mut().zip(&self.frame[j * w..(j + 1) * w]) {
+                    *r += weight * v;
+                }
+            }
+        }
+        let width = self.weights[1].len();
+        for (out, row) in obs.chunks_exact_mut(width).zip(self.rows.chunks_exact(w)) {
+            for (o, x) in out.iter_mut().zip(&self.weights[1]) {
+                *o = x.iter().map(|&(k, weight)| weight * row[k]).sum();
+            }
+        }
+    }
+}
+
+impl<E: Env> Env for WarpFrame<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        &self.observation_space
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.reset(seed, &mut self.frame)?;
+        self.warp(obs);
+        Ok(())
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let step = self.inner.step(action, &mut self.frame)?;
+        self.warp(obs);
+        Ok(step)
+    }
+}
+
+/// Clips each reward to its sign (−1, 0 or 1); the env's own score of an episode, the sum of its unclipped
+/// rewards, is reported as its true objective ([`crate::Info::true_objective`]) on its last step.
+#[derive(Debug, Clone)]
+pub struct ClipReward<E> {
+    inner: E,
+    score: f64,
+}
+
+impl<E: Env> ClipReward<E> {
+    /// Wraps `inner`.
+    pub fn new(inner: E) -> Self {
+        Self { inner, score: 0.0 }
+    }
+}
+
+impl<E: Env> Env for ClipReward<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        self.inner.observation_space()
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.score = 0.0;
+        self.inner.reset(seed, obs)
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let mut step = self.inner.step(action, obs)?;
+        self.score += step.reward;
+        if step.done() && step.info.true_objective.is_none() {
+            step.info.true_objective = Some(self.score);
+        }
+        step.reward = if step.reward > 0.0 {
+            1.0
+        } else if step.reward < 0.0 {
+            -1.0
+        } else {
+            0.0
+        };
+        Ok(step)
+    }
+}
+
+/// The last `k` observations, oldest first, as one observation of shape `(k, ...)` (channels first); at reset
+/// every one of them is the first observation.
+#[derive(Debug, Clone)]
+pub struct FrameStack<E> {
+    inner: E,
+    frames: VecDeque<Vec<f32>>,
+    observation_space: Space,
+}
+
+impl<E: Env> FrameStack<E> {
+    /// Wraps `inner`, whose observations must be a `Box`; `k` at least 1.
+    pub fn new(inner: E, k: usize) -> Result<Self, EnvError> {
+        let Space::Box(b) = inner.observation_space() else {
+            return Err(EnvError::Unsupported {
+                env: inner.id().to_owned(),
+                what: format!("FrameStack of {}", inner.observation_space()),
+            });
+        };
+        if k == 0 {
+            return Err(EnvError::InvalidSpace("FrameStack of 0 frames".into()));
+        }
+        let repeat = |v: &[f32]| v.repeat(k);
+        let observation_space = Space::Box(BoxSpace::new(
+            repeat(b.low()),
+            repeat(b.high()),
+            [&[k][..], b.shape()].concat(),
+        )?);
+        let n = b.size();
+        Ok(Self {
+            inner,
+            frames: (0..k).map(|_| vec![0.0; n]).collect(),
+            observation_space,
+        })
+    }
+
+    fn write(&self, obs: &mut [f32]) {
+        let n = self.frames[0].len();
+        for (out, frame) in obs.chunks_exact_mut(n).zip(&self.frames) {
+            out.copy_from_slice(frame);
+        }
+    }
+}
+
+impl<E: Env> Env for FrameStack<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        &self.observation_space
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        let mut first = self.frames.pop_back().unwrap_or_default();
+        self.inner.reset(seed, &mut first)?;
+        for frame in &mut self.frames {
+            frame.copy_from_slice(&first);
+        }
+        self.frames.push_back(first);
+        self.write(obs);
+        Ok(())
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let mut oldest = self.frames.pop_front().unwrap_or_default();
+        let step = self.inner.step(action, &mut oldest);
+        self.frames.push_back(oldest);
+        let step = step?;
+        self.write(obs);
+        Ok(step)
+    }
+}
+
+/// The standard preprocessing over `inner`, an ALE env at one frame per step with grayscale frames: no-op
+/// starts (up to 30), four frames per step max-pooled, FIRE at reset when `fire` (the game's action 1 is FIRE),
+/// 84×84 frames, rewards clipped to their sign (the game's score as the true objective), four frames stacked:
+/// observations `(4, 84, 84)`, values 0 to 255.
+pub fn atari_preprocessing(inner: Box<dyn Env>, fire: bool) -> Result<Box<dyn Env>, EnvError> {
+    let env: Box<dyn Env> = Box::new(MaxAndSkip::new(NoopReset::new(inner, 30), 4)?);
+    let env: Box<dyn Env> = if fire { Box::new(FireReset::new(env)?) } else { env };
+    Ok(Box::new(FrameStack::new(
+        ClipReward::new(WarpFrame::new(env, 84, 84)?),
+        4,
+    )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Info;
+
+    /// A 4×6 "game" whose frame `t` is `t` everywhere except cell (0, t % 6), which is 100 on odd steps only;
+    /// reward `t` per step (negative every third); over after `end` steps. It records its actions.
+    struct Frames {
+        t: u32,
+        end: u32,
+        resets: u32,
+        actions: Vec<i64>,
+        observation_space: Space,
+        action_space: Space,
+    }
+
+    impl Frames {
+        fn new(end: u32) -> Self {
+            Self {
+                t: 0,
+                end,
+                resets: 0,
+                actions: Vec::new(),
+                observation_space: Space::Box(BoxSpace::uniform(0.0, 255.0, vec![4, 6]).unwrap()),
+                action_space: Space::discrete(4),
+            }
+        }
+        fn draw(&self, obs: &mut [f32]) {
+            obs.fill(self.t as f32);
+            if self.t % 2 == 1 {
+                obs[(self.t % 6) as usize] = 100.0;
+            }
+        }
+    }
+
+    impl Env for Frames {
+        fn id(&self) -> &str {
+            "Frames"
+        }
+        fn observation_space(&self) -> &Space {
+            &self.observation_space
+        }
+        fn action_space(&self) -> &Space {
+            &self.action_space
+        }
+        fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+            self.t = 0;
+            self.resets += 1;
+            self.draw(obs);
+            Ok(())
+        }
+        fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+            let Action::Discrete(a) = action else {
+                unreachable!()
+            };
+            self.actions.push(a);
+            self.t += 1;
+            self.draw(obs);
+            let sign = if self.t % 3 == 0 { -1.0 } else { 1.0 };
+            Ok(Step {
+                reward: sign * f64::from(self.t),
+                terminated: self.t >= self.end,
+                truncated: false,
+                info: Info::default(),
+            })
+        }
+    }
+
+    #[test]
+    fn max_and_skip_sums_four_rewards_and_pools_the_last_two_frames() {
+        let mut env = MaxAndSkip::new(Frames::new(100), 4).unwrap();
+        let mut obs = [0.0; 24];
+        env.reset(None, &mut obs).unwrap();
+        let step = env.step(Action::Discrete(2), &mut obs).unwrap();
+        // Rewards 1 + 2 − 3 + 4; frames 3 (100 at cell 3) and 4: their maximum.
+        assert_eq!(step.reward, 4.0);
+        assert_eq!(obs[3], 100.0);
+        assert!(obs.iter().enumerate().all(|(i, &v)| i == 3 || v == 4.0));
+        // Stopping early at the episode's end: no pooling, the last frame.
+        let mut short = MaxAndSkip::new(Frames::new(2), 4).unwrap();
+        short.reset(None, &mut obs).unwrap();
+        let step = short.step(Action::Discrete(0), &mut obs).unwrap();
+        assert!(step.terminated && step.reward == 3.0 && obs.iter().all(|&v| v == 2.0));
+    }
+
+    #[test]
+    fn noop_reset_takes_between_one_and_thirty_noops_seeded() {
+        let mut counts = Vec::new();
+        for seed in 0..40 {
+            let mut env = NoopReset::new(Frames::new(1000), 30);
+            let mut obs = [0.0; 24];
+            env.reset(Some(seed), &mut obs).unwrap();
+            assert!(env.inner.actions.iter().all(|&a| a == 0));
+            counts.push(env.inner.actions.len());
+            let mut again = NoopReset::new(Frames::new(1000), 30);
+            again.reset(Some(seed), &mut obs).unwrap();
+            assert_eq!(again.inner.actions.len(), env.inner.actions.len(), "seeded");
+        }
+        assert!(counts.iter().all(|&n| (1..=30).contains(&n)), "{counts:?}");
+        assert!(counts.iter().max() > counts.iter().min(), "{counts:?}");
+    }
+
+    #[test]
+    fn fire_reset_presses_fire_then_two() {
+        let mut env = FireReset::new(Frames::new(1000)).unwrap();
+        let mut obs = [0.0; 24];
+        env.reset(None, &mut obs).unwrap();
+        assert_eq!(env.inner.actions, [1, 2]);
+        assert!(FireReset::new(crate::wrappers::testing::Counter::new(1)).is_err());
+    }
+
+    #[test]
+    fn area_weights_cover_each_output_cell_once() {
+        for (n, m) in [(210, 84), (160, 84), (84, 84), (6, 4), (4, 6)] {
+            let w = area_weights(n, m);
+            assert_eq!(w.len(), m);
+            for cell in &w {
+                let total: f32 = cell.iter().map(|&(_, v)| v).sum();
+                assert!((total - 1.0).abs() < 1e-5, "{n}->{m}: {cell:?}");
+            }
+            // Every input cell is used, with the same total weight (n / m of an output cell... scaled).
+            let mut used = vec![0.0_f32; n];
+            w.iter().flatten().for_each(|&(j, v)| used[j] += v);
+            assert!(
+                used.iter().all(|&u| (u - m as f32 / n as f32).abs() < 1e-4),
+                "{n}->{m}"
+            );
+        }
+        // 210 -> 84: output row 0 covers input rows 0, 1 and half of 2.
+        assert_eq!(area_weights(210, 84)[0], [(0, 0.4), (1, 0.4), (2, 0.2)]);
+    }
+
+    #[test]
+    fn warp_frame_averages_areas() {
+        let mut env = WarpFrame::new(Frames::new(100), 2, 3).unwrap();
+        assert_eq!(
+            env.observation_space().to_string(),
+            "Box(0.0, 255.0, (2, 3), float32)"
+        );
+        let mut obs = [0.0; 6];
+        env.step(Action::Discrete(0), &mut obs).unwrap();
+        // Frame 1: 1 everywhere but 100 at (0, 1); output (0, 0) averages rows 0-1, columns 0-1.
+        assert_eq!(obs, [(100.0 + 3.0) / 4.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+        assert!(WarpFrame::new(crate::wrappers::testing::Counter::new(1), 2, 2).is_err());
+    }
+
+    #[test]
+    fn clip_reward_keeps_the_sign_and_reports_the_score() {
+        let mut env = ClipReward::new(Frames::new(4));
+        let mut obs = [0.0; 24];
+        env.reset(None, &mut obs).unwrap();
+        let rewards: Vec<f64> = (0..4)
+            .map(|_| env.step(Action::Discrete(0), &mut obs).unwrap().reward)
+            .collect();
+        assert_eq!(rewards, [1.0, 1.0, -1.0, 1.0]);
+        env.reset(None, &mut obs).unwrap();
+        let mut last = Step::default();
+        for _ in 0..4 {
+            last = env.step(Action::Discrete(0), &mut obs).unwrap();
+        }
+        assert_eq!(last.info.true_objective, Some(1.0 + 2.0 - 3.0 + 4.0));
+    }
+
+    #[test]
+    fn frame_stack_keeps_the_last_frames_oldest_first() {
+        let mut env = FrameStack::new(Frames::new(100), 3).unwrap();
+        assert_eq!(
+            env.observation_space().to_string(),
+            "Box(0.0, 255.0, (3, 4, 6), float32)"
+        );
+        let mut obs = [0.0; 72];
+        env.reset(None, &mut obs).unwrap();
+        assert!(obs.iter().all(|&v| v == 0.0));
+        env.step(Action::Discrete(0), &mut obs).unwrap();
+        env.step(Action::Discrete(0), &mut obs).unwrap();
+        let firsts: Vec<f32> = obs.chunks(24).map(|f| f[5]).collect();
+        assert_eq!(firsts, [0.0, 1.0, 2.0]);
+        env.step(Action::Discrete(0), &mut obs).unwrap();
+        let firsts: Vec<f32> = obs.chunks(24).map(|f| f[5]).collect();
+        assert_eq!(firsts, [1.0, 2.0, 3.0]);
+    }
+
+    #[test]
+    fn the_preprocessing_stacks_four_84_by_84_frames() {
+        let tall = |end| {
+            let mut f = Frames::new(end);
+            f.observation_space = Space::Box(BoxSpace::uniform(0.0, 255.0, vec![210, 160]).unwrap());
+            f
+        };
+        let mut env = atari_preprocessing(Box::new(tall(10_000)), true).unwrap();
+        assert_eq!(
+            env.observation_space().to_string(),
+            "Box(0.0, 255.0, (4, 84, 84), float32)"
+        );
+        let mut obs = vec![0.0; 4 * 84 * 84];
+        env.reset(Some(3), &mut obs).unwrap();
+        let step = env.step(Action::Discrete(3), &mut obs).unwrap();
+        assert!([-1.0, 0.0, 1.0].contains(&step.reward));
+        assert!(obs.iter().all(|v| (0.0..=255.0).contains(v)));
+    }
+}
