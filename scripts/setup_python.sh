@@ -19,6 +19,13 @@ PETTINGZOO_VERSION="1.24.3"
 # pettingzoo itself does not depend on it; its `mpe` and `classic` extras pin this version (we install
 # pygame alone: the `classic` extra would also pull chess, rlcard and OpenSpiel).
 PYGAME_VERSION="2.3.0"
+# Pixel envs (issue 18): ALE with its ROMs in the wheel (0.9.0 is the last release for gymnasium 0.29; its envs
+# register when `ale_py` is imported), MinAtar and VizDoom. MinAtar's and VizDoom's declared dependencies are left
+# out (--no-deps): MinAtar's plotting stack (matplotlib, pandas, seaborn, scipy) is for its own examples, and
+# VizDoom's pygame-ce would replace PettingZoo's pygame (both are the `pygame` module); neither is needed to step.
+ALE_PY_VERSION="0.9.0"
+MINATAR_VERSION="1.0.15"
+VIZDOOM_VERSION="1.3.2"
 
 _rlf_setup_python() {
     local script_dir repo_root venv python site_packages pins
@@ -34,16 +41,18 @@ _rlf_setup_python() {
         printf '*\n' >"${venv}/.gitignore"
     fi
     pins=("gymnasium==${GYMNASIUM_VERSION}" "numpy==${NUMPY_VERSION}" "pettingzoo==${PETTINGZOO_VERSION}"
-        "pygame==${PYGAME_VERSION}")
+        "pygame==${PYGAME_VERSION}" "ale-py==${ALE_PY_VERSION}")
+    loose=("MinAtar==${MINATAR_VERSION}" "vizdoom==${VIZDOOM_VERSION}")
     # Installed versions come from the packages' metadata (importing pygame would print its banner); a
     # missing package raises, which fails the check too.
     if ! "${venv}/bin/python" -c "
 import sys
 from importlib.metadata import version
 sys.exit(any(version(name) != wanted for name, wanted in (pin.split('==') for pin in sys.argv[1:])))
-" "${pins[@]}" 2>/dev/null; then
-        echo "setup_python: installing ${pins[*]}" >&2
+" "${pins[@]}" "${loose[@]}" 2>/dev/null; then
+        echo "setup_python: installing ${pins[*]} ${loose[*]}" >&2
         "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check "${pins[@]}" || return 1
+        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${loose[@]}" || return 1
     fi
     site_packages="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
         || return 1

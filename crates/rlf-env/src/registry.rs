@@ -84,7 +84,10 @@ fn is_pettingzoo(id: &str) -> bool {
 /// Whether making `id` starts an embedded Python interpreter (the Gymnasium or PettingZoo
 /// bridge): a process that made one must not be forked.
 pub fn runs_python(id: &str) -> bool {
-    id.starts_with(GYM_PREFIX) || is_pettingzoo(id) || ATARI_GAMES.iter().any(|&(name, _)| name == id)
+    id.starts_with(GYM_PREFIX)
+        || is_pettingzoo(id)
+        || ATARI_GAMES.iter().any(|&(name, _)| name == id)
+        || BRIDGED_ENVS.iter().any(|&(name, _, _)| name == id)
 }
 
 impl EnvRegistry {
@@ -114,6 +117,15 @@ impl EnvRegistry {
                 id.to_owned(),
                 Entry {
                     constructor: Arc::new(move || make_atari(game)),
+                    max_episode_steps: None,
+                },
+            );
+        }
+        for (id, gym_id, kwargs) in BRIDGED_ENVS {
+            registry.entries.insert(
+                id.to_owned(),
+                Entry {
+                    constructor: Arc::new(move || make_bridged(gym_id, kwargs)),
                     max_episode_steps: None,
                 },
             );
@@ -282,6 +294,61 @@ pub const ATARI_GAMES: [(&str, &str); 10] = [
     ("atari_montezuma", "MontezumaRevenge"),
 ];
 
+/// Named envs of other suites made through the Gymnasium bridge as they are: the id, the module to import and
+/// Gymnasium's id, and keyword arguments of `gymnasium.make` (`key=value,...`). MinAtar's games (10×10 frames of
+/// a few channels) and VizDoom's built-in scenarios (Sample Factory's `doom_*` names; a Dict of the 240×320 RGB
+/// screen and the game variables, four frames per step).
+pub const BRIDGED_ENVS: [(&str, &str, &str); 11] = [
+    ("minatar_asterix", "minatar:MinAtar/Asterix-v1", ""),
+    ("minatar_breakout", "minatar:MinAtar/Breakout-v1", ""),
+    ("minatar_freeway", "minatar:MinAtar/Freeway-v1", ""),
+    ("minatar_seaquest", "minatar:MinAtar/Seaquest-v1", ""),
+    ("minatar_space_invaders", "minatar:MinAtar/SpaceInvaders-v1", ""),
+    (
+        "doom_basic",
+        "vizdoom.gymnasium_wrapper:VizdoomBasic-v1",
+        "frame_skip=4",
+    ),
+    (
+        "doom_defend_the_center",
+        "vizdoom.gymnasium_wrapper:VizdoomDefendCenter-v1",
+        "frame_skip=4",
+    ),
+    (
+        "doom_defend_the_line",
+        "vizdoom.gymnasium_wrapper:VizdoomDefendLine-v1",
+        "frame_skip=4",
+    ),
+    (
+        "doom_health_gathering",
+        "vizdoom.gymnasium_wrapper:VizdoomHealthGathering-v1",
+        "frame_skip=4",
+    ),
+    (
+        "doom_my_way_home",
+        "vizdoom.gymnasium_wrapper:VizdoomMyWayHome-v1",
+        "frame_skip=4",
+    ),
+    (
+        "doom_deadly_corridor",
+        "vizdoom.gymnasium_wrapper:VizdoomDeadlyCorridor-v1",
+        "frame_skip=4",
+    ),
+];
+
+#[cfg(feature = "python")]
+fn make_bridged(gym_id: &str, kwargs: &str) -> Result<Box<dyn Env>, EnvError> {
+    Ok(Box::new(crate::gym::GymEnv::make_with(
+        gym_id,
+        &parse_kwargs(kwargs)?,
+    )?))
+}
+
+#[cfg(not(feature = "python"))]
+fn make_bridged(gym_id: &str, _kwargs: &str) -> Result<Box<dyn Env>, EnvError> {
+    Err(EnvError::PythonDisabled(gym_id.to_owned()))
+}
+
 /// `atari_<game>`: ALE's `<Game>` through the Gymnasium bridge at one frame per step, without sticky actions,
 /// with its minimal action set and grayscale frames, under the standard preprocessing
 /// ([`atari_preprocessing`](crate::wrappers::atari_preprocessing)).
@@ -341,7 +408,9 @@ mod tests {
             "unknown env id `CartPole-v0`; known ids: Acrobot-v1, CartPole-v1, MountainCar-v0, \
              MountainCarContinuous-v0, Pendulum-v1, atari_asteroids, atari_beamrider, atari_breakout, atari_enduro, \
              atari_montezuma, atari_mspacman, atari_pong, atari_qbert, atari_seaquest, atari_spaceinvaders, \
-             connect_four, treasurehunt"
+             connect_four, doom_basic, doom_deadly_corridor, doom_defend_the_center, doom_defend_the_line, \
+             doom_health_gathering, doom_my_way_home, minatar_asterix, minatar_breakout, minatar_freeway, \
+             minatar_seaquest, minatar_space_invaders, treasurehunt"
         );
     }
 

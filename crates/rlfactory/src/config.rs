@@ -340,6 +340,10 @@ pub struct ModelConfig {
     /// Hidden layer sizes of the MLP after a named convolutional network (`--encoder_conv_architecture`).
     #[arg(long, default_value = "512")]
     pub encoder_conv_mlp_layers: Layers,
+    /// Observations are divided by this before the encoder (Sample Factory's `--obs_scale`; 255 for pixels of
+    /// 0 to 255). Action masks are read unscaled.
+    #[arg(long, default_value_t = 1.0)]
+    pub obs_scale: f64,
     /// Hidden layer sizes of the MLP encoder (after the convolutions, if any).
     #[arg(long, default_value = "64,64")]
     pub encoder_mlp_layers: Layers,
@@ -431,6 +435,7 @@ impl Default for ModelConfig {
             encoder_conv_layers: ConvLayers::default(),
             encoder_conv_architecture: ConvArchitecture::None,
             encoder_conv_mlp_layers: Layers(vec![512]),
+            obs_scale: 1.0,
             encoder_mlp_layers: Layers(vec![64, 64]),
             nonlinearity: Nonlinearity::Tanh,
             actor_critic_share_weights: false,
@@ -1018,6 +1023,8 @@ pub fn shipped_config(env: &str, algo: Algo) -> Option<&'static str> {
         "Pendulum-v1" => Some(include_str!("../configs/Pendulum-v1.toml")),
         "connect_four" => Some(include_str!("../configs/connect_four.toml")),
         "treasurehunt" => Some(include_str!("../configs/treasurehunt.toml")),
+        "minatar_breakout" => Some(include_str!("../configs/minatar_breakout.toml")),
+        atari if atari.starts_with("atari_") => Some(include_str!("../configs/atari.toml")),
         _ => None,
     }
 }
@@ -1263,10 +1270,13 @@ impl Config {
         }
         if o.algo == Algo::Sac
             && (!self.model.encoder_conv_layers.0.is_empty()
-                || self.model.encoder_conv_architecture != ConvArchitecture::None)
+                || self.model.encoder_conv_architecture != ConvArchitecture::None
+                || self.model.obs_scale != 1.0)
         {
             return err(
-                "--algo sac takes MLP encoders only: drop --encoder_conv_layers and --encoder_conv_architecture".into(),
+                "--algo sac takes unscaled observations and MLP encoders only: drop --encoder_conv_layers, \
+                 --encoder_conv_architecture and --obs_scale"
+                    .into(),
             );
         }
         let unbounded = spec.action_spaces.iter().find(|s| match s {
@@ -1450,6 +1460,12 @@ impl Config {
             }
         }
         self.validate_rnn()?;
+        if !(self.model.obs_scale > 0.0 && self.model.obs_scale.is_finite()) {
+            return err(format!(
+                "--obs_scale must be a positive number, got {}",
+                self.model.obs_scale
+            ));
+        }
         if !self.model.encoder_conv_layers.0.is_empty()
             && self.model.encoder_conv_architecture != ConvArchitecture::None
         {

@@ -268,8 +268,14 @@ impl Convs {
 }
 
 /// An encoder: an MLP over the flat observation; convolutions over its image part (`--encoder_conv_layers`), then
-/// the MLP; or one encoder per part of the observation (`--encoder_conv_architecture`, [`PartEncoders`]).
-pub(super) enum Encoder {
+/// the MLP; or one encoder per part of the observation (`--encoder_conv_architecture`, [`PartEncoders`]). Its
+/// input is divided by `--obs_scale` first.
+pub(super) struct Encoder {
+    body: Body,
+    scale: f64,
+}
+
+enum Body {
     Mlp(Mlp),
     Convs(Convs, Mlp),
     Parts(PartEncoders),
@@ -283,29 +289,50 @@ impl Encoder {
         obs_dim: i64,
         cfg: &ModelConfig,
     ) -> Result<(Self, i64)> {
-        if cfg.encoder_conv_architecture != ConvArchitecture::None {
+        let (body, size) = if cfg.encoder_conv_architecture != ConvArchitecture::None {
             let (parts, size) = PartEncoders::new(path, space, cfg)?;
-            return Ok((Encoder::Parts(parts), size));
-        }
-        if cfg.encoder_conv_layers.0.is_empty() {
-            return Ok(Self::mlp_only(path, obs_dim, cfg));
-        }
-        let (convs, size) = Convs::new(path, ImagePart::of(space)?, cfg)?;
-        let (mlp, hidden) = mlp(path, size, cfg);
-        Ok((Encoder::Convs(convs, mlp), hidden))
+            (Body::Parts(parts), size)
+        } else if cfg.encoder_conv_layers.0.is_empty() {
+            let (mlp, hidden) = mlp(path, obs_dim, cfg);
+            (Body::Mlp(mlp), hidden)
+        } else {
+            let (convs, size) = Convs::new(path, ImagePart::of(space)?, cfg)?;
+            let (mlp, hidden) = mlp(path, size, cfg);
+            (Body::Convs(convs, mlp), hidden)
+        };
+        Ok((
+            Self {
+                body,
+                scale: cfg.obs_scale,
+            },
+            size,
+        ))
     }
 
-    /// An MLP alone over `inputs` values (no image part), and its output size.
+    /// An MLP alone over `inputs` values (no image part, no scaling), and its output size.
     pub(super) fn mlp_only(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Self, i64) {
         let (mlp, hidden) = mlp(path, inputs, cfg);
-        (Encoder::Mlp(mlp), hidden)
+        (
+            Self {
+                body: Body::Mlp(mlp),
+                scale: 1.0,
+            },
+            hidden,
+        )
     }
 
     pub(super) fn forward(&self, x: &Tensor) -> Tensor {
-        match self {
-            Encoder::Mlp(mlp) => mlp.forward(x),
-            Encoder::Convs(convs, mlp) => mlp.forward(&convs.forward(x)),
-            Encoder::Parts(parts) => parts.forward(x),
+        let scaled;
+        let x = if self.scale == 1.0 {
+            x
+        } else {
+            scaled = x / self.scale;
+            &scaled
+        };
+        match &self.body {
+            Body::Mlp(mlp) => mlp.forward(x),
+            Body::Convs(convs, mlp) => mlp.forward(&convs.forward(x)),
+            Body::Parts(parts) => parts.forward(x),
         }
     }
 }

@@ -118,6 +118,9 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     // not fork after starting it) would have to survive the fork.
     app.set_fork(!rlf_env::runs_python(&cfg.env.env) && part == RankPart::Whole);
     app.set_heartbeat(Duration::from_secs_f64(cfg.run.heartbeat_interval));
+    // A loop busy in one long slot (a learner training a dataset of pixels) is not hung until it has been silent
+    // for a heartbeat interval: a graceful stop waits as long for it.
+    app.set_stop_timeout(Duration::from_secs_f64(cfg.run.heartbeat_interval.max(5.0)));
     let main = app.main_loop();
     app.set_queue_bytes(main, 256 << 20);
     let (samples, learns) = (part.samples(), part.learns());
