@@ -1,5 +1,5 @@
 //! VizDoom through the Gymnasium bridge (feature `python`; `scripts/setup_python.sh` installs it): built-in
-//! scenarios start and step with a Dict of the screen and the game variables, and `doom_basic` trains a few thousand
+//! scenarios start and step with a Dict of the screen and the game variables, and `doom_basic` trains a thousand
 //! frames through the real binary with a convolutional encoder for the screen and an MLP for the variables. A test
 //! binary of its own: VizDoom's game crashes a process that ran ALE (`pixels.rs`) before it.
 
@@ -50,9 +50,9 @@ fn vizdoom_starts_steps_screen_and_variables_and_trains() {
         "--num_envs_per_worker=4".to_owned(),
         "--rollout=32".to_owned(),
         "--batch_size=128".to_owned(),
-        "--train_for_env_steps=2000".to_owned(),
+        "--train_for_env_steps=1024".to_owned(),
     ]);
     eprintln!("doom_basic: {s}");
-    assert!(s["env_frames"].as_u64().expect("frames") >= 2000, "{s}");
-    assert!(s["trajectories_trained"].as_u64().expect("trained") >= 10, "{s}");
+    assert!(s["env_frames"].as_u64().expect("frames") >= 1024, "{s}");
+    assert!(s["trajectories_trained"].as_u64().expect("trained") >= 4, "{s}");
 }
