@@ -1466,6 +1466,13 @@ impl Config {
                 self.model.obs_scale
             ));
         }
+        if self.model.obs_scale != 1.0 && self.model.normalize_input {
+            return err(
+                "--obs_scale and --normalize_input both rescale observations (the scale would apply after the \
+                 running statistics): give one"
+                    .into(),
+            );
+        }
         if !self.model.encoder_conv_layers.0.is_empty()
             && self.model.encoder_conv_architecture != ConvArchitecture::None
         {

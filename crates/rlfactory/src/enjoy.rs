@@ -324,8 +324,10 @@ pub struct Lineup {
     /// Values per observation slot.
     width: usize,
     gathered: Vec<f32>,
-    /// A recurrent policy's state of each column (one policy playing every agent).
+    /// A recurrent policy's state of each column (one policy playing every agent), and before the
+    /// latest step.
     states: Vec<f32>,
+    before: Vec<f32>,
 }
 
 impl Lineup {
@@ -344,6 +346,7 @@ impl Lineup {
                 width: spec.obs_dim,
                 gathered: Vec::new(),
                 states: Vec::new(),
+                before: Vec::new(),
             },
             Some(by_agent) => {
                 let mut models = Vec::with_capacity(cfg.sampling.num_policies);
@@ -367,19 +370,24 @@ impl Lineup {
                     width: spec.obs_dim,
                     gathered: Vec::new(),
                     states: Vec::new(),
+                    before: Vec::new(),
                 }
             }
         };
         Ok((cfg, lineup))
     }
 
-    /// Zeroes the recurrent state of the columns whose episode just ended.
-    fn forget(&mut self, terminated: &[bool], truncated: &[bool]) {
+    /// After a step of `envs`: the columns whose agent did not act keep the recurrent state they
+    /// had, and those whose episode just ended start again from zero.
+    fn forget(&mut self, envs: &Envs, terminated: &[bool], truncated: &[bool]) {
         let d = self.states.len() / terminated.len().max(1);
         if d == 0 {
             return;
         }
         for (c, state) in self.states.chunks_mut(d).enumerate() {
+            if !envs.acted(c) {
+                state.copy_from_slice(&self.before[c * d..(c + 1) * d]);
+            }
             if terminated[c] || truncated[c] {
                 state.fill(0.0);
             }
@@ -393,6 +401,7 @@ impl Lineup {
             let model = &mut self.models[0];
             let columns = obs.len() / model.obs_dim().max(1);
             self.states.resize(columns * model.state_dim(), 0.0);
+            self.before.clone_from(&self.states);
             return model.act_recurrent(obs, &mut self.states, deterministic);
         }
         let (agents, width) = (self.of_agent.len().max(1), self.width.max(1));
@@ -444,7 +453,7 @@ pub fn run_episodes(
     while done.len() < episodes {
         let out = lineup.act(&buf.obs, deterministic)?;
         envs.step(mapper.map(&out.actions), buf.view())?;
-        lineup.forget(&buf.terminated, &buf.truncated);
+        lineup.forget(&envs, &buf.terminated, &buf.truncated);
         let agents = lineup.reported.len().max(1);
         for c in (0..columns).filter(|&c| lineup.reported[c % agents]) {
             if let Some(ep) = envs.finished(c) {

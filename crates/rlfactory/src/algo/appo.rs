@@ -575,10 +575,11 @@ struct Prepared {
     bootstrapped: Vec<bool>,
     rewards: Vec<f32>,
     ends: Vec<bool>,
-    /// Recurrent networks: the states steps started from, and 1 where a step ended its episode,
-    /// both in row order.
+    /// Recurrent networks: the states steps started from, 1 where a step ended its episode, and 1
+    /// where its agent acted (the slots' valid flags), all in row order.
     states: Option<Tensor>,
     ends_rows: Tensor,
+    acted_rows: Tensor,
 }
 
 impl Appo {
@@ -746,6 +747,13 @@ impl Appo {
             }
             _ => {}
         }
+        if state_dim > 0 && self.cfg.with_vtrace && self.recurrence(data.seq_len) != data.seq_len {
+            return Err(protocol(format!(
+                "V-trace runs over whole sequences: --recurrence {} must equal their {} steps",
+                self.recurrence(data.seq_len),
+                data.seq_len
+            )));
+        }
         if state_dim > 0 && data.seq_len % self.recurrence(data.seq_len) != 0 {
             return Err(protocol(format!(
                 "--recurrence {} does not divide sequences of {} steps",
@@ -824,6 +832,7 @@ impl Appo {
             .f_add(&data.truncated)?
             .f_clamp_max(1.0)?
             .f_to_device(device)?;
+        let acted_rows = data.valid.f_to_device(device)?;
         let states = match &data.states {
             Some(states) if self.model.state_dim() > 0 => Some(states.f_to_device(device)?),
             _ => None,
@@ -839,6 +848,7 @@ impl Appo {
                             &obs.index_select(0, &rows),
                             &states.index_select(0, &starts),
                             &ends_rows.index_select(0, &rows),
+                            &acted_rows.index_select(0, &rows),
                             t as i64,
                         )
                         .2
@@ -1018,6 +1028,7 @@ impl Appo {
             ends,
             states,
             ends_rows,
+            acted_rows,
         })
     }
 
@@ -1224,6 +1235,7 @@ impl Appo {
                             &obs,
                             &states.index_select(0, &starts),
                             &pick(&p.ends_rows),
+                            &pick(&p.acted_rows),
                             chunk as i64,
                         );
                         (dist, values)

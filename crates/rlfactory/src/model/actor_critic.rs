@@ -545,16 +545,18 @@ impl ActorCritic {
 
     /// The distribution and normalised value of every step of `c` sequences of `len` steps each,
     /// rows sequence-major (`obs` `[c * len, obs_dim]`, row `q * len + j` step `j` of sequence `q`),
-    /// unrolled through the recurrent core from `states` `[c, state_dim]`: a step whose `ends`
-    /// (`[c * len]`, 1 where the step ended its episode) is set passes a zero state to the next,
-    /// as the rollout worker resets an env's state after its episode ends. Also the states
-    /// after each step before that reset, `[c * len, state_dim]`. Without a core: as
-    /// [`forward`](Self::forward), and no states.
+    /// unrolled through the recurrent core from `states` `[c, state_dim]`, as acting did: a step its
+    /// agent did not act in (`acted`, `[c * len]`, 0: a waiting or finished agent of a multi-agent
+    /// env) leaves the state as it was, and a step whose `ends` (`[c * len]`, 1 where the step ended
+    /// its episode) is set passes a zero state to the next. Also the states after each step before
+    /// that reset, `[c * len, state_dim]`. Without a core: as [`forward`](Self::forward), and no
+    /// states.
     pub fn forward_sequences(
         &self,
         obs: &Tensor,
         states: &Tensor,
         ends: &Tensor,
+        acted: &Tensor,
         len: i64,
     ) -> (Distribution, Tensor, Option<Tensor>) {
         let (actor_h, critic_h) = self.encode(obs);
@@ -566,10 +568,13 @@ impl ActorCritic {
         let by_step = |h: &Tensor| h.reshape([c, len, -1]);
         let (actor_in, critic_in) = (by_step(&actor_h), by_step(&critic_h));
         let keep = (ends.reshape([c, len, 1]) * -1.0 + 1.0).to_kind(Kind::Float);
+        let acted = acted.reshape([c, len, 1]).to_kind(Kind::Float);
         let mut state = states.shallow_clone();
         let (mut actor_out, mut critic_out, mut after) = (Vec::new(), Vec::new(), Vec::new());
         for j in 0..len {
             let (a, v, next) = self.core_step(&actor_in.select(1, j), &critic_in.select(1, j), &state);
+            let a_j = acted.select(1, j);
+            let next = &next * &a_j + &state * (a_j * -1.0 + 1.0);
             state = &next * keep.select(1, j);
             actor_out.push(a);
             critic_out.push(v);
@@ -1050,7 +1055,7 @@ mod tests {
         cfg: &ModelConfig,
         obs: &Tensor,
         states: &Tensor,
-        ends: &[bool],
+        (ends, acted): (&[bool], &[bool]),
         len: usize,
     ) -> (Tensor, Tensor) {
         let (layers, size) = (cfg.rnn_num_layers as i64, cfg.rnn_size as i64);
@@ -1084,6 +1089,14 @@ mod tests {
                 let r = (q * len + j) as i64;
                 let inputs = [actor_h.get(r).unsqueeze(0), critic_h.get(r).unsqueeze(0)];
                 let mut outs = Vec::new();
+                let before: Vec<Vec<(Tensor, Option<Tensor>)>> = state
+                    .iter()
+                    .map(|core| {
+                        core.iter()
+                            .map(|(h, c)| (h.shallow_clone(), c.as_ref().map(Tensor::shallow_clone)))
+                            .collect()
+                    })
+                    .collect();
                 for (k, path) in cores.iter().enumerate() {
                     let mut x = inputs[k].shallow_clone();
                     for (l, layer) in state[k].iter_mut().enumerate() {
@@ -1098,6 +1111,9 @@ mod tests {
                 let (dist, value) = model.heads(&row, &outs[0], critic_out);
                 log_probs.push(dist.log_prob(&Tensor::from_slice(&[(r % 2) as f32]).view([1, 1])));
                 values.push(value);
+                if !acted[r as usize] {
+                    state = before;
+                }
                 if ends[r as usize] {
                     for layer in state.iter_mut().flatten() {
                         *layer = (layer.0.zeros_like(), layer.1.as_ref().map(Tensor::zeros_like));
@@ -1125,9 +1141,9 @@ mod tests {
     }
 
     /// GRU (two layers, actor and critic cores) and LSTM (one shared core) unrolled over two chunks of 3 steps,
-    /// one with an episode ending mid-chunk, from non-zero starting states: the log-probabilities, values, the
-    /// loss and every gradient match the step-by-step reference; the states after each step are the reference's
-    /// states before the reset.
+    /// one with an episode ending mid-chunk, the other with a step its agent did not act in (the state stays),
+    /// from non-zero starting states: the log-probabilities, values, the loss and every gradient match the
+    /// step-by-step reference; the states after each step are the reference's states before the reset.
     #[test]
     fn recurrent_sequences_match_a_step_by_step_reference() {
         for (rnn_type, layers, share) in [(RnnType::Gru, 2, false), (RnnType::Lstm, 1, true)] {
@@ -1146,11 +1162,13 @@ mod tests {
             let states = Tensor::randn([c, model.state_dim()], (Kind::Float, tch::Device::Cpu)) * 0.5;
             let ends = [false, true, false, false, false, true];
             let ends_t = Tensor::from_slice(&ends.map(f32::from));
+            let did_act = [true, true, true, true, false, true];
             let actions = Tensor::from_slice(&[0.0_f32, 1.0, 0.0, 1.0, 0.0, 1.0]).view([6, 1]);
 
-            let (dist, values, after) = model.forward_sequences(&obs, &states, &ends_t, len as i64);
+            let acted = Tensor::from_slice(&did_act.map(f32::from));
+            let (dist, values, after) = model.forward_sequences(&obs, &states, &ends_t, &acted, len as i64);
             let log_probs = dist.log_prob(&actions);
-            let (ref_log_probs, ref_values) = unrolled(&model, &cfg, &obs, &states, &ends, len);
+            let (ref_log_probs, ref_values) = unrolled(&model, &cfg, &obs, &states, (&ends, &did_act), len);
             let close = |a: &Tensor, b: &Tensor| a.allclose(b, 1e-5, 1e-6, false);
             assert!(
                 close(&log_probs, &ref_log_probs),
@@ -1181,13 +1199,15 @@ mod tests {
             for j in 0..len as i64 {
                 let rows = Tensor::from_slice(&[j, len as i64 + j]);
                 let (_, _, next) = model.forward_step(&obs.index_select(0, &rows), Some(&state));
-                let next = next.expect("states");
+                let (q0, q1) = (j as usize, len + j as usize);
+                let acted =
+                    Tensor::from_slice(&[f32::from(did_act[q0]), f32::from(did_act[q1])]).unsqueeze(1);
+                let next = next.expect("states") * &acted + &state * (acted * -1.0 + 1.0);
                 assert!(
                     close(&next, &after.index_select(0, &rows)),
                     "{rnn_type:?}: states after step {j}"
                 );
-                let keep =
-                    Tensor::from_slice(&[f32::from(!ends[j as usize]), f32::from(!ends[len + j as usize])]);
+                let keep = Tensor::from_slice(&[f32::from(!ends[q0]), f32::from(!ends[q1])]);
                 state = next * keep.unsqueeze(1);
             }
         }

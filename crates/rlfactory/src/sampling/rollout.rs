@@ -76,9 +76,10 @@ struct Split {
     adders: Vec<NStepAdder>,
     prev_obs: Vec<f32>,
     /// With a recurrent policy: each column's state after the last trajectory (zeros at the
-    /// start), which the next slot starts from, and scratch to reset states at episode ends.
+    /// start), which the next slot starts from, and scratch to keep and reset states.
     carry: Vec<f32>,
     states: Vec<f32>,
+    before: Vec<f32>,
 }
 
 impl Split {
@@ -467,6 +468,7 @@ impl RolloutWorker {
                 final_obs: vec![0.0; columns * envs.obs_dim()],
                 carry: vec![0.0; columns * shape.state_dim],
                 states: vec![0.0; columns * shape.state_dim],
+                before: vec![0.0; columns * shape.state_dim],
                 envs,
                 mapper,
                 slot: None,
@@ -674,15 +676,22 @@ impl RolloutWorker {
         self.pool.put(buffer, Field::FinalObs, t, &split.final_obs)?;
         let state_dim = self.pool.shape().state_dim;
         if state_dim > 0 {
-            // A new episode starts from a zero state: clear the columns whose episode just ended
-            // where the next step starts (the inference worker wrote it with this step's actions).
+            // Where the next step starts (the inference worker wrote the state after this step's
+            // actions): an agent that did not act keeps the state it had, and a new episode starts
+            // from a zero state.
             let (field, at) = if t + 1 < rollout {
                 (Field::States, t + 1)
             } else {
                 (Field::NextStates, 0)
             };
             self.pool.get(buffer, field, at, &mut split.states)?;
+            if (0..n).any(|c| !split.envs.acted(c)) {
+                self.pool.get(buffer, Field::States, t, &mut split.before)?;
+            }
             for (c, state) in split.states.chunks_mut(state_dim).enumerate() {
+                if !split.envs.acted(c) {
+                    state.copy_from_slice(&split.before[c * state_dim..(c + 1) * state_dim]);
+                }
                 if split.buf.terminated[c] || split.buf.truncated[c] {
                     state.fill(0.0);
                 }
