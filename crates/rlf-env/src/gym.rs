@@ -37,9 +37,20 @@ _venv = os.environ.get('VIRTUAL_ENV')
 if _venv:
     site.addsitedir(os.path.join(_venv, 'lib', 'python%d.%d' % sys.version_info[:2], 'site-packages'))
 
+import logging
+
 import numpy as np
-import gymnasium as gym
-from gymnasium import spaces
+
+# Gymnasium loads its env plugins on import, and some log warnings about optional packages of their own (MinAtar
+# about matplotlib): quiet while it does, so that an error stays one line.
+_root = logging.getLogger()
+_level = _root.level
+_root.setLevel(logging.ERROR)
+try:
+    import gymnasium as gym
+    from gymnasium import spaces
+finally:
+    _root.setLevel(_level)
 
 
 def describe(space):

@@ -824,6 +824,108 @@ mod tests {
     use super::*;
     use crate::sampling::TrajectoryShape;
 
+    /// Connect Four's players take turns: a recurrent policy's state of the waiting player's column stays as it
+    /// was through the other's move (the inference worker computed one for it, the rollout worker puts the old one
+    /// back), and the player that moved carries the new one; both restart from zero after a game.
+    #[test]
+    fn a_waiting_agent_keeps_its_recurrent_state() {
+        use crate::model::{ActorCritic, Policy};
+        use crate::sampling::InferenceWorker;
+
+        let cfg = Config::for_env(
+            "connect_four",
+            &[
+                "--use_rnn",
+                "--rnn_size=3",
+                "--num_envs_per_worker=2",
+                "--worker_num_splits=1",
+                "--rollout=8",
+                "--batch_size=32",
+            ],
+        )
+        .expect("config");
+        let registry = EnvRegistry::with_builtin();
+        tch::manual_seed(0);
+        let spec = crate::env::EnvSpec::of(&registry, &cfg.env).expect("spec");
+        let model = ActorCritic::new(
+            &spec.observation_spaces[0],
+            &spec.action_spaces[0],
+            &cfg.model,
+            crate::config::DeviceKind::Cpu,
+        )
+        .expect("model");
+        let d = Policy::state_dim(&model);
+        let shape = TrajectoryShape {
+            rollout: 8,
+            num_envs: 4,
+            obs_dim: rlf_env::connect_four::OBS_DIM,
+            action_dim: 1,
+            state_dim: d,
+        };
+        let pool = TrajectoryPool::create(shape, 2).expect("pool");
+        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        let weights =
+            rlf_shm::SharedWeights::create(model.weights().expect("weights").values.len()).expect("weights");
+        let mut inference = InferenceWorker::new(
+            vec![(Box::new(model), weights)],
+            vec![TrajectoryPool::open(&pool.handle()).expect("mapped")],
+        );
+        let mut worker =
+            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        worker.start().expect("reset");
+        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        let (mut before, mut after) = (vec![0.0; 4 * d], vec![0.0; 4 * d]);
+        let mut flags = [vec![0.0; 4], vec![0.0; 4], vec![0.0; 4]];
+        let (mut kept, mut moved, mut reset) = (0, 0, 0);
+        for _ in 0..300 {
+            let r = requests.pop().expect("a request");
+            reader
+                .get(r.buffer, Field::States, r.step, &mut before)
+                .expect("states");
+            let answers = inference.on_policy_requested(&[r]).expect("actions");
+            let outcome = worker.on_actions_ready(&answers[0]).expect("step");
+            let (field, at) = if r.step + 1 < 8 {
+                (Field::States, r.step + 1)
+            } else {
+                (Field::NextStates, 0)
+            };
+            reader.get(r.buffer, field, at, &mut after).expect("next states");
+            reader
+                .get(r.buffer, Field::Valid, r.step, &mut flags[0])
+                .expect("valid");
+            reader
+                .get(r.buffer, Field::Terminated, r.step, &mut flags[1])
+                .expect("terminated");
+            reader
+                .get(r.buffer, Field::Truncated, r.step, &mut flags[2])
+                .expect("truncated");
+            for c in 0..4 {
+                let (was, is) = (&before[c * d..(c + 1) * d], &after[c * d..(c + 1) * d]);
+                if flags[1][c] + flags[2][c] > 0.0 {
+                    assert!(
+                        is.iter().all(|&v| v == 0.0),
+                        "column {c}: a state after its game ended"
+                    );
+                    reset += 1;
+                } else if flags[0][c] == 0.0 {
+                    assert_eq!(was, is, "column {c} waited but its state changed");
+                    kept += 1;
+                } else {
+                    assert_ne!(was, is, "column {c} moved but its state did not change");
+                    moved += 1;
+                }
+            }
+            requests.extend(outcome.requests);
+            if let Some(t) = outcome.trajectory {
+                requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
+            }
+        }
+        assert!(
+            kept >= 200 && moved >= 200 && reset >= 4,
+            "{kept} kept, {moved} moved, {reset} reset"
+        );
+    }
+
     /// A recurrent policy through a real inference worker: each step starts from the state the step before left
     /// (zero after an episode's end), a new slot starts from the split's state after the last one, and a fresh
     /// worker starts from zeros whatever its slots held.
