@@ -56,6 +56,9 @@ sys.exit(any(version(name) != wanted for name, wanted in (pin.split('==') for pi
     fi
     site_packages="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
         || return 1
+    # MinAtar's Gymnasium plugin imports MinAtar on every `import gymnasium`, which logs warnings about its
+    # plotting packages to stderr (a one-line error would become three): the bridge registers MinAtar's envs itself.
+    rm -f "${site_packages}"/MinAtar-*.dist-info/entry_points.txt
 
     RLF_VIRTUAL_ENV="${venv}"
     RLF_PYTHONPATH="${site_packages}"

@@ -37,20 +37,9 @@ _venv = os.environ.get('VIRTUAL_ENV')
 if _venv:
     site.addsitedir(os.path.join(_venv, 'lib', 'python%d.%d' % sys.version_info[:2], 'site-packages'))
 
-import logging
-
 import numpy as np
-
-# Gymnasium loads its env plugins on import, and some log warnings about optional packages of their own (MinAtar
-# about matplotlib): quiet while it does, so that an error stays one line.
-_root = logging.getLogger()
-_level = _root.level
-_root.setLevel(logging.ERROR)
-try:
-    import gymnasium as gym
-    from gymnasium import spaces
-finally:
-    _root.setLevel(_level)
+import gymnasium as gym
+from gymnasium import spaces
 
 
 def describe(space):
@@ -100,6 +89,12 @@ def _value(text):
 
 
 def make(env_id, kwargs):
+    # MinAtar registers its envs through a Gymnasium plugin, which scripts/setup_python.sh removes (importing it logs
+    # warnings on every `import gymnasium`): register them here when asked for.
+    module, _, name = env_id.rpartition(':')
+    if module == 'minatar' and name not in gym.registry:
+        import minatar.gym
+        minatar.gym.register_envs()
     env = gym.make(env_id, **{k: _value(v) for k, v in kwargs})
     return env, describe(env.observation_space), describe(env.action_space)
 
