@@ -64,6 +64,7 @@ static OBSERVATION_SPACE: LazyLock<Space> = LazyLock::new(|| {
             low: vec![0.0; size],
             high: vec![1.0; size],
             shape,
+            bytes: true,
         })
     };
     Space::Dict(vec![
@@ -792,11 +793,19 @@ mod tests {
         assert_eq!(names, ["action_mask", "observation"]);
         assert_eq!(
             parts[1].1,
-            Space::Box(BoxSpace::uniform(0.0, 1.0, vec![6, 7, 2]).expect("valid"))
+            Space::Box(
+                BoxSpace::uniform(0.0, 1.0, vec![6, 7, 2])
+                    .and_then(BoxSpace::into_bytes)
+                    .expect("valid")
+            )
         );
         assert_eq!(
             parts[0].1,
-            Space::Box(BoxSpace::uniform(0.0, 1.0, vec![7]).expect("valid"))
+            Space::Box(
+                BoxSpace::uniform(0.0, 1.0, vec![7])
+                    .and_then(BoxSpace::into_bytes)
+                    .expect("valid")
+            )
         );
     }
 

@@ -24,6 +24,11 @@ pub struct Info {
     /// Set by an env on the step that ends an episode: the episode's true objective (see
     /// [`EpisodeStats::true_objective`]).
     pub true_objective: Option<f64>,
+    /// The lives left, for games that have them (ALE's `info["lives"]`).
+    pub lives: Option<u32>,
+    /// The step lost a life without ending the game ([`EpisodicLife`](crate::wrappers::EpisodicLife)): vector
+    /// envs record it as terminal for learning, while the episode, its statistics included, goes on.
+    pub life_lost: bool,
 }
 
 /// What [`Env::step`] returns besides the observation it writes.

@@ -46,9 +46,11 @@ def describe(space):
     if isinstance(space, spaces.Discrete):
         return ('discrete', int(space.n), int(space.start))
     if isinstance(space, spaces.Box):
-        low = np.asarray(space.low, dtype=np.float32).ravel().tolist()
-        high = np.asarray(space.high, dtype=np.float32).ravel().tolist()
-        return ('box', low, high, [int(d) for d in space.shape])
+        low = np.asarray(space.low, dtype=np.float32).ravel()
+        high = np.asarray(space.high, dtype=np.float32).ravel()
+        whole = space.dtype == np.bool_ or np.issubdtype(space.dtype, np.integer)
+        byte = bool(whole and low.size and low.min() >= 0 and high.max() <= 255)
+        return ('box', low.tolist(), high.tolist(), [int(d) for d in space.shape], byte)
     if isinstance(space, spaces.MultiDiscrete):
         return ('multidiscrete', [int(n) for n in np.asarray(space.nvec).ravel()])
     if isinstance(space, spaces.MultiBinary):
@@ -118,7 +120,9 @@ def step(env, kind, action):
     done = bool(terminated) or bool(truncated)
     objective = info.get('true_objective') if done and isinstance(info, dict) else None
     objective = None if objective is None else float(objective)
-    return flatten(env.observation_space, obs), float(reward), bool(terminated), bool(truncated), objective
+    lives = info.get('lives') if isinstance(info, dict) else None
+    lives = None if lives is None else int(lives)
+    return flatten(env.observation_space, obs), float(reward), bool(terminated), bool(truncated), objective, lives
 
 
 def set_state(env, state):
@@ -131,9 +135,9 @@ def set_state(env, state):
     return np.asarray(state, dtype=np.float32)
 ";
 
-/// What the helper's `step` returns: the observation, reward, flags, and the episode's
-/// `info["true_objective"]` on the step that ends it.
-type GymStep<'py> = (Bound<'py, PyAny>, f64, bool, bool, Option<f64>);
+/// What the helper's `step` returns: the observation, reward, flags, the episode's
+/// `info["true_objective"]` on the step that ends it, and `info["lives"]` when the env reports it.
+type GymStep<'py> = (Bound<'py, PyAny>, f64, bool, bool, Option<f64>, Option<u32>);
 
 /// A Gymnasium env made by `gymnasium.make(id)` in the embedded interpreter (see the module doc).
 pub struct GymEnv {
@@ -181,13 +185,17 @@ pub(crate) fn translate(desc: &Bound<'_, PyAny>) -> Result<Space, String> {
             n: item(1)?.extract().map_err(err)?,
             start: item(2)?.extract().map_err(err)?,
         }),
-        "box" => BoxSpace::new(
-            item(1)?.extract().map_err(err)?,
-            item(2)?.extract().map_err(err)?,
-            item(3)?.extract().map_err(err)?,
-        )
-        .map(Space::Box)
-        .map_err(|e| e.to_string()),
+        "box" => {
+            let b = BoxSpace::new(
+                item(1)?.extract().map_err(err)?,
+                item(2)?.extract().map_err(err)?,
+                item(3)?.extract().map_err(err)?,
+            );
+            let bytes: bool = item(4)?.extract().map_err(err)?;
+            b.and_then(|b| if bytes { b.into_bytes() } else { Ok(b) })
+                .map(Space::Box)
+                .map_err(|e| e.to_string())
+        }
         "multidiscrete" => Ok(Space::MultiDiscrete(item(1)?.extract().map_err(err)?)),
         "dict" => {
             let parts: Vec<(String, Bound<'_, PyAny>)> = item(1)?.extract().map_err(err)?;
@@ -337,7 +345,7 @@ impl Env for GymEnv {
                 .bind(py)
                 .call1((self.env.bind(py), kind, action))
                 .map_err(python_error(&self.id, "step"))?;
-            let (array, reward, terminated, truncated, true_objective): GymStep<'_> =
+            let (array, reward, terminated, truncated, true_objective, lives): GymStep<'_> =
                 result.extract().map_err(python_error(&self.id, "step"))?;
             self.read_obs(py, "step", &array, obs)?;
             Ok(Step {
@@ -347,6 +355,8 @@ impl Env for GymEnv {
                 info: Info {
                     episode: None,
                     true_objective,
+                    lives,
+                    life_lost: false,
                 },
             })
         })

@@ -15,12 +15,15 @@ use rand::{Rng, RngExt};
 
 use crate::EnvError;
 
-/// A box in `R^n`: per-element bounds (which may be infinite) and a shape. Values are `f32`.
+/// A box in `R^n`: per-element bounds (which may be infinite) and a shape. Values are `f32`; a box of
+/// bytes ([`BoxSpace::bytes`]: Gymnasium's `uint8` images, `bool` and small-integer grids) holds whole
+/// numbers in `0..=255` only, which the trajectory slots keep as one byte each.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoxSpace {
     pub(crate) low: Vec<f32>,
     pub(crate) high: Vec<f32>,
     pub(crate) shape: Vec<usize>,
+    pub(crate) bytes: bool,
 }
 
 impl BoxSpace {
@@ -41,7 +44,31 @@ impl BoxSpace {
                 low[i], high[i]
             )));
         }
-        Ok(Self { low, high, shape })
+        Ok(Self {
+            low,
+            high,
+            shape,
+            bytes: false,
+        })
+    }
+
+    /// This box as a box of bytes: its values are whole numbers in `0..=255`. Errors if a bound is
+    /// not a whole number in that range.
+    pub fn into_bytes(mut self) -> Result<Self, EnvError> {
+        let byte = |x: f32| (0.0..=255.0).contains(&x) && x.fract() == 0.0;
+        if let Some(i) = (0..self.size()).find(|&i| !byte(self.low[i]) || !byte(self.high[i])) {
+            return Err(EnvError::InvalidSpace(format!(
+                "a Box of bytes needs whole bounds in 0..=255; bound {i} is {}..{}",
+                self.low[i], self.high[i]
+            )));
+        }
+        self.bytes = true;
+        Ok(self)
+    }
+
+    /// Whether the values are bytes (see [`BoxSpace::into_bytes`]).
+    pub fn bytes(&self) -> bool {
+        self.bytes
     }
 
     /// A box with the same bounds for every element.
@@ -70,15 +97,25 @@ impl BoxSpace {
         self.low.len()
     }
 
-    /// Whether `x` has the right length and every element lies within the bounds.
+    /// Whether `x` has the right length and every element lies within the bounds (and is a whole
+    /// number in a box of bytes).
     pub fn contains(&self, x: &[f32]) -> bool {
         x.len() == self.size()
             && x.iter()
                 .zip(self.low.iter().zip(&self.high))
-                .all(|(v, (lo, hi))| lo <= v && v <= hi)
+                .all(|(v, (lo, hi))| lo <= v && v <= hi && (!self.bytes || v.fract() == 0.0))
     }
 
     fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
+        if self.bytes {
+            // Gymnasium's rule for integer boxes: uniform over the whole numbers within the bounds.
+            return self
+                .low
+                .iter()
+                .zip(&self.high)
+                .map(|(&lo, &hi)| f32::from(rng.random_range(lo as u8..=hi as u8)))
+                .collect();
+        }
         // Gymnasium's rule: uniform when bounded, shifted exponential when bounded on one side,
         // standard normal when unbounded.
         self.low
@@ -138,6 +175,18 @@ impl Space {
     pub fn box_1d(low: Vec<f32>, high: Vec<f32>) -> Result<Self, EnvError> {
         let n = low.len();
         BoxSpace::new(low, high, vec![n]).map(Space::Box)
+    }
+
+    /// Whether every value of this space's flat encoding is a whole number in `0..=255` (boxes of
+    /// bytes, small discrete spaces, and dicts and tuples of those), so that it can be stored as bytes.
+    pub fn byte_valued(&self) -> bool {
+        match self {
+            Space::Discrete { n, start } => *start >= 0 && start.saturating_add_unsigned(*n) <= 256,
+            Space::Box(b) => b.bytes,
+            Space::MultiDiscrete(nvec) => nvec.iter().all(|&n| n <= 256),
+            Space::Dict(parts) => parts.iter().all(|(_, s)| s.byte_valued()),
+            Space::Tuple(parts) => parts.iter().all(Space::byte_valued),
+        }
     }
 
     /// The number of `f32` slots of this space's flat encoding (see the module doc).
@@ -248,7 +297,7 @@ impl fmt::Display for BoxSpace {
         if self.shape.len() == 1 {
             f.write_str(",")?;
         }
-        f.write_str("), float32)")
+        f.write_str(if self.bytes { "), uint8)" } else { "), float32)" })
     }
 }
 
@@ -485,6 +534,44 @@ mod tests {
             let v = space.sample(&mut rng);
             assert!(space.contains(&v));
         }
+    }
+
+    #[test]
+    fn boxes_of_bytes_hold_whole_numbers_and_make_byte_valued_spaces() {
+        let b = BoxSpace::uniform(0.0, 255.0, vec![2, 2])
+            .unwrap()
+            .into_bytes()
+            .unwrap();
+        assert!(b.bytes());
+        assert_eq!(
+            Space::Box(b.clone()).to_string(),
+            "Box(0.0, 255.0, (2, 2), uint8)"
+        );
+        assert!(b.contains(&[0.0, 7.0, 255.0, 1.0]));
+        assert!(!b.contains(&[0.0, 7.5, 255.0, 1.0]));
+        let mut rng = Pcg64Mcg::seed_from_u64(4);
+        let space = Space::Box(b.clone());
+        for _ in 0..100 {
+            assert!(space.contains(&space.sample(&mut rng)));
+        }
+        for bad in [(-1.0, 1.0), (0.0, 256.0), (0.0, 0.5)] {
+            let err = BoxSpace::uniform(bad.0, bad.1, vec![1])
+                .unwrap()
+                .into_bytes()
+                .unwrap_err();
+            assert!(err.to_string().contains("whole bounds in 0..=255"), "{err}");
+        }
+        let floats = Space::Box(BoxSpace::uniform(0.0, 1.0, vec![3]).unwrap());
+        assert!(!floats.byte_valued());
+        let image_and_mask = Space::Dict(vec![
+            ("image".to_owned(), space.clone()),
+            ("mask".to_owned(), Space::MultiDiscrete(vec![2, 2])),
+            ("turn".to_owned(), Space::discrete(256)),
+        ]);
+        assert!(image_and_mask.byte_valued());
+        assert!(!Space::Tuple(vec![space, floats]).byte_valued());
+        assert!(!Space::Discrete { n: 2, start: -1 }.byte_valued());
+        assert!(!Space::discrete(257).byte_valued());
     }
 
     #[test]

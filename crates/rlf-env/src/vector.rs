@@ -246,7 +246,7 @@ impl VecEnv {
                 check_observation(env.id(), "step", slot).map_err(in_slot(i))?;
             }
             out.rewards[i] = step.reward as f32;
-            out.terminated[i] = step.terminated;
+            out.terminated[i] = step.terminated || step.info.life_lost;
             out.truncated[i] = step.truncated;
             let running = &mut self.running[i];
             running.episode_return += step.reward;
@@ -258,6 +258,7 @@ impl VecEnv {
                         ..*running
                     }),
                     true_objective: step.info.true_objective,
+                    ..Info::default()
                 };
                 *running = EpisodeStats::default();
                 self.final_obs[i * d..(i + 1) * d].copy_from_slice(slot);

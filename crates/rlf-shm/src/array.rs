@@ -166,8 +166,9 @@ impl<T: Pod> ShmArray<T> {
 }
 
 #[cfg(feature = "tch")]
-impl ShmArray<f32> {
-    /// A float tensor of `shape` (row-major) viewing the elements from `offset`, without a copy:
+impl<T: Pod + tch::kind::Element> ShmArray<T> {
+    /// A tensor of `T`'s kind (`f32`: float, `u8`: byte, ...) and `shape` (row-major) viewing the elements from
+    /// `offset`, without a copy:
     /// reads see what other processes wrote. Only an array that is never unmapped can be viewed:
     /// one leaked for the rest of the process (`Box::leak`; its creator still removes the region). Writing through it is the caller's business under
     /// the protocol on top (as for [`copy_from_slice`](Self::copy_from_slice)). Errors if the
@@ -183,15 +184,16 @@ impl ShmArray<f32> {
             )));
         };
         if n == 0 {
-            return tch::Tensor::f_zeros(shape, (tch::Kind::Float, tch::Device::Cpu))
+            return tch::Tensor::f_zeros(shape, (T::KIND, tch::Device::Cpu))
                 .map_err(|e| ShmError::Config(e.to_string()));
         }
         // SAFETY: the elements offset..offset+n are in bounds (checked above) of a mapping that is never unmapped
-        // (`&'static self`: the array was leaked), aligned for f32 (page-aligned region), and every bit pattern is
-        // a valid f32; the tensor gets the default (contiguous) strides of `shape`, covering exactly those elements.
+        // (`&'static self`: the array was leaked), aligned for `T` (page-aligned region), and every bit pattern is
+        // a valid `T` (`Pod`), which `T::KIND` describes with the same size (`Element`'s contract); the tensor gets
+        // the default (contiguous) strides of `shape`, covering exactly those elements.
         unsafe {
-            let data = self.region.as_ptr().cast::<f32>().add(offset).cast::<u8>();
-            tch::Tensor::f_from_blob(data, shape, &[], tch::Kind::Float, tch::Device::Cpu)
+            let data = self.region.as_ptr().cast::<T>().add(offset).cast::<u8>();
+            tch::Tensor::f_from_blob(data, shape, &[], T::KIND, tch::Device::Cpu)
         }
         .map_err(|e| ShmError::Config(e.to_string()))
     }

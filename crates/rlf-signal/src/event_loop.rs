@@ -226,6 +226,8 @@ pub struct LoopCore {
     /// Control messages raised on the main loop itself (faults, stop requests).
     events: Vec<Control>,
     incarnation: u32,
+    /// The heartbeat interval, on a loop that sends heartbeats (none on the main loop).
+    heartbeat: Option<Duration>,
 }
 
 impl std::fmt::Debug for LoopCore {
@@ -510,6 +512,34 @@ pub(crate) fn send_control(t: &dyn Transport, to: u32, c: &Control, timeout: Dur
     }
 }
 
+/// A loop's heartbeat, carried into a long slot ([`Ctx::pulse`]).
+pub struct Pulse {
+    transport: Arc<dyn Transport>,
+    message: Vec<u8>,
+    period: Duration,
+    last: Instant,
+}
+
+impl std::fmt::Debug for Pulse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pulse").field("period", &self.period).finish()
+    }
+}
+
+impl Pulse {
+    /// Tells the main loop the loop is alive, at most once per fifth of the heartbeat interval (as the loop itself
+    /// does between slots). Never blocks: a full main queue skips the beat.
+    pub fn beat(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.last) >= self.period {
+            self.last = now;
+            let _ = self
+                .transport
+                .send(Endpoint::Loop(0), &[&self.message], Duration::ZERO);
+        }
+    }
+}
+
 /// What a slot, a timer callback or a hook of object `T` can do: emit, submit work, set timers, stop the app.
 pub struct Ctx<'a, T> {
     core: &'a mut LoopCore,
@@ -587,6 +617,24 @@ impl<'a, T: 'static> Ctx<'a, T> {
     /// Cancels a timer; a no-op if it already fired (single-shot) or was cancelled.
     pub fn cancel_timer(&mut self, timer: TimerId) {
         self.core.timer_specs.remove(&timer.0);
+    }
+
+    /// This loop's heartbeat, for a slot that may run longer than the heartbeat interval (a learner training on a
+    /// large dataset): calling [`Pulse::beat`] as it goes keeps the main loop from taking the loop for hung. `None`
+    /// where no heartbeat is checked (heartbeats off, or the main loop).
+    pub fn pulse(&self) -> Option<Pulse> {
+        let interval = self.core.heartbeat?;
+        let beat = Control::Heartbeat {
+            loop_id: self.core.me,
+            pid: std::process::id(),
+        };
+        let message = postcard::to_extend(&beat, CONTROL.to_le_bytes().to_vec()).ok()?;
+        Some(Pulse {
+            transport: Arc::clone(&self.core.transport),
+            message,
+            period: interval / 5,
+            last: Instant::now(),
+        })
     }
 
     /// Asks the main loop to stop the application gracefully.
@@ -753,6 +801,7 @@ impl EventLoop {
             stats: LoopStats::default(),
             events: Vec::new(),
             incarnation: plan.incarnation,
+            heartbeat: plan.heartbeat.filter(|_| supervisor.is_none()),
         };
         let mut live: Vec<Option<Live>> = (0..core.names.objects.len()).map(|_| None).collect();
         for (id, factory) in plan.objects {
@@ -776,10 +825,7 @@ impl EventLoop {
             rustix::time::ClockId::ThreadCPUTime
         };
         let cpu_clock = (clock, cpu_time(clock));
-        let beat = plan
-            .heartbeat
-            .filter(|_| supervisor.is_none())
-            .map(|h| (h / 5, Instant::now()));
+        let beat = core.heartbeat.map(|h| (h / 5, Instant::now()));
         EventLoop {
             core,
             objects,

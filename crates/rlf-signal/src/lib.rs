@@ -101,7 +101,7 @@ mod supervisor;
 pub mod transport;
 
 pub use app::{child_entry, App, RunError, CHILD_ENV};
-pub use event_loop::{Ctx, EmitError, Inlet, TimerId};
+pub use event_loop::{Ctx, EmitError, Inlet, Pulse, TimerId};
 pub use graph::{
     AppBuilder, BuildError, Component, LoopRef, ObjectRef, Payload, Placement, Signal, WorkQueue,
     DEFAULT_QUEUE_BYTES,

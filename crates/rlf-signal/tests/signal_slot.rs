@@ -95,6 +95,7 @@ fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
         "work" => work::build(app, sink),
         "chatter" => chatter::build(app, sink),
         "phoenix" => phoenix::build(app, sink),
+        "pulse" => pulse::build(app, sink),
         "forked" => forked::build(app, sink),
         "inlet" => inlet::build(app, sink),
         other => Err(BuildError::User(format!("unknown test application {other}"))),
@@ -1333,6 +1334,86 @@ mod phoenix {
     }
 }
 
+/// A slot that runs for five heartbeat intervals: with its loop's pulse beating as it goes, the loop is not taken for
+/// hung; without, it is named hung and the application stops.
+mod pulse {
+    use super::*;
+
+    pub struct Worker {
+        pub beat: bool,
+        pub done: Signal<u32>,
+    }
+    pub struct Watcher;
+    impl Component for Worker {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.timer_once(Duration::ZERO, Worker::work);
+        }
+    }
+    impl Worker {
+        /// Five intervals of 300 ms of "work" (sleeps standing for computation), in steps of 50 ms.
+        fn work(&mut self, ctx: &mut Ctx<Self>) {
+            let mut pulse = ctx.pulse().filter(|_| self.beat);
+            for _ in 0..30 {
+                std::thread::sleep(Duration::from_millis(50));
+                if let Some(p) = &mut pulse {
+                    p.beat();
+                }
+            }
+            ctx.emit(&self.done, &std::process::id()).expect("emit done");
+        }
+    }
+    impl Component for Watcher {}
+    impl Watcher {
+        fn on_done(&mut self, ctx: &mut Ctx<Self>, _pid: &u32) {
+            ctx.stop_app();
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, _sink: Sink) -> Result<(), BuildError> {
+        let c: Cfg = app.config()?;
+        app.set_heartbeat(Duration::from_millis(300));
+        let main = app.main_loop();
+        let l = app.process_loop("worker");
+        let worker = app.object::<Worker>(l, "worker");
+        let watcher = app.object::<Watcher>(main, "watcher");
+        let done = app.signal::<u32, _>(worker, "done");
+        app.connect(done, watcher, Watcher::on_done);
+        let beat = c.n == 1;
+        app.construct(worker, move || Worker { beat, done });
+        app.construct(watcher, || Watcher);
+        Ok(())
+    }
+
+    pub fn test_beating() -> Result<(), Failed> {
+        let o = run(
+            "pulse",
+            Cfg {
+                mode: Mode::Process,
+                n: 1,
+            },
+            &Sink::default(),
+        )?;
+        expect_success(&o)?;
+        check(o.restarts.is_empty(), || format!("outcome: {o}"))
+    }
+
+    pub fn test_silent() -> Result<(), Failed> {
+        let o = run(
+            "pulse",
+            Cfg {
+                mode: Mode::Process,
+                n: 0,
+            },
+            &Sink::default(),
+        )?;
+        check(
+            o.faults.len() == 1
+                && matches!(&o.faults[0], Fault::Hung { loop_name, .. } if loop_name == "worker"),
+            || format!("outcome: {o}"),
+        )
+    }
+}
+
 /// Process loops forked from the application's process (`AppBuilder::set_fork`) run the objects its own build
 /// function made; a process with threads cannot fork safely, and re-executes the binary instead.
 mod forked {
@@ -1711,6 +1792,11 @@ fn main() -> ExitCode {
         Trial::test("backpressure_blocks_then_errors_nothing_lost", backpressure::test),
         Trial::test("fault_child_sigkilled_reported_no_segments", sigkill_child),
         Trial::test("dead_and_hung_processes_are_replaced", phoenix::test_replaced),
+        Trial::test(
+            "a_long_slot_that_beats_its_pulse_is_not_hung",
+            pulse::test_beating,
+        ),
+        Trial::test("a_long_slot_without_a_pulse_is_named_hung", pulse::test_silent),
         Trial::test(
             "single_threaded_parent_forks_its_children",
             forked::test_single_threaded,

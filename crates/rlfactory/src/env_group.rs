@@ -444,6 +444,7 @@ impl GroupVecEnv {
                             true_objective,
                         }),
                         true_objective,
+                        ..Info::default()
                     });
                 self.has_final[i] = episode.is_some();
                 if episode.is_some() {

@@ -42,6 +42,7 @@ impl Acrobot {
             low: high.iter().map(|h| -h).collect(),
             high: high.to_vec(),
             shape: vec![6],
+            bytes: false,
         });
         Self {
             state: [0.0; 4],

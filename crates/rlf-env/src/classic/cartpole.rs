@@ -46,6 +46,7 @@ impl CartPole {
             low: high.iter().map(|h| -h).collect(),
             high: high.to_vec(),
             shape: vec![4],
+            bytes: false,
         });
         Self {
             state: [0.0; 4],

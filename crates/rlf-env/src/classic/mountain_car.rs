@@ -17,6 +17,7 @@ pub(super) fn observation_space() -> Space {
         low: vec![MIN_POSITION as f32, -MAX_SPEED as f32],
         high: vec![MAX_POSITION as f32, MAX_SPEED as f32],
         shape: vec![2],
+        bytes: false,
     })
 }
 

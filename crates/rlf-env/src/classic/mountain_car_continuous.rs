@@ -39,6 +39,7 @@ impl MountainCarContinuous {
                 low: vec![MIN_ACTION as f32],
                 high: vec![MAX_ACTION as f32],
                 shape: vec![1],
+                bytes: false,
             }),
         }
     }

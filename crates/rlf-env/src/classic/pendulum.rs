@@ -41,11 +41,13 @@ impl Pendulum {
                 low: high.iter().map(|h| -h).collect(),
                 high: high.to_vec(),
                 shape: vec![3],
+                bytes: false,
             }),
             action_space: Space::Box(BoxSpace {
                 low: vec![-MAX_TORQUE as f32],
                 high: vec![MAX_TORQUE as f32],
                 shape: vec![1],
+                bytes: false,
             }),
         }
     }

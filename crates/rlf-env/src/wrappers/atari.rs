@@ -1,7 +1,7 @@
 //! The standard Atari preprocessing (Mnih et al. 2015, Machado et al. 2018), as the wrappers of Stable-Baselines3's
 //! `AtariWrapper` and Sample Factory's Atari envs: random no-op starts, frames skipped four at a time with the
-//! last two max-pooled, FIRE at reset for games that wait for it, 84×84 grayscale frames, rewards clipped to their
-//! sign, the last four frames stacked. They work on any env whose observations are frames (`Box` of shape `(H, W)`
+//! last two max-pooled, a lost life terminal for learning, FIRE at reset (and after a lost life) for games that
+//! wait for it, 84×84 grayscale frames, rewards clipped to their sign, the last four frames stacked. They work on any env whose observations are frames (`Box` of shape `(H, W)`
 //! or `(H, W, 1)`, values 0 to 255); `atari_<game>` ids put them over ALE through the Gymnasium bridge.
 
 use std::collections::VecDeque;
@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Info, Space, Step};
 
 /// Starts each episode with a random number of no-op actions (action 0), 1 to `noop_max`.
 #[derive(Debug, Clone)]
@@ -121,7 +121,50 @@ impl<E: Env> Env for MaxAndSkip<E> {
     }
 }
 
-/// Presses FIRE (action 1), then action 2, after each reset: games such as Breakout wait for FIRE to start.
+/// Marks the step that loses a life without ending the game with [`Info::life_lost`] (Mnih et al. 2015's
+/// episodic life): vector envs record it as terminal for learning, so values do not bootstrap across a lost life,
+/// but the game goes on without a reset and the episode's statistics stay those of the whole game (as Sample
+/// Factory's, whose episode statistics are recorded under its `EpisodicLifeEnv`). Lives come from the inner env's
+/// [`Info::lives`] (ALE's `info["lives"]`); an env that reports none passes through unchanged.
+#[derive(Debug, Clone)]
+pub struct EpisodicLife<E> {
+    inner: E,
+    lives: Option<u32>,
+}
+
+impl<E: Env> EpisodicLife<E> {
+    /// Wraps `inner`.
+    pub fn new(inner: E) -> Self {
+        Self { inner, lives: None }
+    }
+}
+
+impl<E: Env> Env for EpisodicLife<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        self.inner.observation_space()
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.lives = None;
+        self.inner.reset(seed, obs)
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let mut step = self.inner.step(action, obs)?;
+        if let Some(now) = step.info.lives {
+            step.info.life_lost |= self.lives.is_some_and(|before| now < before) && now > 0 && !step.done();
+            self.lives = Some(now);
+        }
+        Ok(step)
+    }
+}
+
+/// Presses FIRE (action 1), then action 2, after each reset and after each lost life ([`Info::life_lost`]): games
+/// such as Breakout wait for FIRE to start and to serve again.
 #[derive(Debug, Clone)]
 pub struct FireReset<E> {
     inner: E,
@@ -160,7 +203,25 @@ impl<E: Env> Env for FireReset<E> {
         Ok(())
     }
     fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
-        self.inner.step(action, obs)
+        let mut step = self.inner.step(action, obs)?;
+        if step.info.life_lost {
+            // Serve again within the step: its rewards count, and a game that ends meanwhile ends the step.
+            for action in [1, 2] {
+                let fired = self.inner.step(Action::Discrete(action), obs)?;
+                step.reward += fired.reward;
+                if fired.done() {
+                    return Ok(Step {
+                        reward: step.reward,
+                        info: Info {
+                            life_lost: false,
+                            ..fired.info
+                        },
+                        ..fired
+                    });
+                }
+            }
+        }
+        Ok(step)
     }
 }
 
@@ -182,8 +243,9 @@ fn area_weights(n: usize, m: usize) -> Vec<Vec<(usize, f32)>> {
         .collect()
 }
 
-/// Resizes grayscale frames (`(H, W)` or `(H, W, 1)`) to `height` × `width` by area interpolation; the
-/// observation space becomes `Box(0, 255, (height, width))`.
+/// Resizes grayscale frames (`(H, W)` or `(H, W, 1)`) to `height` × `width` by area interpolation,
+/// rounded to whole numbers as OpenCV does for `uint8` images; the observation space becomes a box of
+/// bytes `Box(0, 255, (height, width), uint8)`.
 #[derive(Debug, Clone)]
 pub struct WarpFrame<E> {
     inner: E,
@@ -222,7 +284,7 @@ impl<E: Env> WarpFrame<E> {
             frame: vec![0.0; h * w],
             rows: vec![0.0; height * w],
             weights: [area_weights(h, height), area_weights(w, width)],
-            observation_space: Space::Box(BoxSpace::uniform(0.0, 255.0, vec![height, width])?),
+            observation_space: Space::Box(BoxSpace::uniform(0.0, 255.0, vec![height, width])?.into_bytes()?),
         })
     }
 
@@ -240,7 +302,7 @@ impl<E: Env> WarpFrame<E> {
         let width = self.weights[1].len();
         for (out, row) in obs.chunks_exact_mut(width).zip(self.rows.chunks_exact(w)) {
             for (o, x) in out.iter_mut().zip(&self.weights[1]) {
-                *o = x.iter().map(|&(k, weight)| weight * row[k]).sum();
+                *o = x.iter().map(|&(k, weight)| weight * row[k]).sum::<f32>().round();
             }
         }
     }
@@ -336,11 +398,8 @@ impl<E: Env> FrameStack<E> {
             return Err(EnvError::InvalidSpace("FrameStack of 0 frames".into()));
         }
         let repeat = |v: &[f32]| v.repeat(k);
-        let observation_space = Space::Box(BoxSpace::new(
-            repeat(b.low()),
-            repeat(b.high()),
-            [&[k][..], b.shape()].concat(),
-        )?);
+        let stacked = BoxSpace::new(repeat(b.low()), repeat(b.high()), [&[k][..], b.shape()].concat())?;
+        let observation_space = Space::Box(if b.bytes() { stacked.into_bytes()? } else { stacked });
         let n = b.size();
         Ok(Self {
             inner,
@@ -388,11 +447,12 @@ impl<E: Env> Env for FrameStack<E> {
 }
 
 /// The standard preprocessing over `inner`, an ALE env at one frame per step with grayscale frames: no-op
-/// starts (up to 30), four frames per step max-pooled, FIRE at reset when `fire` (the game's action 1 is FIRE),
+/// starts (up to 30), four frames per step max-pooled, a lost life terminal for learning, FIRE at reset and after
+/// a lost life when `fire` (the game's action 1 is FIRE),
 /// 84×84 frames, rewards clipped to their sign (the game's score as the true objective), four frames stacked:
-/// observations `(4, 84, 84)`, values 0 to 255.
+/// observations `(4, 84, 84)` of bytes.
 pub fn atari_preprocessing(inner: Box<dyn Env>, fire: bool) -> Result<Box<dyn Env>, EnvError> {
-    let env: Box<dyn Env> = Box::new(MaxAndSkip::new(NoopReset::new(inner, 30), 4)?);
+    let env: Box<dyn Env> = Box::new(EpisodicLife::new(MaxAndSkip::new(NoopReset::new(inner, 30), 4)?));
     let env: Box<dyn Env> = if fire { Box::new(FireReset::new(env)?) } else { env };
     Ok(Box::new(FrameStack::new(
         ClipReward::new(WarpFrame::new(env, 84, 84)?),
@@ -403,7 +463,6 @@ pub fn atari_preprocessing(inner: Box<dyn Env>, fire: bool) -> Result<Box<dyn En
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Info;
 
     /// A 4×6 "game" whose frame `t` is `t` everywhere except cell (0, t % 6), which is 100 on odd steps only;
     /// reward `t` per step (negative every third); over after `end` steps. It records its actions.
@@ -412,6 +471,8 @@ mod tests {
         end: u32,
         resets: u32,
         actions: Vec<i64>,
+        /// Lose one of 3 lives every this many steps (the game ends with the last), if set.
+        life_every: Option<u32>,
         observation_space: Space,
         action_space: Space,
     }
@@ -423,6 +484,7 @@ mod tests {
                 end,
                 resets: 0,
                 actions: Vec::new(),
+                life_every: None,
                 observation_space: Space::Box(BoxSpace::uniform(0.0, 255.0, vec![4, 6]).unwrap()),
                 action_space: Space::discrete(4),
             }
@@ -459,11 +521,15 @@ mod tests {
             self.t += 1;
             self.draw(obs);
             let sign = if self.t % 3 == 0 { -1.0 } else { 1.0 };
+            let lives = self.life_every.map(|every| 3u32.saturating_sub(self.t / every));
             Ok(Step {
                 reward: sign * f64::from(self.t),
-                terminated: self.t >= self.end,
+                terminated: self.t >= self.end || lives == Some(0),
                 truncated: false,
-                info: Info::default(),
+                info: Info {
+                    lives,
+                    ..Info::default()
+                },
             })
         }
     }
@@ -537,13 +603,80 @@ mod tests {
         let mut env = WarpFrame::new(Frames::new(100), 2, 3).unwrap();
         assert_eq!(
             env.observation_space().to_string(),
-            "Box(0.0, 255.0, (2, 3), float32)"
+            "Box(0.0, 255.0, (2, 3), uint8)"
         );
         let mut obs = [0.0; 6];
         env.step(Action::Discrete(0), &mut obs).unwrap();
-        // Frame 1: 1 everywhere but 100 at (0, 1); output (0, 0) averages rows 0-1, columns 0-1.
-        assert_eq!(obs, [(100.0 + 3.0) / 4.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+        // Frame 1: 1 everywhere but 100 at (0, 1); output (0, 0) averages rows 0-1, columns 0-1
+        // (25.75), rounded.
+        assert_eq!(obs, [26.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
         assert!(WarpFrame::new(crate::wrappers::testing::Counter::new(1), 2, 2).is_err());
+    }
+
+    #[test]
+    fn a_lost_life_is_terminal_for_learning_but_the_game_goes_on_and_fire_serves_again() {
+        let mut game = Frames::new(100);
+        game.life_every = Some(5);
+        let mut env = FireReset::new(EpisodicLife::new(game)).unwrap();
+        let mut obs = [0.0; 24];
+        env.reset(None, &mut obs).unwrap();
+        // Reset fired (steps 1 and 2); steps 3 and 4 play, step 5 loses a life and serves (6 and 7).
+        let steps: Vec<Step> = (0..3)
+            .map(|_| env.step(Action::Discrete(3), &mut obs).unwrap())
+            .collect();
+        assert_eq!(
+            steps.iter().map(|s| s.info.life_lost).collect::<Vec<_>>(),
+            [false, false, true]
+        );
+        assert!(steps.iter().all(|s| !s.done()));
+        assert_eq!(steps[2].reward, 5.0 - 6.0 + 7.0);
+        assert_eq!(env.inner.inner.actions, [1, 2, 3, 3, 3, 1, 2]);
+        assert_eq!(env.inner.inner.resets, 1);
+        // Steps 8 and 9 play, 10 loses the second life (11 and 12 serve), 13 and 14 play, 15 loses the last: the
+        // game is over, no life lost.
+        let mut last = Step::default();
+        let mut lost = 0;
+        for _ in 0..6 {
+            last = env.step(Action::Discrete(0), &mut obs).unwrap();
+            lost += u32::from(last.info.life_lost);
+        }
+        assert_eq!(lost, 1);
+        assert!(last.terminated && !last.info.life_lost);
+        assert_eq!(last.info.lives, Some(0));
+        // An env without lives passes through.
+        let mut plain = EpisodicLife::new(Frames::new(3));
+        plain.reset(None, &mut obs).unwrap();
+        assert!((0..3).all(|_| !plain.step(Action::Discrete(0), &mut obs).unwrap().info.life_lost));
+    }
+
+    #[test]
+    fn a_vector_env_records_a_lost_life_as_terminal_without_ending_the_episode() {
+        let mut game = Frames::new(100);
+        game.life_every = Some(2);
+        let mut venv = crate::VecEnv::new(vec![Box::new(EpisodicLife::new(game))]).unwrap();
+        let mut buf = crate::VecBuffers::new(1, 24);
+        venv.reset(None, &mut buf.obs).unwrap();
+        let mut flags = Vec::new();
+        for _ in 0..6 {
+            venv.step(crate::ActionBatch::Discrete(&[0]), buf.view()).unwrap();
+            flags.push((
+                buf.terminated[0],
+                venv.infos()[0].episode.map(|e| (e.length, e.episode_return)),
+            ));
+        }
+        // Lives are lost at steps 2 and 4 (terminal for learning, the game goes on: no final observation, no
+        // episode); step 6 loses the last one and ends the six-step game.
+        assert_eq!(
+            flags,
+            [
+                (false, None),
+                (true, None),
+                (false, None),
+                (true, None),
+                (false, None),
+                (true, Some((6, 1.0 + 2.0 - 3.0 + 4.0 + 5.0 - 6.0))),
+            ]
+        );
     }
 
     #[test]
@@ -592,12 +725,12 @@ mod tests {
         let mut env = atari_preprocessing(Box::new(tall(10_000)), true).unwrap();
         assert_eq!(
             env.observation_space().to_string(),
-            "Box(0.0, 255.0, (4, 84, 84), float32)"
+            "Box(0.0, 255.0, (4, 84, 84), uint8)"
         );
         let mut obs = vec![0.0; 4 * 84 * 84];
         env.reset(Some(3), &mut obs).unwrap();
         let step = env.step(Action::Discrete(3), &mut obs).unwrap();
         assert!([-1.0, 0.0, 1.0].contains(&step.reward));
-        assert!(obs.iter().all(|v| (0.0..=255.0).contains(v)));
+        assert!(env.observation_space().contains(&crate::Value::Box(obs)));
     }
 }

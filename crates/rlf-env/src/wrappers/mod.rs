@@ -18,7 +18,9 @@ mod observation;
 mod time_limit;
 
 pub use action::{ClipAction, RescaleAction};
-pub use atari::{atari_preprocessing, ClipReward, FireReset, FrameStack, MaxAndSkip, NoopReset, WarpFrame};
+pub use atari::{
+    atari_preprocessing, ClipReward, EpisodicLife, FireReset, FrameStack, MaxAndSkip, NoopReset, WarpFrame,
+};
 pub use checked::CheckedEnv;
 pub use episode_statistics::EpisodeStatistics;
 pub use frame_skip::FrameSkip;

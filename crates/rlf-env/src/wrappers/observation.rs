@@ -119,7 +119,8 @@ impl<E: Env> SelectObservation<E> {
             )));
         }
         let pick = |v: &[f32]| keep.iter().map(|&k| v[k]).collect::<Vec<_>>();
-        let observation_space = Space::Box(BoxSpace::new(pick(b.low()), pick(b.high()), vec![keep.len()])?);
+        let kept = BoxSpace::new(pick(b.low()), pick(b.high()), vec![keep.len()])?;
+        let observation_space = Space::Box(if b.bytes() { kept.into_bytes()? } else { kept });
         Ok(Self {
             inner,
             full: vec![0.0; n],

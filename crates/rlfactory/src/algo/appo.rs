@@ -527,6 +527,8 @@ pub struct Appo {
     schedule: LrSchedule,
     version: u64,
     frames_trained: u64,
+    /// Called after every SGD step (the learner's heartbeat during a long dataset).
+    after_step: Option<Box<dyn FnMut() + Send>>,
 }
 
 impl std::fmt::Debug for Appo {
@@ -603,7 +605,14 @@ impl Appo {
             optimizer,
             version: 0,
             frames_trained: 0,
+            after_step: None,
         })
+    }
+
+    /// Calls `f` after every SGD step: a learner whose dataset takes longer than the heartbeat interval beats its
+    /// loop's heartbeat there.
+    pub fn set_after_step(&mut self, f: Box<dyn FnMut() + Send>) {
+        self.after_step = Some(f);
     }
 
     /// Trains as one of several learners of this policy: each SGD step's gradients are averaged with the others'
@@ -1272,6 +1281,9 @@ impl Appo {
                 grad_norm_sum += self.optimizer.clip_and_step(self.cfg.max_grad_norm)?;
                 self.version += 1;
                 steps += 1;
+                if let Some(f) = &mut self.after_step {
+                    f();
+                }
                 if self.schedule.needs_kl() {
                     let kl = f64::try_from(&l.kl)?;
                     self.schedule.on_minibatch(kl);

@@ -99,9 +99,14 @@ impl Learner {
             let width = sh.width(field) as i64;
             let shaped = match field {
                 // Slots are as wide as the largest agent's observation: this policy's agents
-                // fill the first values.
+                // fill the first values. Observations stored as bytes become floats here.
                 Field::Obs | Field::FinalObs | Field::NextObs => {
-                    whole.f_reshape([-1, width])?.f_narrow(1, 0, obs_dim.min(width))?
+                    let mine = whole.f_reshape([-1, width])?.f_narrow(1, 0, obs_dim.min(width))?;
+                    if mine.kind() == tch::Kind::Float {
+                        mine
+                    } else {
+                        mine.f_to_kind(tch::Kind::Float)?
+                    }
                 }
                 Field::Actions | Field::States => whole.f_reshape([-1, width])?,
                 _ => whole.f_reshape([-1])?,
@@ -160,6 +165,11 @@ impl Learner {
     pub fn publish(&self) -> Result<PolicyUpdated> {
         let values = self.appo.model().weights()?.values;
         super::publish_weights(&self.weights, self.policy, self.appo.version(), &values)
+    }
+
+    /// Calls `f` after every SGD step (see [`Appo::set_after_step`]).
+    pub fn set_after_step(&mut self, f: Box<dyn FnMut() + Send>) {
+        self.appo.set_after_step(f);
     }
 
     /// Trains as one of several learners of the policy (see [`Appo::set_gradient_sync`]).

@@ -238,11 +238,7 @@ fn receive_on_learner(
                 });
                 emitted(to.worker_started.emit(&started))
             }
-            Wire::Trajectory {
-                mut ready,
-                floats,
-                versions,
-            } => {
+            Wire::Trajectory { mut ready, slot } => {
                 ready.worker = ranks.global_worker(from, ready.worker);
                 to.pools
                     .get(ready.worker)
@@ -250,7 +246,7 @@ fn receive_on_learner(
                         component: "mpi link",
                         message: format!("rank {from} sent a trajectory of a worker it does not have"),
                     })
-                    .and_then(|pool| pool.write_slot(ready.buffer, &floats, &versions))
+                    .and_then(|pool| pool.write_slot(ready.buffer, &slot))
                     .and_then(|()| {
                         count(&mut counts, &to.counters, ready.worker, |c| c.produced += 1);
                         emitted(to.trajectory_ready.emit(&ready))

@@ -15,7 +15,7 @@ use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::Result;
 use crate::learning::replay::TransitionLayout;
 use crate::model::{ActorCritic, Policy, QNetwork, SacActor};
-use crate::sampling::{ReplayWriter, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
+use crate::sampling::{ObsLayout, ReplayWriter, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 
 /// Handles of the regions, for the processes that map them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -174,17 +174,19 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
     let s = &cfg.sampling;
     let spec = EnvSpec::of(registry, &cfg.env)?;
     let num_agents = spec.num_agents;
-    // One column per agent of each env, as wide as the largest agent's observation.
+    // One column per agent of each env, as wide as the largest agent's observation; byte parts stored as bytes.
+    let layout = ObsLayout::common(&spec.observation_spaces, spec.obs_dim);
     let shape = TrajectoryShape {
         rollout: s.rollout,
         num_envs: s.num_envs_per_worker / s.worker_num_splits * num_agents,
         obs_dim: spec.obs_dim,
         action_dim: models[0].action_dim(),
         state_dim: models[0].state_dim(),
+        obs_bytes: layout.bytes(),
     };
     let slots = buffers_per_worker(cfg, num_agents, part.all_workers(cfg));
     let pools = (0..part.pools(cfg))
-        .map(|_| TrajectoryPool::create(shape, slots))
+        .map(|_| TrajectoryPool::with_layout(shape, layout.clone(), slots))
         .collect::<Result<Vec<_>>>()?;
     let layout = CounterLayout {
         workers: part.pools(cfg),
@@ -226,9 +228,10 @@ impl PlaneRegions {
         let (shape, slots) = (first.shape(), first.num_buffers());
         let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
         Some(format!(
-            "trajectory slots: {} B per env step ({} observation values, {} state values), {:.2} MiB per slot of {} steps x {} envs, {} slots per worker x {} workers = {:.1} MiB of shared memory",
+            "trajectory slots: {} B per env step ({} observation values, {} of them bytes, {} state values), {:.2} MiB per slot of {} steps x {} envs, {} slots per worker x {} workers = {:.1} MiB of shared memory",
             shape.step_bytes(),
             shape.obs_dim,
+            shape.obs_bytes,
             shape.state_dim,
             mib(shape.slot_bytes()),
             shape.rollout,

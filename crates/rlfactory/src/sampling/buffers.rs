@@ -19,7 +19,10 @@
 //!
 //! Floats and flags live in one `f32` array, policy versions in a `u64` array; one more word
 //! holds the incarnation of the worker process that owns the pool, so an inference worker can
-//! skip requests of a dead predecessor.
+//! skip requests of a dead predecessor. Observations whose every value is a byte (images, boards,
+//! masks: [`rlf_env::Space::byte_valued`]) live in a `u8` array instead, a quarter of the memory and
+//! bandwidth: the rollout worker's values are stored as bytes, and the inference worker and the
+//! learner read them back as floats on their side.
 
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
@@ -42,6 +45,68 @@ pub struct TrajectoryShape {
     /// Values of recurrent state per env (`--use_rnn`; 0 without).
     #[serde(default)]
     pub state_dim: usize,
+    /// Values of each observation stored as bytes (the parts whose every value is a whole number in `0..=255`; the
+    /// pool's [`ObsLayout`] says which); the other `obs_dim - obs_bytes` are stored as floats.
+    #[serde(default)]
+    pub obs_bytes: usize,
+}
+
+/// Which values of an observation row are stored as bytes: runs of `(bytes, length)` over the flat encoding, one
+/// per part of the observation space (adjacent runs of a kind merged).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObsLayout {
+    runs: Vec<(bool, usize)>,
+}
+
+impl ObsLayout {
+    /// Every value a float.
+    pub fn floats(dim: usize) -> Self {
+        let mut layout = Self { runs: Vec::new() };
+        layout.push(false, dim);
+        layout
+    }
+
+    /// The layout of `space`'s flat encoding: its byte-valued parts ([`rlf_env::Space::byte_valued`]) as bytes.
+    pub fn of(space: &rlf_env::Space) -> Self {
+        fn walk(space: &rlf_env::Space, layout: &mut ObsLayout) {
+            match space {
+                rlf_env::Space::Dict(parts) => parts.iter().for_each(|(_, s)| walk(s, layout)),
+                rlf_env::Space::Tuple(parts) => parts.iter().for_each(|s| walk(s, layout)),
+                s => layout.push(s.byte_valued(), s.flat_dim()),
+            }
+        }
+        let mut layout = Self { runs: Vec::new() };
+        walk(space, &mut layout);
+        layout
+    }
+
+    /// The layout shared by every agent's observation space of `spaces`, as wide as `dim`; all floats when the
+    /// agents' layouts differ (their rows are padded to the widest).
+    pub fn common(spaces: &[rlf_env::Space], dim: usize) -> Self {
+        let mut layouts = spaces.iter().map(Self::of);
+        match layouts.next() {
+            Some(first) if first.dim() == dim && layouts.all(|l| l == first) => first,
+            _ => Self::floats(dim),
+        }
+    }
+
+    fn push(&mut self, bytes: bool, len: usize) {
+        match self.runs.last_mut() {
+            _ if len == 0 => {}
+            Some((kind, n)) if *kind == bytes => *n += len,
+            _ => self.runs.push((bytes, len)),
+        }
+    }
+
+    /// Values per observation.
+    pub fn dim(&self) -> usize {
+        self.runs.iter().map(|&(_, n)| n).sum()
+    }
+
+    /// Values per observation stored as bytes.
+    pub fn bytes(&self) -> usize {
+        self.runs.iter().filter(|&&(b, _)| b).map(|&(_, n)| n).sum()
+    }
 }
 
 /// A field of a trajectory slot.
@@ -88,6 +153,11 @@ pub enum Field {
 }
 
 impl Field {
+    /// Whether the field holds observations.
+    pub fn is_observation(self) -> bool {
+        matches!(self, Field::Obs | Field::FinalObs | Field::NextObs)
+    }
+
     /// Whether the field holds one value per env after the last step (no time axis).
     pub fn is_after_last_step(self) -> bool {
         matches!(self, Field::NextObs | Field::NextValid | Field::NextStates)
@@ -136,13 +206,23 @@ impl TrajectoryShape {
         }
     }
 
-    fn field_len(&self, field: Field) -> usize {
-        self.field_steps(field) * self.num_envs * self.width(field)
+    /// Values per env per step of `field` in the byte array (`bytes`) or in the float array.
+    fn stored_width(&self, field: Field, bytes: bool) -> usize {
+        match (field.is_observation(), bytes) {
+            (true, true) => self.obs_bytes,
+            (true, false) => self.obs_dim - self.obs_bytes,
+            (false, true) => 0,
+            (false, false) => self.width(field),
+        }
+    }
+
+    fn stored_len(&self, field: Field, bytes: bool) -> usize {
+        self.field_steps(field) * self.num_envs * self.stored_width(field, bytes)
     }
 
     /// Bytes of one slot (its values and policy versions).
     pub fn slot_bytes(&self) -> usize {
-        self.floats() * std::mem::size_of::<f32>() + self.steps() * std::mem::size_of::<u64>()
+        self.floats() * std::mem::size_of::<f32>() + self.bytes() + self.steps() * std::mem::size_of::<u64>()
     }
 
     /// Bytes per env (column) per step of a slot: the observation, the actions, the recurrent state and the
@@ -151,18 +231,28 @@ impl TrajectoryShape {
         self.slot_bytes() / (self.rollout * self.num_envs).max(1)
     }
 
-    /// Offset of `field` within a slot.
-    fn field_offset(&self, field: Field) -> usize {
+    /// Offset of `field` within a slot's part of the byte array (`bytes`) or of the float array.
+    fn field_offset(&self, field: Field, bytes: bool) -> usize {
         Field::ALL
             .iter()
             .take_while(|&&f| f != field)
-            .map(|&f| self.field_len(f))
+            .map(|&f| self.stored_len(f, bytes))
             .sum()
+    }
+
+    /// Values of the fields stored in the byte array (`bytes`) or in the float array.
+    fn len_in(&self, bytes: bool) -> usize {
+        Field::ALL.iter().map(|&f| self.stored_len(f, bytes)).sum()
     }
 
     /// `f32` values per slot.
     fn floats(&self) -> usize {
-        Field::ALL.iter().map(|&f| self.field_len(f)).sum()
+        self.len_in(false)
+    }
+
+    /// `u8` values per slot.
+    fn bytes(&self) -> usize {
+        self.len_in(true)
     }
 }
 
@@ -170,28 +260,74 @@ impl TrajectoryShape {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrajectoryPoolHandle {
     shape: TrajectoryShape,
+    layout: ObsLayout,
     num_buffers: usize,
     floats: ShmArrayHandle,
+    bytes: ShmArrayHandle,
     versions: ShmArrayHandle,
+}
+
+/// A copy of one slot ([`TrajectoryPool::read_slot`]), for a pool of the same shape on another machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlotCopy {
+    /// The fields stored as floats.
+    pub floats: Vec<f32>,
+    /// The fields stored as bytes (observations of byte values; empty otherwise).
+    pub bytes: Vec<u8>,
+    /// The policy version of every step.
+    pub versions: Vec<u64>,
 }
 
 /// `num_buffers` trajectory slots of one rollout worker.
 #[derive(Debug)]
 pub struct TrajectoryPool {
     shape: TrajectoryShape,
+    layout: ObsLayout,
     num_buffers: usize,
     floats: ShmArray<f32>,
+    /// The observation values stored as bytes ([`TrajectoryShape::obs_bytes`]; empty without).
+    bytes: ShmArray<u8>,
     /// Policy versions of every slot, then the owner's incarnation.
     versions: ShmArray<u64>,
 }
 
+/// Values converted between floats and bytes per chunk (a stack buffer: no allocation per step).
+const CHUNK: usize = 4096;
+
 impl TrajectoryPool {
-    /// A pool of `num_buffers` zero-filled slots of `shape`.
+    /// A pool of `num_buffers` zero-filled slots of `shape`, whose observations are all bytes
+    /// (`shape.obs_bytes == shape.obs_dim`) or all floats (`shape.obs_bytes == 0`).
     pub fn create(shape: TrajectoryShape, num_buffers: usize) -> Result<Self> {
+        let uniform = if shape.obs_bytes == 0 {
+            ObsLayout::floats(shape.obs_dim)
+        } else {
+            ObsLayout {
+                runs: vec![(true, shape.obs_dim)],
+            }
+        };
+        Self::with_layout(shape, uniform, num_buffers)
+    }
+
+    /// A pool of `num_buffers` zero-filled slots of `shape` whose observations are laid out as `layout` says.
+    pub fn with_layout(shape: TrajectoryShape, layout: ObsLayout, num_buffers: usize) -> Result<Self> {
+        if layout.dim() != shape.obs_dim || layout.bytes() != shape.obs_bytes {
+            return Err(RlfError::Protocol {
+                component: "trajectory pool",
+                message: format!(
+                    "an observation layout of {} values ({} bytes) for slots of {} ({} bytes)",
+                    layout.dim(),
+                    layout.bytes(),
+                    shape.obs_dim,
+                    shape.obs_bytes
+                ),
+            });
+        }
         Ok(Self {
             shape,
+            layout,
             num_buffers,
             floats: ShmArray::create(shape.floats() * num_buffers)?,
+            bytes: ShmArray::create(shape.bytes() * num_buffers)?,
             versions: ShmArray::create(shape.steps() * num_buffers + 1)?,
         })
     }
@@ -200,11 +336,16 @@ impl TrajectoryPool {
     pub fn open(handle: &TrajectoryPoolHandle) -> Result<Self> {
         let pool = Self {
             shape: handle.shape,
+            layout: handle.layout.clone(),
             num_buffers: handle.num_buffers,
             floats: ShmArray::open(&handle.floats)?,
+            bytes: ShmArray::open(&handle.bytes)?,
             versions: ShmArray::open(&handle.versions)?,
         };
-        if pool.floats.len() < handle.shape.floats() * handle.num_buffers
+        if pool.layout.dim() != pool.shape.obs_dim
+            || pool.layout.bytes() != pool.shape.obs_bytes
+            || pool.floats.len() < handle.shape.floats() * handle.num_buffers
+            || pool.bytes.len() < handle.shape.bytes() * handle.num_buffers
             || pool.versions.len() < handle.shape.steps() * handle.num_buffers + 1
         {
             return Err(RlfError::Protocol {
@@ -219,8 +360,10 @@ impl TrajectoryPool {
     pub fn handle(&self) -> TrajectoryPoolHandle {
         TrajectoryPoolHandle {
             shape: self.shape,
+            layout: self.layout.clone(),
             num_buffers: self.num_buffers,
             floats: self.floats.handle(),
+            bytes: self.bytes.handle(),
             versions: self.versions.handle(),
         }
     }
@@ -235,8 +378,9 @@ impl TrajectoryPool {
         self.shape
     }
 
-    /// The element range of step `t` of `field` in slot `buffer`, if both exist and `len` fits it.
-    fn range(&self, buffer: usize, field: Field, t: usize, len: usize) -> Result<usize> {
+    /// Where step `t` of `field` in slot `buffer` starts in the float array and in the byte array, if both exist
+    /// and `len` values fit the step.
+    fn range(&self, buffer: usize, field: Field, t: usize, len: usize) -> Result<(usize, usize)> {
         let sh = &self.shape;
         let per_step = sh.num_envs * sh.width(field);
         if buffer >= self.num_buffers || t >= sh.field_steps(field) || len != per_step {
@@ -248,20 +392,78 @@ impl TrajectoryPool {
                 ),
             });
         }
-        Ok(buffer * sh.floats() + sh.field_offset(field) + t * per_step)
+        let at = |bytes: bool| {
+            let slot = if bytes { sh.bytes() } else { sh.floats() };
+            buffer * slot + sh.field_offset(field, bytes) + t * sh.num_envs * sh.stored_width(field, bytes)
+        };
+        Ok((at(false), at(true)))
     }
 
-    /// Writes step `t` of `field` (every env of the split) in slot `buffer`.
+    /// Whether `field` has values in both arrays or in the byte array only (observations with bytes).
+    fn split(&self, field: Field) -> bool {
+        field.is_observation() && self.shape.obs_bytes > 0
+    }
+
+    /// Writes step `t` of `field` (every env of the split) in slot `buffer`. Observation values stored as bytes
+    /// are narrowed (they are whole numbers in `0..=255`).
     pub fn put(&self, buffer: usize, field: Field, t: usize, values: &[f32]) -> Result<()> {
-        let at = self.range(buffer, field, t, values.len())?;
-        self.floats.copy_from_slice(at, values);
+        let (mut f, mut b) = self.range(buffer, field, t, values.len())?;
+        if !self.split(field) {
+            self.floats.copy_from_slice(f, values);
+            return Ok(());
+        }
+        let mut chunk = [0u8; CHUNK];
+        for row in values.chunks_exact(self.shape.obs_dim) {
+            let mut x = 0;
+            for &(bytes, len) in &self.layout.runs {
+                let part = &row[x..x + len];
+                if bytes {
+                    for (i, piece) in part.chunks(CHUNK).enumerate() {
+                        for (c, &v) in chunk.iter_mut().zip(piece) {
+                            *c = v as u8;
+                        }
+                        self.bytes.copy_from_slice(b + i * CHUNK, &chunk[..piece.len()]);
+                    }
+                    b += len;
+                } else {
+                    self.floats.copy_from_slice(f, part);
+                    f += len;
+                }
+                x += len;
+            }
+        }
         Ok(())
     }
 
-    /// Reads step `t` of `field` (every env of the split) of slot `buffer` into `out`.
+    /// Reads step `t` of `field` (every env of the split) of slot `buffer` into `out` (observation values stored
+    /// as bytes come back as floats).
     pub fn get(&self, buffer: usize, field: Field, t: usize, out: &mut [f32]) -> Result<()> {
-        let at = self.range(buffer, field, t, out.len())?;
-        self.floats.copy_to_slice(at, out);
+        let (mut f, mut b) = self.range(buffer, field, t, out.len())?;
+        if !self.split(field) {
+            self.floats.copy_to_slice(f, out);
+            return Ok(());
+        }
+        let mut chunk = [0u8; CHUNK];
+        for row in out.chunks_exact_mut(self.shape.obs_dim) {
+            let mut x = 0;
+            for &(bytes, len) in &self.layout.runs {
+                let part = &mut row[x..x + len];
+                if bytes {
+                    for (i, piece) in part.chunks_mut(CHUNK).enumerate() {
+                        let read = &mut chunk[..piece.len()];
+                        self.bytes.copy_to_slice(b + i * CHUNK, read);
+                        for (v, &c) in piece.iter_mut().zip(read.iter()) {
+                            *v = f32::from(c);
+                        }
+                    }
+                    b += len;
+                } else {
+                    self.floats.copy_to_slice(f, part);
+                    f += len;
+                }
+                x += len;
+            }
+        }
         Ok(())
     }
 
@@ -309,47 +511,84 @@ impl TrajectoryPool {
 
     /// A copy of slot `buffer`: its values (every field) and its steps' policy versions, for another machine's
     /// pool of the same shape ([`TrajectoryPool::write_slot`]).
-    pub fn read_slot(&self, buffer: usize) -> Result<(Vec<f32>, Vec<u64>)> {
+    pub fn read_slot(&self, buffer: usize) -> Result<SlotCopy> {
         let versions = self.versions(buffer)?;
-        let n = self.shape.floats();
-        let mut floats = vec![0.0; n];
-        self.floats.copy_to_slice(buffer * n, &mut floats);
-        Ok((floats, versions))
+        let (nf, nb) = (self.shape.floats(), self.shape.bytes());
+        let mut floats = vec![0.0; nf];
+        self.floats.copy_to_slice(buffer * nf, &mut floats);
+        let mut bytes = vec![0; nb];
+        self.bytes.copy_to_slice(buffer * nb, &mut bytes);
+        Ok(SlotCopy {
+            floats,
+            bytes,
+            versions,
+        })
     }
 
     /// Writes a copy made by [`TrajectoryPool::read_slot`] into slot `buffer`.
-    pub fn write_slot(&self, buffer: usize, floats: &[f32], versions: &[u64]) -> Result<()> {
-        let n = self.shape.floats();
-        let s = self.shape.steps();
-        if buffer >= self.num_buffers || floats.len() != n || versions.len() != s {
+    pub fn write_slot(&self, buffer: usize, copy: &SlotCopy) -> Result<()> {
+        let (nf, nb, s) = (self.shape.floats(), self.shape.bytes(), self.shape.steps());
+        if buffer >= self.num_buffers
+            || copy.floats.len() != nf
+            || copy.bytes.len() != nb
+            || copy.versions.len() != s
+        {
             return Err(RlfError::Protocol {
                 component: "trajectory pool",
                 message: format!(
-                    "a copied slot of {} values and {} versions does not fit slot {buffer} of {} ({n} values, {s} versions)",
-                    floats.len(),
-                    versions.len(),
+                    "a copied slot of {} values, {} bytes and {} versions does not fit slot {buffer} of {} ({nf} values, {nb} bytes, {s} versions)",
+                    copy.floats.len(),
+                    copy.bytes.len(),
+                    copy.versions.len(),
                     self.num_buffers
                 ),
             });
         }
-        self.floats.copy_from_slice(buffer * n, floats);
-        self.versions.copy_from_slice(buffer * s, versions);
+        self.floats.copy_from_slice(buffer * nf, &copy.floats);
+        self.bytes.copy_from_slice(buffer * nb, &copy.bytes);
+        self.versions.copy_from_slice(buffer * s, &copy.versions);
         Ok(())
     }
 
-    /// A tensor viewing `field` of slot `buffer` without a copy: `[rollout, num_envs, width]`
-    /// (`[num_envs, width]` for [`Field::NextObs`]). The pool must live for the rest of the
-    /// process (`Box::leak`), since the tensor does not keep it mapped.
+    /// A tensor of `field` of slot `buffer`: `[rollout, num_envs, width]` (`[num_envs, width]` for the fields
+    /// after the last step). It views the slot without a copy, of `f32`, or of `u8` for observations stored as
+    /// bytes; observations of both kinds come as a new `f32` tensor, their parts put back in order. The pool must
+    /// live for the rest of the process (`Box::leak`), since a view does not keep it mapped.
     pub fn tensor(&'static self, buffer: usize, field: Field) -> Result<Tensor> {
         let sh = &self.shape;
-        let at = self.range(buffer, field, 0, sh.num_envs * sh.width(field))?;
-        let dims = [sh.num_envs as i64, sh.width(field) as i64];
-        let shape: Vec<i64> = if field.is_after_last_step() {
-            dims.to_vec()
-        } else {
-            [&[sh.rollout as i64][..], &dims].concat()
+        let (f, b) = self.range(buffer, field, 0, sh.num_envs * sh.width(field))?;
+        let shape = |width: usize| -> Vec<i64> {
+            let dims = [sh.num_envs as i64, width as i64];
+            if field.is_after_last_step() {
+                dims.to_vec()
+            } else {
+                [&[sh.rollout as i64][..], &dims].concat()
+            }
         };
-        Ok(self.floats.tensor(at, &shape)?)
+        if !self.split(field) {
+            return Ok(self.floats.tensor(f, &shape(sh.width(field)))?);
+        }
+        let bytes = self.bytes.tensor(b, &shape(sh.obs_bytes))?;
+        if sh.obs_bytes == sh.obs_dim {
+            return Ok(bytes);
+        }
+        let floats = self.floats.tensor(f, &shape(sh.obs_dim - sh.obs_bytes))?;
+        let last = bytes.dim() as i64 - 1;
+        let (mut x_f, mut x_b) = (0, 0);
+        let mut parts = Vec::with_capacity(self.layout.runs.len());
+        for &(is_bytes, len) in &self.layout.runs {
+            let len = len as i64;
+            parts.push(if is_bytes {
+                x_b += len;
+                bytes
+                    .f_narrow(last, x_b - len, len)?
+                    .f_to_kind(tch::Kind::Float)?
+            } else {
+                x_f += len;
+                floats.f_narrow(last, x_f - len, len)?
+            });
+        }
+        Ok(Tensor::f_cat(&parts, last)?)
     }
 }
 
@@ -363,6 +602,7 @@ mod tests {
         obs_dim: 4,
         action_dim: 1,
         state_dim: 0,
+        obs_bytes: 0,
     };
 
     #[test]
@@ -404,15 +644,137 @@ mod tests {
         pool.set_owner(3);
         assert_eq!(other.owner(), 3);
         // A slot copied into another pool of the same shape reads back the same.
-        let (floats, versions) = pool.read_slot(1).unwrap();
+        let slot = pool.read_slot(1).unwrap();
         let copy = TrajectoryPool::create(SHAPE, 3).unwrap();
-        copy.write_slot(2, &floats, &versions).unwrap();
-        assert_eq!(copy.read_slot(2).unwrap(), (floats.clone(), versions.clone()));
+        copy.write_slot(2, &slot).unwrap();
+        assert_eq!(copy.read_slot(2).unwrap(), slot);
         assert_eq!(copy.versions(2).unwrap(), [10, 10, 20, 21, 12, 12]);
         copy.get(2, Field::Rewards, 2, &mut rewards).unwrap();
         assert_eq!(rewards, [2.0, 1.0]);
-        assert!(copy.write_slot(3, &floats, &versions).is_err());
-        assert!(copy.write_slot(0, &floats[1..], &versions).is_err());
+        assert!(copy.write_slot(3, &slot).is_err());
+        let mut short = slot.clone();
+        short.floats.pop();
+        assert!(copy.write_slot(0, &short).is_err());
+    }
+
+    #[test]
+    fn byte_observations_round_trip_through_the_slots_unchanged() {
+        // Two 84x84x4 frame stacks per step: more than one conversion chunk per put and get.
+        let shape = TrajectoryShape {
+            rollout: 2,
+            num_envs: 2,
+            obs_dim: 84 * 84 * 4,
+            action_dim: 1,
+            state_dim: 0,
+            obs_bytes: 84 * 84 * 4,
+        };
+        let floats = TrajectoryShape {
+            obs_bytes: 0,
+            ..shape
+        };
+        // Obs and FinalObs (2 steps x 2 envs each) and NextObs (2 envs): 10 observations, 3 bytes fewer per value.
+        assert_eq!(floats.slot_bytes() - shape.slot_bytes(), 3 * 10 * shape.obs_dim);
+        let pool = TrajectoryPool::create(shape, 2).unwrap();
+        let other: &'static TrajectoryPool =
+            Box::leak(Box::new(TrajectoryPool::open(&pool.handle()).unwrap()));
+        let n = 2 * shape.obs_dim;
+        let frames: Vec<Vec<f32>> = (0..3)
+            .map(|k| (0..n).map(|i| ((i * 7 + k * 31) % 256) as f32).collect())
+            .collect();
+        pool.put(1, Field::Obs, 0, &frames[0]).unwrap();
+        pool.put(1, Field::Obs, 1, &frames[1]).unwrap();
+        pool.put(1, Field::NextObs, 0, &frames[2]).unwrap();
+        pool.put(1, Field::Rewards, 1, &[0.5, -2.25]).unwrap();
+        let mut back = vec![0.0; n];
+        for (field, t, frame) in [(Field::Obs, 0, 0), (Field::Obs, 1, 1), (Field::NextObs, 0, 2)] {
+            other.get(1, field, t, &mut back).unwrap();
+            assert_eq!(back, frames[frame], "{field:?} at {t}");
+        }
+        let mut rewards = [0.0; 2];
+        other.get(1, Field::Rewards, 1, &mut rewards).unwrap();
+        assert_eq!(rewards, [0.5, -2.25]);
+        // The learner's view is of bytes, with the same values.
+        let view = other.tensor(1, Field::Obs).unwrap();
+        assert_eq!(view.kind(), tch::Kind::Uint8);
+        assert_eq!(view.size(), [2, 2, shape.obs_dim as i64]);
+        let expected =
+            Tensor::from_slice(&[frames[0].clone(), frames[1].clone()].concat()).reshape([2, 2, -1]);
+        assert!(view.to_kind(tch::Kind::Float).equal(&expected));
+        assert_eq!(other.tensor(1, Field::Rewards).unwrap().kind(), tch::Kind::Float);
+        // Slot 0 is untouched, and a copy carries the bytes.
+        assert_eq!(other.tensor(0, Field::Obs).unwrap().max().int64_value(&[]), 0);
+        let copy = TrajectoryPool::create(shape, 1).unwrap();
+        copy.write_slot(0, &pool.read_slot(1).unwrap()).unwrap();
+        copy.get(0, Field::NextObs, 0, &mut back).unwrap();
+        assert_eq!(back, frames[2]);
+    }
+
+    #[test]
+    fn a_dict_keeps_its_byte_parts_as_bytes_and_its_float_parts_as_floats() {
+        use rlf_env::{BoxSpace, Space};
+        let image = BoxSpace::uniform(0.0, 255.0, vec![2, 3])
+            .unwrap()
+            .into_bytes()
+            .unwrap();
+        let space = Space::Dict(vec![
+            ("image".to_owned(), Space::Box(image)),
+            (
+                "vector".to_owned(),
+                Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![2]).unwrap()),
+            ),
+            ("mask".to_owned(), Space::MultiDiscrete(vec![2, 2, 2])),
+        ]);
+        let layout = ObsLayout::of(&space);
+        assert_eq!(layout.runs, [(true, 6), (false, 2), (true, 3)]);
+        assert_eq!(ObsLayout::common(&[space.clone(), space.clone()], 11), layout);
+        assert_eq!(
+            ObsLayout::common(&[space, Space::discrete(3)], 11),
+            ObsLayout::floats(11)
+        );
+        let shape = TrajectoryShape {
+            rollout: 2,
+            num_envs: 2,
+            obs_dim: 11,
+            action_dim: 1,
+            state_dim: 0,
+            obs_bytes: 9,
+        };
+        assert!(TrajectoryPool::with_layout(shape, ObsLayout::floats(11), 1).is_err());
+        let pool = TrajectoryPool::with_layout(shape, layout, 1).unwrap();
+        let other: &'static TrajectoryPool =
+            Box::leak(Box::new(TrajectoryPool::open(&pool.handle()).unwrap()));
+        let row = |k: f32| -> Vec<f32> {
+            [
+                (0..6).map(|i| 40.0 * i as f32 + k).collect::<Vec<_>>(),
+                vec![-0.25 * k, 0.5],
+                vec![1.0, 0.0, k.min(1.0)],
+            ]
+            .concat()
+        };
+        let step: Vec<f32> = [row(1.0), row(2.0)].concat();
+        pool.put(0, Field::Obs, 1, &step).unwrap();
+        pool.put(0, Field::NextObs, 0, &step).unwrap();
+        let mut back = vec![0.0; 22];
+        other.get(0, Field::Obs, 1, &mut back).unwrap();
+        assert_eq!(back, step);
+        // 9 bytes and 2 floats per observation in the slot.
+        assert_eq!(
+            shape.slot_bytes(),
+            TrajectoryShape {
+                obs_bytes: 0,
+                ..shape
+            }
+            .slot_bytes()
+                - 3 * 9 * 10
+        );
+        let view = other.tensor(0, Field::Obs).unwrap();
+        assert_eq!((view.kind(), view.size()), (tch::Kind::Float, vec![2, 2, 11]));
+        assert!(view.get(1).equal(&Tensor::from_slice(&step).reshape([2, 11])));
+        assert!(view
+            .get(0)
+            .equal(&Tensor::zeros([2, 11], (tch::Kind::Float, tch::Device::Cpu))));
+        let next = other.tensor(0, Field::NextObs).unwrap();
+        assert!(next.equal(&Tensor::from_slice(&step).reshape([2, 11])));
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod rollout;
 
 use serde::{Deserialize, Serialize};
 
-pub use buffers::{Field, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
+pub use buffers::{Field, ObsLayout, SlotCopy, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 pub use inference::{Exploration, InferenceWorker};
 pub use policy_map::{parse_agent_policy_map, Mapping, PolicyAssigner, SelfPlay, RESAMPLE_EVERY_EPISODES};
 pub use rollout::{ReplayWriter, RolloutWorker, StepOutcome, WorkerCounts, INACTIVE};

@@ -861,6 +861,7 @@ mod tests {
             obs_dim: rlf_env::connect_four::OBS_DIM,
             action_dim: 1,
             state_dim: d,
+            obs_bytes: 0,
         };
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
@@ -964,6 +965,7 @@ mod tests {
             obs_dim: 4,
             action_dim: 1,
             state_dim: d,
+            obs_bytes: 0,
         };
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
@@ -1085,6 +1087,7 @@ mod tests {
             obs_dim: rlf_env::connect_four::OBS_DIM,
             action_dim: 1,
             state_dim: 0,
+            obs_bytes: 0,
         };
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
@@ -1160,6 +1163,7 @@ mod tests {
             obs_dim: 4,
             action_dim: 1,
             state_dim: 0,
+            obs_bytes: 0,
         };
         let pool = TrajectoryPool::create(shape, 1).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
@@ -1264,6 +1268,7 @@ mod tests {
             obs_dim: rlf_env::connect_four::OBS_DIM,
             action_dim: 1,
             state_dim: 0,
+            obs_bytes: 0,
         };
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");

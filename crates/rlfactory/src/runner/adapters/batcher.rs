@@ -230,6 +230,7 @@ mod tests {
             obs_dim: 1,
             action_dim: 1,
             state_dim: 0,
+            obs_bytes: 0,
         };
         let pool = TrajectoryPool::create(shape, 1).unwrap();
         // Column 0: policy 0 then (after its episode) policy 1. Column 1: a snapshot. Column 2:

@@ -496,7 +496,14 @@ impl Component for LearnerNode {
         match self.setup.take() {
             Some(Ok(setup)) => {
                 match setup.learner {
-                    Trainer::OnPolicy(learner) => self.learner = Some(*learner),
+                    Trainer::OnPolicy(mut learner) => {
+                        // A dataset can take longer than the heartbeat interval (pixels, many epochs): the
+                        // learner beats between its SGD steps.
+                        if let Some(mut pulse) = ctx.pulse() {
+                            learner.set_after_step(Box::new(move || pulse.beat()));
+                        }
+                        self.learner = Some(*learner);
+                    }
                     Trainer::OffPolicy(learner) => {
                         self.off_policy = Some(*learner);
                         if let Some(tick) = self.signals.train_tick {

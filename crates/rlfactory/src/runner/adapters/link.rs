@@ -29,7 +29,7 @@ use super::or_fail;
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
 use crate::sampling::{
-    BufferReleased, RolloutReport, SlotsReclaimed, TrajectoryPool, TrajectoryReady, WorkerStarted,
+    BufferReleased, RolloutReport, SlotCopy, SlotsReclaimed, TrajectoryPool, TrajectoryReady, WorkerStarted,
 };
 
 /// The tag of messages to the learner rank.
@@ -43,11 +43,7 @@ pub(crate) enum Wire {
     /// A rollout worker (re)started.
     Started(WorkerStarted),
     /// A finished trajectory: slot `buffer` of `worker`'s pool, every value and version of it.
-    Trajectory {
-        ready: TrajectoryReady,
-        floats: Vec<f32>,
-        versions: Vec<u64>,
-    },
+    Trajectory { ready: TrajectoryReady, slot: SlotCopy },
     /// A rollout worker's progress.
     Report(RolloutReport),
     /// The actor rank stopped (its last message), with the reason if it stopped on its own.
@@ -598,12 +594,8 @@ impl ActorLink {
                     component: "mpi link",
                     message: format!("no pool of worker {}", ready.worker),
                 })?;
-                let (floats, versions) = pool.read_slot(ready.buffer)?;
-                self.to_learner(&Wire::Trajectory {
-                    ready: *ready,
-                    floats,
-                    versions,
-                })
+                let slot = pool.read_slot(ready.buffer)?;
+                self.to_learner(&Wire::Trajectory { ready: *ready, slot })
             });
         or_fail(ctx, sent);
     }
