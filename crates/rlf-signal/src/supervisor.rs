@@ -7,6 +7,10 @@ use std::fmt;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// A loop that goes on beating while the application stops (busy in a long slot) is waited for up to this many stop
+/// timeouts.
+const BUSY_STOP_TIMEOUTS: u32 = 4;
+
 /// A loop gets at least this long to send its first heartbeat: start-up builds its objects.
 const FIRST_HEARTBEAT_GRACE: Duration = Duration::from_secs(30);
 
@@ -291,6 +295,8 @@ pub(crate) struct Supervisor {
     stopped_by: Option<String>,
     stopping: bool,
     stop_deadline: Option<Instant>,
+    /// When the stop began.
+    stop_began: Option<Instant>,
     stop_timeout: Duration,
     heartbeat: Option<Duration>,
     next_check: Option<Instant>,
@@ -331,6 +337,7 @@ impl Supervisor {
             stopped_by: None,
             stopping: false,
             stop_deadline: None,
+            stop_began: None,
             stop_timeout,
             heartbeat,
             next_check: heartbeat.map(|h| now + h / 5),
@@ -486,7 +493,9 @@ impl Supervisor {
             return;
         }
         self.stopping = true;
-        self.stop_deadline = Instant::now().checked_add(self.stop_timeout);
+        let now = Instant::now();
+        self.stop_began = Some(now);
+        self.stop_deadline = now.checked_add(self.stop_timeout);
         for (i, w) in self.loops.iter().enumerate().skip(1) {
             if !w.done() {
                 send_control(core.transport(), i as u32, &Control::Stop, core.emit_timeout());
@@ -552,17 +561,31 @@ impl Supervisor {
     }
 
     /// Starts the stop after a start failure; past the stop deadline, kills the processes that did not stop and
-    /// gives up on the threads.
+    /// gives up on the threads. A loop still busy in a long slot (it has beaten since the stop began, within the
+    /// stop timeout) gets more time, up to [`BUSY_STOP_TIMEOUTS`] stop timeouts in all.
     pub(crate) fn tick(&mut self, core: &mut LoopCore) {
         if !self.stopping && !self.faults.is_empty() {
             self.begin_stop(core);
         }
         self.check_heartbeats(core);
-        if self.stop_deadline.is_none_or(|d| Instant::now() < d) {
+        let now = Instant::now();
+        let (Some(began), Some(due)) = (self.stop_began, self.stop_deadline) else {
+            return;
+        };
+        if now < due {
             return;
         }
+        let last_chance = began + self.stop_timeout * BUSY_STOP_TIMEOUTS;
+        let mut busy = false;
         for w in self.loops.iter_mut().skip(1) {
             if w.done() {
+                continue;
+            }
+            if now < last_chance
+                && w.last_beat > began
+                && now.duration_since(w.last_beat) <= self.stop_timeout
+            {
+                busy = true;
                 continue;
             }
             self.faults.push(Fault::StopTimeout {
@@ -572,6 +595,9 @@ impl Supervisor {
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
             w.abandoned = true;
+        }
+        if busy {
+            self.stop_deadline = Some((now + self.stop_timeout / 5).min(last_chance));
         }
     }
 

@@ -1334,26 +1334,36 @@ mod phoenix {
     }
 }
 
-/// A slot that runs for five heartbeat intervals: with its loop's pulse beating as it goes, the loop is not taken for
-/// hung; without, it is named hung and the application stops.
+/// A slot that runs for three heartbeat intervals: with its loop's pulse beating as it goes, the loop is not taken
+/// for hung; without, it is named hung and the application stops. A stop requested meanwhile waits for the beating
+/// loop past the stop timeout (up to four of them), and names the silent one.
 mod pulse {
     use super::*;
 
+    /// `Cfg::n`: bit 0, the slot beats its pulse; bit 1, the application is stopped as the slot starts.
+    const BEAT: u32 = 1;
+    const STOP_EARLY: u32 = 2;
+
     pub struct Worker {
         pub beat: bool,
+        pub started: Signal<u32>,
         pub done: Signal<u32>,
     }
-    pub struct Watcher;
+    pub struct Watcher {
+        pub stop_early: bool,
+    }
     impl Component for Worker {
         fn on_start(&mut self, ctx: &mut Ctx<Self>) {
             ctx.timer_once(Duration::ZERO, Worker::work);
         }
     }
     impl Worker {
-        /// Five intervals of 300 ms of "work" (sleeps standing for computation), in steps of 50 ms.
+        /// 900 ms of "work" (sleeps standing for computation), in steps of 50 ms.
         fn work(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.emit(&self.started, &std::process::id())
+                .expect("emit started");
             let mut pulse = ctx.pulse().filter(|_| self.beat);
-            for _ in 0..30 {
+            for _ in 0..18 {
                 std::thread::sleep(Duration::from_millis(50));
                 if let Some(p) = &mut pulse {
                     p.beat();
@@ -1364,6 +1374,11 @@ mod pulse {
     }
     impl Component for Watcher {}
     impl Watcher {
+        fn on_started(&mut self, ctx: &mut Ctx<Self>, _pid: &u32) {
+            if self.stop_early {
+                ctx.stop_app();
+            }
+        }
         fn on_done(&mut self, ctx: &mut Ctx<Self>, _pid: &u32) {
             ctx.stop_app();
         }
@@ -1372,43 +1387,54 @@ mod pulse {
     pub fn build(app: &mut AppBuilder, _sink: Sink) -> Result<(), BuildError> {
         let c: Cfg = app.config()?;
         app.set_heartbeat(Duration::from_millis(300));
+        app.set_stop_timeout(Duration::from_millis(300));
         let main = app.main_loop();
         let l = app.process_loop("worker");
         let worker = app.object::<Worker>(l, "worker");
         let watcher = app.object::<Watcher>(main, "watcher");
+        let started = app.signal::<u32, _>(worker, "started");
         let done = app.signal::<u32, _>(worker, "done");
+        app.connect(started, watcher, Watcher::on_started);
         app.connect(done, watcher, Watcher::on_done);
-        let beat = c.n == 1;
-        app.construct(worker, move || Worker { beat, done });
-        app.construct(watcher, || Watcher);
+        let beat = c.n & BEAT != 0;
+        let stop_early = c.n & STOP_EARLY != 0;
+        app.construct(worker, move || Worker { beat, started, done });
+        app.construct(watcher, move || Watcher { stop_early });
         Ok(())
     }
 
-    pub fn test_beating() -> Result<(), Failed> {
-        let o = run(
+    fn run_with(n: u32) -> Result<Outcome, Failed> {
+        run(
             "pulse",
             Cfg {
                 mode: Mode::Process,
-                n: 1,
+                n,
             },
             &Sink::default(),
-        )?;
+        )
+    }
+
+    pub fn test_beating() -> Result<(), Failed> {
+        let o = run_with(BEAT)?;
         expect_success(&o)?;
         check(o.restarts.is_empty(), || format!("outcome: {o}"))
     }
 
     pub fn test_silent() -> Result<(), Failed> {
-        let o = run(
-            "pulse",
-            Cfg {
-                mode: Mode::Process,
-                n: 0,
-            },
-            &Sink::default(),
-        )?;
+        let o = run_with(0)?;
         check(
             o.faults.len() == 1
                 && matches!(&o.faults[0], Fault::Hung { loop_name, .. } if loop_name == "worker"),
+            || format!("outcome: {o}"),
+        )
+    }
+
+    pub fn test_stop_waits_for_a_beating_loop() -> Result<(), Failed> {
+        expect_success(&run_with(BEAT | STOP_EARLY)?)?;
+        let o = run_with(STOP_EARLY)?;
+        check(
+            o.faults.len() == 1
+                && matches!(&o.faults[0], Fault::StopTimeout { loop_name } if loop_name == "worker"),
             || format!("outcome: {o}"),
         )
     }
@@ -1797,6 +1823,10 @@ fn main() -> ExitCode {
             pulse::test_beating,
         ),
         Trial::test("a_long_slot_without_a_pulse_is_named_hung", pulse::test_silent),
+        Trial::test(
+            "a_stop_waits_for_a_loop_beating_in_a_long_slot",
+            pulse::test_stop_waits_for_a_beating_loop,
+        ),
         Trial::test(
             "single_threaded_parent_forks_its_children",
             forked::test_single_threaded,
