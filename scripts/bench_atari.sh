@@ -39,7 +39,9 @@ import sys
 import ale_py  # noqa: F401
 from sf_examples.atari.train_atari import main
 
-sys.exit(main())
+# Sample Factory starts its workers by spawning: the entry point must be guarded.
+if __name__ == "__main__":
+    sys.exit(main())
 PY
 
 echo "| run | framework | agent steps/s | Sample Factory's FPS (emulator frames) | wall s |"

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::classic::{Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum};
 use crate::connect_four::ConnectFour;
 use crate::treasurehunt::{Treasurehunt, TreasurehuntConfig};
-use crate::wrappers::TimeLimit;
+use crate::wrappers::{ResizeImage, TimeLimit};
 use crate::{Env, EnvError, MultiAgentEnv};
 
 /// A constructor of boxed envs.
@@ -125,7 +125,19 @@ impl EnvRegistry {
             registry.entries.insert(
                 id.to_owned(),
                 Entry {
-                    constructor: Arc::new(move || make_bridged(gym_id, kwargs)),
+                    constructor: Arc::new(move || {
+                        let env = make_bridged(gym_id, kwargs)?;
+                        Ok(if id.starts_with("doom_") {
+                            Box::new(ResizeImage::new(
+                                env,
+                                Some("screen"),
+                                DOOM_SCREEN[0],
+                                DOOM_SCREEN[1],
+                            )?)
+                        } else {
+                            env
+                        })
+                    }),
                     max_episode_steps: None,
                 },
             );
@@ -294,10 +306,13 @@ pub const ATARI_GAMES: [(&str, &str); 10] = [
     ("atari_montezuma", "MontezumaRevenge"),
 ];
 
+/// The height and width of a `doom_*` env's screen: Sample Factory's VizDoom resolution (`--res_h 72 --res_w 128`).
+pub const DOOM_SCREEN: [usize; 2] = [72, 128];
+
 /// Named envs of other suites made through the Gymnasium bridge as they are: the id, the module to import and
 /// Gymnasium's id, and keyword arguments of `gymnasium.make` (`key=value,...`). MinAtar's games (10×10 frames of
-/// a few channels) and VizDoom's built-in scenarios (Sample Factory's `doom_*` names; a Dict of the 240×320 RGB
-/// screen and the game variables, four frames per step).
+/// a few channels) and VizDoom's built-in scenarios (Sample Factory's `doom_*` names; a Dict of the game variables
+/// and the RGB screen, rendered at 240×320 and resized to [`DOOM_SCREEN`], four frames per step).
 pub const BRIDGED_ENVS: [(&str, &str, &str); 11] = [
     ("minatar_asterix", "minatar:MinAtar/Asterix-v1", ""),
     ("minatar_breakout", "minatar:MinAtar/Breakout-v1", ""),

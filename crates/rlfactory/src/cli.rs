@@ -169,6 +169,12 @@ impl Config {
 /// signal for a run stopped by SIGINT or SIGTERM (after its last checkpoint).
 pub fn main(registry: EnvRegistry) -> ExitCode {
     rlf_shm::process::keep_freed_memory();
+    // libtorch's OpenMP threads spin after every parallel region unless told otherwise, taking the cores the rollout
+    // and inference workers need; they sleep instead (in the processes started from here: the environment is read
+    // when libtorch loads), unless the user chose a policy.
+    if std::env::var_os("OMP_WAIT_POLICY").is_none() {
+        std::env::set_var("OMP_WAIT_POLICY", "PASSIVE");
+    }
     let child_registry = registry.clone();
     if let Some(code) = rlf_signal::child_entry(move |app| runner::child_build_with(app, child_registry)) {
         return code;

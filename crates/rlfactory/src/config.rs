@@ -761,6 +761,10 @@ pub struct RunConfig {
     /// libtorch intra-op threads per process.
     #[arg(long, default_value_t = 1)]
     pub num_threads: i32,
+    /// libtorch intra-op threads of the learner's process (0: `--num_threads`): a convolutional learner is the
+    /// bottleneck of a pixel run and can use more cores than the rest, which mostly waits for it.
+    #[arg(long, default_value_t = 0)]
+    pub learner_threads: i32,
     /// Seconds between progress lines (0: none; scalars, checkpoints and stop rules go on).
     #[arg(long, default_value_t = 1.0)]
     pub report_interval_sec: f64,
@@ -803,6 +807,7 @@ impl Default for RunConfig {
             summary_json: None,
             device: DeviceKind::Cpu,
             num_threads: 1,
+            learner_threads: 0,
             report_interval_sec: 1.0,
             summary_every_env_steps: 5_000,
             save_experiment: true,
@@ -1616,6 +1621,12 @@ impl Config {
         self.validate_distributed()?;
         if r.num_threads < 1 {
             return err(format!("--num_threads must be at least 1, got {}", r.num_threads));
+        }
+        if r.learner_threads < 0 {
+            return err(format!(
+                "--learner_threads must be 0 (as --num_threads) or more, got {}",
+                r.learner_threads
+            ));
         }
         if r.device == DeviceKind::Gpu && !tch::Cuda::is_available() {
             return err("--device=gpu: no CUDA device is available to libtorch".into());

@@ -26,7 +26,7 @@ fn vizdoom_starts_steps_screen_and_variables_and_trains() {
             .make(id)
             .unwrap_or_else(|e| panic!("{id}: {e}"));
         let space = env.observation_space().clone();
-        assert_eq!(shape_of(&space, "screen"), [240, 320, 3], "{id}");
+        assert_eq!(shape_of(&space, "screen"), [72, 128, 3], "{id}");
         assert_eq!(shape_of(&space, "gamevariables"), [variables], "{id}");
         let mut obs = vec![0.0; space.flat_dim()];
         env.reset(Some(1), &mut obs).expect("reset");

@@ -227,7 +227,7 @@ impl<E: Env> Env for FireReset<E> {
 
 /// For each output cell of a resize from `n` to `m` values along one axis, the input cells it covers and their
 /// weights (the fraction of the output cell each covers): area interpolation, as OpenCV's `INTER_AREA`.
-fn area_weights(n: usize, m: usize) -> Vec<Vec<(usize, f32)>> {
+pub(super) fn area_weights(n: usize, m: usize) -> Vec<Vec<(usize, f32)>> {
     let scale = n as f64 / m as f64;
     (0..m)
         .map(|i| {

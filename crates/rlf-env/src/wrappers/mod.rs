@@ -14,6 +14,7 @@ mod atari;
 mod checked;
 mod episode_statistics;
 mod frame_skip;
+mod image;
 mod observation;
 mod time_limit;
 
@@ -24,6 +25,7 @@ pub use atari::{
 pub use checked::CheckedEnv;
 pub use episode_statistics::EpisodeStatistics;
 pub use frame_skip::FrameSkip;
+pub use image::ResizeImage;
 pub use observation::{ClipObservation, SelectObservation};
 pub use time_limit::TimeLimit;
 

@@ -121,6 +121,10 @@ fn on_policy_setup(
     plane: &DataPlane,
     sync: Option<LearnerSync>,
 ) -> Result<Setup> {
+    if cfg.run.learner_threads > 0 {
+        // The learner's own process (in serial mode, the one loop's).
+        tch::set_num_threads(cfg.run.learner_threads);
+    }
     // With several learners, the collective that makes the learner communicator comes first, before anything that
     // can fail on one learner alone; after it, a learner that cannot go on tells the others (`finish`) before it
     // fails, or they would wait for it in their first allreduce.
