@@ -44,8 +44,8 @@ if __name__ == "__main__":
     sys.exit(main())
 PY
 
-echo "| run | framework | agent steps/s | Sample Factory's FPS (emulator frames) | wall s |"
-echo "|---|---|---|---|---|"
+echo "| run | framework | agent steps/s | Sample Factory's FPS (emulator frames) | wall s | CPU s: learner / inference / rollout workers |"
+echo "|---|---|---|---|---|---|"
 for pair in $(seq 1 "$pairs"); do
     json="$out/rlf-$pair.json"
     target/release/rlfactory train --env=atari_pong --benchmark --train_for_seconds="$secs" \
@@ -53,7 +53,11 @@ for pair in $(seq 1 "$pairs"); do
     python3 - "$json" "$pair" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-print(f"| {sys.argv[2]} | rlfactory | {s['fps']:,.0f} | — | {s['wall_seconds']:.0f} |")
+cpu = s["cpu_seconds"]
+rollout = sum(v for k, v in cpu.items() if k.startswith("rollout_worker_"))
+inference = sum(v for k, v in cpu.items() if k.startswith("inference_worker_"))
+print(f"| {sys.argv[2]} | rlfactory | {s['fps']:,.0f} | — | {s['wall_seconds']:.0f} "
+      f"| {cpu.get('learner', 0):.1f} / {inference:.1f} / {rollout:.1f} |")
 PY
     log="$out/sf-$pair.log"
     timeout --kill-after=30 "$((secs + 120))" "$sf/bin/python" "$out/sf_atari.py" --env=atari_pong \
@@ -68,6 +72,6 @@ if not fps:
     tail = "".join(open(sys.argv[1]).readlines()[-20:])
     sys.exit(f"bench_atari: Sample Factory printed no FPS; its log ends with:\n{tail}")
 f = float(fps[-1])
-print(f"| {sys.argv[2]} | Sample Factory 2.1.1 | {f / 4:,.0f} | {f:,.0f} | {sys.argv[3]} |")
+print(f"| {sys.argv[2]} | Sample Factory 2.1.1 | {f / 4:,.0f} | {f:,.0f} | {sys.argv[3]} | — |")
 PY
 done
