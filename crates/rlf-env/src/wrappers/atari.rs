@@ -1,14 +1,16 @@
 //! The standard Atari preprocessing (Mnih et al. 2015, Machado et al. 2018), as the wrappers of Stable-Baselines3's
 //! `AtariWrapper` and Sample Factory's Atari envs: random no-op starts, frames skipped four at a time with the
 //! last two max-pooled, a lost life terminal for learning, FIRE at reset (and after a lost life) for games that
-//! wait for it, 84×84 grayscale frames, rewards clipped to their sign, the last four frames stacked. They work on any env whose observations are frames (`Box` of shape `(H, W)`
-//! or `(H, W, 1)`, values 0 to 255); `atari_<game>` ids put them over ALE through the Gymnasium bridge.
+//! wait for it, 84×84 grayscale frames ([`ResizeImage`]), rewards clipped to their sign, the last four frames
+//! stacked. They work on any env whose observations are frames (`Box` of shape `(H, W)` or `(H, W, 1)`, values 0 to
+//! 255); `atari_<game>` ids put them over ALE through the Gymnasium bridge.
 
 use std::collections::VecDeque;
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
+use super::ResizeImage;
 use crate::{Action, BoxSpace, Env, EnvError, Info, Space, Step};
 
 /// Starts each episode with a random number of no-op actions (action 0), 1 to `noop_max`.
@@ -225,111 +227,6 @@ impl<E: Env> Env for FireReset<E> {
     }
 }
 
-/// For each output cell of a resize from `n` to `m` values along one axis, the input cells it covers and their
-/// weights (the fraction of the output cell each covers): area interpolation, as OpenCV's `INTER_AREA`.
-pub(super) fn area_weights(n: usize, m: usize) -> Vec<Vec<(usize, f32)>> {
-    let scale = n as f64 / m as f64;
-    (0..m)
-        .map(|i| {
-            let (from, to) = (i as f64 * scale, (i + 1) as f64 * scale);
-            (from.floor() as usize..(to.ceil() as usize).min(n))
-                .map(|j| {
-                    let overlap = (to.min(j as f64 + 1.0) - from.max(j as f64)).max(0.0);
-                    (j, (overlap / scale) as f32)
-                })
-                .filter(|&(_, w)| w > 0.0)
-                .collect()
-        })
-        .collect()
-}
-
-/// Resizes grayscale frames (`(H, W)` or `(H, W, 1)`) to `height` × `width` by area interpolation,
-/// rounded to whole numbers as OpenCV does for `uint8` images; the observation space becomes a box of
-/// bytes `Box(0, 255, (height, width), uint8)`.
-#[derive(Debug, Clone)]
-pub struct WarpFrame<E> {
-    inner: E,
-    size: [usize; 2],
-    frame: Vec<f32>,
-    rows: Vec<f32>,
-    weights: [Vec<Vec<(usize, f32)>>; 2],
-    observation_space: Space,
-}
-
-impl<E: Env> WarpFrame<E> {
-    /// Wraps `inner`, whose observations must be grayscale frames.
-    pub fn new(inner: E, height: usize, width: usize) -> Result<Self, EnvError> {
-        let shape = match inner.observation_space() {
-            Space::Box(b) => b.shape().to_vec(),
-            _ => Vec::new(),
-        };
-        let [h, w] = match shape[..] {
-            [h, w] | [h, w, 1] => [h, w],
-            _ => {
-                return Err(EnvError::Unsupported {
-                    env: inner.id().to_owned(),
-                    what: format!(
-                        "WarpFrame of {} (it takes grayscale frames, (H, W) or (H, W, 1))",
-                        inner.observation_space()
-                    ),
-                })
-            }
-        };
-        if height == 0 || width == 0 {
-            return Err(EnvError::InvalidSpace(format!("WarpFrame to {height}x{width}")));
-        }
-        Ok(Self {
-            inner,
-            size: [h, w],
-            frame: vec![0.0; h * w],
-            rows: vec![0.0; height * w],
-            weights: [area_weights(h, height), area_weights(w, width)],
-            observation_space: Space::Box(BoxSpace::uniform(0.0, 255.0, vec![height, width])?.into_bytes()?),
-        })
-    }
-
-    fn warp(&mut self, obs: &mut [f32]) {
-        let w = self.size[1];
-        // Rows first: each output row is a weighted sum of input rows.
-        for (y, row) in self.weights[0].iter().zip(self.rows.chunks_exact_mut(w)) {
-            row.fill(0.0);
-            for &(j, weight) in y {
-                for (r, v) in row.iter_mut().zip(&self.frame[j * w..(j + 1) * w]) {
-                    *r += weight * v;
-                }
-            }
-        }
-        let width = self.weights[1].len();
-        for (out, row) in obs.chunks_exact_mut(width).zip(self.rows.chunks_exact(w)) {
-            for (o, x) in out.iter_mut().zip(&self.weights[1]) {
-                *o = x.iter().map(|&(k, weight)| weight * row[k]).sum::<f32>().round();
-            }
-        }
-    }
-}
-
-impl<E: Env> Env for WarpFrame<E> {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    fn observation_space(&self) -> &Space {
-        &self.observation_space
-    }
-    fn action_space(&self) -> &Space {
-        self.inner.action_space()
-    }
-    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
-        self.inner.reset(seed, &mut self.frame)?;
-        self.warp(obs);
-        Ok(())
-    }
-    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
-        let step = self.inner.step(action, &mut self.frame)?;
-        self.warp(obs);
-        Ok(step)
-    }
-}
-
 /// Clips each reward to its sign (−1, 0 or 1); the env's own score of an episode, the sum of its unclipped
 /// rewards, is reported as its true objective ([`crate::Info::true_objective`]) on its last step.
 #[derive(Debug, Clone)]
@@ -455,7 +352,7 @@ pub fn atari_preprocessing(inner: Box<dyn Env>, fire: bool) -> Result<Box<dyn En
     let env: Box<dyn Env> = Box::new(EpisodicLife::new(MaxAndSkip::new(NoopReset::new(inner, 30), 4)?));
     let env: Box<dyn Env> = if fire { Box::new(FireReset::new(env)?) } else { env };
     Ok(Box::new(FrameStack::new(
-        ClipReward::new(WarpFrame::new(env, 84, 84)?),
+        ClipReward::new(ResizeImage::new(env, None, 84, 84)?),
         4,
     )?))
 }
@@ -485,7 +382,12 @@ mod tests {
                 resets: 0,
                 actions: Vec::new(),
                 life_every: None,
-                observation_space: Space::Box(BoxSpace::uniform(0.0, 255.0, vec![4, 6]).unwrap()),
+                observation_space: Space::Box(
+                    BoxSpace::uniform(0.0, 255.0, vec![4, 6])
+                        .unwrap()
+                        .into_bytes()
+                        .unwrap(),
+                ),
                 action_space: Space::discrete(4),
             }
         }
@@ -578,29 +480,8 @@ mod tests {
     }
 
     #[test]
-    fn area_weights_cover_each_output_cell_once() {
-        for (n, m) in [(210, 84), (160, 84), (84, 84), (6, 4), (4, 6)] {
-            let w = area_weights(n, m);
-            assert_eq!(w.len(), m);
-            for cell in &w {
-                let total: f32 = cell.iter().map(|&(_, v)| v).sum();
-                assert!((total - 1.0).abs() < 1e-5, "{n}->{m}: {cell:?}");
-            }
-            // Every input cell is used, with the same total weight (n / m of an output cell... scaled).
-            let mut used = vec![0.0_f32; n];
-            w.iter().flatten().for_each(|&(j, v)| used[j] += v);
-            assert!(
-                used.iter().all(|&u| (u - m as f32 / n as f32).abs() < 1e-4),
-                "{n}->{m}"
-            );
-        }
-        // 210 -> 84: output row 0 covers input rows 0, 1 and half of 2.
-        assert_eq!(area_weights(210, 84)[0], [(0, 0.4), (1, 0.4), (2, 0.2)]);
-    }
-
-    #[test]
-    fn warp_frame_averages_areas() {
-        let mut env = WarpFrame::new(Frames::new(100), 2, 3).unwrap();
+    fn frames_are_resized_by_areas_and_rounded() {
+        let mut env = ResizeImage::new(Frames::new(100), None, 2, 3).unwrap();
         assert_eq!(
             env.observation_space().to_string(),
             "Box(0.0, 255.0, (2, 3), uint8)"
@@ -610,7 +491,7 @@ mod tests {
         // Frame 1: 1 everywhere but 100 at (0, 1); output (0, 0) averages rows 0-1, columns 0-1
         // (25.75), rounded.
         assert_eq!(obs, [26.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
-        assert!(WarpFrame::new(crate::wrappers::testing::Counter::new(1), 2, 2).is_err());
+        assert!(ResizeImage::new(crate::wrappers::testing::Counter::new(1), None, 2, 2).is_err());
     }
 
     #[test]
@@ -699,9 +580,10 @@ mod tests {
     #[test]
     fn frame_stack_keeps_the_last_frames_oldest_first() {
         let mut env = FrameStack::new(Frames::new(100), 3).unwrap();
+        // A stack of bytes is bytes.
         assert_eq!(
             env.observation_space().to_string(),
-            "Box(0.0, 255.0, (3, 4, 6), float32)"
+            "Box(0.0, 255.0, (3, 4, 6), uint8)"
         );
         let mut obs = [0.0; 72];
         env.reset(None, &mut obs).unwrap();
@@ -719,7 +601,12 @@ mod tests {
     fn the_preprocessing_stacks_four_84_by_84_frames() {
         let tall = |end| {
             let mut f = Frames::new(end);
-            f.observation_space = Space::Box(BoxSpace::uniform(0.0, 255.0, vec![210, 160]).unwrap());
+            f.observation_space = Space::Box(
+                BoxSpace::uniform(0.0, 255.0, vec![210, 160])
+                    .unwrap()
+                    .into_bytes()
+                    .unwrap(),
+            );
             f
         };
         let mut env = atari_preprocessing(Box::new(tall(10_000)), true).unwrap();

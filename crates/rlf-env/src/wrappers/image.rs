@@ -1,7 +1,24 @@
 //! Resizing an image observation, or the image part of a Dict observation, by area interpolation.
 
-use super::atari::area_weights;
 use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+
+/// For each output cell of a resize from `n` to `m` values along one axis, the input cells it covers and their
+/// weights (the fraction of the output cell each covers): area interpolation, as OpenCV's `INTER_AREA`.
+fn area_weights(n: usize, m: usize) -> Vec<Vec<(usize, f32)>> {
+    let scale = n as f64 / m as f64;
+    (0..m)
+        .map(|i| {
+            let (from, to) = (i as f64 * scale, (i + 1) as f64 * scale);
+            (from.floor() as usize..(to.ceil() as usize).min(n))
+                .map(|j| {
+                    let overlap = (to.min(j as f64 + 1.0) - from.max(j as f64)).max(0.0);
+                    (j, (overlap / scale) as f32)
+                })
+                .filter(|&(_, w)| w > 0.0)
+                .collect()
+        })
+        .collect()
+}
 
 /// Resizes an image (a `Box` of shape `(H, W)` or `(H, W, C)`: the observation itself, or the Dict part named `key`)
 /// to `height` × `width` by area interpolation, as OpenCV's `INTER_AREA` (rounded to whole numbers for a box of
@@ -210,6 +227,27 @@ mod tests {
             self.draw(obs);
             Ok(Step::default())
         }
+    }
+
+    #[test]
+    fn area_weights_cover_each_output_cell_once() {
+        for (n, m) in [(210, 84), (160, 84), (84, 84), (6, 4), (4, 6)] {
+            let w = area_weights(n, m);
+            assert_eq!(w.len(), m);
+            for cell in &w {
+                let total: f32 = cell.iter().map(|&(_, v)| v).sum();
+                assert!((total - 1.0).abs() < 1e-5, "{n}->{m}: {cell:?}");
+            }
+            // Every input cell is used, with the same total weight (n / m of an output cell... scaled).
+            let mut used = vec![0.0_f32; n];
+            w.iter().flatten().for_each(|&(j, v)| used[j] += v);
+            assert!(
+                used.iter().all(|&u| (u - m as f32 / n as f32).abs() < 1e-4),
+                "{n}->{m}"
+            );
+        }
+        // 210 -> 84: output row 0 covers input rows 0, 1 and half of 2.
+        assert_eq!(area_weights(210, 84)[0], [(0, 0.4), (1, 0.4), (2, 0.2)]);
     }
 
     #[test]

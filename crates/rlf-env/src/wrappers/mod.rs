@@ -20,7 +20,7 @@ mod time_limit;
 
 pub use action::{ClipAction, RescaleAction};
 pub use atari::{
-    atari_preprocessing, ClipReward, EpisodicLife, FireReset, FrameStack, MaxAndSkip, NoopReset, WarpFrame,
+    atari_preprocessing, ClipReward, EpisodicLife, FireReset, FrameStack, MaxAndSkip, NoopReset,
 };
 pub use checked::CheckedEnv;
 pub use episode_statistics::EpisodeStatistics;
