@@ -824,20 +824,28 @@ mod tests {
     use super::*;
     use crate::sampling::TrajectoryShape;
 
-    /// Connect Four's players take turns: a recurrent policy's state of the waiting player's column stays as it
-    /// was through the other's move (the inference worker computed one for it, the rollout worker puts the old one
-    /// back), and the player that moved carries the new one; both restart from zero after a game.
-    #[test]
-    fn a_waiting_agent_keeps_its_recurrent_state() {
-        use crate::model::{ActorCritic, Policy};
-        use crate::sampling::InferenceWorker;
+    /// A real rollout worker and inference worker of a recurrent policy (GRUs of 3 units) on `env`: `envs` envs in
+    /// one split, two 8-step slots laid out as a run's would be (byte parts as bytes), both free; `prepare` gets the
+    /// pool and the state size before the worker takes the pool.
+    struct RecurrentRig {
+        state_dim: usize,
+        reader: TrajectoryPool,
+        inference: crate::sampling::InferenceWorker,
+        worker: RolloutWorker,
+        requests: Vec<PolicyRequest>,
+    }
 
+    fn recurrent_rig(env: &str, envs: usize, prepare: impl FnOnce(&TrajectoryPool, usize)) -> RecurrentRig {
+        use crate::model::{ActorCritic, Policy};
+        use crate::sampling::{InferenceWorker, ObsLayout};
+
+        let envs_flag = format!("--num_envs_per_worker={envs}");
         let cfg = Config::for_env(
-            "connect_four",
+            env,
             &[
                 "--use_rnn",
                 "--rnn_size=3",
-                "--num_envs_per_worker=2",
+                &envs_flag,
                 "--worker_num_splits=1",
                 "--rollout=8",
                 "--batch_size=32",
@@ -855,26 +863,51 @@ mod tests {
         )
         .expect("model");
         let d = Policy::state_dim(&model);
+        let layout = ObsLayout::common(&spec.observation_spaces, spec.obs_dim);
         let shape = TrajectoryShape {
             rollout: 8,
-            num_envs: 4,
-            obs_dim: rlf_env::connect_four::OBS_DIM,
+            num_envs: envs * spec.num_agents,
+            obs_dim: spec.obs_dim,
             action_dim: 1,
             state_dim: d,
-            obs_bytes: 0,
+            obs_bytes: layout.bytes(),
         };
-        let pool = TrajectoryPool::create(shape, 2).expect("pool");
+        let pool = TrajectoryPool::with_layout(shape, layout, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        prepare(&reader, d);
         let weights =
             rlf_shm::SharedWeights::create(model.weights().expect("weights").values.len()).expect("weights");
-        let mut inference = InferenceWorker::new(
+        let inference = InferenceWorker::new(
             vec![(Box::new(model), weights)],
             vec![TrajectoryPool::open(&pool.handle()).expect("mapped")],
         );
         let mut worker =
             RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
         worker.start().expect("reset");
-        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        let requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        RecurrentRig {
+            state_dim: d,
+            reader,
+            inference,
+            worker,
+            requests,
+        }
+    }
+
+    /// Connect Four's players take turns: a recurrent policy's state of the waiting player's column stays as it
+    /// was through the other's move (the inference worker computed one for it, the rollout worker puts the old one
+    /// back), and the player that moved carries the new one; both restart from zero after a game. (Its board and
+    /// mask are bytes in the slots.)
+    #[test]
+    fn a_waiting_agent_keeps_its_recurrent_state() {
+        let RecurrentRig {
+            state_dim: d,
+            reader,
+            mut inference,
+            mut worker,
+            mut requests,
+        } = recurrent_rig("connect_four", 2, |_, _| {});
+        assert_eq!(reader.shape().obs_bytes, rlf_env::connect_four::OBS_DIM);
         let (mut before, mut after) = (vec![0.0; 4 * d], vec![0.0; 4 * d]);
         let mut flags = [vec![0.0; 4], vec![0.0; 4], vec![0.0; 4]];
         let (mut kept, mut moved, mut reset) = (0, 0, 0);
@@ -932,59 +965,21 @@ mod tests {
     /// worker starts from zeros whatever its slots held.
     #[test]
     fn recurrent_states_chain_through_the_slots_and_reset_at_episode_ends() {
-        use crate::model::{ActorCritic, Policy};
-        use crate::sampling::InferenceWorker;
-
-        let cfg = Config::for_env(
-            "CartPole-v1",
-            &[
-                "--use_rnn",
-                "--rnn_size=3",
-                "--num_envs_per_worker=4",
-                "--worker_num_splits=1",
-                "--rollout=8",
-                "--batch_size=32",
-            ],
-        )
-        .expect("config");
-        let registry = EnvRegistry::with_builtin();
-        tch::manual_seed(0);
-        let spec = crate::env::EnvSpec::of(&registry, &cfg.env).expect("spec");
-        let model = ActorCritic::new(
-            &spec.observation_spaces[0],
-            &spec.action_spaces[0],
-            &cfg.model,
-            crate::config::DeviceKind::Cpu,
-        )
-        .expect("model");
-        let d = Policy::state_dim(&model);
-        assert_eq!(d, 6, "an actor and a critic GRU of 3 units");
-        let shape = TrajectoryShape {
-            rollout: 8,
-            num_envs: 4,
-            obs_dim: 4,
-            action_dim: 1,
-            state_dim: d,
-            obs_bytes: 0,
-        };
-        let pool = TrajectoryPool::create(shape, 2).expect("pool");
-        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
         // Leftovers of a predecessor in both slots.
-        for b in 0..2 {
-            for t in 0..8 {
-                reader.put(b, Field::States, t, &[7.0; 24]).expect("garbage");
+        let RecurrentRig {
+            state_dim: d,
+            reader,
+            mut inference,
+            mut worker,
+            mut requests,
+        } = recurrent_rig("CartPole-v1", 4, |pool, d| {
+            for b in 0..2 {
+                for t in 0..8 {
+                    pool.put(b, Field::States, t, &vec![7.0; 4 * d]).expect("garbage");
+                }
             }
-        }
-        let weights =
-            rlf_shm::SharedWeights::create(model.weights().expect("weights").values.len()).expect("weights");
-        let mut inference = InferenceWorker::new(
-            vec![(Box::new(model), weights)],
-            vec![TrajectoryPool::open(&pool.handle()).expect("mapped")],
-        );
-        let mut worker =
-            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
-        worker.start().expect("reset");
-        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        });
+        assert_eq!(d, 6, "an actor and a critic GRU of 3 units");
         let (mut state, mut expected) = (vec![0.0; 4 * d], vec![0.0; 4 * d]);
         let mut flags = [vec![0.0; 4], vec![0.0; 4]];
         let (mut resets, mut slots) = (0, 0);
