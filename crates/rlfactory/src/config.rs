@@ -1030,6 +1030,7 @@ pub fn shipped_config(env: &str, algo: Algo) -> Option<&'static str> {
         "treasurehunt" => Some(include_str!("../configs/treasurehunt.toml")),
         "minatar_breakout" => Some(include_str!("../configs/minatar_breakout.toml")),
         atari if atari.starts_with("atari_") => Some(include_str!("../configs/atari.toml")),
+        doom if doom.starts_with("doom_") => Some(include_str!("../configs/doom.toml")),
         _ => None,
     }
 }
