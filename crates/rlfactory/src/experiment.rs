@@ -180,9 +180,14 @@ pub fn policy_state_file(policy: usize) -> String {
     format!("policy_{policy}_cfg.json")
 }
 
-/// Policy `policy`'s PBT state saved in the experiment folder `dir`, if there is one.
-pub fn read_policy_state(dir: &Path, policy: usize) -> Result<Option<PolicyState>> {
-    let path = dir.join(policy_state_file(policy));
+/// The file holding policy `policy`'s self-play record (ratings and games) in an experiment folder.
+pub fn self_play_file(policy: usize) -> String {
+    format!("self_play_{policy}.json")
+}
+
+/// The JSON file `name` of the experiment folder `dir` as a `T` (`what` it is, for the error), if there is one.
+pub fn read_json<T: serde::de::DeserializeOwned>(dir: &Path, name: &str, what: &str) -> Result<Option<T>> {
+    let path = dir.join(name);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -194,9 +199,18 @@ pub fn read_policy_state(dir: &Path, policy: usize) -> Result<Option<PolicyState
             })
         }
     };
-    let state: PolicyState = serde_json::from_str(&text)
-        .map_err(|e| RlfError::Config(format!("{}: not a PBT policy state: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| RlfError::Config(format!("{}: not {what}: {e}", path.display())))
+}
+
+/// Policy `policy`'s PBT state saved in the experiment folder `dir`, if there is one.
+pub fn read_policy_state(dir: &Path, policy: usize) -> Result<Option<PolicyState>> {
+    let Some(state) = read_json::<PolicyState>(dir, &policy_state_file(policy), "a PBT policy state")? else {
+        return Ok(None);
+    };
     if state.policy != policy {
+        let path = dir.join(policy_state_file(policy));
         return Err(RlfError::Config(format!(
             "{}: the state of policy {}, not {policy}",
             path.display(),
@@ -345,12 +359,17 @@ impl ExperimentRun {
         self.exp.dir()
     }
 
+    /// Writes `value` to the folder's file `name` as JSON, atomically (`what` it is, for the error).
+    pub fn write_json<T: Serialize>(&self, name: &str, value: &T, what: &str) -> Result<()> {
+        let text = serde_json::to_vec_pretty(value)
+            .map_err(|e| RlfError::Config(format!("cannot serialise {what}: {e}")))?;
+        self.exp.write_file(name, &text)?;
+        Ok(())
+    }
+
     /// Writes policy `state.policy`'s PBT state to `policy_<i>_cfg.json`, atomically.
     pub fn write_policy_state(&self, state: &PolicyState) -> Result<()> {
-        let text = serde_json::to_vec_pretty(state)
-            .map_err(|e| RlfError::Config(format!("cannot serialise the PBT state: {e}")))?;
-        self.exp.write_file(&policy_state_file(state.policy), &text)?;
-        Ok(())
+        self.write_json(&policy_state_file(state.policy), state, "the PBT state")
     }
 
     /// Redraws each policy's learning curve PNG and, with several policies, the one with a

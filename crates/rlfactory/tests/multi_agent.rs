@@ -190,9 +190,11 @@ fn win_rate(stdout: &str) -> f64 {
 fn a_resumed_self_play_run_keeps_its_opponent_pool() {
     let dir = temp_dir("c4-resume");
     let train_dir = format!("--train_dir={}", dir.path().display());
-    // Each run's pool, (slot, number, policy version) by snapshot, and its log.
+    // Each run's pool, (slot, number, policy version) by snapshot, its snapshots' games by number, its latest
+    // weights' games against the pool, and its log.
     type Pool = Vec<(u64, u64, u64)>;
-    let pools: Vec<(Pool, String)> = [70_000, 110_000]
+    type Games = Vec<(u64, u64)>;
+    let pools: Vec<(Pool, Games, u64, String)> = [70_000, 110_000]
         .into_iter()
         .enumerate()
         .map(|(i, frames)| {
@@ -212,24 +214,45 @@ fn a_resumed_self_play_run_keeps_its_opponent_pool() {
             ]);
             assert!(output.status.success(), "{}", text(&output.stderr));
             let s = common::summary(&out);
-            let pool = s["policies"][0]["self_play"]["pool"]
-                .as_array()
-                .expect("the pool")
+            let sp = &s["policies"][0]["self_play"];
+            let snapshots = sp["pool"].as_array().expect("the pool");
+            let n = |p: &serde_json::Value, k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
+            let pool = snapshots
                 .iter()
-                .map(|p| {
-                    let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
-                    (n("slot"), n("number"), n("policy_version"))
-                })
+                .map(|p| (n(p, "slot"), n(p, "number"), n(p, "policy_version")))
                 .collect();
-            (pool, text(&output.stderr))
+            let games = snapshots
+                .iter()
+                .map(|p| (n(p, "number"), n(p, "games")))
+                .collect();
+            (pool, games, n(sp, "games"), text(&output.stderr))
         })
         .collect();
-    let ((first, _), (second, log)) = (&pools[0], &pools[1]);
+    let ((first, first_games, first_total, _), (second, second_games, second_total, log)) =
+        (&pools[0], &pools[1]);
     assert_eq!(first.len(), 3, "a full pool of 3 after 70K moves: {first:?}");
     assert!(
         log.contains("self-play: policy 0 continues with the snapshots of its pool"),
         "{log}"
     );
+    // The Elo record goes on: the latest weights' games and each kept snapshot's count on from the saved ones.
+    assert!(dir.path().join("c4/self_play_0.json").is_file());
+    assert!(
+        log.contains("self-play: policy 0 continues its Elo ratings from self_play_0.json"),
+        "{log}"
+    );
+    assert!(
+        second_total > first_total,
+        "games against the pool: {first_total} saved, {second_total} after the resume"
+    );
+    for (number, games) in second_games {
+        if let Some((_, saved)) = first_games.iter().find(|(n, _)| n == number) {
+            assert!(
+                games >= saved,
+                "snapshot {number}: {saved} games saved, {games} after the resume"
+            );
+        }
+    }
     let last_first = first.iter().map(|p| p.1).max().expect("snapshots");
     let kept: Vec<_> = second.iter().filter(|p| p.1 <= last_first).collect();
     for snapshot in &kept {

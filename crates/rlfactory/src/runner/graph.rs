@@ -14,6 +14,7 @@ use super::counters::CounterLayout;
 use super::mpi::LearnerSync;
 use super::plane::{DataPlane, RankPart};
 use super::stats::Runner;
+use super::summary::SelfPlaySummary;
 use crate::config::Config;
 use crate::env::EnvRegistry;
 use crate::env_group::EnvGroup;
@@ -51,6 +52,30 @@ fn pbt_population(cfg: &Config, experiment: Option<&ExperimentRun>) -> Result<Op
         &saved,
         cfg.env.seed,
     )))
+}
+
+/// Continues each policy's self-play record (Elo ratings and games) from its `self_play_<i>.json`, if the resumed
+/// run saved one, and logs it.
+fn resume_self_play(stats: &mut Runner, exp: &ExperimentRun, num_policies: usize) -> Result<(), BuildError> {
+    let user = |e: crate::RlfError| BuildError::User(e.to_string());
+    for p in 0..num_policies {
+        let name = crate::experiment::self_play_file(p);
+        let Some(saved) =
+            crate::experiment::read_json::<SelfPlaySummary>(exp.dir(), &name, "a self-play record")
+                .map_err(user)?
+        else {
+            continue;
+        };
+        exp.log(&format!(
+            "self-play: policy {p} continues its Elo ratings from {name} (latest weights {:.0} after {} games, {} snapshots rated)",
+            saved.elo,
+            saved.games,
+            saved.pool.len()
+        ))
+        .map_err(user)?;
+        stats.resume_self_play(p, saved);
+    }
+    Ok(())
 }
 
 /// Everything the components are built from.
@@ -452,6 +477,9 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     stats.track_agents(&agent_names);
     if let Some((frames, episodes, version)) = resumed {
         stats.resume_from(frames, episodes, version);
+        if let (true, Some(exp)) = (cfg.sampling.self_play, &experiment) {
+            resume_self_play(&mut stats, exp, cfg.sampling.num_policies)?;
+        }
     }
     let report_interval =
         (cfg.run.report_interval_sec > 0.0).then(|| Duration::from_secs_f64(cfg.run.report_interval_sec));

@@ -121,6 +121,9 @@ struct SelfPlayStats {
     games: u64,
     /// By built-in opponent (`--self_play_builtin_opponents`, in order).
     builtin: Vec<BuiltinRecord>,
+    /// A resumed run's saved snapshots not yet put back into the pool: each takes its saved rating and games
+    /// back when its learner announces it again.
+    saved: Vec<SnapshotSummary>,
 }
 
 impl SelfPlayStats {
@@ -138,7 +141,22 @@ impl SelfPlayStats {
                     games: 0,
                 })
                 .collect(),
+            saved: Vec::new(),
         }
+    }
+
+    /// Continues a resumed run's record: the latest weights' rating and games, the games against each built-in
+    /// opponent still played, and the saved snapshots' ratings for when they are put back (the win-rate
+    /// windows start empty).
+    fn resume(&mut self, saved: SelfPlaySummary) {
+        self.rating = saved.elo;
+        self.games = saved.games;
+        for record in &mut self.builtin {
+            if let Some(b) = saved.builtin.iter().find(|b| b.name == record.name) {
+                record.games = b.games;
+            }
+        }
+        self.saved = saved.pool;
     }
 
     /// A game of the latest weights against built-in opponent `b` (no rating: a fixed player).
@@ -149,13 +167,20 @@ impl SelfPlayStats {
         }
     }
 
+    /// A snapshot put into `taken.slot`: rated as the latest weights are now, or as it was saved if it is a
+    /// resumed run's snapshot put back (the same number and policy version).
     fn on_snapshot_taken(&mut self, taken: &SnapshotTaken) {
+        let saved = self
+            .saved
+            .iter()
+            .position(|s| (s.number, s.policy_version) == (taken.number, taken.version))
+            .map(|i| self.saved.swap_remove(i));
         if let Some(slot) = self.pool.get_mut(taken.slot) {
             *slot = Some(Snapshot {
                 number: taken.number,
                 version: taken.version,
-                rating: self.rating,
-                games: 0,
+                rating: saved.as_ref().map_or(self.rating, |s| s.elo),
+                games: saved.as_ref().map_or(0, |s| s.games),
             });
         }
     }
@@ -473,6 +498,23 @@ impl Runner {
         Some(SnapshotRequest {
             number: schedule.number,
         })
+    }
+
+    /// Continues policy `policy`'s self-play record from a resumed run's `self_play_<i>.json` (nothing without
+    /// `--self_play`).
+    pub fn resume_self_play(&mut self, policy: usize, saved: SelfPlaySummary) {
+        if let Some(sp) = self.policies.get_mut(policy).and_then(|p| p.self_play.as_mut()) {
+            sp.resume(saved);
+        }
+    }
+
+    /// Each policy's self-play record, by policy (with `--self_play`), as `self_play_<i>.json` keeps it.
+    pub fn self_play_records(&self) -> Vec<(usize, SelfPlaySummary)> {
+        self.policies
+            .iter()
+            .enumerate()
+            .filter_map(|(p, stats)| Some((p, stats.self_play.as_ref()?.summary())))
+            .collect()
     }
 
     /// Slot of `snapshot_taken` (also for each snapshot a resumed learner put back into its pool: the numbering
@@ -912,6 +954,82 @@ mod tests {
             r.summary().policies[0].self_play.as_ref().map(|s| s.games),
             Some(4)
         );
+    }
+
+    #[test]
+    fn a_resumed_run_continues_the_elo_ratings_of_the_snapshots_it_puts_back() {
+        let args = [
+            "--env=connect_four",
+            "--self_play",
+            "--opponent_pool_size=2",
+            "--self_play_builtin_opponents=heuristic",
+            "--self_play_builtin_prob=0.5",
+        ];
+        let taken = |slot, number, version| SnapshotTaken {
+            policy: 0,
+            slot,
+            number,
+            version,
+        };
+        let games = |played: &[(usize, f64)]| {
+            let mut report = rollout(100, &[]);
+            report.games = played
+                .iter()
+                .map(|&(network, score)| SelfPlayGame {
+                    policy: 0,
+                    network,
+                    score,
+                })
+                .collect();
+            report
+        };
+        let mut first = runner(&args);
+        first.on_snapshot_taken(&taken(0, 1, 0));
+        first.on_snapshot_taken(&taken(1, 2, 30));
+        // Networks 1 and 2 are the pool's slots, network 3 the heuristic.
+        first.on_rollout_reported(&games(&[(1, 1.0), (1, 1.0), (2, 0.0), (3, 1.0)]));
+        let records = first.self_play_records();
+        assert_eq!(records.len(), 1);
+        let (policy, saved) = records[0].clone();
+        assert_eq!((policy, saved.games, saved.pool.len()), (0, 3, 2));
+        // Through the file's JSON, as a resumed run reads it.
+        let saved: SelfPlaySummary =
+            serde_json::from_str(&serde_json::to_string(&saved).expect("serialised")).expect("read back");
+
+        let mut resumed = runner(&args);
+        resumed.resume_self_play(0, saved.clone());
+        // Snapshot 1 is put back as it was saved; slot 1 holds a snapshot the save did not have (number 2 with
+        // another version is another snapshot).
+        resumed.on_snapshot_taken(&taken(0, 1, 0));
+        resumed.on_snapshot_taken(&taken(1, 2, 31));
+        let now = resumed.summary().policies[0]
+            .self_play
+            .clone()
+            .expect("self-play stats");
+        assert_eq!(
+            (now.elo, now.games),
+            (saved.elo, 3),
+            "the latest weights' rating goes on"
+        );
+        assert_eq!(now.builtin[0].games, 1, "and the games against the heuristic");
+        assert_eq!(now.win_rate_vs_pool, None, "the window starts empty");
+        let rating = |sp: &SelfPlaySummary, number: u64| {
+            let s = sp.pool.iter().find(|s| s.number == number).expect("in the pool");
+            (s.elo, s.games)
+        };
+        assert_eq!(rating(&now, 1), rating(&saved, 1));
+        assert_ne!(rating(&saved, 1).0, ELO_START, "snapshot 1 had moved");
+        assert_eq!(
+            rating(&now, 2),
+            (saved.elo, 0),
+            "a new snapshot starts at the latest rating"
+        );
+        // A game goes on from the restored ratings.
+        resumed.on_rollout_reported(&games(&[(1, 0.0)]));
+        let after = resumed.summary().policies[0].self_play.clone().expect("stats");
+        let expected = ELO_K * elo_expected(saved.elo, rating(&saved, 1).0);
+        assert!((after.elo - (saved.elo - expected)).abs() < 1e-9, "{after:?}");
+        assert_eq!((after.games, rating(&after, 1).1), (4, 3));
     }
 
     #[test]

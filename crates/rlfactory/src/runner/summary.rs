@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -52,8 +52,8 @@ pub struct AgentSummary {
     pub episodes: u64,
 }
 
-/// A policy's self-play record.
-#[derive(Debug, Clone, Serialize)]
+/// A policy's self-play record (also what `self_play_<i>.json` keeps across a resume).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SelfPlaySummary {
     /// Episodes its latest weights played against snapshots.
     pub games: u64,
@@ -68,7 +68,7 @@ pub struct SelfPlaySummary {
 }
 
 /// A policy's games against a built-in opponent in self-play.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BuiltinSummary {
     /// The player's name (`heuristic`).
     pub name: String,
@@ -79,7 +79,7 @@ pub struct BuiltinSummary {
 }
 
 /// A snapshot in a self-play pool.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotSummary {
     /// Its slot in the pool.
     pub slot: usize,

@@ -107,6 +107,24 @@ impl RunnerNode {
         pbt.states().iter().try_for_each(|s| exp.write_policy_state(s))
     }
 
+    /// Every policy's self-play record (Elo ratings, games) into its `self_play_<i>.json`, which a resumed run
+    /// continues.
+    fn write_self_play_records(&self) -> Result<()> {
+        let Some(exp) = &self.experiment else {
+            return Ok(());
+        };
+        self.runner
+            .self_play_records()
+            .iter()
+            .try_for_each(|(p, record)| {
+                exp.write_json(
+                    &crate::experiment::self_play_file(*p),
+                    record,
+                    "the self-play record",
+                )
+            })
+    }
+
     /// The PBT updates due after a rollout report: each logged, written to its policy's
     /// TensorBoard folder and `policy_<i>_cfg.json`, and sent to the learners.
     fn pbt_step(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<()> {
@@ -260,8 +278,9 @@ impl RunnerNode {
     /// Every `--save_every_sec`: asks the learner for a checkpoint and redraws the learning curve.
     fn request_checkpoint(&mut self, ctx: &mut Ctx<'_, Self>) {
         let request = self.runner.checkpoint_request();
-        let done = self.write_pbt_states();
-        let done = done
+        let done = self
+            .write_pbt_states()
+            .and_then(|()| self.write_self_play_records())
             .and_then(|()| sent(ctx.emit(&self.signals.checkpoint_requested, &request)))
             .and_then(|()| match &self.experiment {
                 Some(exp) => exp.plot(),
@@ -274,6 +293,7 @@ impl RunnerNode {
     fn finish(&mut self, summary: &Summary) -> Result<()> {
         self.write_due_scalars(true)?;
         self.write_pbt_states()?;
+        self.write_self_play_records()?;
         let Some(exp) = &mut self.experiment else {
             return Ok(());
         };
