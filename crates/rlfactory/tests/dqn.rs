@@ -7,7 +7,9 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{child_of_loop, eval_mean_return, expect_failed_run, run, spawn, summary, temp_dir, text};
+use common::{
+    child_of_loop, eval_mean_return, expect_failed_run, run, spawn, summary, temp_dir, text, win_rate,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
 
@@ -320,6 +322,53 @@ fn a_killed_dqn_actor_is_replaced_and_its_learner_keeps_training() {
         steps > 0.9 * due && steps <= due + 16.0 + 10.0,
         "{steps} SGD steps for {frames} frames\n{s}"
     );
+}
+
+/// Connect Four's board and mask are bytes: the replay buffer packs them four to a word (91 values in 23 words,
+/// rows of 196 B instead of 740), the learner unpacks what it samples, and the greedy Q-network trained on them for
+/// 20K moves (both players, masked columns, 150 SGD steps) beats the uniformly random player in at least 70% of 200
+/// games. Serial mode, deterministic: 79% (1-2 s).
+#[test]
+fn dqn_on_connect_four_packs_the_board_as_bytes_and_learns() {
+    let dir = temp_dir("dqn-connect-four");
+    let train_dir = format!("--train_dir={}", dir.path().display());
+    let out = dir.path().join("summary.json");
+    let output = run(&[
+        "train",
+        "--env=connect_four",
+        "--algo=dqn",
+        "--seed=1",
+        "--serial_mode",
+        "--experiment=c4",
+        &train_dir,
+        &format!("--summary_json={}", out.display()),
+        "--train_for_env_steps=20000",
+        "--report_interval_sec=0",
+    ]);
+    let log = text(&output.stderr);
+    assert!(output.status.success(), "{log}");
+    assert!(
+        log.contains(
+            "replay buffer of policy 0: 100000 rows of 196 B (2 observations of 91 values in 23 words"
+        ),
+        "{log}"
+    );
+    let s = summary(&out);
+    assert!(s["policy_version"].as_u64() >= Some(100), "{s}");
+    let output = run(&[
+        "eval",
+        "--env=connect_four",
+        "--experiment=c4",
+        &train_dir,
+        "--opponent=random",
+        "--max_num_episodes=200",
+        "--eval_deterministic",
+        "--seed=7",
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    let rate = win_rate(&stdout);
+    assert!(rate >= 0.7, "win rate {rate} against the random player");
 }
 
 fn run_eval(train_dir: &std::path::Path) -> std::process::Output {

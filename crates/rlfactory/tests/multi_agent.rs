@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{run, temp_dir, text, train_summary};
+use common::{run, temp_dir, text, train_summary, win_rate};
 
 /// Mean return per agent and episode of uniformly random actions on treasurehunt (default config:
 /// 5 agents, 50 turns), over 200 agent episodes.
@@ -174,15 +174,6 @@ fn a_bad_agent_policy_map_is_a_clear_error() {
     }
 }
 
-/// The win rate in `eval --opponent` output (`... (win rate 0.905)`).
-fn win_rate(stdout: &str) -> f64 {
-    stdout
-        .split("win rate ")
-        .nth(1)
-        .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
-        .unwrap_or_else(|| panic!("no win rate in {stdout}"))
-}
-
 /// The opponent pool outlives a stop: a resumed self-play run puts the saved snapshots back into their slots (the
 /// log says so), keeps every one it has not replaced since (same number, same policy version), and numbers its new
 /// snapshots after them.
@@ -275,17 +266,16 @@ fn a_resumed_self_play_run_keeps_its_opponent_pool() {
 /// Connect Four self-play from scratch with an opponent pool (`--self_play`: a snapshot of the
 /// initial weights, then one every 250K moves, the last 8 kept; each game one side plays the latest
 /// weights and the other too or, half the time, a snapshot whose moves are not trained on;
-/// illegal columns masked: a single illegal move would stop the run) wins at least 85% of 200
-/// games against the uniformly random player, colours alternating, after 2M moves with the
-/// shipped config (learning rate annealed to 0 over them). Measured on seeds 1-4: 92.5%, 94%,
-/// 94.5%, 92.5% (release runs; a constant rate gave 72-93% after 2M), but 85.5% after 3M on
-/// seed 1, so the 90% is not asserted: it is not reached reliably enough yet. The latest
-/// weights beat their own pool (0.61 on seed 1, release build; with snapshots every 100K moves
-/// and a constant rate 0.81-0.91 on an idle machine, 0.57 while other tests ran) and the oldest
-/// snapshot's Elo is far below theirs (282 points), so snapshots really play; `eval` pits the
+/// illegal columns masked: a single illegal move would stop the run) wins at least 90% of 200
+/// games against the uniformly random player (the test), colours alternating, after 2M
+/// moves with the shipped config (learning rate annealed to 0 over them). In `--serial_mode` the
+/// run is the same every time (seed 1: 94.0% twice, the same first dataset; seeds 2-5 in
+/// BENCHMARKS.md), so the threshold cannot flake with the machine's load as the parallel runs'
+/// 85.5-97% could. The latest weights beat their own pool (0.71 on seed 1) and the oldest
+/// snapshot's Elo is far below theirs (560 points), so snapshots really play; `eval` pits the
 /// trained policy against an early checkpoint of another run.
 #[test]
-fn connect_four_self_play_beats_the_random_player() {
+fn connect_four_self_play_beats_the_random_player_nine_times_in_ten() {
     let dir = temp_dir("connect-four");
     let train_dir = format!("--train_dir={}", dir.path().display());
     let out = dir.path().join("summary.json");
@@ -299,6 +289,7 @@ fn connect_four_self_play_beats_the_random_player() {
         "--self_play",
         "--snapshot_every_env_steps=250000",
         "--train_for_env_steps=2000000",
+        "--serial_mode",
         "--report_interval_sec=0",
     ]);
     assert!(output.status.success(), "{}", text(&output.stderr));
@@ -339,7 +330,7 @@ fn connect_four_self_play_beats_the_random_player() {
     assert!(output.status.success(), "{}{}", stdout, text(&output.stderr));
     eprintln!("{stdout}");
     let rate = win_rate(&stdout);
-    assert!(rate >= 0.85, "win rate {rate} against the random player");
+    assert!(rate >= 0.9, "win rate {rate} against the random player");
     // Against an early checkpoint (20K moves) of another run, both sampling their moves (measured
     // 0.77 on 100 games).
     let output = run(&[

@@ -201,10 +201,9 @@ mod tests {
     use crate::config::{Config, DeviceKind};
     use crate::learning::replay::TransitionLayout;
 
-    const LAYOUT: TransitionLayout = TransitionLayout {
-        obs_dim: 2,
-        action_dim: 1,
-    };
+    fn layout() -> TransitionLayout {
+        TransitionLayout::floats(2, 1)
+    }
 
     fn learner(overrides: &[&str]) -> Dqn {
         tch::manual_seed(0);
@@ -236,13 +235,13 @@ mod tests {
             "--encoder_mlp_layers=32",
         ]);
         let (a, b) = ([1.0, 0.0], [0.0, 1.0]);
-        let mut rows = vec![0.0; 4 * LAYOUT.row_words()];
-        let w = LAYOUT.row_words();
-        LAYOUT.write(&mut rows[..w], &a, &[1.0], 0.0, 0.9, &b);
-        LAYOUT.write(&mut rows[w..2 * w], &a, &[0.0], 0.5, 0.0, &[0.0, 0.0]);
-        LAYOUT.write(&mut rows[2 * w..3 * w], &b, &[0.0], 1.0, 0.0, &[0.0, 0.0]);
-        LAYOUT.write(&mut rows[3 * w..], &b, &[1.0], 0.0, 0.0, &[0.0, 0.0]);
-        let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
+        let mut rows = vec![0.0; 4 * layout().row_words()];
+        let w = layout().row_words();
+        layout().write(&mut rows[..w], &a, &[1.0], 0.0, 0.9, &b);
+        layout().write(&mut rows[w..2 * w], &a, &[0.0], 0.5, 0.0, &[0.0, 0.0]);
+        layout().write(&mut rows[2 * w..3 * w], &b, &[0.0], 1.0, 0.0, &[0.0, 0.0]);
+        layout().write(&mut rows[3 * w..], &b, &[1.0], 0.0, 0.0, &[0.0, 0.0]);
+        let batch = Transitions::from_rows(&rows, &layout(), tch::Device::Cpu).expect("batch");
         for _ in 0..1500 {
             dqn.train(&batch, None).expect("step");
         }
@@ -267,12 +266,12 @@ mod tests {
     /// DQN does both with the target network.
     #[test]
     fn double_q_chooses_with_the_online_network() {
-        let mut rows = vec![0.0; 8 * LAYOUT.row_words()];
-        for (i, row) in rows.chunks_exact_mut(LAYOUT.row_words()).enumerate() {
+        let mut rows = vec![0.0; 8 * layout().row_words()];
+        for (i, row) in rows.chunks_exact_mut(layout().row_words()).enumerate() {
             let s = [i as f32 / 8.0, 1.0 - i as f32 / 8.0];
-            LAYOUT.write(row, &s, &[(i % 2) as f32], 0.25, 0.5, &[s[1], s[0]]);
+            layout().write(row, &s, &[(i % 2) as f32], 0.25, 0.5, &[s[1], s[0]]);
         }
-        let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
+        let batch = Transitions::from_rows(&rows, &layout(), tch::Device::Cpu).expect("batch");
         for double in [true, false] {
             let mut dqn = learner(&[&format!("--double_q={double}"), "--target_update_interval=1000"]);
             // Make the online network differ from the target network.

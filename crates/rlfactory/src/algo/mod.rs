@@ -35,8 +35,14 @@ pub struct Transitions {
 
 impl Transitions {
     /// The batch in `rows` (whole rows of `layout`), on `device`.
-    pub fn from_rows(rows: &[f32], layout: TransitionLayout, device: tch::Device) -> Result<Self> {
+    pub fn from_rows(rows: &[f32], layout: &TransitionLayout, device: tch::Device) -> Result<Self> {
         let w = layout.row_words();
+        if layout.packs() {
+            return Err(RlfError::Protocol {
+                component: "learner",
+                message: "replay rows with packed bytes must be decoded first".into(),
+            });
+        }
         if rows.is_empty() || rows.len() % w != 0 {
             return Err(RlfError::Protocol {
                 component: "learner",
@@ -48,11 +54,11 @@ impl Transitions {
             .f_to_device(device)?;
         let column = |at: usize, len: usize| all.narrow(1, at as i64, len as i64);
         Ok(Self {
-            obs: column(0, layout.obs_dim),
+            obs: column(0, layout.obs_dim()),
             actions: column(layout.action_at(), layout.action_dim),
             returns: column(layout.return_at(), 1).squeeze_dim(1),
             discounts: column(layout.discount_at(), 1).squeeze_dim(1),
-            next_obs: column(layout.next_obs_at(), layout.obs_dim),
+            next_obs: column(layout.next_obs_at(), layout.obs_dim()),
             weights: None,
         })
     }

@@ -255,10 +255,9 @@ mod tests {
     use crate::config::{Config, DeviceKind};
     use crate::learning::replay::TransitionLayout;
 
-    const LAYOUT: TransitionLayout = TransitionLayout {
-        obs_dim: 1,
-        action_dim: 1,
-    };
+    fn layout() -> TransitionLayout {
+        TransitionLayout::floats(1, 1)
+    }
 
     fn learner(overrides: &[&str]) -> Sac {
         tch::manual_seed(0);
@@ -280,14 +279,14 @@ mod tests {
             "--encoder_mlp_layers=32,32",
             "--tau=0.05",
         ]);
-        let w = LAYOUT.row_words();
+        let w = layout().row_words();
         let mut rows = vec![0.0; 256 * w];
         for (i, row) in rows.chunks_exact_mut(w).enumerate() {
             let s = if i % 2 == 0 { -0.5 } else { 0.5 };
             let a = (i as f32 * 0.618_034).fract() * 2.0 - 1.0;
-            LAYOUT.write(row, &[s], &[a], -4.0 * (a - s) * (a - s), 0.0, &[0.0]);
+            layout().write(row, &[s], &[a], -4.0 * (a - s) * (a - s), 0.0, &[0.0]);
         }
-        let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
+        let batch = Transitions::from_rows(&rows, &layout(), tch::Device::Cpu).expect("batch");
         let mut metrics = BTreeMap::new();
         for _ in 0..1500 {
             metrics = sac.train(&batch, None).expect("step");
@@ -315,12 +314,12 @@ mod tests {
     #[test]
     fn state_round_trips_and_an_actor_alone_restores() {
         let mut sac = learner(&["--encoder_mlp_layers=16"]);
-        let w = LAYOUT.row_words();
+        let w = layout().row_words();
         let mut rows = vec![0.0; 8 * w];
         for (i, row) in rows.chunks_exact_mut(w).enumerate() {
-            LAYOUT.write(row, &[i as f32 / 8.0], &[0.5], 1.0, 0.9, &[0.0]);
+            layout().write(row, &[i as f32 / 8.0], &[0.5], 1.0, 0.9, &[0.0]);
         }
-        let batch = Transitions::from_rows(&rows, LAYOUT, tch::Device::Cpu).expect("batch");
+        let batch = Transitions::from_rows(&rows, &layout(), tch::Device::Cpu).expect("batch");
         for _ in 0..5 {
             sac.train(&batch, None).expect("step");
         }

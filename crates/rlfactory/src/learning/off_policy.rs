@@ -57,6 +57,8 @@ pub struct OffPolicyLearner {
     rng: Pcg64Mcg,
     indices: Vec<u64>,
     rows: Vec<f32>,
+    /// The sampled rows with their byte-valued observation parts unpacked (when the layout packs any).
+    decoded: Vec<f32>,
     /// `--replay_ratio`, for [`train_due`](Self::train_due).
     replay_ratio: f64,
     /// SGD steps this process took (a resumed version does not count).
@@ -108,7 +110,6 @@ impl OffPolicyLearner {
             policy,
             weights,
             replay,
-            layout,
             batch_size: batch_size.max(1),
             learning_starts,
             publish_interval: publish_interval.max(1),
@@ -118,6 +119,8 @@ impl OffPolicyLearner {
             prioritized: None,
             indices: Vec::new(),
             rows: vec![0.0; batch_size.max(1) * layout.row_words()],
+            decoded: Vec::new(),
+            layout,
         })
     }
 
@@ -224,7 +227,12 @@ impl OffPolicyLearner {
             if !drawn {
                 break;
             }
-            let batch = Transitions::from_rows(&self.rows, self.layout, self.algo.device())?;
+            let batch = if self.layout.packs() {
+                let floats = self.layout.decode(&self.rows, &mut self.decoded);
+                Transitions::from_rows(&self.decoded, &floats, self.algo.device())?
+            } else {
+                Transitions::from_rows(&self.rows, &self.layout, self.algo.device())?
+            };
             metrics = match &mut self.prioritized {
                 Some(p) => {
                     let batch = batch.weighted(&p.weights)?;

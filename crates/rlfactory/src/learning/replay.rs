@@ -14,29 +14,59 @@
 
 use std::collections::VecDeque;
 
-/// Where each part of a transition lies in a row of `f32` words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use crate::sampling::ObsLayout;
+
+/// Where each part of a transition lies in a row of `f32` words. An observation's byte-valued parts (images, boards,
+/// masks: its [`ObsLayout`]) are packed four to a word, as the trajectory slots keep them as bytes; the learner
+/// unpacks its sampled rows ([`decode`](Self::decode)).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransitionLayout {
-    /// Values per observation.
-    pub obs_dim: usize,
+    /// Which observation values are bytes.
+    obs: ObsLayout,
+    /// Words per packed observation.
+    obs_words: usize,
     /// Values per raw action.
     pub action_dim: usize,
 }
 
 impl TransitionLayout {
+    /// Rows for observations laid out as `obs` and actions of `action_dim` values.
+    pub fn new(obs: ObsLayout, action_dim: usize) -> Self {
+        Self {
+            obs_words: obs.packed_words(),
+            obs,
+            action_dim,
+        }
+    }
+
+    /// Rows whose observations are `obs_dim` floats.
+    pub fn floats(obs_dim: usize, action_dim: usize) -> Self {
+        Self::new(ObsLayout::floats(obs_dim), action_dim)
+    }
+
+    /// Values per observation.
+    pub fn obs_dim(&self) -> usize {
+        self.obs.dim()
+    }
+
+    /// Words per observation in a row.
+    pub fn obs_words(&self) -> usize {
+        self.obs_words
+    }
+
     /// Words per row: `obs`, `action`, `return`, `discount`, `next_obs`.
     pub fn row_words(&self) -> usize {
-        2 * self.obs_dim + self.action_dim + 2
+        2 * self.obs_words + self.action_dim + 2
     }
 
     /// Offset of the action.
     pub fn action_at(&self) -> usize {
-        self.obs_dim
+        self.obs_words
     }
 
     /// Offset of the n-step return.
     pub fn return_at(&self) -> usize {
-        self.obs_dim + self.action_dim
+        self.obs_words + self.action_dim
     }
 
     /// Offset of the discount.
@@ -49,7 +79,17 @@ impl TransitionLayout {
         self.discount_at() + 1
     }
 
-    /// Writes a transition into `row`.
+    /// Whether some observation values are packed as bytes (rows must be decoded before use).
+    pub fn packs(&self) -> bool {
+        self.obs_words != self.obs.dim()
+    }
+
+    /// The observation `values` packed into `words` (`obs_words` of them).
+    pub fn pack_obs(&self, values: &[f32], words: &mut [f32]) {
+        self.obs.pack(values, words);
+    }
+
+    /// Writes a transition into `row`, its observations already packed.
     pub fn write(
         &self,
         row: &mut [f32],
@@ -59,11 +99,25 @@ impl TransitionLayout {
         discount: f32,
         next_obs: &[f32],
     ) {
-        row[..self.obs_dim].copy_from_slice(obs);
+        row[..self.obs_words].copy_from_slice(obs);
         row[self.action_at()..self.return_at()].copy_from_slice(action);
         row[self.return_at()] = ret;
         row[self.discount_at()] = discount;
         row[self.next_obs_at()..].copy_from_slice(next_obs);
+    }
+
+    /// The rows of floats of `rows` (whole rows of this layout), into `out`; returns their layout.
+    pub fn decode(&self, rows: &[f32], out: &mut Vec<f32>) -> TransitionLayout {
+        let floats = Self::floats(self.obs_dim(), self.action_dim);
+        let (w, fw, d) = (self.row_words(), floats.row_words(), self.obs_dim());
+        out.resize(rows.len() / w * fw, 0.0);
+        for (row, to) in rows.chunks_exact(w).zip(out.chunks_exact_mut(fw)) {
+            self.obs.unpack(&row[..self.obs_words], &mut to[..d]);
+            to[d..d + self.action_dim + 2].copy_from_slice(&row[self.action_at()..self.next_obs_at()]);
+            self.obs
+                .unpack(&row[self.next_obs_at()..], &mut to[floats.next_obs_at()..]);
+        }
+        floats
     }
 }
 
@@ -84,28 +138,33 @@ pub struct NStepAdder {
     gamma: f64,
     pending: VecDeque<Pending>,
     zeros: Vec<f32>,
+    /// A bootstrap observation, packed.
+    next: Vec<f32>,
 }
 
 impl NStepAdder {
     /// An adder of `n`-step transitions (`n ≥ 1`) discounted by `gamma`.
     pub fn new(layout: TransitionLayout, n: usize, gamma: f64) -> Self {
         Self {
-            layout,
             n: n.max(1),
             gamma,
             pending: VecDeque::with_capacity(n + 1),
-            zeros: vec![0.0; layout.obs_dim],
+            zeros: vec![0.0; layout.obs_words()],
+            next: vec![0.0; layout.obs_words()],
+            layout,
         }
     }
 
     /// The agent acts: `action` from `obs`. The oldest window, full now, goes to `out` as a row, bootstrapping from
     /// `obs`.
     pub fn act(&mut self, obs: &[f32], action: &[f32], out: &mut Vec<f32>) {
+        let mut packed = vec![0.0; self.layout.obs_words()];
+        self.layout.pack_obs(obs, &mut packed);
         if self.pending.len() == self.n {
-            self.emit(obs, false, out);
+            self.emit(&packed, false, out);
         }
         self.pending.push_back(Pending {
-            obs: obs.to_vec(),
+            obs: packed,
             action: action.to_vec(),
             reward: 0.0,
         });
@@ -130,15 +189,19 @@ impl NStepAdder {
                 self.zeros = zeros;
             }
             (false, Some(last)) => {
+                let mut next = std::mem::take(&mut self.next);
+                self.layout.pack_obs(last, &mut next);
                 while !self.pending.is_empty() {
-                    self.emit(last, false, out);
+                    self.emit(&next, false, out);
                 }
+                self.next = next;
             }
             (false, None) => self.pending.clear(),
         }
     }
 
-    /// Appends the row of the oldest window (all pending steps), bootstrapping from `next_obs` unless `terminal`.
+    /// Appends the row of the oldest window (all pending steps), bootstrapping from `next_obs` (packed) unless
+    /// `terminal`.
     fn emit(&mut self, next_obs: &[f32], terminal: bool, out: &mut Vec<f32>) {
         let (mut ret, mut scale) = (0.0, 1.0);
         for p in &self.pending {
@@ -166,14 +229,13 @@ impl NStepAdder {
 mod tests {
     use super::*;
 
-    const LAYOUT: TransitionLayout = TransitionLayout {
-        obs_dim: 1,
-        action_dim: 1,
-    };
+    fn layout() -> TransitionLayout {
+        TransitionLayout::floats(1, 1)
+    }
 
     /// Rows as `(obs, action, return, discount, next_obs)`.
     fn rows(out: &[f32]) -> Vec<(f32, f32, f32, f32, f32)> {
-        out.chunks_exact(LAYOUT.row_words())
+        out.chunks_exact(layout().row_words())
             .map(|r| (r[0], r[1], r[2], r[3], r[4]))
             .collect()
     }
@@ -186,11 +248,52 @@ mod tests {
             })
     }
 
+    /// With byte-valued observations (a board of 9 cells and a float) the rows are packed: 3 words per observation
+    /// instead of 10, and decoded they are the rows an all-float layout makes of the same steps, bootstraps and
+    /// terminal zeros included.
+    #[test]
+    fn byte_observations_are_packed_in_rows_and_decode_to_the_float_rows() {
+        use crate::sampling::ObsLayout;
+        let space = rlf_env::Space::Tuple(vec![
+            rlf_env::Space::MultiDiscrete(vec![3; 9]),
+            rlf_env::Space::Box(rlf_env::BoxSpace::uniform(-1.0, 1.0, vec![1]).expect("box")),
+        ]);
+        let packed = TransitionLayout::new(ObsLayout::of(&space), 1);
+        let floats = TransitionLayout::floats(10, 1);
+        assert!(packed.packs() && !floats.packs());
+        assert_eq!(
+            (packed.obs_words(), packed.row_words(), floats.row_words()),
+            (4, 11, 23)
+        );
+        let obs = |t: usize| -> Vec<f32> {
+            let mut o: Vec<f32> = (0..9).map(|i| ((i + t) % 3) as f32).collect();
+            o.push(-0.5 + 0.1 * t as f32);
+            o
+        };
+        let feed = |layout: TransitionLayout| {
+            let mut adder = NStepAdder::new(layout, 2, 0.9);
+            let mut out = Vec::new();
+            for episode in 0..2 {
+                for t in 0..4 {
+                    adder.act(&obs(t + episode), &[t as f32], &mut out);
+                    adder.reward(1.0);
+                }
+                adder.end_episode(episode == 0, Some(&obs(9)), &mut out);
+            }
+            out
+        };
+        let (rows, reference) = (feed(packed.clone()), feed(floats.clone()));
+        assert_eq!(rows.len() / packed.row_words(), 8);
+        let mut decoded = Vec::new();
+        assert_eq!(packed.decode(&rows, &mut decoded), floats);
+        assert_eq!(decoded, reference);
+    }
+
     /// A 5-step episode ending in a terminal state, 3-step windows, γ = 0.5: each row matches the hand-computed
     /// return; the last windows shrink and do not bootstrap.
     #[test]
     fn windows_fill_then_shrink_at_a_terminal_state() {
-        let mut adder = NStepAdder::new(LAYOUT, 3, 0.5);
+        let mut adder = NStepAdder::new(layout(), 3, 0.5);
         let mut out = Vec::new();
         for t in 0..5 {
             adder.act(&[t as f32], &[10.0 + t as f32], &mut out);
@@ -211,7 +314,7 @@ mod tests {
     /// length; the next episode starts empty.
     #[test]
     fn a_truncation_bootstraps_from_the_final_observation() {
-        let mut adder = NStepAdder::new(LAYOUT, 2, 0.9);
+        let mut adder = NStepAdder::new(layout(), 2, 0.9);
         let mut out = Vec::new();
         for t in 0..3 {
             adder.act(&[t as f32], &[0.0], &mut out);
@@ -233,7 +336,7 @@ mod tests {
     /// observation (not the one in between) is the bootstrap.
     #[test]
     fn rewards_between_turns_fold_into_the_agents_last_step() {
-        let mut adder = NStepAdder::new(LAYOUT, 1, 0.99);
+        let mut adder = NStepAdder::new(layout(), 1, 0.99);
         let mut out = Vec::new();
         adder.act(&[0.0], &[3.0], &mut out);
         adder.reward(0.0);

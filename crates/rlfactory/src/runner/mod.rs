@@ -120,7 +120,7 @@ fn run_part(
         (None, None)
     };
     let regions = create_plane(cfg, registry, part)?;
-    if let Some(line) = regions.memory_line() {
+    for line in regions.memory_lines() {
         match &experiment {
             Some(e) => e.log(&line)?,
             None => eprintln!("[rlfactory] {line}"),

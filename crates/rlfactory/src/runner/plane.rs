@@ -16,6 +16,7 @@ use crate::error::Result;
 use crate::learning::replay::TransitionLayout;
 use crate::model::{ActorCritic, Policy, QNetwork, SacActor};
 use crate::sampling::{ObsLayout, ReplayWriter, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
+use rlf_env::Space;
 
 /// Handles of the regions, for the processes that map them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -137,8 +138,8 @@ pub(super) struct PlaneRegions {
     pub weights: Vec<SharedWeights>,
     pools: Vec<TrajectoryPool>,
     pub counters: ShmArray<u64>,
-    /// Each policy's replay buffer (off-policy algorithms), removed with the plane.
-    _replays: Vec<ReplayRing>,
+    /// Each policy's replay buffer (off-policy algorithms), removed with the plane, and its rows' layout.
+    replays: Vec<(ReplayRing, TransitionLayout)>,
     pub plane: DataPlane,
 }
 
@@ -194,15 +195,15 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
     let counters = ShmArray::create(layout.len())?;
     let replays = match cfg.off_policy.algo {
         Algo::Appo => Vec::new(),
-        Algo::Dqn | Algo::Sac => models
-            .iter()
-            .map(|m| {
-                let layout = transition_layout(m.as_ref());
-                Ok(ReplayRing::create(
+        Algo::Dqn | Algo::Sac => (0..models.len())
+            .map(|p| {
+                let layout = transition_layout(cfg, registry, p)?;
+                let ring = ReplayRing::create(
                     cfg.off_policy.replay_buffer_size,
                     layout.row_words(),
                     rate_limit(cfg),
-                )?)
+                )?;
+                Ok((ring, layout))
             })
             .collect::<Result<Vec<_>>>()?,
     };
@@ -210,24 +211,37 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
         weights: weights.iter().map(SharedWeights::handle).collect(),
         pools: pools.iter().map(TrajectoryPool::handle).collect(),
         counters: counters.handle(),
-        replays: replays.iter().map(ReplayRing::handle).collect(),
+        replays: replays.iter().map(|(ring, _)| ring.handle()).collect(),
     };
     Ok(PlaneRegions {
         weights,
         pools,
         counters,
-        _replays: replays,
+        replays,
         plane,
     })
 }
 
 impl PlaneRegions {
-    /// What the trajectory slots take in shared memory (none without pools): per env and step, per slot, in all.
-    pub(super) fn memory_line(&self) -> Option<String> {
-        let first = self.pools.first()?;
-        let (shape, slots) = (first.shape(), first.num_buffers());
+    /// What the trajectory slots take in shared memory (none without pools): per env and step, per slot, in all;
+    /// and each replay buffer: its rows, their observations' packing, in all.
+    pub(super) fn memory_lines(&self) -> Vec<String> {
         let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
-        Some(format!(
+        let replays = self.replays.iter().enumerate().map(|(p, (ring, layout))| {
+            format!(
+                "replay buffer of policy {p}: {} rows of {} B (2 observations of {} values in {} words, byte-valued parts packed four to a word) = {:.1} MiB of shared memory",
+                ring.capacity(),
+                4 * ring.row_words(),
+                layout.obs_dim(),
+                layout.obs_words(),
+                mib(4 * ring.row_words() * ring.capacity())
+            )
+        });
+        let Some(first) = self.pools.first() else {
+            return replays.collect();
+        };
+        let (shape, slots) = (first.shape(), first.num_buffers());
+        std::iter::once(format!(
             "trajectory slots: {} B per env step ({} observation values, {} of them bytes, {} state values), {:.2} MiB per slot of {} steps x {} envs, {} slots per worker x {} workers = {:.1} MiB of shared memory",
             shape.step_bytes(),
             shape.obs_dim,
@@ -240,6 +254,8 @@ impl PlaneRegions {
             self.pools.len(),
             mib(shape.slot_bytes() * slots * self.pools.len())
         ))
+        .chain(replays)
+        .collect()
     }
 }
 
@@ -259,10 +275,7 @@ pub(super) fn replay_writer(
     for policy in 0..cfg.sampling.num_policies {
         let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
         rings.push(plane.open_replay(policy)?);
-        layouts.push(TransitionLayout {
-            obs_dim: observation_space.flat_dim(),
-            action_dim: action_space.action_dim().unwrap_or(1),
-        });
+        layouts.push(layout_of(observation_space, action_space));
     }
     Ok(Some(ReplayWriter::new(
         rings,
@@ -272,12 +285,24 @@ pub(super) fn replay_writer(
     )))
 }
 
-/// The rows of the replay buffer of a policy whose network is `model`.
-pub(super) fn transition_layout(model: &dyn Policy) -> TransitionLayout {
-    TransitionLayout {
-        obs_dim: model.obs_dim(),
-        action_dim: model.action_dim(),
-    }
+/// The rows of policy `policy`'s replay buffer: its agents' observations, byte-valued parts packed as bytes.
+pub(super) fn transition_layout(
+    cfg: &Config,
+    registry: &EnvRegistry,
+    policy: usize,
+) -> Result<TransitionLayout> {
+    let spec = EnvSpec::of(registry, &cfg.env)?;
+    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+    Ok(layout_of(observation_space, action_space))
+}
+
+/// The rows of transitions between `observation_space` and `action_space`.
+fn layout_of(observation_space: &Space, action_space: &Space) -> TransitionLayout {
+    TransitionLayout::new(
+        ObsLayout::of(observation_space),
+        action_space.action_dim().unwrap_or(1),
+    )
 }
 
 /// `--replay_ratio` samples per insert once `--learning_starts` transitions are in, within a batch and a ratio's

@@ -107,6 +107,59 @@ impl ObsLayout {
     pub fn bytes(&self) -> usize {
         self.runs.iter().filter(|&&(b, _)| b).map(|&(_, n)| n).sum()
     }
+
+    /// `f32` words an observation takes packed ([`pack`](Self::pack)): a float run one word per value, a byte run
+    /// four values per word.
+    pub fn packed_words(&self) -> usize {
+        self.runs
+            .iter()
+            .map(|&(bytes, n)| if bytes { n.div_ceil(4) } else { n })
+            .sum()
+    }
+
+    /// Packs the observation `values` (`dim` of them) into `out` (`packed_words` words): float runs as they are,
+    /// byte runs four to a word, little-endian, as the word's bits (a copy keeps a float's bits, whatever they
+    /// are). Words that hold only zero bytes are `0.0`.
+    pub fn pack(&self, values: &[f32], out: &mut [f32]) {
+        let (mut at, mut to) = (0, 0);
+        for &(bytes, n) in &self.runs {
+            let run = &values[at..at + n];
+            if bytes {
+                for (word, chunk) in out[to..to + n.div_ceil(4)].iter_mut().zip(run.chunks(4)) {
+                    let mut b = [0u8; 4];
+                    for (byte, &v) in b.iter_mut().zip(chunk) {
+                        *byte = v as u8;
+                    }
+                    *word = f32::from_bits(u32::from_le_bytes(b));
+                }
+                to += n.div_ceil(4);
+            } else {
+                out[to..to + n].copy_from_slice(run);
+                to += n;
+            }
+            at += n;
+        }
+    }
+
+    /// The observation values of `words` packed by [`pack`](Self::pack), into `out` (`dim` values).
+    pub fn unpack(&self, words: &[f32], out: &mut [f32]) {
+        let (mut at, mut from) = (0, 0);
+        for &(bytes, n) in &self.runs {
+            let run = &mut out[at..at + n];
+            if bytes {
+                for (chunk, word) in run.chunks_mut(4).zip(&words[from..from + n.div_ceil(4)]) {
+                    for (v, b) in chunk.iter_mut().zip(word.to_bits().to_le_bytes()) {
+                        *v = f32::from(b);
+                    }
+                }
+                from += n.div_ceil(4);
+            } else {
+                run.copy_from_slice(&words[from..from + n]);
+                from += n;
+            }
+            at += n;
+        }
+    }
 }
 
 /// A field of a trajectory slot.
@@ -707,6 +760,40 @@ mod tests {
         copy.write_slot(0, &pool.read_slot(1).unwrap()).unwrap();
         copy.get(0, Field::NextObs, 0, &mut back).unwrap();
         assert_eq!(back, frames[2]);
+    }
+
+    /// Replay rows pack an observation's byte runs four to a word: every byte value, including the patterns that
+    /// are NaNs as floats (`7f c0 00 00`, a signalling `7f 80 00 01`), comes back through a replay ring in shared
+    /// memory, and runs that are not whole words are padded with zero bytes.
+    #[test]
+    fn byte_runs_pack_four_to_a_word_and_unpack_unchanged_through_a_replay_ring() {
+        let layout = ObsLayout {
+            runs: vec![(true, 7), (false, 2), (true, 256)],
+        };
+        assert_eq!((layout.dim(), layout.packed_words()), (265, 2 + 2 + 64));
+        let obs: Vec<f32> = [
+            vec![0.0, 0.0, 192.0, 127.0, 1.0, 0.0, 128.0],
+            vec![-1.5, f32::MAX],
+            (0..256).rev().map(|b| b as f32).collect(),
+        ]
+        .concat();
+        let mut packed = vec![0.0; layout.packed_words()];
+        layout.pack(&obs, &mut packed);
+        assert!(packed[0].is_nan(), "the bytes 00 00 c0 7f are a NaN's");
+        assert_eq!(packed[1].to_bits(), u32::from_le_bytes([1, 0, 128, 0]));
+        assert_eq!(&packed[2..4], &[-1.5, f32::MAX]);
+        let ring = rlf_shm::ReplayRing::create(4, packed.len(), None).unwrap();
+        let other = rlf_shm::ReplayRing::open(&ring.handle()).unwrap();
+        ring.insert(&packed, None).unwrap();
+        let mut read = vec![0.0; packed.len()];
+        other.read(0, &mut read).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|w| w.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&read), bits(&packed));
+        let mut back = vec![-7.0; layout.dim()];
+        layout.unpack(&read, &mut back);
+        assert_eq!(back, obs);
+        let floats = ObsLayout::floats(3);
+        assert_eq!(floats.packed_words(), 3);
     }
 
     #[test]

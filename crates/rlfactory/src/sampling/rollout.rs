@@ -140,7 +140,7 @@ impl Split {
                 continue;
             }
             let (adder, rows) = (&mut self.adders[c], &mut writer.rows[p]);
-            let obs_dim = writer.layouts[p].obs_dim;
+            let obs_dim = writer.layouts[p].obs_dim();
             if self.envs.acted(c) {
                 let obs = &self.prev_obs[c * width..c * width + obs_dim];
                 adder.act(obs, &self.actions[c * dim..(c + 1) * dim], rows);
@@ -523,8 +523,8 @@ impl RolloutWorker {
                 .base
                 .iter()
                 .map(|&p| {
-                    let layout = writer.layouts[(p as usize).min(writer.layouts.len() - 1)];
-                    NStepAdder::new(layout, writer.n_step, writer.gamma)
+                    let layout = &writer.layouts[(p as usize).min(writer.layouts.len() - 1)];
+                    NStepAdder::new(layout.clone(), writer.n_step, writer.gamma)
                 })
                 .collect();
             split.prev_obs = vec![0.0; columns * split.envs.obs_dim()];
@@ -1162,14 +1162,11 @@ mod tests {
         };
         let pool = TrajectoryPool::create(shape, 1).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
-        let layout = TransitionLayout {
-            obs_dim: 4,
-            action_dim: 1,
-        };
+        let layout = TransitionLayout::floats(4, 1);
         let ring = ReplayRing::create(4096, layout.row_words(), None).expect("ring");
         let writer = ReplayWriter::new(
             vec![ReplayRing::open(&ring.handle()).expect("open")],
-            vec![layout],
+            vec![layout.clone()],
             1,
             0.5,
         );

@@ -183,6 +183,15 @@ pub fn random_return_of(id: &str, num_actions: u64, episodes: usize, keep: impl 
     returns.iter().sum::<f64>() / returns.len() as f64
 }
 
+/// The win rate in `eval --opponent` output (`... (win rate 0.905)`).
+pub fn win_rate(stdout: &str) -> f64 {
+    stdout
+        .split("win rate ")
+        .nth(1)
+        .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no win rate in {stdout}"))
+}
+
 /// The mean return `eval` printed.
 pub fn eval_mean_return(stdout: &str) -> f64 {
     stdout

@@ -199,7 +199,7 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
     let o = &cfg.off_policy;
     let (algo, layout): (Box<dyn OffPolicyAlgo>, _) = if o.algo == Algo::Sac {
         let actor = new_sac_actor(cfg, registry, policy)?;
-        let layout = transition_layout(&actor);
+        let layout = transition_layout(cfg, registry, policy)?;
         let (obs_dim, action_dim) = (actor.obs_dim() as i64, actor.action_dim() as i64);
         let twin = || TwinQ::new(obs_dim, action_dim, &cfg.model, cfg.run.device);
         let sac = Sac::new(actor, twin()?, twin()?, &cfg.appo, o)?;
@@ -207,7 +207,7 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
     } else {
         let online = new_q_network(cfg, registry, policy)?;
         let target = new_q_network(cfg, registry, policy)?;
-        let layout = transition_layout(&online);
+        let layout = transition_layout(cfg, registry, policy)?;
         (Box::new(Dqn::new(online, target, &cfg.appo, o)?), layout)
     };
     let mut learner = OffPolicyLearner::new(
