@@ -305,6 +305,12 @@ impl ReplayRing {
         self.row_words
     }
 
+    /// The bytes of shared memory the ring takes: its rows (one more than its capacity), their sequence words and
+    /// its header.
+    pub fn footprint(&self) -> usize {
+        footprint(self.capacity(), self.row_words).unwrap_or(usize::MAX)
+    }
+
     /// The rate limit, if any.
     pub fn rate_limit(&self) -> Option<RateLimit> {
         self.limit

@@ -17,8 +17,9 @@ use std::collections::VecDeque;
 use crate::sampling::ObsLayout;
 
 /// Where each part of a transition lies in a row of `f32` words. An observation's byte-valued parts (images, boards,
-/// masks: its [`ObsLayout`]) are packed four to a word, as the trajectory slots keep them as bytes; the learner
-/// unpacks its sampled rows ([`decode`](Self::decode)).
+/// masks: its [`ObsLayout`]) are packed four to a word; the learner unpacks its sampled rows
+/// ([`decode`](Self::decode)). An observation whose packing would save nothing (every byte run a single value) is
+/// kept as floats.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransitionLayout {
     /// Which observation values are bytes.
@@ -32,6 +33,11 @@ pub struct TransitionLayout {
 impl TransitionLayout {
     /// Rows for observations laid out as `obs` and actions of `action_dim` values.
     pub fn new(obs: ObsLayout, action_dim: usize) -> Self {
+        let obs = if obs.packed_words() < obs.dim() {
+            obs
+        } else {
+            ObsLayout::floats(obs.dim())
+        };
         Self {
             obs_words: obs.packed_words(),
             obs,
@@ -81,7 +87,7 @@ impl TransitionLayout {
 
     /// Whether some observation values are packed as bytes (rows must be decoded before use).
     pub fn packs(&self) -> bool {
-        self.obs_words != self.obs.dim()
+        self.obs.bytes() > 0
     }
 
     /// The observation `values` packed into `words` (`obs_words` of them).
@@ -143,6 +149,11 @@ pub struct NStepAdder {
 }
 
 impl NStepAdder {
+    /// Values per observation it takes.
+    pub fn obs_dim(&self) -> usize {
+        self.layout.obs_dim()
+    }
+
     /// An adder of `n`-step transitions (`n ≥ 1`) discounted by `gamma`.
     pub fn new(layout: TransitionLayout, n: usize, gamma: f64) -> Self {
         Self {
@@ -248,8 +259,8 @@ mod tests {
             })
     }
 
-    /// With byte-valued observations (a board of 9 cells and a float) the rows are packed: 3 words per observation
-    /// instead of 10, and decoded they are the rows an all-float layout makes of the same steps, bootstraps and
+    /// With byte-valued observations (a board of 9 cells and a float) the rows are packed: 4 words per observation
+    /// (3 for the board, 1 for the float) instead of 10, and decoded they are the rows an all-float layout makes of the same steps, bootstraps and
     /// terminal zeros included.
     #[test]
     fn byte_observations_are_packed_in_rows_and_decode_to_the_float_rows() {
@@ -287,6 +298,32 @@ mod tests {
         let mut decoded = Vec::new();
         assert_eq!(packed.decode(&rows, &mut decoded), floats);
         assert_eq!(decoded, reference);
+    }
+
+    /// Byte runs of a single value save nothing packed: such observations stay floats, whole numbers as they are.
+    #[test]
+    fn single_byte_values_stay_floats() {
+        use crate::sampling::ObsLayout;
+        let unit = rlf_env::Space::Box(rlf_env::BoxSpace::uniform(-1.0, 1.0, vec![1]).expect("box"));
+        for space in [
+            rlf_env::Space::discrete(16),
+            rlf_env::Space::Tuple(vec![
+                rlf_env::Space::discrete(3),
+                unit,
+                rlf_env::Space::discrete(5),
+            ]),
+        ] {
+            let layout = TransitionLayout::new(ObsLayout::of(&space), 1);
+            assert!(ObsLayout::of(&space).bytes() > 0, "{space}");
+            assert!(!layout.packs(), "{space}");
+            assert_eq!(layout, TransitionLayout::floats(space.flat_dim(), 1));
+            let mut adder = NStepAdder::new(layout, 1, 0.5);
+            let mut out = Vec::new();
+            let obs: Vec<f32> = (0..space.flat_dim()).map(|i| (i + 2) as f32).collect();
+            adder.act(&obs, &[1.0], &mut out);
+            adder.end_episode(true, None, &mut out);
+            assert_eq!(&out[..obs.len()], &obs[..], "{space}");
+        }
     }
 
     /// A 5-step episode ending in a terminal state, 3-step windows, γ = 0.5: each row matches the hand-computed

@@ -14,7 +14,7 @@ use super::counters::CounterLayout;
 use super::mpi::LearnerSync;
 use super::plane::{DataPlane, RankPart};
 use super::stats::Runner;
-use super::summary::SelfPlaySummary;
+use super::summary::SavedSelfPlay;
 use crate::config::Config;
 use crate::env::EnvRegistry;
 use crate::env_group::EnvGroup;
@@ -55,25 +55,31 @@ fn pbt_population(cfg: &Config, experiment: Option<&ExperimentRun>) -> Result<Op
 }
 
 /// Continues each policy's self-play record (Elo ratings and games) from its `self_play_<i>.json`, if the resumed
-/// run saved one, and logs it.
+/// run saved one, and logs it. A record that cannot be read is logged and the ratings start afresh: they are
+/// statistics, not what the run trains.
 fn resume_self_play(stats: &mut Runner, exp: &ExperimentRun, num_policies: usize) -> Result<(), BuildError> {
     let user = |e: crate::RlfError| BuildError::User(e.to_string());
     for p in 0..num_policies {
         let name = crate::experiment::self_play_file(p);
-        let Some(saved) =
-            crate::experiment::read_json::<SelfPlaySummary>(exp.dir(), &name, "a self-play record")
-                .map_err(user)?
-        else {
-            continue;
+        let line = match crate::experiment::read_json::<SavedSelfPlay>(exp.dir(), &name, "a self-play record")
+        {
+            Ok(None) => continue,
+            Err(e) => format!("self-play: policy {p}'s Elo ratings start again at 1200: {e}"),
+            Ok(Some(saved)) => {
+                let (frames, r) = (saved.env_frames, &saved.record);
+                let latest = format!("latest weights {:.0} after {} games", r.elo, r.games);
+                let snapshots = r.pool.len();
+                let latest = if stats.resume_self_play(p, saved) {
+                    latest
+                } else {
+                    format!(
+                        "the latest weights start again at 1200: the record is of frame {frames}, not the resumed checkpoint's"
+                    )
+                };
+                format!("self-play: policy {p} continues its Elo ratings from {name} ({latest}; {snapshots} snapshots rated)")
+            }
         };
-        exp.log(&format!(
-            "self-play: policy {p} continues its Elo ratings from {name} (latest weights {:.0} after {} games, {} snapshots rated)",
-            saved.elo,
-            saved.games,
-            saved.pool.len()
-        ))
-        .map_err(user)?;
-        stats.resume_self_play(p, saved);
+        exp.log(&line).map_err(user)?;
     }
     Ok(())
 }

@@ -16,7 +16,6 @@ use crate::error::Result;
 use crate::learning::replay::TransitionLayout;
 use crate::model::{ActorCritic, Policy, QNetwork, SacActor};
 use crate::sampling::{ObsLayout, ReplayWriter, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
-use rlf_env::Space;
 
 /// Handles of the regions, for the processes that map them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -197,7 +196,7 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
         Algo::Appo => Vec::new(),
         Algo::Dqn | Algo::Sac => (0..models.len())
             .map(|p| {
-                let layout = transition_layout(cfg, registry, p)?;
+                let layout = transition_layout(cfg, &spec, p)?;
                 let ring = ReplayRing::create(
                     cfg.off_policy.replay_buffer_size,
                     layout.row_words(),
@@ -229,12 +228,17 @@ impl PlaneRegions {
         let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
         let replays = self.replays.iter().enumerate().map(|(p, (ring, layout))| {
             format!(
-                "replay buffer of policy {p}: {} rows of {} B (2 observations of {} values in {} words, byte-valued parts packed four to a word) = {:.1} MiB of shared memory",
+                "replay buffer of policy {p}: {} rows of {} B (2 observations of {} values in {} words{}) = {:.1} MiB of shared memory",
                 ring.capacity(),
                 4 * ring.row_words(),
                 layout.obs_dim(),
                 layout.obs_words(),
-                mib(4 * ring.row_words() * ring.capacity())
+                if layout.packs() {
+                    ", byte-valued parts packed four to a word"
+                } else {
+                    ""
+                },
+                mib(ring.footprint())
             )
         });
         let Some(first) = self.pools.first() else {
@@ -269,13 +273,22 @@ pub(super) fn replay_writer(
         return Ok(None);
     }
     let spec = EnvSpec::of(registry, &cfg.env)?;
-    let mapping = cfg.policy_mapping(&spec.agent_names)?;
     let mut rings = Vec::new();
     let mut layouts = Vec::new();
     for policy in 0..cfg.sampling.num_policies {
-        let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
-        rings.push(plane.open_replay(policy)?);
-        layouts.push(layout_of(observation_space, action_space));
+        let (ring, layout) = (plane.open_replay(policy)?, transition_layout(cfg, &spec, policy)?);
+        if ring.row_words() != layout.row_words() {
+            return Err(crate::RlfError::Protocol {
+                component: "rollout worker",
+                message: format!(
+                    "policy {policy}: replay rows of {} words, its transitions take {}",
+                    ring.row_words(),
+                    layout.row_words()
+                ),
+            });
+        }
+        rings.push(ring);
+        layouts.push(layout);
     }
     Ok(Some(ReplayWriter::new(
         rings,
@@ -285,24 +298,15 @@ pub(super) fn replay_writer(
     )))
 }
 
-/// The rows of policy `policy`'s replay buffer: its agents' observations, byte-valued parts packed as bytes.
-pub(super) fn transition_layout(
-    cfg: &Config,
-    registry: &EnvRegistry,
-    policy: usize,
-) -> Result<TransitionLayout> {
-    let spec = EnvSpec::of(registry, &cfg.env)?;
+/// The rows of policy `policy`'s replay buffer for `cfg`'s env (`spec`): its agents' observations, byte-valued parts
+/// packed as bytes.
+pub(super) fn transition_layout(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<TransitionLayout> {
     let mapping = cfg.policy_mapping(&spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
-    Ok(layout_of(observation_space, action_space))
-}
-
-/// The rows of transitions between `observation_space` and `action_space`.
-fn layout_of(observation_space: &Space, action_space: &Space) -> TransitionLayout {
-    TransitionLayout::new(
+    Ok(TransitionLayout::new(
         ObsLayout::of(observation_space),
         action_space.action_dim().unwrap_or(1),
-    )
+    ))
 }
 
 /// `--replay_ratio` samples per insert once `--learning_starts` transitions are in, within a batch and a ratio's

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::summary::{
-    AgentSummary, BuiltinSummary, PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary,
+    AgentSummary, BuiltinSummary, PolicySummary, SavedSelfPlay, SelfPlaySummary, SnapshotSummary, StopReason,
+    Summary,
 };
 use crate::config::{BestMetric, Config};
 use crate::experiment::CheckpointRequest;
@@ -145,18 +146,27 @@ impl SelfPlayStats {
         }
     }
 
-    /// Continues a resumed run's record: the latest weights' rating and games, the games against each built-in
-    /// opponent still played, and the saved snapshots' ratings for when they are put back (the win-rate
-    /// windows start empty).
-    fn resume(&mut self, saved: SelfPlaySummary) {
-        self.rating = saved.elo;
-        self.games = saved.games;
+    /// Continues a resumed run's record: the saved snapshots' ratings for when they are put back, the games
+    /// against each built-in opponent still played, and, when `latest` (the record is of the resumed weights), the
+    /// latest weights' rating and games (the win-rate windows start empty).
+    fn resume(&mut self, saved: SelfPlaySummary, latest: bool) {
+        if latest {
+            self.rating = saved.elo;
+            self.games = saved.games;
+        }
         for record in &mut self.builtin {
             if let Some(b) = saved.builtin.iter().find(|b| b.name == record.name) {
                 record.games = b.games;
             }
         }
         self.saved = saved.pool;
+    }
+
+    /// The record `self_play_<i>.json` keeps: the summary, with the saved snapshots not put back yet.
+    fn record(&self) -> SelfPlaySummary {
+        let mut record = self.summary();
+        record.pool.extend(self.saved.iter().cloned());
+        record
     }
 
     /// A game of the latest weights against built-in opponent `b` (no rating: a fixed player).
@@ -170,6 +180,11 @@ impl SelfPlayStats {
     /// A snapshot put into `taken.slot`: rated as the latest weights are now, or as it was saved if it is a
     /// resumed run's snapshot put back (the same number and policy version).
     fn on_snapshot_taken(&mut self, taken: &SnapshotTaken) {
+        let same =
+            |s: &Option<Snapshot>| s.is_some_and(|s| (s.number, s.version) == (taken.number, taken.version));
+        if self.pool.get(taken.slot).is_some_and(same) {
+            return;
+        }
         let saved = self
             .saved
             .iter()
@@ -501,19 +516,31 @@ impl Runner {
     }
 
     /// Continues policy `policy`'s self-play record from a resumed run's `self_play_<i>.json` (nothing without
-    /// `--self_play`).
-    pub fn resume_self_play(&mut self, policy: usize, saved: SelfPlaySummary) {
+    /// `--self_play`). The latest weights' rating and games continue only if the record was written at the resumed
+    /// env frames (the checkpoint saved with it; not an older one, such as the best); returns whether they did.
+    pub fn resume_self_play(&mut self, policy: usize, saved: SavedSelfPlay) -> bool {
+        let latest = saved.env_frames == self.env_frames;
         if let Some(sp) = self.policies.get_mut(policy).and_then(|p| p.self_play.as_mut()) {
-            sp.resume(saved);
+            sp.resume(saved.record, latest);
         }
+        latest
     }
 
     /// Each policy's self-play record, by policy (with `--self_play`), as `self_play_<i>.json` keeps it.
-    pub fn self_play_records(&self) -> Vec<(usize, SelfPlaySummary)> {
+    pub fn self_play_records(&self) -> Vec<(usize, SavedSelfPlay)> {
         self.policies
             .iter()
             .enumerate()
-            .filter_map(|(p, stats)| Some((p, stats.self_play.as_ref()?.summary())))
+            .filter_map(|(p, stats)| {
+                let record = stats.self_play.as_ref()?.record();
+                Some((
+                    p,
+                    SavedSelfPlay {
+                        env_frames: self.env_frames,
+                        record,
+                    },
+                ))
+            })
             .collect()
     }
 
@@ -991,15 +1018,24 @@ mod tests {
         let records = first.self_play_records();
         assert_eq!(records.len(), 1);
         let (policy, saved) = records[0].clone();
-        assert_eq!((policy, saved.games, saved.pool.len()), (0, 3, 2));
+        assert_eq!((policy, saved.env_frames), (0, 100));
+        assert_eq!((saved.record.games, saved.record.pool.len()), (3, 2));
         // Through the file's JSON, as a resumed run reads it.
-        let saved: SelfPlaySummary =
+        let file: SavedSelfPlay =
             serde_json::from_str(&serde_json::to_string(&saved).expect("serialised")).expect("read back");
+        let saved = file.record.clone();
 
         let mut resumed = runner(&args);
-        resumed.resume_self_play(0, saved.clone());
-        // Snapshot 1 is put back as it was saved; slot 1 holds a snapshot the save did not have (number 2 with
-        // another version is another snapshot).
+        resumed.resume_from(100, 0, 0);
+        assert!(
+            resumed.resume_self_play(0, file.clone()),
+            "the record of the resumed frames"
+        );
+        // Until the learner announces its pool again, the saved snapshots stay in the record.
+        assert_eq!(resumed.self_play_records()[0].1.record.pool.len(), 2);
+        // Snapshot 1 is put back as it was saved (announced twice, it keeps its rating); slot 1 holds a snapshot
+        // the save did not have (number 2 with another version is another snapshot).
+        resumed.on_snapshot_taken(&taken(0, 1, 0));
         resumed.on_snapshot_taken(&taken(0, 1, 0));
         resumed.on_snapshot_taken(&taken(1, 2, 31));
         let now = resumed.summary().policies[0]
@@ -1030,6 +1066,16 @@ mod tests {
         let expected = ELO_K * elo_expected(saved.elo, rating(&saved, 1).0);
         assert!((after.elo - (saved.elo - expected)).abs() < 1e-9, "{after:?}");
         assert_eq!((after.games, rating(&after, 1).1), (4, 3));
+
+        // Resumed from another checkpoint (an older best one): the latest weights start again, the snapshots
+        // keep theirs.
+        let mut older = runner(&args);
+        older.resume_from(60, 0, 0);
+        assert!(!older.resume_self_play(0, file));
+        older.on_snapshot_taken(&taken(0, 1, 0));
+        let sp = older.summary().policies[0].self_play.clone().expect("stats");
+        assert_eq!((sp.elo, sp.games), (ELO_START, 0));
+        assert_eq!(rating(&sp, 1), rating(&saved, 1));
     }
 
     #[test]

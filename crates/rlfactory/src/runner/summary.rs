@@ -67,6 +67,16 @@ pub struct SelfPlaySummary {
     pub builtin: Vec<BuiltinSummary>,
 }
 
+/// What `self_play_<i>.json` keeps across a resume: a policy's self-play record and the env frames it was taken at
+/// (those of the checkpoint saved with it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedSelfPlay {
+    /// Env frames of the run when the record was written.
+    pub env_frames: u64,
+    /// The record; its pool also lists the snapshots a resumed run had not put back yet.
+    pub record: SelfPlaySummary,
+}
+
 /// A policy's games against a built-in opponent in self-play.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BuiltinSummary {

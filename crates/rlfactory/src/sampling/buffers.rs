@@ -764,24 +764,30 @@ mod tests {
 
     /// Replay rows pack an observation's byte runs four to a word: every byte value, including the patterns that
     /// are NaNs as floats (`7f c0 00 00`, a signalling `7f 80 00 01`), comes back through a replay ring in shared
-    /// memory, and runs that are not whole words are padded with zero bytes.
+    /// memory, and a run that is not whole words is padded with zero bytes.
     #[test]
     fn byte_runs_pack_four_to_a_word_and_unpack_unchanged_through_a_replay_ring() {
         let layout = ObsLayout {
-            runs: vec![(true, 7), (false, 2), (true, 256)],
+            runs: vec![(true, 8), (false, 2), (true, 255)],
         };
         assert_eq!((layout.dim(), layout.packed_words()), (265, 2 + 2 + 64));
         let obs: Vec<f32> = [
-            vec![0.0, 0.0, 192.0, 127.0, 1.0, 0.0, 128.0],
+            vec![0.0, 0.0, 192.0, 127.0, 1.0, 0.0, 128.0, 127.0],
             vec![-1.5, f32::MAX],
-            (0..256).rev().map(|b| b as f32).collect(),
+            (1..256).rev().map(|b| b as f32).collect(),
         ]
         .concat();
         let mut packed = vec![0.0; layout.packed_words()];
         layout.pack(&obs, &mut packed);
         assert!(packed[0].is_nan(), "the bytes 00 00 c0 7f are a NaN's");
-        assert_eq!(packed[1].to_bits(), u32::from_le_bytes([1, 0, 128, 0]));
+        assert_eq!(packed[1].to_bits(), 0x7f80_0001, "a signalling NaN's");
+        assert!(packed[1].is_nan());
         assert_eq!(&packed[2..4], &[-1.5, f32::MAX]);
+        assert_eq!(
+            packed[67].to_bits(),
+            u32::from_le_bytes([3, 2, 1, 0]),
+            "the last word padded with a zero"
+        );
         let ring = rlf_shm::ReplayRing::create(4, packed.len(), None).unwrap();
         let other = rlf_shm::ReplayRing::open(&ring.handle()).unwrap();
         ring.insert(&packed, None).unwrap();

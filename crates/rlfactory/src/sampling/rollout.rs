@@ -140,7 +140,7 @@ impl Split {
                 continue;
             }
             let (adder, rows) = (&mut self.adders[c], &mut writer.rows[p]);
-            let obs_dim = writer.layouts[p].obs_dim();
+            let obs_dim = adder.obs_dim();
             if self.envs.acted(c) {
                 let obs = &self.prev_obs[c * width..c * width + obs_dim];
                 adder.act(obs, &self.actions[c * dim..(c + 1) * dim], rows);

@@ -15,7 +15,7 @@ use crate::algo::sac::Sac;
 use crate::algo::OffPolicyAlgo;
 use crate::config::{snapshot_slot, Algo, Config};
 use crate::distributed::AllreduceGradients;
-use crate::env::EnvRegistry;
+use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, PoolSnapshot, Resumed};
 use crate::learning::{
@@ -197,18 +197,17 @@ fn on_policy_setup(
 /// Adam; the buffer starts empty).
 fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &DataPlane) -> Result<Setup> {
     let o = &cfg.off_policy;
-    let (algo, layout): (Box<dyn OffPolicyAlgo>, _) = if o.algo == Algo::Sac {
+    let layout = transition_layout(cfg, &EnvSpec::of(registry, &cfg.env)?, policy)?;
+    let algo: Box<dyn OffPolicyAlgo> = if o.algo == Algo::Sac {
         let actor = new_sac_actor(cfg, registry, policy)?;
-        let layout = transition_layout(cfg, registry, policy)?;
         let (obs_dim, action_dim) = (actor.obs_dim() as i64, actor.action_dim() as i64);
         let twin = || TwinQ::new(obs_dim, action_dim, &cfg.model, cfg.run.device);
         let sac = Sac::new(actor, twin()?, twin()?, &cfg.appo, o)?;
-        (Box::new(sac), layout)
+        Box::new(sac)
     } else {
         let online = new_q_network(cfg, registry, policy)?;
         let target = new_q_network(cfg, registry, policy)?;
-        let layout = transition_layout(cfg, registry, policy)?;
-        (Box::new(Dqn::new(online, target, &cfg.appo, o)?), layout)
+        Box::new(Dqn::new(online, target, &cfg.appo, o)?)
     };
     let mut learner = OffPolicyLearner::new(
         algo,
