@@ -125,7 +125,8 @@ fn prioritized_dqn_learns_cartpole() {
 
 /// Serial mode (`--serial_mode`): the rollout worker, inference and the learner on one loop; the buffer has no rate
 /// limit and the learner takes, after each trajectory, the SGD steps that keep 32 samples per insert: the same
-/// number of gradient steps as the parallel run of the same budget, all of it in the main process.
+/// number of gradient steps as the parallel run of the same budget, all of it in the main process; the summary
+/// reports the measured ratio.
 #[test]
 fn serial_dqn_keeps_the_replay_ratio_on_one_loop() {
     let flags = |serial: bool| {
@@ -154,6 +155,25 @@ fn serial_dqn_keeps_the_replay_ratio_on_one_loop() {
         (other / steps - 1.0).abs() < 0.02,
         "parallel {other}, serial {steps}"
     );
+    // The summary's replay counts: every transition but each env's last inserted, 32 samples per insert past the
+    // first 1,000 in both modes, and no trajectory reported as stuck in flight.
+    for run in [&serial, &parallel] {
+        let replay = &run["replay"][0];
+        let inserted = replay["inserted"].as_u64().expect("inserted");
+        let frames = run["env_frames"].as_u64().expect("frames");
+        assert!(
+            inserted <= frames && inserted + 64 >= frames,
+            "{replay} for {frames} frames"
+        );
+        let ratio = replay["samples_per_insert"].as_f64().expect("a ratio");
+        assert!((ratio / 32.0 - 1.0).abs() < 0.05, "{replay}");
+        assert_eq!(
+            replay["sampled"].as_u64(),
+            run["policy_version"].as_u64().map(|v| v * 64),
+            "{replay}"
+        );
+        assert_eq!(run["trajectories_in_flight"], 0, "{run}");
+    }
 }
 
 /// Treasurehunt, 5 agents taking turns, one DQN policy per agent (`--agent_policy_map`), each with its own replay

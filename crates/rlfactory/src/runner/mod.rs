@@ -40,7 +40,9 @@ use crate::experiment::ExperimentRun;
 
 pub use self::mpi::{train_rank, WorldMaker};
 pub use self::stats::{warm_up, Report, Runner, Scalars};
-pub use self::summary::{PolicySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary};
+pub use self::summary::{
+    PolicySummary, ReplaySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary,
+};
 
 /// The build function of a child process, for the built-in envs (see [`child_build_with`]).
 pub fn child_build(app: &mut AppBuilder) -> Result<(), BuildError> {
@@ -188,6 +190,11 @@ fn run_part(
         workers: part.pools(cfg),
     }
     .summarise(&regions.counters, &mut summary);
+    if cfg.off_policy.algo.is_off_policy() {
+        // The batcher takes no part: the rollout workers' trajectories all went to the replay buffers.
+        summary.trajectories_in_flight = 0;
+        summary.replay = regions.replay_summaries(cfg.off_policy.learning_starts);
+    }
     drop(regions);
     summary.cpu_seconds = outcome
         .loops

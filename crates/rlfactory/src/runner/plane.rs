@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::adapters::Ranks;
 use super::counters::CounterLayout;
+use super::summary::ReplaySummary;
 use crate::config::{Algo, Config};
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::Result;
@@ -222,6 +223,24 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
 }
 
 impl PlaneRegions {
+    /// Each replay buffer's counts (off-policy), by policy; `learning_starts` inserts come before sampling.
+    pub(super) fn replay_summaries(&self, learning_starts: u64) -> Vec<ReplaySummary> {
+        self.replays
+            .iter()
+            .map(|(ring, _)| {
+                let (inserted, sampled) = (ring.inserted(), ring.sampled());
+                let past = inserted.saturating_sub(learning_starts);
+                ReplaySummary {
+                    capacity: ring.capacity(),
+                    inserted,
+                    sampled,
+                    samples_per_insert: (past > 0).then(|| sampled as f64 / past as f64),
+                    writer_deaths: ring.writer_deaths(),
+                }
+            })
+            .collect()
+    }
+
     /// What the trajectory slots take in shared memory (none without pools): per env and step, per slot, in all;
     /// and each replay buffer: its rows, their observations' packing, in all.
     pub(super) fn memory_lines(&self) -> Vec<String> {

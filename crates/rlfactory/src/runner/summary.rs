@@ -77,6 +77,21 @@ pub struct SavedSelfPlay {
     pub record: SelfPlaySummary,
 }
 
+/// An off-policy policy's replay buffer at the end of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplaySummary {
+    /// Rows it holds at most.
+    pub capacity: usize,
+    /// Transitions inserted (n-step rows).
+    pub inserted: u64,
+    /// Transitions its learner sampled (a batch counts its size).
+    pub sampled: u64,
+    /// Samples per transition inserted past `--learning_starts`: the measured `--replay_ratio` (none before then).
+    pub samples_per_insert: Option<f64>,
+    /// Writers that died holding its write lock (their rows never became visible).
+    pub writer_deaths: u64,
+}
+
 /// A policy's games against a built-in opponent in self-play.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BuiltinSummary {
@@ -143,13 +158,16 @@ pub struct Summary {
     pub signal: Option<i32>,
     /// Trajectories finished by the rollout workers.
     pub trajectories_produced: u64,
-    /// Trajectories whose last sequence the learner trained on.
+    /// Trajectories whose last sequence the learner trained on (APPO; an off-policy run's trajectories go into its
+    /// replay buffers as they finish, counted in `replay`, and this stays 0).
     pub trajectories_trained: u64,
     /// Trajectories the batcher dropped as wholly older than `--max_policy_lag` versions.
     pub trajectories_dropped: u64,
     /// Trajectories discarded at stop: signalled but unread, in the batcher, or in datasets not
-    /// trained on. Produced = trained + dropped + in flight.
+    /// trained on. Produced = trained + dropped + in flight (APPO).
     pub trajectories_in_flight: u64,
+    /// Off-policy: each policy's replay buffer at the end, by policy index (empty for APPO).
+    pub replay: Vec<ReplaySummary>,
     /// Env frames of unfinished trajectories of rollout-worker processes that died or hung.
     pub env_frames_lost: u64,
     /// Rollout-worker processes replaced after they died or hung.
