@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{
-    child_of_loop, eval_mean_return, expect_failed_run, run, spawn, summary, temp_dir, text, win_rate,
+    child_of_loop, connect_four_win_rate_against_random, eval_mean_return, expect_failed_run, run, spawn,
+    summary, temp_dir, text,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
@@ -375,19 +376,7 @@ fn dqn_on_connect_four_packs_the_board_as_bytes_and_learns() {
     );
     let s = summary(&out);
     assert!(s["policy_version"].as_u64() >= Some(100), "{s}");
-    let output = run(&[
-        "eval",
-        "--env=connect_four",
-        "--experiment=c4",
-        &train_dir,
-        "--opponent=random",
-        "--max_num_episodes=200",
-        "--eval_deterministic",
-        "--seed=7",
-    ]);
-    let stdout = text(&output.stdout);
-    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
-    let rate = win_rate(&stdout);
+    let rate = connect_four_win_rate_against_random(&train_dir, "c4");
     assert!(rate >= 0.7, "win rate {rate} against the random player");
 }
 

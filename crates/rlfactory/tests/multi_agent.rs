@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{run, temp_dir, text, train_summary, win_rate};
+use common::{connect_four_win_rate_against_random, run, temp_dir, text, train_summary, win_rate};
 
 /// Mean return per agent and episode of uniformly random actions on treasurehunt (default config:
 /// 5 agents, 50 turns), over 200 agent episodes.
@@ -316,20 +316,7 @@ fn connect_four_self_play_beats_the_random_player_nine_times_in_ten() {
         elo - lowest > 100.0,
         "ratings: latest {elo}, lowest snapshot {lowest}\n{sp}"
     );
-    let output = run(&[
-        "eval",
-        "--env=connect_four",
-        "--experiment=c4",
-        &train_dir,
-        "--opponent=random",
-        "--max_num_episodes=200",
-        "--eval_deterministic",
-        "--seed=7",
-    ]);
-    let stdout = text(&output.stdout);
-    assert!(output.status.success(), "{}{}", stdout, text(&output.stderr));
-    eprintln!("{stdout}");
-    let rate = win_rate(&stdout);
+    let rate = connect_four_win_rate_against_random(&train_dir, "c4");
     assert!(rate >= 0.9, "win rate {rate} against the random player");
     // Against an early checkpoint (20K moves) of another run, both sampling their moves (measured
     // 0.77 on 100 games).
@@ -398,18 +385,6 @@ fn connect_four_trained_against_the_heuristic_too_beats_the_random_player_nine_t
         against > 0.25,
         "{against} against the heuristic while training\n{sp}"
     );
-    let output = run(&[
-        "eval",
-        "--env=connect_four",
-        "--experiment=c4",
-        &train_dir,
-        "--opponent=random",
-        "--max_num_episodes=200",
-        "--eval_deterministic",
-        "--seed=7",
-    ]);
-    let stdout = text(&output.stdout);
-    assert!(output.status.success(), "{}{}", stdout, text(&output.stderr));
-    let rate = win_rate(&stdout);
+    let rate = connect_four_win_rate_against_random(&train_dir, "c4");
     assert!(rate >= 0.9, "win rate {rate} against the random player");
 }

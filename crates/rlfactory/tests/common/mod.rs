@@ -192,6 +192,25 @@ pub fn win_rate(stdout: &str) -> f64 {
         .unwrap_or_else(|| panic!("no win rate in {stdout}"))
 }
 
+/// The win rate of experiment `experiment` of `train_dir_flag` (`--train_dir=...`) against Connect Four's uniformly
+/// random player: 200 games of its greedy policy, colours alternating, `eval`'s seed 7.
+pub fn connect_four_win_rate_against_random(train_dir_flag: &str, experiment: &str) -> f64 {
+    let output = run(&[
+        "eval",
+        "--env=connect_four",
+        &format!("--experiment={experiment}"),
+        train_dir_flag,
+        "--opponent=random",
+        "--max_num_episodes=200",
+        "--eval_deterministic",
+        "--seed=7",
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    eprintln!("{stdout}");
+    win_rate(&stdout)
+}
+
 /// The mean return `eval` printed.
 pub fn eval_mean_return(stdout: &str) -> f64 {
     stdout
