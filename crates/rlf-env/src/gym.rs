@@ -25,6 +25,7 @@
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyModule;
 
 use crate::env::check_action;
@@ -37,9 +38,38 @@ _venv = os.environ.get('VIRTUAL_ENV')
 if _venv:
     site.addsitedir(os.path.join(_venv, 'lib', 'python%d.%d' % sys.version_info[:2], 'site-packages'))
 
+import threading
 import numpy as np
 import gymnasium as gym
 from gymnasium import spaces
+# pygame's state is one per process, yet envs' close() calls pygame.quit() (PettingZoo's MPE envs always,
+# Gymnasium's after rendering): with several envs in a process, the first to close would free fonts and
+# surfaces the others still use (a heap corruption). Envs are counted from before they are made until
+# closed, and pygame.quit only quits when no other env is open.
+_open_envs = 0
+_open_lock = threading.Lock()
+def _share_pygame():
+    pygame = sys.modules.get('pygame')
+    if pygame is None or getattr(pygame.quit, 'rlf_shared', False):
+        return
+    quit_now = pygame.quit
+    def quit():
+        with _open_lock:
+            if _open_envs == 0:
+                quit_now()
+    quit.rlf_shared = True
+    pygame.quit = quit
+def opening():
+    global _open_envs
+    with _open_lock:
+        _open_envs += 1
+def closing(env):
+    global _open_envs
+    with _open_lock:
+        _open_envs -= 1
+    _share_pygame()
+    if env is not None:
+        env.close()
 
 
 def describe(space):
@@ -97,7 +127,12 @@ def make(env_id, kwargs):
     if module == 'minatar' and name not in gym.registry:
         import minatar.gym
         minatar.gym.register_envs()
-    env = gym.make(env_id, **{k: _value(v) for k, v in kwargs})
+    opening()
+    try:
+        env = gym.make(env_id, **{k: _value(v) for k, v in kwargs})
+    except BaseException:
+        closing(None)
+        raise
     return env, describe(env.observation_space), describe(env.action_space)
 
 
@@ -168,11 +203,17 @@ fn python_error<'a>(env: &'a str, call: &'static str) -> impl FnOnce(PyErr) -> E
     }
 }
 
-/// Compiles the helper module: it puts the venv's `site-packages` on `sys.path` (see the module
-/// doc) and defines `describe` (a space as nested tuples, for [`translate`]) and `flatten` (a value
-/// of a space as a flat `float32` array), which the PettingZoo bridge uses too.
+/// The helper module, compiled once per process: it puts the venv's `site-packages` on `sys.path`
+/// (see the module doc) and defines `describe` (a space as nested tuples, for [`translate`]) and
+/// `flatten` (a value of a space as a flat `float32` array), which the PettingZoo bridge uses too.
+/// Once, because its count of open envs (for pygame, see the helper's code) is one per process.
 pub(crate) fn helper_module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
-    PyModule::from_code(py, HELPER, c"rlf_gym_bridge.py", c"rlf_gym_bridge")
+    static HELPER_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    HELPER_MODULE
+        .get_or_try_init(py, || {
+            PyModule::from_code(py, HELPER, c"rlf_gym_bridge.py", c"rlf_gym_bridge").map(Bound::unbind)
+        })
+        .map(|module| module.bind(py).clone())
 }
 
 /// Builds a [`Space`] from the helper's `describe` tuple.
@@ -381,7 +422,10 @@ impl Drop for GymEnv {
     fn drop(&mut self) {
         Python::attach(|py| {
             // Closing is best effort: an exception in `close` must not turn a drop into a panic.
-            if let Err(err) = self.env.bind(py).call_method0("close") {
+            let closed = helper_module(py)
+                .and_then(|helper| helper.getattr("closing"))
+                .and_then(|closing| closing.call1((self.env.bind(py),)));
+            if let Err(err) = closed {
                 err.print(py);
             }
         });

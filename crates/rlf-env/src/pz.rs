@@ -71,6 +71,7 @@
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyModuleNotFoundError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyModule};
 
 use crate::env::check_action;
@@ -89,7 +90,8 @@ from gymnasium import spaces
 # PettingZoo's MPE and classic modules import pygame, which greets on stdout unless told not to.
 os.environ.setdefault('PYGAME_HIDE_SUPPORT_PROMPT', '1')
 
-# `describe` and `flatten` are the Gymnasium bridge's, set on this module before any Bridge is made.
+# `describe`, `flatten`, `opening` and `closing` (which count open envs, for pygame's sake) are the Gymnasium
+# bridge's, set on this module before any Bridge is made.
 
 
 def literal(text):
@@ -101,6 +103,15 @@ def literal(text):
 
 class Bridge:
     def __init__(self, module_name, force_aec, kwargs):
+        self.env = None
+        opening()
+        try:
+            self._make(module_name, force_aec, kwargs)
+        except BaseException:
+            closing(self.env)
+            raise
+
+    def _make(self, module_name, force_aec, kwargs):
         module = importlib.import_module(module_name)
         kwargs = {key: literal(value) for key, value in kwargs}
         self.parallel = not force_aec and hasattr(module, 'parallel_env')
@@ -178,7 +189,7 @@ class Bridge:
             raise RuntimeError('%s is still done after a dead step of every agent' % env.agent_selection)
 
     def close(self):
-        self.env.close()
+        closing(self.env)
 
     def _per_agent(self, values, default, cast):
         return [cast(values.get(a, default)) for a in self.agents]
@@ -312,6 +323,22 @@ fn action_object<'py>(py: Python<'py>, action: Action<'_>) -> PyResult<Bound<'py
     }
 }
 
+/// The bridge's helper module, compiled once per process (see [`helper_module`] for why once),
+/// with the Gymnasium helper's `describe` and `flatten`.
+fn pz_helper_module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    static PZ_HELPER_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    PZ_HELPER_MODULE
+        .get_or_try_init(py, || {
+            let gym = helper_module(py)?;
+            let helper = PyModule::from_code(py, HELPER, c"rlf_pz_bridge.py", c"rlf_pz_bridge")?;
+            for name in ["describe", "flatten", "opening", "closing"] {
+                helper.setattr(name, gym.getattr(name)?)?;
+            }
+            Ok(helper.unbind())
+        })
+        .map(|module| module.bind(py).clone())
+}
+
 impl PettingZooEnv {
     /// Makes the env of a `pz:<module>` or `pza:<module>` id with keyword arguments `kwargs` (see
     /// the module doc). Any other id is an [`EnvError::Unsupported`].
@@ -345,14 +372,7 @@ impl PettingZooEnv {
                     message: format!("{err}{hint}"),
                 }
             };
-            let gym = helper_module(py).map_err(make_error)?;
-            let helper =
-                PyModule::from_code(py, HELPER, c"rlf_pz_bridge.py", c"rlf_pz_bridge").map_err(make_error)?;
-            for name in ["describe", "flatten"] {
-                gym.getattr(name)
-                    .and_then(|f| helper.setattr(name, f))
-                    .map_err(make_error)?;
-            }
+            let helper = pz_helper_module(py).map_err(make_error)?;
             let pairs: Vec<(&str, &str)> = kwargs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let bridge = helper
                 .getattr("Bridge")

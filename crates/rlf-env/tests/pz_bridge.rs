@@ -2,6 +2,7 @@
 //! `scripts/setup_python.sh` and export `VIRTUAL_ENV` (or `PYTHONPATH`) as it prints.
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyModule;
 use rlf_env::connect_four::ConnectFour;
 use rlf_env::pz::{PettingZooApi, PettingZooEnv};
@@ -320,13 +321,18 @@ def parallel_env():
 ";
 
 /// Makes the test modules `rlf_pz_relay`, `rlf_pz_mixed` and `rlf_pz_countdown` importable (after
-/// a first env put the venv on the path).
+/// a first env put the venv on the path), once per process: tests run on several threads.
 fn register_test_modules() {
+    static REGISTERED: PyOnceLock<()> = PyOnceLock::new();
     drop(PettingZooEnv::from_id(CONNECT_FOUR, &[]).unwrap());
     Python::attach(|py| {
-        PyModule::from_code(py, RELAY, c"rlf_pz_relay.py", c"rlf_pz_relay")?;
-        PyModule::from_code(py, MIXED, c"rlf_pz_mixed.py", c"rlf_pz_mixed")?;
-        PyModule::from_code(py, COUNTDOWN, c"rlf_pz_countdown.py", c"rlf_pz_countdown").map(drop)
+        REGISTERED
+            .get_or_try_init(py, || {
+                PyModule::from_code(py, RELAY, c"rlf_pz_relay.py", c"rlf_pz_relay")?;
+                PyModule::from_code(py, MIXED, c"rlf_pz_mixed.py", c"rlf_pz_mixed")?;
+                PyModule::from_code(py, COUNTDOWN, c"rlf_pz_countdown.py", c"rlf_pz_countdown").map(drop)
+            })
+            .copied()
     })
     .unwrap();
 }
