@@ -210,10 +210,16 @@ pub struct SamplingConfig {
     /// Length of a trajectory, in env steps.
     #[arg(long, default_value_t = 32)]
     pub rollout: usize,
-    /// Inference workers (each a process outside serial mode); they share one queue of requests
-    /// and serve every policy.
+    /// Inference workers of each policy (each a process outside serial mode), as Sample Factory's:
+    /// a policy's workers share a queue of requests for its agents and run only its networks (its
+    /// latest weights and its self-play snapshots).
     #[arg(long, default_value_t = 1)]
     pub policy_workers_per_policy: usize,
+    /// Inference workers that serve every policy from one queue, in place of
+    /// `--policy_workers_per_policy` workers for each (0: off). With several policies on few
+    /// cores, one shared worker saves a process per policy.
+    #[arg(long, default_value_t = 0)]
+    pub shared_policy_workers: usize,
     /// Policies trained side by side, each with its own learner process, weights and checkpoints
     /// (`checkpoint_p<i>/`); agents are mapped to them as `--agent_policy_map` or Sample
     /// Factory's rules say.
@@ -269,6 +275,7 @@ impl Default for SamplingConfig {
             worker_num_splits: 1,
             rollout: 32,
             policy_workers_per_policy: 1,
+            shared_policy_workers: 0,
             num_policies: 1,
             pbt_mix_policies_in_one_env: true,
             agent_policy_map: String::new(),
@@ -1259,6 +1266,8 @@ impl Config {
             ("--self_play", self.sampling.self_play),
             ("--with_pbt", self.pbt.with_pbt),
             ("--async_rl=false", !self.run.async_rl),
+            ("--normalize_input", self.model.normalize_input),
+            ("--normalize_returns", self.model.normalize_returns),
         ] {
             if on {
                 return err(format!("{flag} is not supported with --algo {algo} yet"));
@@ -1381,6 +1390,37 @@ impl Config {
         }
     }
 
+    /// Groups of inference workers, each with its own queue of requests: one per policy (serving
+    /// its networks), or a single one that serves every network (one policy, or
+    /// `--shared_policy_workers`).
+    pub fn inference_groups(&self) -> usize {
+        let s = &self.sampling;
+        if s.shared_policy_workers > 0 {
+            1
+        } else {
+            s.num_policies
+        }
+    }
+
+    /// Inference workers in each group ([`Config::inference_groups`]).
+    pub fn workers_per_inference_group(&self) -> usize {
+        let s = &self.sampling;
+        if s.shared_policy_workers > 0 {
+            s.shared_policy_workers
+        } else {
+            s.policy_workers_per_policy
+        }
+    }
+
+    /// The group of inference workers that runs network `network`.
+    pub fn inference_group_of_network(&self, network: usize) -> usize {
+        if self.inference_groups() == 1 {
+            0
+        } else {
+            self.policy_of_network(network)
+        }
+    }
+
     /// Envs across all rollout workers.
     pub fn total_envs(&self) -> usize {
         self.sampling.num_workers * self.sampling.num_envs_per_worker
@@ -1413,6 +1453,13 @@ impl Config {
             if value == 0 {
                 return err(format!("{name} must be at least 1"));
             }
+        }
+        if s.shared_policy_workers > 0 && s.policy_workers_per_policy != 1 {
+            return err(format!(
+                "--shared_policy_workers {} and --policy_workers_per_policy {}: the shared workers replace the \
+                 per-policy ones, set one of them",
+                s.shared_policy_workers, s.policy_workers_per_policy
+            ));
         }
         if s.num_envs_per_worker % s.worker_num_splits != 0 {
             return err(format!(

@@ -129,6 +129,10 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
             "--self_play is not supported with --algo dqn yet",
         ),
         (
+            &["--env", "Pendulum-v1", "--algo", "sac", "--normalize_input"][..],
+            "--normalize_input is not supported with --algo sac yet",
+        ),
+        (
             &["--env", "CartPole-v1", "--algo", "dqn", "--tau", "0"][..],
             "--tau must be in (0, 1], got 0",
         ),
@@ -191,6 +195,19 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
             "--save_experiment=false",
         ],
         "--with_pbt copies weights through checkpoints",
+    );
+    rejects(
+        &[
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--shared_policy_workers",
+            "1",
+            "--policy_workers_per_policy",
+            "2",
+        ],
+        "--shared_policy_workers 1 and --policy_workers_per_policy 2: the shared workers replace the per-policy \
+         ones, set one of them",
     );
     rejects(
         &["train", "--env", "CartPole-v1", "--learning_rate", "-1"],

@@ -77,7 +77,8 @@ fn treasurehunt_with_five_separate_policies_doubles_a_random_policys_return() {
     }
 }
 
-/// Two CartPole policies drawn per env every 10 episodes: each learns (a mean return above 75,
+/// Two CartPole policies drawn per env every 10 episodes, each with two inference workers of its
+/// own (`--policy_workers_per_policy 2`, four in all): each learns (a mean return above 75,
 /// random play makes about 22; measured 129-485 after 400K frames, lower on a loaded machine), with its own checkpoints, TensorBoard folder and learning curve,
 /// and one chart holding both; `enjoy --policy_index` loads either and refuses a third.
 #[test]
@@ -91,6 +92,7 @@ fn two_policies_learn_side_by_side_with_their_own_checkpoints_and_summaries() {
         "--env=CartPole-v1",
         "--seed=1",
         "--num_policies=2",
+        "--policy_workers_per_policy=2",
         "--experiment=exp",
         &train_dir,
         &summary_json,
@@ -99,6 +101,22 @@ fn two_policies_learn_side_by_side_with_their_own_checkpoints_and_summaries() {
     ]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let s = common::summary(&out);
+    let inference: Vec<&String> = s["cpu_seconds"]
+        .as_object()
+        .expect("CPU by component")
+        .keys()
+        .filter(|k| k.starts_with("inference_worker"))
+        .collect();
+    assert_eq!(
+        inference,
+        [
+            "inference_worker_p0_0",
+            "inference_worker_p0_1",
+            "inference_worker_p1_0",
+            "inference_worker_p1_1"
+        ],
+        "{s}"
+    );
     let exp = dir.path().join("exp");
     for policy in 0..2 {
         let p = &s["policies"][policy];

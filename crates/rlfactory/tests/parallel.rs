@@ -399,8 +399,8 @@ fn a_dead_learner_stops_the_run_with_a_checkpoint_of_its_published_weights() {
 
 #[test]
 fn a_dead_learner_of_one_policy_stops_the_run_with_every_policys_checkpoint() {
-    // Loops: main, rollout_worker_0, inference_worker_0, learner_0, learner_1 (4).
-    let (status, seen, dir) = lose_a_component("learner-p1", 4, "-KILL", &["--num_policies=2"]);
+    // Loops: main, rollout_worker_0, inference_worker_p0_0, inference_worker_p1_0, learner_0, learner_1 (5).
+    let (status, seen, dir) = lose_a_component("learner-p1", 5, "-KILL", &["--num_policies=2"]);
     let log = seen.join("\n");
     assert!(!status.success(), "a dead learner is a failure:\n{log}");
     assert!(

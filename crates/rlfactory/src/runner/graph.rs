@@ -174,10 +174,19 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             app.object::<RolloutNode>(l, &name)
         })
         .collect();
-    let inference: Vec<_> = (0..if samples { s.policy_workers_per_policy } else { 0 })
-        .map(|j| {
-            let l = app.process_loop(&format!("inference_worker_{j}"));
-            app.object::<InferenceNode>(l, &format!("inference_worker_{j}"))
+    // Inference workers by group (one group per policy, or one for all): `inference_worker_<j>` with a single
+    // group, `inference_worker_p<g>_<j>` with several.
+    let groups = cfg.inference_groups();
+    let inference: Vec<_> = (0..if samples { groups } else { 0 })
+        .flat_map(|g| (0..cfg.workers_per_inference_group()).map(move |j| (g, j)))
+        .map(|(g, j)| {
+            let name = if groups == 1 {
+                format!("inference_worker_{j}")
+            } else {
+                format!("inference_worker_p{g}_{j}")
+            };
+            let l = app.process_loop(&name);
+            (g, app.object::<InferenceNode>(l, &name))
         })
         .collect();
     let num_policies = if learns { s.num_policies } else { 0 };
@@ -204,9 +213,18 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     let learner_link = (!samples).then(|| app.object::<LearnerLink>(main, "mpi_link"));
     let actor_link = (!learns).then(|| app.object::<ActorLink>(main, "mpi_link"));
 
-    // Signals of the single components. Requests go through a work queue, each taken by one
-    // inference worker.
-    let policy_requested = app.work_queue::<PolicyRequest>("policy_requested", 1 << 20);
+    // Signals of the single components. Requests go through a work queue per group of inference workers, each
+    // taken by one worker of the group.
+    let policy_requested: Vec<_> = (0..groups)
+        .map(|g| {
+            let name = if groups == 1 {
+                "policy_requested".to_owned()
+            } else {
+                format!("policy_requested_p{g}")
+            };
+            app.work_queue::<PolicyRequest>(&name, 1 << 20)
+        })
+        .collect();
     let batch_ready: Vec<_> = batcher
         .iter()
         .flat_map(|&b| (0..num_policies).map(move |p| (b, p)))
@@ -241,8 +259,8 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     });
 
     // Connections among them.
-    for &inf in &inference {
-        app.consume(policy_requested, inf, InferenceNode::on_policy_requested);
+    for &(g, inf) in &inference {
+        app.consume(policy_requested[g], inf, InferenceNode::on_policy_requested);
     }
     if let (Some(batcher), Some(runner), Some(runner_signals)) = (batcher, runner, &runner_signals) {
         for ((&learner, signals), &batch) in learners.iter().zip(&learner_signals).zip(&batch_ready) {
@@ -363,7 +381,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             slots_reclaimed.push(reclaimed);
         }
         let Some(&w) = workers.get(i) else { continue };
-        for (j, &inf) in inference.iter().enumerate() {
+        for (j, &(_, inf)) in inference.iter().enumerate() {
             let actions = app.signal::<ActionsReady, _>(inf, &format!("actions_ready_{i}"));
             app.connect(actions, w, RolloutNode::on_actions_ready);
             actions_ready[j].push(actions);
@@ -371,7 +389,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         app.connect(released, w, RolloutNode::on_buffer_released);
         app.connect(reclaimed, w, RolloutNode::on_slots_reclaimed);
         let signals = RolloutSignals {
-            policy_requested,
+            policy_requested: policy_requested.clone(),
             trajectory_ready: app.signal::<TrajectoryReady, _>(w, "trajectory_ready"),
             rollout_reported: app.signal::<RolloutReport, _>(w, "rollout_reported"),
             worker_started: app.signal::<WorkerStarted, _>(w, "worker_started"),
@@ -426,9 +444,11 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             RolloutNode::new(i, place, cfg, registry, &plane, signals, group)
         });
     }
-    for (&inf, signals) in inference.iter().zip(actions_ready) {
+    for (&(g, inf), signals) in inference.iter().zip(actions_ready) {
         let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
-        app.construct(inf, move || InferenceNode::new(&cfg, &registry, &plane, signals));
+        app.construct(inf, move || {
+            InferenceNode::new(&cfg, &registry, &plane, g, signals)
+        });
     }
     let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
     if let (Some(link), Some(signals)) = (actor_link, actor_link_signals) {

@@ -488,6 +488,37 @@ impl TrajectoryPool {
         Ok(())
     }
 
+    /// Writes the columns `columns` of step `t` of `field` in slot `buffer` (each column's values in turn in
+    /// `values`) and leaves the others as they are: an inference worker of one policy writes its agents' results
+    /// beside another policy's worker. Not for observations.
+    pub fn put_columns(
+        &self,
+        buffer: usize,
+        field: Field,
+        t: usize,
+        columns: &[usize],
+        values: &[f32],
+    ) -> Result<()> {
+        let sh = &self.shape;
+        let (f, _) = self.range(buffer, field, t, sh.num_envs * sh.width(field))?;
+        let w = sh.width(field);
+        if self.split(field) || values.len() != columns.len() * w || columns.iter().any(|&c| c >= sh.num_envs)
+        {
+            return Err(RlfError::Protocol {
+                component: "trajectory pool",
+                message: format!(
+                    "{field:?} of columns {columns:?} of {}: {} values do not fit",
+                    sh.num_envs,
+                    values.len()
+                ),
+            });
+        }
+        for (&c, part) in columns.iter().zip(values.chunks_exact(w.max(1))) {
+            self.floats.copy_from_slice(f + c * w, part);
+        }
+        Ok(())
+    }
+
     /// Reads step `t` of `field` (every env of the split) of slot `buffer` into `out` (observation values stored
     /// as bytes come back as floats).
     pub fn get(&self, buffer: usize, field: Field, t: usize, out: &mut [f32]) -> Result<()> {
@@ -536,6 +567,30 @@ impl TrajectoryPool {
         self.range(buffer, Field::LogProbs, t, versions.len())?;
         self.versions
             .copy_from_slice((buffer * self.shape.rollout + t) * n, versions);
+        Ok(())
+    }
+
+    /// Records the policy version that chose the action of each of the columns `columns` of step `t` of slot
+    /// `buffer`, and leaves the others' as they are.
+    pub fn put_column_versions(
+        &self,
+        buffer: usize,
+        t: usize,
+        columns: &[usize],
+        versions: &[u64],
+    ) -> Result<()> {
+        let n = self.shape.num_envs;
+        self.range(buffer, Field::LogProbs, t, n)?;
+        if versions.len() != columns.len() || columns.iter().any(|&c| c >= n) {
+            return Err(RlfError::Protocol {
+                component: "trajectory pool",
+                message: format!("versions of columns {columns:?} of {n}: {} given", versions.len()),
+            });
+        }
+        let at = (buffer * self.shape.rollout + t) * n;
+        for (&c, &v) in columns.iter().zip(versions) {
+            self.versions.copy_from_slice(at + c, &[v]);
+        }
         Ok(())
     }
 

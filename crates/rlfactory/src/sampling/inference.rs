@@ -6,6 +6,9 @@
 //! With several policies the worker holds one network per policy and reads which policy controls
 //! each column ([`Field::Policy`]): the columns of each policy go through its network together,
 //! and each column's results (and the version of the policy that chose them) go back in place.
+//! A worker of one policy's group (`--policy_workers_per_policy`) holds only that policy's networks
+//! and writes only their columns, beside the other policies' workers; the group of policy 0 also
+//! writes the columns no network runs (agents that do not act, built-in players).
 //!
 //! A recurrent policy (`--use_rnn`) reads each column's state from the slot at the step ([`Field::States`]) and
 //! writes the state after the step where the next step starts (at step `t + 1`, or [`Field::NextStates`] after
@@ -26,6 +29,8 @@ use crate::model::{ActOutput, Policy, PolicyWeights};
 
 /// One policy's network and the weights it follows.
 struct Served {
+    /// The run's id of the network.
+    network: usize,
     policy: Box<dyn Policy>,
     weights: SharedWeights,
     scratch: PolicyWeights,
@@ -60,7 +65,11 @@ pub struct InferenceWorker {
     column_policies: Vec<f32>,
     rows: Vec<usize>,
     gathered: Vec<f32>,
-    /// Network ids past the served ones that stand for built-in self-play opponents: their
+    /// The run's networks (this worker serves all or some of them).
+    num_networks: usize,
+    /// Columns of one request whose results this worker writes, when it serves some networks only.
+    own: Vec<usize>,
+    /// Network ids past the run's networks that stand for built-in self-play opponents: their
     /// columns are left to the rollout workers.
     builtin: usize,
     /// Off-policy: each policy's replay buffer, whose insert count sets its ε.
@@ -91,9 +100,27 @@ impl InferenceWorker {
     /// weights (policy `i` is `policies[i]`), for the rollout workers owning `pools` (by worker
     /// index).
     pub fn new(policies: Vec<(Box<dyn Policy>, SharedWeights)>, pools: Vec<TrajectoryPool>) -> Self {
-        let served = policies
+        let num_networks = policies.len();
+        let networks = policies
             .into_iter()
-            .map(|(policy, weights)| Served {
+            .enumerate()
+            .map(|(n, (policy, weights))| (n, policy, weights))
+            .collect();
+        Self::for_networks(networks, num_networks, pools)
+    }
+
+    /// An inference worker of one group: it runs the networks `networks` (each with the run's id of the network)
+    /// of a run of `num_networks`, and writes only their columns (and, when it runs network 0, the columns of no
+    /// network).
+    pub fn for_networks(
+        networks: Vec<(usize, Box<dyn Policy>, SharedWeights)>,
+        num_networks: usize,
+        pools: Vec<TrajectoryPool>,
+    ) -> Self {
+        let served = networks
+            .into_iter()
+            .map(|(network, policy, weights)| Served {
+                network,
                 scratch: PolicyWeights {
                     values: vec![0.0; weights.len()],
                 },
@@ -110,6 +137,8 @@ impl InferenceWorker {
             column_policies: Vec::new(),
             rows: Vec::new(),
             gathered: Vec::new(),
+            num_networks,
+            own: Vec::new(),
             builtin: 0,
             exploration: None,
         }
@@ -140,10 +169,12 @@ impl InferenceWorker {
     /// Loads every policy's published weights that are newer than those in use (and, off-policy, sets its ε).
     pub fn refresh_weights(&mut self) -> Result<()> {
         if let Some(e) = &self.exploration {
-            for (served, replay) in self.served.iter_mut().zip(&e.replays) {
-                served
-                    .policy
-                    .set_exploration(e.schedule.epsilon(replay.inserted(), e.total));
+            for served in &mut self.served {
+                if let Some(replay) = e.replays.get(served.network) {
+                    served
+                        .policy
+                        .set_exploration(e.schedule.epsilon(replay.inserted(), e.total));
+                }
             }
         }
         self.served.iter_mut().try_for_each(Served::refresh)
@@ -159,7 +190,7 @@ impl InferenceWorker {
         }
         // Slots are as wide as the largest agent's observation; with several networks each takes
         // the first values of its columns (agents that differ have policies of their own).
-        let several = self.served.len() > 1;
+        let several = self.num_networks > 1;
         let width = self.pools.first().map_or(0, |p| p.shape().obs_dim);
         if let Some((p, s)) = self.served.iter().enumerate().find(|(_, s)| {
             let d = s.policy.obs_dim();
@@ -222,6 +253,9 @@ impl InferenceWorker {
             (out, Vec::new())
         };
         let a = self.served[0].policy.action_dim();
+        if self.served.len() < self.num_networks {
+            return self.answer_own_columns(&live, &out, &versions);
+        }
         let mut at = 0;
         let mut answers = Vec::with_capacity(live.len());
         for (r, n) in live {
@@ -258,6 +292,64 @@ impl InferenceWorker {
         Ok(answers)
     }
 
+    /// Writes the results of the columns this worker owns (see [`InferenceWorker::for_networks`]) of every request
+    /// in `live` (with its column count), out of `out` and `versions` (every column's, in request order).
+    fn answer_own_columns(
+        &mut self,
+        live: &[(&PolicyRequest, usize)],
+        out: &ActOutput,
+        versions: &[u64],
+    ) -> Result<Vec<ActionsReady>> {
+        let a = self.served[0].policy.action_dim();
+        let state_dim = self.served[0].policy.state_dim();
+        let rest = self.served.iter().any(|s| s.network == 0);
+        let mut at = 0;
+        let mut answers = Vec::with_capacity(live.len());
+        let mut values = Vec::new();
+        let mut chosen = Vec::new();
+        for &(r, n) in live {
+            let pool = &self.pools[r.worker];
+            self.own.clear();
+            self.own.extend((0..n).filter(|&c| {
+                let p = self.column_policies[at + c];
+                let network = p as usize;
+                if p == INACTIVE || network >= self.num_networks {
+                    rest
+                } else {
+                    self.served.iter().any(|s| s.network == network)
+                }
+            }));
+            let mut put = |field: Field, width: usize, all: &[f32], step: usize| {
+                values.clear();
+                for &c in &self.own {
+                    values.extend_from_slice(&all[(at + c) * width..(at + c + 1) * width]);
+                }
+                pool.put_columns(r.buffer, field, step, &self.own, &values)
+            };
+            put(Field::Actions, a, &out.actions, r.step)?;
+            put(Field::LogProbs, 1, &out.log_probs, r.step)?;
+            put(Field::Values, 1, &out.values, r.step)?;
+            if state_dim > 0 {
+                let (field, step) = if r.step + 1 < pool.shape().rollout {
+                    (Field::States, r.step + 1)
+                } else {
+                    (Field::NextStates, 0)
+                };
+                put(field, state_dim, &self.states, step)?;
+            }
+            chosen.clear();
+            chosen.extend(self.own.iter().map(|&c| versions[at + c]));
+            pool.put_column_versions(r.buffer, r.step, &self.own, &chosen)?;
+            at += n;
+            answers.push(ActionsReady {
+                worker: r.worker,
+                split: r.split,
+                incarnation: r.incarnation,
+            });
+        }
+        Ok(answers)
+    }
+
     /// Runs each policy on the columns it controls; returns every column's results, in column
     /// order, and the version of the policy that chose each (zeros for built-in players' columns and
     /// for columns whose agent does not act).
@@ -271,18 +363,18 @@ impl InferenceWorker {
         };
         let mut versions = vec![0; columns];
         if let Some(&bad) = self.column_policies.iter().find(|&&p| {
-            p != INACTIVE && (p < 0.0 || p as usize >= self.served.len() + self.builtin || p.fract() != 0.0)
+            p != INACTIVE && (p < 0.0 || p as usize >= self.num_networks + self.builtin || p.fract() != 0.0)
         }) {
             return Err(protocol(format!(
                 "a column of network {bad}, but the run has {} networks and {} built-in players",
-                self.served.len(),
-                self.builtin
+                self.num_networks, self.builtin
             )));
         }
-        for (p, served) in self.served.iter_mut().enumerate() {
+        for served in &mut self.served {
+            let p = served.network as f32;
             self.rows.clear();
             self.rows
-                .extend((0..columns).filter(|&c| self.column_policies[c] == p as f32));
+                .extend((0..columns).filter(|&c| self.column_policies[c] == p));
             if self.rows.is_empty() {
                 continue;
             }

@@ -27,6 +27,10 @@ pub struct PolicyRequest {
     pub buffer: usize,
     /// The step of the trajectory.
     pub step: usize,
+    /// The group of inference workers asked ([`crate::config::Config::inference_groups`]): with a group per
+    /// policy, a split asks each group whose networks play one of its agents (and always group 0), and steps once
+    /// every answer came.
+    pub group: usize,
 }
 
 /// The actions of a split are in its slot (`actions_ready`), written by an inference worker with

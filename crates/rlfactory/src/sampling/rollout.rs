@@ -51,6 +51,8 @@ struct Split {
     /// Trajectories handed on since the last policy update (sync mode pauses at `rounds_per_update`).
     since_update: usize,
     paused: bool,
+    /// Answers still to come for the current step (one per group of inference workers asked).
+    awaiting: usize,
     /// Scratch for one step: actions read from the slot, flags and final observations to write.
     actions: Vec<f32>,
     flags: Vec<f32>,
@@ -269,6 +271,9 @@ pub struct RolloutWorker {
     /// network, columns record theirs.
     num_policies: usize,
     num_networks: usize,
+    /// The group of inference workers of each network, and which groups a step asks.
+    groups: Vec<usize>,
+    asked: Vec<bool>,
     pool: TrajectoryPool,
     free: Vec<usize>,
     /// The batcher's answer to `worker_started` (the free list) arrived.
@@ -476,6 +481,7 @@ impl RolloutWorker {
                 frames: 0,
                 since_update: 0,
                 paused: false,
+                awaiting: 0,
             };
             for e in 0..per_split {
                 split.start_episode(e, num_agents);
@@ -495,6 +501,10 @@ impl RolloutWorker {
             rounds_per_update,
             num_policies: s.num_policies,
             num_networks: cfg.num_networks(),
+            groups: (0..cfg.num_networks())
+                .map(|n| cfg.inference_group_of_network(n))
+                .collect(),
+            asked: vec![false; cfg.inference_groups()],
             free: Vec::new(),
             reclaimed: false,
             incarnation,
@@ -538,9 +548,10 @@ impl RolloutWorker {
         self.counts
     }
 
-    /// Writes split `k`'s observations at its current step and asks for actions.
-    fn request(&self, k: usize) -> Result<PolicyRequest> {
-        let split = &self.splits[k];
+    /// Writes split `k`'s observations at its current step and asks for actions: one request per group of
+    /// inference workers whose networks play one of its agents, and always one to group 0.
+    fn request(&mut self, k: usize, out: &mut Vec<PolicyRequest>) -> Result<()> {
+        let split = &mut self.splits[k];
         let Some(buffer) = split.slot else {
             return Err(RlfError::Protocol {
                 component: "rollout worker",
@@ -552,13 +563,28 @@ impl RolloutWorker {
             self.pool
                 .put(buffer, Field::Policy, split.t, &split.policy_values)?;
         }
-        Ok(PolicyRequest {
-            worker: self.index,
-            split: k,
-            incarnation: self.incarnation,
-            buffer,
-            step: split.t,
-        })
+        self.asked.fill(false);
+        self.asked[0] = true;
+        if self.asked.len() > 1 {
+            for &v in &split.policy_values {
+                if let Some(&g) = (v >= 0.0).then(|| self.groups.get(v as usize)).flatten() {
+                    self.asked[g] = true;
+                }
+            }
+        }
+        split.awaiting = 0;
+        for (group, _) in self.asked.iter().enumerate().filter(|(_, &a)| a) {
+            split.awaiting += 1;
+            out.push(PolicyRequest {
+                worker: self.index,
+                split: k,
+                incarnation: self.incarnation,
+                buffer,
+                step: split.t,
+                group,
+            });
+        }
+        Ok(())
     }
 
     /// Splits without a slot that may run (not paused) take a free slot, if any, and ask for
@@ -578,7 +604,7 @@ impl RolloutWorker {
             split.t = 0;
             split.frames = 0;
             self.pool.put(buffer, Field::States, 0, &split.carry)?;
-            requests.push(self.request(k)?);
+            self.request(k, &mut requests)?;
         }
         Ok(requests)
     }
@@ -613,6 +639,13 @@ impl RolloutWorker {
         let Some(buffer) = split.slot else {
             return Err(protocol("actions for a split without a slot".into()));
         };
+        if split.awaiting == 0 {
+            return Err(protocol("actions that were not asked for".into()));
+        }
+        split.awaiting -= 1;
+        if split.awaiting > 0 {
+            return Ok(StepOutcome::default());
+        }
         let t = split.t;
         let n = split.envs.num_columns();
         self.pool.get(buffer, Field::Actions, t, &mut split.actions)?;
@@ -711,7 +744,7 @@ impl RolloutWorker {
 
         let mut outcome = StepOutcome::default();
         if split.t < rollout {
-            outcome.requests.push(self.request(k)?);
+            self.request(k, &mut outcome.requests)?;
             return Ok(outcome);
         }
         if let Some(writer) = &mut self.replay {
@@ -891,6 +924,98 @@ mod tests {
             inference,
             worker,
             requests,
+        }
+    }
+
+    /// With a group of inference workers per policy (Connect Four, one policy per player): a split asks group 0
+    /// always and the group of each other policy whose agent acts next, steps only once every group it asked has
+    /// answered, and no group writes over another's columns (the versions in the slot say whose weights chose
+    /// each column's action: policy 0's are at version 10, policy 1's at 11, and columns that do not act get 0).
+    #[test]
+    fn a_split_asks_each_policys_inference_group_and_steps_after_the_last_answer() {
+        use crate::model::{ActorCritic, Policy};
+        use crate::sampling::{InferenceWorker, ObsLayout};
+
+        let cfg = Config::for_env(
+            "connect_four",
+            &[
+                "--num_policies=2",
+                "--agent_policy_map=player_0=0,player_1=1",
+                "--num_envs_per_worker=2",
+                "--worker_num_splits=1",
+                "--rollout=8",
+                "--batch_size=32",
+            ],
+        )
+        .expect("config");
+        assert_eq!(cfg.inference_groups(), 2);
+        let registry = EnvRegistry::with_builtin();
+        let spec = crate::env::EnvSpec::of(&registry, &cfg.env).expect("spec");
+        let layout = ObsLayout::common(&spec.observation_spaces, spec.obs_dim);
+        let shape = TrajectoryShape {
+            rollout: 8,
+            num_envs: 2 * spec.num_agents,
+            obs_dim: spec.obs_dim,
+            action_dim: 1,
+            state_dim: 0,
+            obs_bytes: layout.bytes(),
+        };
+        let pool = TrajectoryPool::with_layout(shape, layout, 2).expect("pool");
+        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        let mut groups: Vec<InferenceWorker> = (0..2)
+            .map(|network| {
+                let model = ActorCritic::new(
+                    &spec.observation_spaces[network],
+                    &spec.action_spaces[network],
+                    &cfg.model,
+                    crate::config::DeviceKind::Cpu,
+                )
+                .expect("model");
+                let values = model.weights().expect("weights").values;
+                let weights = rlf_shm::SharedWeights::create(values.len()).expect("weights");
+                weights.publish(10 + network as u64, &values);
+                let served: Box<dyn Policy> = Box::new(model);
+                InferenceWorker::for_networks(
+                    vec![(network, served, weights)],
+                    2,
+                    vec![TrajectoryPool::open(&pool.handle()).expect("mapped")],
+                )
+            })
+            .collect();
+        let mut worker =
+            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        worker.start().expect("reset");
+        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        for t in 0..6 {
+            // Player 0 moves first in both envs (columns: env 0's players 0 and 1, then env 1's).
+            let asked: Vec<usize> = requests.iter().map(|r| r.group).collect();
+            let expected = if t % 2 == 0 { vec![0] } else { vec![0, 1] };
+            assert_eq!(asked, expected, "step {t}");
+            let buffer = requests[0].buffer;
+            // Policy 1's group answers first: policy 0's, answering last, must leave its columns alone.
+            let mut answered = 0;
+            let mut next = Vec::new();
+            for r in requests.iter().rev() {
+                let answers = groups[r.group].on_policy_requested(&[*r]).expect("actions");
+                let outcome = worker.on_actions_ready(&answers[0]).expect("step");
+                answered += 1;
+                if answered < requests.len() {
+                    assert!(
+                        outcome.requests.is_empty() && outcome.trajectory.is_none(),
+                        "step {t}: stepped before every group answered"
+                    );
+                } else {
+                    next = outcome.requests;
+                }
+            }
+            let versions = reader.versions(buffer).expect("versions");
+            let expected = if t % 2 == 0 {
+                [10, 0, 10, 0]
+            } else {
+                [0, 11, 0, 11]
+            };
+            assert_eq!(versions[t * 4..t * 4 + 4], expected, "step {t}");
+            requests = next;
         }
     }
 

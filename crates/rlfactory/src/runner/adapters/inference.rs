@@ -23,23 +23,26 @@ pub(in crate::runner) struct InferenceNode {
 }
 
 impl InferenceNode {
-    /// An inference worker, in its loop's process: each policy's network starts from its
-    /// learner's seed, then follows the weights that learner publishes; each self-play snapshot's
-    /// follows its slot of the pool.
+    /// An inference worker of group `group`, in its loop's process, with the group's networks: each policy's
+    /// network starts from its learner's seed, then follows the weights that learner publishes; each self-play
+    /// snapshot's follows its slot of the pool.
     pub fn new(
         cfg: &Config,
         registry: &EnvRegistry,
         plane: &DataPlane,
+        group: usize,
         actions_ready: Vec<Signal<ActionsReady>>,
     ) -> Self {
-        let setup = (0..cfg.num_networks())
+        let num_networks = cfg.num_networks();
+        let setup = (0..num_networks)
+            .filter(|&n| cfg.inference_group_of_network(n) == group)
             .map(|n| {
                 let model: Box<dyn Policy> = new_policy(cfg, registry, cfg.policy_of_network(n))?;
-                Ok((model, plane.open_weights(n)?))
+                Ok((n, model, plane.open_weights(n)?))
             })
             .collect::<Result<Vec<_>>>()
-            .and_then(|policies| {
-                let worker = InferenceWorker::new(policies, plane.open_pools()?)
+            .and_then(|networks| {
+                let worker = InferenceWorker::for_networks(networks, num_networks, plane.open_pools()?)
                     .with_builtin(cfg.builtin_opponents().len());
                 if plane.replays.is_empty() {
                     return Ok(worker);

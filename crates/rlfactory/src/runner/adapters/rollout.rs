@@ -19,9 +19,10 @@ use crate::sampling::{
 };
 
 /// What a rollout worker emits.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(in crate::runner) struct RolloutSignals {
-    pub policy_requested: WorkQueue<PolicyRequest>,
+    /// By group of inference workers.
+    pub policy_requested: Vec<WorkQueue<PolicyRequest>>,
     pub trajectory_ready: Signal<TrajectoryReady>,
     pub rollout_reported: Signal<RolloutReport>,
     pub worker_started: Signal<WorkerStarted>,
@@ -151,9 +152,20 @@ impl RolloutNode {
     fn flush_requests(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.scheduled = false;
         let queued = std::mem::take(&mut self.queued);
-        let submitted = queued
-            .iter()
-            .try_for_each(|request| sent(ctx.submit(&self.signals.policy_requested, request)));
+        let submitted = queued.iter().try_for_each(|request| {
+            let queue =
+                self.signals
+                    .policy_requested
+                    .get(request.group)
+                    .ok_or_else(|| RlfError::Protocol {
+                        component: "rollout worker",
+                        message: format!(
+                            "a request for inference group {}, which the run has not",
+                            request.group
+                        ),
+                    })?;
+            sent(ctx.submit(queue, request))
+        });
         or_fail(ctx, submitted);
     }
 
