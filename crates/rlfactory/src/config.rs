@@ -176,6 +176,11 @@ pub struct EnvConfig {
     /// velocities, a partially observed task that needs `--use_rnn`. Empty: all.
     #[arg(long, default_value = "")]
     pub obs_mask: String,
+    /// Maps a single-agent env's observation values from their bounds onto [-1, 1] (Gymnasium's
+    /// `RescaleObservation`), so that values of very different scales reach the network on one;
+    /// every value must have finite bounds within ±1e6.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub rescale_obs: bool,
     /// Random seed of the networks and of the envs (env `i` gets `seed + i`).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -188,6 +193,7 @@ impl Default for EnvConfig {
             env: "CartPole-v1".to_owned(),
             env_kwargs: String::new(),
             obs_mask: String::new(),
+            rescale_obs: false,
             seed: 0,
         }
     }

@@ -6,7 +6,7 @@ pub use rlf_env::{
     parse_kwargs, ActionBatch, EnvRegistry, EpisodeStats, MultiVecEnv, Space, StepBuffers, VecBuffers, VecEnv,
 };
 
-use rlf_env::wrappers::SelectObservation;
+use rlf_env::wrappers::{RescaleObservation, SelectObservation};
 use rlf_env::Env;
 
 use rand_pcg::Pcg64Mcg;
@@ -43,6 +43,12 @@ impl EnvSpec {
                     cfg.env
                 )));
             }
+            if cfg.rescale_obs {
+                return Err(RlfError::Config(format!(
+                    "--rescale_obs rescales a single-agent env's observations; {} is a multi-agent env",
+                    cfg.env
+                )));
+            }
             let env = registry.make_multi_agent(&cfg.env, &parse_kwargs(&cfg.env_kwargs)?)?;
             let n = env.num_agents();
             return Ok(Self {
@@ -60,10 +66,7 @@ impl EnvSpec {
                 cfg.env
             )));
         }
-        let env = make_single(registry, cfg).map_err(|e| match (e, cfg.obs_mask.trim().is_empty()) {
-            (RlfError::Env(e), false) => RlfError::Config(format!("--obs_mask {}: {e}", cfg.obs_mask)),
-            (e, _) => e,
-        })?;
+        let env = make_single(registry, cfg)?;
         Ok(Self {
             observation_spaces: vec![env.observation_space().clone()],
             action_spaces: vec![env.action_space().clone()],
@@ -145,13 +148,23 @@ fn obs_mask(cfg: &EnvConfig) -> Result<Option<Vec<usize>>> {
         .map(Some)
 }
 
-/// One env of `cfg`'s single-agent env, showing the values `--obs_mask` keeps.
+/// One env of `cfg`'s single-agent env, showing the values `--obs_mask` keeps, rescaled onto [-1, 1] with
+/// `--rescale_obs`.
 pub fn make_single(registry: &EnvRegistry, cfg: &EnvConfig) -> Result<Box<dyn Env>> {
     let env = registry.make(&cfg.env)?;
-    Ok(match obs_mask(cfg)? {
+    let env: Box<dyn Env> = match obs_mask(cfg)? {
         None => env,
-        Some(keep) => Box::new(SelectObservation::new(env, keep)?),
-    })
+        Some(keep) => Box::new(
+            SelectObservation::new(env, keep)
+                .map_err(|e| RlfError::Config(format!("--obs_mask {}: {e}", cfg.obs_mask)))?,
+        ),
+    };
+    if !cfg.rescale_obs {
+        return Ok(env);
+    }
+    Ok(Box::new(
+        RescaleObservation::new(env).map_err(|e| RlfError::Config(format!("--rescale_obs: {e}")))?,
+    ))
 }
 
 /// `n` envs of `cfg`'s single-agent env, stepped together.

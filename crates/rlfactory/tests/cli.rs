@@ -197,6 +197,15 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
         "--with_pbt copies weights through checkpoints",
     );
     rejects(
+        &["train", "--env", "CartPole-v1", "--rescale_obs"],
+        "--rescale_obs: invalid space: rescaling the observations of CartPole-v1: value 1 is bounded by [-3.4028235e38, \
+         3.4028235e38], not within ±1e6",
+    );
+    rejects(
+        &["train", "--env", "treasurehunt", "--rescale_obs"],
+        "--rescale_obs rescales a single-agent env's observations; treasurehunt is a multi-agent env",
+    );
+    rejects(
         &[
             "train",
             "--env",

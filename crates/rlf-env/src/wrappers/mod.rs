@@ -26,7 +26,7 @@ pub use checked::CheckedEnv;
 pub use episode_statistics::EpisodeStatistics;
 pub use frame_skip::FrameSkip;
 pub use image::ResizeImage;
-pub use observation::{ClipObservation, SelectObservation};
+pub use observation::{ClipObservation, RescaleObservation, SelectObservation, RESCALE_LIMIT};
 pub use time_limit::TimeLimit;
 
 /// The state of a test env shared by the wrapper tests: counts steps, rewards 1 per step, ends

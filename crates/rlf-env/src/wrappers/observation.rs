@@ -163,6 +163,104 @@ impl<E: Env> Env for SelectObservation<E> {
     }
 }
 
+/// Maps every value of a `Box` observation with finite bounds affinely from `[low, high]` onto `[-1, 1]`, as
+/// Gymnasium's `RescaleObservation`: values of very different scales (MountainCar's position spans 1.8, its velocity
+/// 0.14) reach the network on one scale. A value whose bounds are equal is always 0. Bounds must be finite and
+/// within ±[`RESCALE_LIMIT`]: Gymnasium writes "unbounded" as the largest `float32` (CartPole's velocities), which
+/// rescaled would squeeze every value to 0.
+/// The widest bound [`RescaleObservation`] takes.
+pub const RESCALE_LIMIT: f32 = 1e6;
+
+#[derive(Debug, Clone)]
+pub struct RescaleObservation<E> {
+    inner: E,
+    /// Per value: `x * scale + shift`.
+    scale: Vec<f32>,
+    shift: Vec<f32>,
+    observation_space: Space,
+}
+
+impl<E: Env> RescaleObservation<E> {
+    /// Wraps `inner`, whose observation space must be a `Box` with finite bounds.
+    pub fn new(inner: E) -> Result<Self, EnvError> {
+        let Space::Box(b) = inner.observation_space() else {
+            return Err(EnvError::Unsupported {
+                env: inner.id().to_owned(),
+                what: format!("rescaling a {} observation space", inner.observation_space()),
+            });
+        };
+        let bounded = |v: f32| v.is_finite() && v.abs() <= RESCALE_LIMIT;
+        if let Some(k) = (0..b.size()).find(|&k| !bounded(b.low()[k]) || !bounded(b.high()[k])) {
+            return Err(EnvError::InvalidSpace(format!(
+                "rescaling the observations of {}: value {k} is bounded by [{:e}, {:e}], not within ±{RESCALE_LIMIT:e}",
+                inner.id(),
+                b.low()[k],
+                b.high()[k]
+            )));
+        }
+        let (scale, shift): (Vec<f32>, Vec<f32>) = b
+            .low()
+            .iter()
+            .zip(b.high())
+            .map(|(&lo, &hi)| {
+                let (lo, hi) = (f64::from(lo), f64::from(hi));
+                if hi > lo {
+                    let scale = 2.0 / (hi - lo);
+                    (scale as f32, (-1.0 - lo * scale) as f32)
+                } else {
+                    (0.0, 0.0)
+                }
+            })
+            .unzip();
+        let bound = |v: f32| {
+            scale
+                .iter()
+                .map(|&s| if s > 0.0 { v } else { 0.0 })
+                .collect::<Vec<_>>()
+        };
+        let observation_space = Space::Box(BoxSpace::new(bound(-1.0), bound(1.0), b.shape().to_vec())?);
+        Ok(Self {
+            inner,
+            scale,
+            shift,
+            observation_space,
+        })
+    }
+
+    fn rescale(&self, obs: &mut [f32]) {
+        for ((v, &s), &t) in obs.iter_mut().zip(&self.scale).zip(&self.shift) {
+            *v = *v * s + t;
+        }
+    }
+}
+
+impl<E: Env> Env for RescaleObservation<E> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn observation_space(&self) -> &Space {
+        &self.observation_space
+    }
+    fn action_space(&self) -> &Space {
+        self.inner.action_space()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.reset(seed, obs)?;
+        self.rescale(obs);
+        Ok(())
+    }
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+        let step = self.inner.step(action, obs)?;
+        self.rescale(obs);
+        Ok(step)
+    }
+    fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.set_state(state, obs)?;
+        self.rescale(obs);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::Counter;
@@ -202,5 +300,42 @@ mod tests {
             };
             assert!(e.to_string().contains("observation values"), "{bad:?}: {e}");
         }
+    }
+
+    /// MountainCar's position in [-1.2, 0.6] and velocity in [-0.07, 0.07] both come out in [-1, 1], affinely; an
+    /// unbounded observation (CartPole's velocities) is refused, naming the value.
+    #[test]
+    fn rescales_bounded_values_onto_minus_one_to_one() {
+        use crate::classic::{CartPole, MountainCar};
+        let mut raw = MountainCar::new();
+        let mut env = RescaleObservation::new(MountainCar::new()).unwrap();
+        assert_eq!(
+            env.observation_space().to_string(),
+            "Box(-1.0, 1.0, (2,), float32)"
+        );
+        let (mut a, mut b) = ([0.0; 2], [0.0; 2]);
+        raw.reset(Some(3), &mut a).unwrap();
+        env.reset(Some(3), &mut b).unwrap();
+        let expected = |x: [f32; 2]| [(x[0] + 1.2) / 0.9 - 1.0, (x[1] + 0.07) / 0.07 - 1.0];
+        let close = |x: [f32; 2], y: [f32; 2]| x.iter().zip(&y).all(|(p, q)| (p - q).abs() < 1e-5);
+        assert!(close(b, expected(a)), "{b:?} from {a:?}");
+        let mut fastest = 0.0f32;
+        for t in 0..200 {
+            let action = Action::Discrete(if t % 40 < 20 { 0 } else { 2 });
+            raw.step(action, &mut a).unwrap();
+            env.step(action, &mut b).unwrap();
+            assert!(close(b, expected(a)), "step {t}: {b:?} from {a:?}");
+            assert!(b.iter().all(|v| (-1.0..=1.0).contains(v)), "step {t}: {b:?}");
+            fastest = fastest.max(b[1].abs());
+        }
+        assert!(fastest > 0.2, "the velocity spans the range: at most {fastest}");
+        let Err(e) = RescaleObservation::new(CartPole::new()) else {
+            panic!("CartPole's unbounded velocities were rescaled");
+        };
+        assert!(
+            e.to_string()
+                .contains("value 1 is bounded by [-3.4028235e38, 3.4028235e38], not within ±1e6"),
+            "{e}"
+        );
     }
 }
