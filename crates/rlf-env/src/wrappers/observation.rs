@@ -163,14 +163,14 @@ impl<E: Env> Env for SelectObservation<E> {
     }
 }
 
+/// The widest bound [`RescaleObservation`] takes.
+pub const RESCALE_LIMIT: f32 = 1e6;
+
 /// Maps every value of a `Box` observation with finite bounds affinely from `[low, high]` onto `[-1, 1]`, as
 /// Gymnasium's `RescaleObservation`: values of very different scales (MountainCar's position spans 1.8, its velocity
 /// 0.14) reach the network on one scale. A value whose bounds are equal is always 0. Bounds must be finite and
 /// within ±[`RESCALE_LIMIT`]: Gymnasium writes "unbounded" as the largest `float32` (CartPole's velocities), which
 /// rescaled would squeeze every value to 0.
-/// The widest bound [`RescaleObservation`] takes.
-pub const RESCALE_LIMIT: f32 = 1e6;
-
 #[derive(Debug, Clone)]
 pub struct RescaleObservation<E> {
     inner: E,
