@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::parser::ValueSource;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::config::{read_settings, Config, Workflow, BENCHMARK_SECONDS, UNLIMITED_SECONDS};
+use crate::config::{read_settings, Algo, Config, Workflow, BENCHMARK_SECONDS, UNLIMITED_SECONDS};
 use crate::enjoy::{EnjoyArgs, EvalArgs, ExportArgs};
 use crate::env::EnvRegistry;
 use crate::error::RlfError;
@@ -115,9 +115,23 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
     let given = matches
         .subcommand_matches("train")
         .ok_or_else(|| RlfError::Config("the command line lost the train command".into()))?;
-    let mut config = Config::for_env_defaults(&train.config.env.env, train.config.off_policy.algo)?;
-    if let Some(path) = &train.config_file {
-        config.apply(&read_settings(path)?, path)?;
+    let file = match &train.config_file {
+        Some(path) => Some((path, read_settings(path)?)),
+        None => None,
+    };
+    // The env's shipped defaults are those of the algorithm the run trains: `--algo` on the command line, else the
+    // config file's (`--config configs/MountainCar-v0-dqn.toml` takes the DQN defaults, not the APPO ones).
+    let algo = match &file {
+        Some((_, settings)) if given.value_source("algo") != Some(ValueSource::CommandLine) => settings
+            .get("algo")
+            .and_then(|v| v.as_str())
+            .and_then(|name| Algo::from_str(name, true).ok())
+            .unwrap_or(train.config.off_policy.algo),
+        _ => train.config.off_policy.algo,
+    };
+    let mut config = Config::for_env_defaults(&train.config.env.env, algo)?;
+    if let Some((path, settings)) = &file {
+        config.apply(settings, path)?;
     }
     let typed = train.config.to_settings()?;
     let mut table = config.to_settings()?;
@@ -310,6 +324,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(cartpole.contains("needs Box actions"), "{cartpole}");
+        // A config file that sets the algorithm takes that algorithm's shipped defaults (MountainCar's APPO ones
+        // would normalise the inputs, which DQN refuses).
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/MountainCar-v0-dqn.toml");
+        let cfg = Config::for_env("MountainCar-v0", &["--config", file]).expect("a valid config");
+        assert_eq!(
+            (
+                cfg.off_policy.algo,
+                cfg.appo.batch_size,
+                cfg.model.normalize_input
+            ),
+            (Algo::Dqn, 128, false)
+        );
     }
 
     #[test]
