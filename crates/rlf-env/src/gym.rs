@@ -128,12 +128,13 @@ def make(env_id, kwargs):
         import minatar.gym
         minatar.gym.register_envs()
     opening()
+    env = None
     try:
         env = gym.make(env_id, **{k: _value(v) for k, v in kwargs})
+        return env, describe(env.observation_space), describe(env.action_space)
     except BaseException:
-        closing(None)
+        closing(env)
         raise
-    return env, describe(env.observation_space), describe(env.action_space)
 
 
 def action_meanings(env):
@@ -285,8 +286,19 @@ impl GymEnv {
                 env: format!("gym:{id}"),
                 what: format!("its {which} space ({reason})"),
             };
-            let observation_space = translate(&obs_desc).map_err(|r| space_error("observation", r))?;
-            let action_space = translate(&act_desc).map_err(|r| space_error("action", r))?;
+            let spaces = translate(&obs_desc)
+                .map_err(|r| space_error("observation", r))
+                .and_then(|o| Ok((o, translate(&act_desc).map_err(|r| space_error("action", r))?)));
+            let (observation_space, action_space) = match spaces {
+                Ok(spaces) => spaces,
+                Err(e) => {
+                    // The env is made (and counted open): close it before giving up on it.
+                    if let Err(err) = helper.getattr("closing").and_then(|c| c.call1((&env,))) {
+                        err.print(py);
+                    }
+                    return Err(e);
+                }
+            };
             let function = |name: &str| {
                 helper
                     .getattr(name)

@@ -189,7 +189,9 @@ class Bridge:
             raise RuntimeError('%s is still done after a dead step of every agent' % env.agent_selection)
 
     def close(self):
-        closing(self.env)
+        env, self.env = self.env, None
+        if env is not None:
+            closing(env)
 
     def _per_agent(self, values, default, cast):
         return [cast(values.get(a, default)) for a in self.agents]
@@ -378,17 +380,37 @@ impl PettingZooEnv {
                 .getattr("Bridge")
                 .and_then(|b| b.call1((module, force_aec, pairs)))
                 .map_err(make_error)?;
-            let description = bridge.call_method0("describe").map_err(make_error)?;
-            let (parallel, agents, obs_descs, act_descs): Description<'_> =
-                description.extract().map_err(make_error)?;
-            let observation_spaces = agent_spaces(id, "observation", &obs_descs)?;
-            let action_spaces = agent_spaces(id, "action", &act_descs)?;
-            let action_dim = one_action_size(id, &action_spaces)?;
-            let dims: Vec<usize> = observation_spaces.iter().map(Space::flat_dim).collect();
-            let obs_dim = dims.iter().copied().max().unwrap_or(0);
-            bridge
-                .call_method1("set_obs_dim", (obs_dim, dims))
-                .map_err(make_error)?;
+            let described = (|| {
+                let description = bridge.call_method0("describe").map_err(make_error)?;
+                let (parallel, agents, obs_descs, act_descs): Description<'_> =
+                    description.extract().map_err(make_error)?;
+                let observation_spaces = agent_spaces(id, "observation", &obs_descs)?;
+                let action_spaces = agent_spaces(id, "action", &act_descs)?;
+                let action_dim = one_action_size(id, &action_spaces)?;
+                let dims: Vec<usize> = observation_spaces.iter().map(Space::flat_dim).collect();
+                let obs_dim = dims.iter().copied().max().unwrap_or(0);
+                bridge
+                    .call_method1("set_obs_dim", (obs_dim, dims))
+                    .map_err(make_error)?;
+                Ok((
+                    parallel,
+                    agents,
+                    observation_spaces,
+                    action_spaces,
+                    obs_dim,
+                    action_dim,
+                ))
+            })();
+            let (parallel, agents, observation_spaces, action_spaces, obs_dim, action_dim) = match described {
+                Ok(described) => described,
+                Err(e) => {
+                    // The env is made (and counted open): close it before giving up on it.
+                    if let Err(err) = bridge.call_method0("close") {
+                        err.print(py);
+                    }
+                    return Err(e);
+                }
+            };
             let n = agents.len();
             Ok(Self {
                 id: id.to_owned(),

@@ -158,6 +158,7 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
         config.run.async_rl = false;
     }
     config.validate_for(registry)?;
+    config.refuse_off_policy_normalization()?;
     Ok(Invocation::Train(Box::new(config)))
 }
 

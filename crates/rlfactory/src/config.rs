@@ -218,7 +218,8 @@ pub struct SamplingConfig {
     pub rollout: usize,
     /// Inference workers of each policy (each a process outside serial mode), as Sample Factory's:
     /// a policy's workers share a queue of requests for its agents and run only its networks (its
-    /// latest weights and its self-play snapshots).
+    /// latest weights and its self-play snapshots); policy 0's also fill in the columns no network
+    /// plays, so every step asks them.
     #[arg(long, default_value_t = 1)]
     pub policy_workers_per_policy: usize,
     /// Inference workers that serve every policy from one queue, in place of
@@ -1203,9 +1204,10 @@ impl Config {
         })
     }
 
-    /// Networks an inference worker runs: every policy and, with `--self_play`, every snapshot in
-    /// the pools. Network `i < num_policies` is policy `i`; then come the snapshots of policy 0,
-    /// of policy 1, and so on ([`Config::snapshot_network`]).
+    /// Networks the run's inference workers run: every policy and, with `--self_play`, every
+    /// snapshot in the pools (each group of workers runs its own, [`Config::inference_groups`]).
+    /// Network `i < num_policies` is policy `i`; then come the snapshots of policy 0, of policy 1,
+    /// and so on ([`Config::snapshot_network`]).
     pub fn num_networks(&self) -> usize {
         let s = &self.sampling;
         s.num_policies * (1 + if s.self_play { s.opponent_pool_size } else { 0 })
@@ -1263,6 +1265,26 @@ impl Config {
         Ok(())
     }
 
+    /// Settings a run of `--algo dqn` or `--algo sac` refuses to train with, which their networks do not read (an
+    /// experiment saved with them before they were refused still loads for `enjoy` and `eval`: they never applied).
+    pub fn refuse_off_policy_normalization(&self) -> Result<()> {
+        if !self.off_policy.algo.is_off_policy() {
+            return Ok(());
+        }
+        for (flag, on) in [
+            ("--normalize_input", self.model.normalize_input),
+            ("--normalize_returns", self.model.normalize_returns),
+        ] {
+            if on {
+                return Err(RlfError::Config(format!(
+                    "{flag} is not supported with --algo {} yet",
+                    self.off_policy.algo.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The checks of `--algo dqn`: what it supports so far, and settings in range.
     fn validate_off_policy(&self, spec: &EnvSpec) -> Result<()> {
         let err = |m: String| Err(RlfError::Config(m));
@@ -1272,8 +1294,6 @@ impl Config {
             ("--self_play", self.sampling.self_play),
             ("--with_pbt", self.pbt.with_pbt),
             ("--async_rl=false", !self.run.async_rl),
-            ("--normalize_input", self.model.normalize_input),
-            ("--normalize_returns", self.model.normalize_returns),
         ] {
             if on {
                 return err(format!("{flag} is not supported with --algo {algo} yet"));

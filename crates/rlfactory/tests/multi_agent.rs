@@ -46,6 +46,8 @@ fn treasurehunt_with_five_separate_policies_doubles_a_random_policys_return() {
         "--seed=1".to_owned(),
         "--num_policies=5".to_owned(),
         "--agent_policy_map=agent_0=0,agent_1=1,agent_2=2,agent_3=3,agent_4=4".to_owned(),
+        // One inference worker for the five policies: fewer processes on the test machine's 2 cores.
+        "--shared_policy_workers=1".to_owned(),
         format!("--stop_at_reward={}", 2.0 * random),
         "--train_for_env_steps=1500000".to_owned(),
     ]);

@@ -174,9 +174,9 @@ pub const RESCALE_LIMIT: f32 = 1e6;
 #[derive(Debug, Clone)]
 pub struct RescaleObservation<E> {
     inner: E,
-    /// Per value: `x * scale + shift`.
+    /// Per value: `(x - low) * scale - 1` (0 where the bounds are equal).
+    low: Vec<f32>,
     scale: Vec<f32>,
-    shift: Vec<f32>,
     observation_space: Space,
 }
 
@@ -198,20 +198,18 @@ impl<E: Env> RescaleObservation<E> {
                 b.high()[k]
             )));
         }
-        let (scale, shift): (Vec<f32>, Vec<f32>) = b
-            .low()
+        let low = b.low().to_vec();
+        let scale: Vec<f32> = low
             .iter()
             .zip(b.high())
             .map(|(&lo, &hi)| {
-                let (lo, hi) = (f64::from(lo), f64::from(hi));
                 if hi > lo {
-                    let scale = 2.0 / (hi - lo);
-                    (scale as f32, (-1.0 - lo * scale) as f32)
+                    (2.0 / (f64::from(hi) - f64::from(lo))) as f32
                 } else {
-                    (0.0, 0.0)
+                    0.0
                 }
             })
-            .unzip();
+            .collect();
         let bound = |v: f32| {
             scale
                 .iter()
@@ -221,15 +219,15 @@ impl<E: Env> RescaleObservation<E> {
         let observation_space = Space::Box(BoxSpace::new(bound(-1.0), bound(1.0), b.shape().to_vec())?);
         Ok(Self {
             inner,
+            low,
             scale,
-            shift,
             observation_space,
         })
     }
 
     fn rescale(&self, obs: &mut [f32]) {
-        for ((v, &s), &t) in obs.iter_mut().zip(&self.scale).zip(&self.shift) {
-            *v = *v * s + t;
+        for ((v, &lo), &s) in obs.iter_mut().zip(&self.low).zip(&self.scale) {
+            *v = if s > 0.0 { (*v - lo) * s - 1.0 } else { 0.0 };
         }
     }
 }

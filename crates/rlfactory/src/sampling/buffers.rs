@@ -7,8 +7,9 @@
 //! processes; who may touch a slot is decided by the signals that carry its index:
 //! 1. a split takes a free slot when it starts a trajectory. At each step the rollout worker
 //!    writes the observations at step `t` and asks for actions with the slot and the step; the
-//!    inference worker reads those observations and writes the actions, log-probabilities, values
-//!    and its policy version at the same step; the rollout worker reads the actions, steps its
+//!    inference workers read those observations and write the actions, log-probabilities, values
+//!    and policy versions at the same step (with a group of workers per policy, each group its own
+//!    columns); the rollout worker reads the actions, steps its
 //!    envs and writes the rewards, episode ends and valid flags. After the last step it writes
 //!    the next observations and emits `trajectory_ready` with the slot (the signal's queue
 //!    orders every write before the batcher's reads);

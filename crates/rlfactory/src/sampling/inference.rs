@@ -152,7 +152,7 @@ impl InferenceWorker {
         }
     }
 
-    /// Leaves the columns of `count` built-in opponents (network ids right past the served
+    /// Leaves the columns of `count` built-in opponents (network ids right past the run's
     /// networks) to the rollout workers, which take their moves from the env.
     pub fn with_builtin(self, count: usize) -> Self {
         Self {
@@ -192,12 +192,13 @@ impl InferenceWorker {
         // the first values of its columns (agents that differ have policies of their own).
         let several = self.num_networks > 1;
         let width = self.pools.first().map_or(0, |p| p.shape().obs_dim);
-        if let Some((p, s)) = self.served.iter().enumerate().find(|(_, s)| {
+        if let Some(s) = self.served.iter().find(|s| {
             let d = s.policy.obs_dim();
             d > width || (!several && d != width)
         }) {
             return Err(protocol(format!(
-                "network {p} takes observations of {} values, the slots hold {width}",
+                "network {} takes observations of {} values, the slots hold {width}",
+                s.network,
                 s.policy.obs_dim()
             )));
         }

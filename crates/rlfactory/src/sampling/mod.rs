@@ -34,7 +34,8 @@ pub struct PolicyRequest {
 }
 
 /// The actions of a split are in its slot (`actions_ready`), written by an inference worker with
-/// their log-probabilities, values and policy version.
+/// their log-probabilities, values and policy version (with a group per policy, the answer says
+/// that the group's columns are there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionsReady {
     /// The rollout worker.
