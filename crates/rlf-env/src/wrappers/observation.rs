@@ -1,5 +1,38 @@
 use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
 
+/// `Env` for an observation wrapper (fields `inner` and `observation_space`) whose method `$map` rewrites, in place,
+/// every observation the inner env writes.
+macro_rules! env_rewriting_observations {
+    ($wrapper:ident, $map:ident) => {
+        impl<E: Env> Env for $wrapper<E> {
+            fn id(&self) -> &str {
+                self.inner.id()
+            }
+            fn observation_space(&self) -> &Space {
+                &self.observation_space
+            }
+            fn action_space(&self) -> &Space {
+                self.inner.action_space()
+            }
+            fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+                self.inner.reset(seed, obs)?;
+                self.$map(obs);
+                Ok(())
+            }
+            fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
+                let step = self.inner.step(action, obs)?;
+                self.$map(obs);
+                Ok(step)
+            }
+            fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
+                self.inner.set_state(state, obs)?;
+                self.$map(obs);
+                Ok(())
+            }
+        }
+    };
+}
+
 /// Clips every observation value into `[low, high]`, as Gymnasium's `ClipObservation`; the
 /// observation space becomes the intersection of the env's box and `[low, high]`.
 #[derive(Debug, Clone)]
@@ -49,32 +82,7 @@ impl<E: Env> ClipObservation<E> {
     }
 }
 
-impl<E: Env> Env for ClipObservation<E> {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    fn observation_space(&self) -> &Space {
-        &self.observation_space
-    }
-    fn action_space(&self) -> &Space {
-        self.inner.action_space()
-    }
-    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
-        self.inner.reset(seed, obs)?;
-        self.clip(obs);
-        Ok(())
-    }
-    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
-        let step = self.inner.step(action, obs)?;
-        self.clip(obs);
-        Ok(step)
-    }
-    fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
-        self.inner.set_state(state, obs)?;
-        self.clip(obs);
-        Ok(())
-    }
-}
+env_rewriting_observations!(ClipObservation, clip);
 
 /// Keeps only some values of a flat `Box` observation, in the order given: a partially observed
 /// version of a fully observed env (CartPole with `[0, 2]` sees the cart's position and the pole's
@@ -232,32 +240,7 @@ impl<E: Env> RescaleObservation<E> {
     }
 }
 
-impl<E: Env> Env for RescaleObservation<E> {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    fn observation_space(&self) -> &Space {
-        &self.observation_space
-    }
-    fn action_space(&self) -> &Space {
-        self.inner.action_space()
-    }
-    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
-        self.inner.reset(seed, obs)?;
-        self.rescale(obs);
-        Ok(())
-    }
-    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Step, EnvError> {
-        let step = self.inner.step(action, obs)?;
-        self.rescale(obs);
-        Ok(step)
-    }
-    fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
-        self.inner.set_state(state, obs)?;
-        self.rescale(obs);
-        Ok(())
-    }
-}
+env_rewriting_observations!(RescaleObservation, rescale);
 
 #[cfg(test)]
 mod tests {

@@ -284,11 +284,7 @@ impl InferenceWorker {
                 pool.put_version(r.buffer, r.step, self.served[0].version)?;
             }
             at += n;
-            answers.push(ActionsReady {
-                worker: r.worker,
-                split: r.split,
-                incarnation: r.incarnation,
-            });
+            answers.push(r.answer());
         }
         Ok(answers)
     }
@@ -342,11 +338,7 @@ impl InferenceWorker {
             chosen.extend(self.own.iter().map(|&c| versions[at + c]));
             pool.put_column_versions(r.buffer, r.step, &self.own, &chosen)?;
             at += n;
-            answers.push(ActionsReady {
-                worker: r.worker,
-                split: r.split,
-                incarnation: r.incarnation,
-            });
+            answers.push(r.answer());
         }
         Ok(answers)
     }

@@ -33,6 +33,17 @@ pub struct PolicyRequest {
     pub group: usize,
 }
 
+impl PolicyRequest {
+    /// The answer to this request: its split's actions are in the slot.
+    pub fn answer(&self) -> ActionsReady {
+        ActionsReady {
+            worker: self.worker,
+            split: self.split,
+            incarnation: self.incarnation,
+        }
+    }
+}
+
 /// The actions of a split are in its slot (`actions_ready`), written by an inference worker with
 /// their log-probabilities, values and policy version (with a group per policy, the answer says
 /// that the group's columns are there).
