@@ -177,6 +177,31 @@ fn serial_dqn_keeps_the_replay_ratio_on_one_loop() {
     }
 }
 
+/// A learner that sleeps on its replay buffer holds nothing else up: with a heartbeat of 600 s (the learner's
+/// rounds wait up to 120 s for data) a short DQN run still ends in seconds. When the batcher shared the first
+/// learner's loop, the rollout worker's first slots waited behind two of those rounds (240 s here).
+#[test]
+fn a_sleeping_off_policy_learner_does_not_hold_up_the_start() {
+    let dir = temp_dir("dqn_start");
+    let run = spawn(Command::new(BIN).args([
+        "train",
+        "--env=CartPole-v1",
+        "--algo=dqn",
+        "--learning_starts=500",
+        "--train_for_env_steps=3000",
+        "--heartbeat_interval=600",
+        "--report_interval_sec=0",
+        "--save_experiment=false",
+        &format!("--train_dir={}", dir.path().display()),
+    ]));
+    let status = run
+        .exited
+        .recv_timeout(Duration::from_secs(100))
+        .expect("the run ends long before a learner's 120 s wait would");
+    let log: Vec<String> = run.lines.try_iter().collect();
+    assert!(status.success(), "{}", log.join("\n"));
+}
+
 /// Treasurehunt, 5 agents taking turns, one DQN policy per agent (`--agent_policy_map`), each with its own replay
 /// buffer and learner process (seed 004's layout), shipped config: the mean return per agent reaches twice a random
 /// policy's within 1M agent steps on seed 1 (measured: 380K, 83 s, release build), and each policy learned.

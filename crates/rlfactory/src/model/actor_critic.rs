@@ -8,7 +8,9 @@ use tch::{nn, Kind, Tensor};
 use super::encoder::{conv2d, PartEncoders};
 use super::recurrent::Core;
 use super::{ActOutput, Distribution, Policy, PolicyWeights, RunningMeanStd};
-use crate::config::{ConvArchitecture, DeviceKind, ModelConfig, Nonlinearity, PolicyInitialization};
+use crate::config::{
+    ConvArchitecture, DeviceKind, MatmulPrecision, ModelConfig, Nonlinearity, PolicyInitialization,
+};
 use crate::error::{Result, RlfError};
 
 /// Observations are clipped to this many standard deviations after normalisation.
@@ -112,9 +114,15 @@ impl ActionHead {
     }
 }
 
+/// With `--matmul_precision medium`, batches of fewer rows (an inference worker's few envs) still multiply in
+/// float32: casting the weights would cost more than the bfloat16 product saves.
+const BF16_MIN_ROWS: i64 = 64;
+
 pub(super) struct Mlp {
     layers: Vec<nn::Linear>,
     nonlinearity: Nonlinearity,
+    /// `--matmul_precision medium`: each layer multiplies in bfloat16.
+    bf16: bool,
 }
 
 /// tanh(z) as 2σ(2z) − 1. ATen's `tanh` on CPU calls MKL's high-accuracy vector tanh, which
@@ -129,7 +137,15 @@ impl Mlp {
     fn forward(&self, x: &Tensor) -> Tensor {
         let mut h = x.shallow_clone();
         for layer in &self.layers {
-            let z = h.apply(layer);
+            let z = if self.bf16 && h.size()[0] >= BF16_MIN_ROWS {
+                // Autograd carries the gradients back through the casts to the float32 weights.
+                let half = |t: &Tensor| t.to_kind(Kind::BFloat16);
+                half(&h)
+                    .linear(&half(&layer.ws), layer.bs.as_ref().map(half))
+                    .to_kind(Kind::Float)
+            } else {
+                h.apply(layer)
+            };
             h = match self.nonlinearity {
                 Nonlinearity::Elu => z.elu(),
                 Nonlinearity::Relu => z.relu(),
@@ -354,6 +370,7 @@ fn mlp(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Mlp, i64) {
         Mlp {
             layers,
             nonlinearity: cfg.nonlinearity,
+            bf16: cfg.matmul_precision == MatmulPrecision::Medium,
         },
         size,
     )
@@ -960,14 +977,45 @@ impl Policy for ActorCritic {
 #[cfg(test)]
 mod tests {
     use rlf_env::{BoxSpace, Space};
-    use tch::{Kind, Tensor};
+    use tch::{nn, Kind, Tensor};
 
-    use super::{ActorCritic, ACTION_MASK_KEY};
-    use crate::config::{Config, DeviceKind, ModelConfig, RnnType};
+    use super::{mlp, ActorCritic, ACTION_MASK_KEY};
+    use crate::config::{Config, DeviceKind, MatmulPrecision, ModelConfig, RnnType};
     use crate::model::Policy;
 
     fn unit_box(size: usize) -> Space {
         Space::Box(BoxSpace::uniform(0.0, 1.0, vec![size]).expect("box"))
+    }
+
+    /// `--matmul_precision medium`: a batch of 256 rows goes through bfloat16 products, close to the float32
+    /// network with the same weights but not equal, and its gradients reach the float32 weights; a batch of fewer
+    /// than 64 rows multiplies in float32, exactly as `highest` does.
+    #[test]
+    fn bfloat16_products_follow_the_float32_network() {
+        tch::manual_seed(0);
+        let mut cfg = Config::default().model;
+        cfg.encoder_mlp_layers = "250,250".parse().expect("layers");
+        let (vs_a, mut vs_b) = (
+            nn::VarStore::new(tch::Device::Cpu),
+            nn::VarStore::new(tch::Device::Cpu),
+        );
+        let (exact, _) = mlp(&vs_a.root(), 625, &cfg);
+        cfg.matmul_precision = MatmulPrecision::Medium;
+        let (half, _) = mlp(&vs_b.root(), 625, &cfg);
+        vs_b.copy(&vs_a).expect("the same variables");
+        let x = Tensor::rand([256, 625], (Kind::Float, tch::Device::Cpu));
+        let (a, b) = (exact.forward(&x), half.forward(&x));
+        assert_eq!(b.kind(), Kind::Float);
+        let scale = f64::try_from(a.abs().max()).expect("max");
+        let diff = f64::try_from((&a - &b).abs().max()).expect("diff");
+        assert!(diff > 0.0 && diff < 0.02 * scale, "{diff} of {scale}");
+        let loss = b.sum(Kind::Float);
+        loss.backward();
+        let grad = half.layers[0].ws.grad();
+        assert_eq!(grad.kind(), Kind::Float);
+        assert!(f64::try_from(grad.abs().sum(Kind::Float)).expect("sum") > 0.0);
+        let few = x.narrow(0, 0, 8);
+        assert!(exact.forward(&few).equal(&half.forward(&few)));
     }
 
     /// A Connect Four-like Dict observation (a 7-value mask, then a 6×7×2 board) through

@@ -124,8 +124,8 @@ pub(super) struct Parts {
 /// every learner's `policy_updated` and `training_reported` go where the single learner's do.
 ///
 /// Serial mode puts every loop on the main loop; otherwise each rollout worker, each inference
-/// worker and each learner (the batcher with the first) get a process of their own, and the
-/// runner stays on the main loop. Each constructor runs only in the process of its object's loop.
+/// worker and each learner (the batcher with the first, or on the main loop off-policy) get a process of their own,
+/// and the runner stays on the main loop. Each constructor runs only in the process of its object's loop.
 pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     let Parts {
         cfg,
@@ -203,7 +203,15 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             }
         })
         .collect();
-    let batcher = learns.then(|| app.object::<BatcherNode>(learner_loops[0], "batcher"));
+    // An off-policy learner's loop sleeps on its replay buffer between rounds: a batcher there would hold back the
+    // rollout workers' slots (at the start, until its first wait timed out). It has no batches to build: it runs on
+    // the main loop.
+    let batcher_loop = if cfg.off_policy.algo.is_off_policy() {
+        main
+    } else {
+        learner_loops[0]
+    };
+    let batcher = learns.then(|| app.object::<BatcherNode>(batcher_loop, "batcher"));
     let learners: Vec<_> = learner_loops
         .iter()
         .enumerate()
