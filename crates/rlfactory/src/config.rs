@@ -318,8 +318,8 @@ pub enum MatmulPrecision {
     /// Float32 throughout.
     Highest,
     /// Each MLP layer multiplies batches of 64 rows or more in bfloat16 and returns float32 (mixed precision: the
-    /// weights, their gradients and the optimiser's state stay float32). About twice as fast on a CPU with AVX-512
-    /// BF16 or AMX, slower without.
+    /// weights, their gradients and the optimiser's state stay float32). The products are about twice as fast on a
+    /// CPU with AVX-512 BF16 or AMX, slower on one without.
     Medium,
 }
 
