@@ -818,8 +818,8 @@ pub(super) fn follow_named(
             if tau >= 1.0 {
                 mine.f_copy_(theirs)?;
             } else {
-                // mine + τ (theirs − mine) in place: one pass, no temporaries.
-                let _ = mine.f_lerp_(theirs, tau)?;
+                let blended = mine.f_mul_scalar(1.0 - tau)?.f_add(&theirs.f_mul_scalar(tau)?)?;
+                mine.f_copy_(&blended)?;
             }
         }
         Ok(())
