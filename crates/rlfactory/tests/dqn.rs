@@ -194,10 +194,11 @@ fn a_sleeping_off_policy_learner_does_not_hold_up_the_start() {
         "--save_experiment=false",
         &format!("--train_dir={}", dir.path().display()),
     ]));
-    let status = run
-        .exited
-        .recv_timeout(Duration::from_secs(100))
-        .expect("the run ends long before a learner's 120 s wait would");
+    let Ok(status) = run.exited.recv_timeout(Duration::from_secs(100)) else {
+        // SIGTERM: the run stops and cleans up rather than outlive the test.
+        let _ = Command::new("kill").arg(run.pid.to_string()).status();
+        panic!("the run did not end within 100 s: something waited on the learner's 120 s rounds");
+    };
     let log: Vec<String> = run.lines.try_iter().collect();
     assert!(status.success(), "{}", log.join("\n"));
 }
