@@ -205,13 +205,15 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         .collect();
     // An off-policy learner's loop sleeps on its replay buffer between rounds: a batcher there would hold back the
     // rollout workers' slots (at the start, until its first wait timed out). It has no batches to build: it runs on
-    // the main loop.
-    let batcher_loop = if cfg.off_policy.algo.is_off_policy() {
-        main
-    } else {
-        learner_loops[0]
-    };
-    let batcher = learns.then(|| app.object::<BatcherNode>(batcher_loop, "batcher"));
+    // the main loop. (A rank that does not learn has no learner loop and no batcher.)
+    let batcher = learns.then(|| {
+        let l = if cfg.off_policy.algo.is_off_policy() {
+            main
+        } else {
+            learner_loops[0]
+        };
+        app.object::<BatcherNode>(l, "batcher")
+    });
     let learners: Vec<_> = learner_loops
         .iter()
         .enumerate()
