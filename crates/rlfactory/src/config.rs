@@ -377,8 +377,9 @@ pub struct ModelConfig {
     /// Nonlinearity after each hidden layer.
     #[arg(long, value_enum, default_value_t = Nonlinearity::Tanh)]
     pub nonlinearity: Nonlinearity,
-    /// The precision of the MLP encoder's matrix products: `highest` (float32) or `medium` (bfloat16 products of
-    /// float32 weights).
+    /// The precision of the MLP encoder's matrix products (the MLP over the whole observation or after
+    /// `--encoder_conv_layers`, and SAC's critics; not `--encoder_conv_architecture` networks): `highest` (float32)
+    /// or `medium` (bfloat16 products of float32 weights).
     #[arg(long, value_enum, default_value_t = MatmulPrecision::Highest)]
     pub matmul_precision: MatmulPrecision,
     /// One encoder for actor and critic (true) or one each (false).
