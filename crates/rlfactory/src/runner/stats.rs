@@ -41,16 +41,22 @@ struct Due {
     fresh: bool,
     /// Env frames from which the next may be written.
     from: u64,
+    /// Env frames of the last scalars of this kind written.
+    last: Option<u64>,
 }
 
 impl Due {
-    /// Whether scalars are due at `env_frames` (always when `force`, if there is something new).
+    /// Whether scalars are due at `env_frames`: something new arrived and `every` frames passed since the last.
+    /// When `force` (the run's end), regardless of the interval, and even with nothing new once frames passed since
+    /// the last: the last values then stand at the run's end.
     fn take(&mut self, env_frames: u64, every: u64, force: bool) -> bool {
-        if !self.fresh || (!force && env_frames < self.from) {
+        let at_end = force && self.last.is_some_and(|l| env_frames > l);
+        if !(self.fresh || at_end) || (!force && env_frames < self.from) {
             return false;
         }
         self.fresh = false;
         self.from = env_frames.saturating_add(every);
+        self.last = Some(env_frames);
         true
     }
 }
@@ -885,6 +891,14 @@ mod tests {
                 ("train/loss".to_owned(), 0.25)
             ]
         );
+        assert!(r.due_scalars(true).is_empty());
+        // Frames after the last scalars but no episode ended and no training: at stop the last values are written
+        // again at the run's end.
+        r.on_rollout_reported(&rollout(64, &[]));
+        let due = r.due_scalars(true);
+        assert_eq!(due.len(), 2, "{due:?}");
+        assert!(due.iter().all(|d| d.env_frames == 1264), "{due:?}");
+        assert_eq!(due[0].values[1].1, 11.0);
         assert!(r.due_scalars(true).is_empty());
     }
 
