@@ -9,6 +9,8 @@
 //! - [`ConnectFour`]: the game (board, side to move, legal moves, [`play`](ConnectFour::play),
 //!   outcome, [`observe`](ConnectFour::observe)), and a turn-based [`MultiAgentEnv`] of two agents
 //!   (agent 0 = `player_0`) that resets itself when a game ends.
+//! - [`TeamConnectFour`]: the same game between two teams of several players who move in turn
+//!   (`--env_kwargs players_per_side=2`), for team self-play.
 //! - [`Player`]: anything that chooses a column; [`RandomPlayer`] and [`HeuristicPlayer`] are
 //!   built-in opponents for evaluation, and [`play_game`] pits any two.
 //!
@@ -338,21 +340,6 @@ impl ConnectFour {
             space: format!("{ACTION_SPACE} (legal columns now: {legal:?})"),
         }
     }
-
-    /// Writes both agents' observations into `obs` ([`OBS_DIM`] values per agent).
-    fn observe_all(&self, obs: &mut [f32]) -> Result<(), EnvError> {
-        if obs.len() != 2 * OBS_DIM {
-            return Err(EnvError::BufferSize {
-                what: format!("{ID} observation buffer"),
-                expected: 2 * OBS_DIM,
-                got: obs.len(),
-            });
-        }
-        for (side, slot) in Side::ALL.into_iter().zip(obs.chunks_exact_mut(OBS_DIM)) {
-            self.observe(side, slot)?;
-        }
-        Ok(())
-    }
 }
 
 impl fmt::Display for ConnectFour {
@@ -399,7 +386,7 @@ impl MultiAgentEnv for ConnectFour {
     /// An empty board, `player_0` to move; the seed does not matter (the game has no randomness).
     fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
         let fresh = Self::new();
-        fresh.observe_all(obs)?;
+        observe_turns(&fresh, 2, obs)?;
         *self = fresh;
         Ok(())
     }
@@ -408,36 +395,7 @@ impl MultiAgentEnv for ConnectFour {
     /// rewards, flags and next observations, and resets the board when the game ends. An illegal
     /// column is an [`EnvError::InvalidAction`] that changes nothing.
     fn step(&mut self, actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<(), EnvError> {
-        out.check(ID, 2, OBS_DIM)?;
-        let mover = self.to_move.index();
-        let action = match actions.get(mover, 1) {
-            Some(action) if actions.len() == 2 => action,
-            _ => {
-                return Err(EnvError::BufferSize {
-                    what: format!("{ID} action batch"),
-                    expected: 2,
-                    got: actions.len(),
-                })
-            }
-        };
-        let column = match action {
-            Action::Discrete(a) => usize::try_from(a).ok(),
-            Action::Continuous(_) | Action::MultiDiscrete(_) => None,
-        };
-        let Some(column) = column else {
-            return Err(self.illegal(action.to_string()));
-        };
-        let outcome = self.play(column)?;
-        for side in Side::ALL {
-            let i = side.index();
-            out.rewards[i] = outcome.reward(side);
-            out.terminated[i] = outcome.is_over();
-            out.truncated[i] = false;
-        }
-        if outcome.is_over() {
-            *self = Self::new();
-        }
-        self.observe_all(out.obs)
+        step_turns(self, 2, actions, out)
     }
 
     /// Whether `agent` is the one to move (never once the game has ended, which the env itself
@@ -452,13 +410,176 @@ impl MultiAgentEnv for ConnectFour {
     }
 
     fn builtin_action(&self, player: usize, agent: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
-        if !self.is_active(agent) {
-            return None;
+        builtin_turn(self, self.is_active(agent), player, rng)
+    }
+}
+
+/// Connect Four between two teams of `players_per_side` players each (`connect_four` with
+/// `--env_kwargs players_per_side=K`): agent `a` (`player_a`) plays for [`Side::First`] when `a`
+/// is even and [`Side::Second`] when odd ([`MultiAgentEnv::team`] `a % 2`), and the players move in
+/// turn, `player_0`, `player_1`, `player_2`, ... so that the sides still alternate. Each player
+/// sees the board as its side does ([`ConnectFour::observe`]); the action mask lists the legal
+/// columns for the player to move only (all zeros for its teammates). A win gives +1 to every
+/// player of the winning side and −1 to every player of the other; a game ends for all players at
+/// once. With one player per side it is [`ConnectFour`], move for move.
+#[derive(Debug, Clone)]
+pub struct TeamConnectFour {
+    game: ConnectFour,
+    num_agents: usize,
+}
+
+impl TeamConnectFour {
+    /// An empty board between two sides of `players_per_side` players (at least 1).
+    pub fn new(players_per_side: usize) -> Result<Self, EnvError> {
+        if players_per_side == 0 {
+            return Err(EnvError::InvalidConfig {
+                env: "connect_four".into(),
+                reason: "players_per_side must be at least 1".into(),
+            });
         }
-        match BUILTIN_PLAYERS.get(player)? {
-            &"random" => random_legal(rng, self),
-            _ => heuristic_move(rng, self),
+        Ok(Self {
+            game: ConnectFour::new(),
+            num_agents: 2 * players_per_side,
+        })
+    }
+
+    /// The game being played.
+    pub fn game(&self) -> &ConnectFour {
+        &self.game
+    }
+
+    /// The agent to move.
+    fn mover(&self) -> usize {
+        self.game.num_moves() % self.num_agents
+    }
+}
+
+impl MultiAgentEnv for TeamConnectFour {
+    fn id(&self) -> &str {
+        ID
+    }
+
+    fn num_agents(&self) -> usize {
+        self.num_agents
+    }
+
+    fn agent_name(&self, agent: usize) -> String {
+        format!("player_{agent}")
+    }
+
+    fn team(&self, agent: usize) -> usize {
+        agent % 2
+    }
+
+    fn observation_space(&self) -> &Space {
+        &OBSERVATION_SPACE
+    }
+
+    fn action_space(&self) -> &Space {
+        &ACTION_SPACE
+    }
+
+    fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        let fresh = ConnectFour::new();
+        observe_turns(&fresh, self.num_agents, obs)?;
+        self.game = fresh;
+        Ok(())
+    }
+
+    fn step(&mut self, actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<(), EnvError> {
+        step_turns(&mut self.game, self.num_agents, actions, out)
+    }
+
+    fn is_active(&self, agent: usize) -> bool {
+        !self.game.is_over() && agent == self.mover()
+    }
+
+    fn builtin_players(&self) -> &[&'static str] {
+        &BUILTIN_PLAYERS
+    }
+
+    fn builtin_action(&self, player: usize, agent: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
+        builtin_turn(&self.game, self.is_active(agent), player, rng)
+    }
+}
+
+/// The side agent `agent` plays for when `num_agents` players take turns (even agents first).
+fn side_of(agent: usize) -> Side {
+    if agent % 2 == 0 {
+        Side::First
+    } else {
+        Side::Second
+    }
+}
+
+/// Writes the observations of `num_agents` players taking turns in `game` ([`OBS_DIM`] values per
+/// agent): each its side's view, the mask only for the player to move.
+fn observe_turns(game: &ConnectFour, num_agents: usize, obs: &mut [f32]) -> Result<(), EnvError> {
+    if obs.len() != num_agents * OBS_DIM {
+        return Err(EnvError::BufferSize {
+            what: format!("{ID} observation buffer"),
+            expected: num_agents * OBS_DIM,
+            got: obs.len(),
+        });
+    }
+    let mover = game.num_moves() % num_agents;
+    for (agent, slot) in obs.chunks_exact_mut(OBS_DIM).enumerate() {
+        game.observe(side_of(agent), slot)?;
+        if agent != mover {
+            slot[..COLUMNS].fill(0.0);
         }
+    }
+    Ok(())
+}
+
+/// One step of `num_agents` players taking turns in `game`: plays the mover's column (the others'
+/// actions are ignored), writes every agent's reward (its side's), flags and next observation, and
+/// starts a new game when this one ends. An illegal column changes nothing.
+fn step_turns(
+    game: &mut ConnectFour,
+    num_agents: usize,
+    actions: ActionBatch<'_>,
+    out: StepBuffers<'_>,
+) -> Result<(), EnvError> {
+    out.check(ID, num_agents, OBS_DIM)?;
+    let mover = game.num_moves() % num_agents;
+    let action = match actions.get(mover, 1) {
+        Some(action) if actions.len() == num_agents => action,
+        _ => {
+            return Err(EnvError::BufferSize {
+                what: format!("{ID} action batch"),
+                expected: num_agents,
+                got: actions.len(),
+            })
+        }
+    };
+    let column = match action {
+        Action::Discrete(a) => usize::try_from(a).ok(),
+        Action::Continuous(_) | Action::MultiDiscrete(_) => None,
+    };
+    let Some(column) = column else {
+        return Err(game.illegal(action.to_string()));
+    };
+    let outcome = game.play(column)?;
+    for agent in 0..num_agents {
+        out.rewards[agent] = outcome.reward(side_of(agent));
+        out.terminated[agent] = outcome.is_over();
+        out.truncated[agent] = false;
+    }
+    if outcome.is_over() {
+        *game = ConnectFour::new();
+    }
+    observe_turns(game, num_agents, out.obs)
+}
+
+/// The move built-in player `player` makes in `game` for an agent that is to move (`active`).
+fn builtin_turn(game: &ConnectFour, active: bool, player: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
+    if !active {
+        return None;
+    }
+    match BUILTIN_PLAYERS.get(player)? {
+        &"random" => random_legal(rng, game),
+        _ => heuristic_move(rng, game),
     }
 }
 
@@ -839,7 +960,7 @@ mod tests {
             (&[false; 2][..], &[false; 2][..])
         );
         let mut expected = vec![0.0; 2 * OBS_DIM];
-        game(&[3]).observe_all(&mut expected).expect("right size");
+        observe_turns(&game(&[3]), 2, &mut expected).expect("right size");
         assert_eq!(buf.obs, expected);
 
         step_env(&mut env, &mut buf, 3, 99);
@@ -888,7 +1009,7 @@ mod tests {
         let mut buf = VecBuffers::new(2, OBS_DIM);
         env.reset(None, &mut buf.obs).expect("reset");
         let mut fresh = vec![0.0; 2 * OBS_DIM];
-        ConnectFour::new().observe_all(&mut fresh).expect("right size");
+        observe_turns(&ConnectFour::new(), 2, &mut fresh).expect("right size");
         // player_1 wins vertically in column 6 on the 8th move.
         let moves = [0, 6, 1, 6, 0, 6, 1, 6];
         for (t, &column) in moves.iter().enumerate() {
@@ -929,6 +1050,54 @@ mod tests {
         assert!(matches!(
             env.step(ActionBatch::Discrete(&[4, 4]), buf.view()),
             Err(EnvError::Unsupported { .. })
+        ));
+    }
+
+    /// Two sides of two players: the players move in turn (0, 1, 2, 3, 0, ...), each sees its side's
+    /// board, only the mover has a mask, and a win pays every player of the winning side. The
+    /// positions are those of a two-player game of the same columns.
+    #[test]
+    fn teams_take_turns_see_their_sides_board_and_win_together() {
+        let mut env = TeamConnectFour::new(2).expect("two per side");
+        assert_eq!(env.num_agents(), 4);
+        assert_eq!(env.agent_name(3), "player_3");
+        let mut buf = VecBuffers::new(4, OBS_DIM);
+        env.reset(None, &mut buf.obs).expect("reset");
+        // player_1's side wins vertically in column 6 on the 8th move (made by player_3).
+        let moves: [usize; 8] = [0, 6, 1, 6, 0, 6, 1, 6];
+        for (t, &column) in moves.iter().enumerate() {
+            let mover = t % 4;
+            for agent in 0..4 {
+                assert_eq!(env.is_active(agent), agent == mover, "move {t}, agent {agent}");
+                let mask = &buf.obs[agent * OBS_DIM..agent * OBS_DIM + COLUMNS];
+                assert_eq!(mask.iter().any(|&m| m == 1.0), agent == mover, "move {t}");
+            }
+            let two = game(&moves[..t]);
+            let mut expected = vec![0.0; OBS_DIM];
+            for agent in 0..4 {
+                two.observe(side_of(agent), &mut expected).expect("right size");
+                assert_eq!(
+                    buf.obs[agent * OBS_DIM + COLUMNS..(agent + 1) * OBS_DIM],
+                    expected[COLUMNS..],
+                    "move {t}, agent {agent}"
+                );
+            }
+            let mut actions = [5; 4];
+            actions[mover] = column as i64;
+            env.step(ActionBatch::Discrete(&actions), buf.view())
+                .expect("legal move");
+        }
+        assert_eq!(buf.rewards, [-1.0, 1.0, -1.0, 1.0]);
+        assert_eq!(buf.terminated, [true; 4]);
+        assert_eq!(*env.game(), ConnectFour::new(), "a new game within the step");
+        assert!(env.is_active(0));
+        let mut rng = Pcg64Mcg::seed_from_u64(1);
+        assert_eq!(env.builtin_action(1, 1, &mut rng), None, "not its turn");
+        assert_eq!(env.builtin_action(1, 0, &mut rng).map(|c| c < COLUMNS), Some(true));
+        assert!(TeamConnectFour::new(0).is_err());
+        assert!(matches!(
+            env.step(ActionBatch::Discrete(&[1, 1]), buf.view()),
+            Err(EnvError::BufferSize { .. })
         ));
     }
 }

@@ -45,6 +45,14 @@ pub trait MultiAgentEnv: Send {
         format!("agent_{agent}")
     }
 
+    /// The team of `agent`: the agents of one team play on one side and win or lose together
+    /// (two sides of Connect Four with several players each). Self-play gives an episode's
+    /// protagonist's teammates its latest weights and each other team one opponent. Every agent
+    /// is a team of its own unless the env says otherwise.
+    fn team(&self, agent: usize) -> usize {
+        agent
+    }
+
     /// The space of one agent's observation (agent 0's when agents differ).
     fn observation_space(&self) -> &Space;
 

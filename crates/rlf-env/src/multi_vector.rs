@@ -150,6 +150,11 @@ impl MultiVecEnv {
             .map_or_else(|| format!("agent_{agent}"), |env| env.agent_name(agent))
     }
 
+    /// The team of agent `agent` (the same in every env; [`MultiAgentEnv::team`]).
+    pub fn team(&self, agent: usize) -> usize {
+        self.envs.first().map_or(agent, |env| env.team(agent))
+    }
+
     /// Columns: envs × agents.
     pub fn num_columns(&self) -> usize {
         self.active.len()

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::classic::{Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum};
-use crate::connect_four::ConnectFour;
+use crate::connect_four::{ConnectFour, TeamConnectFour};
 use crate::treasurehunt::{Treasurehunt, TreasurehuntConfig};
 use crate::wrappers::{ResizeImage, TimeLimit};
 use crate::{Env, EnvError, MultiAgentEnv};
@@ -99,7 +99,7 @@ impl EnvRegistry {
     /// A registry with the native classic-control envs and Gymnasium's time limits:
     /// `CartPole-v1` (500 steps), `Acrobot-v1` (500), `MountainCar-v0` (200),
     /// `MountainCarContinuous-v0` (999), `Pendulum-v1` (200); and the native multi-agent envs
-    /// `connect_four` (PettingZoo's `connect_four_v3`, no kwargs) and `treasurehunt` (kwargs: the
+    /// `connect_four` (PettingZoo's `connect_four_v3`; kwarg `players_per_side` for teams, [`TeamConnectFour`]) and `treasurehunt` (kwargs: the
     /// fields of [`TreasurehuntConfig`]).
     pub fn with_builtin() -> Self {
         let mut registry = Self::new();
@@ -151,12 +151,31 @@ impl EnvRegistry {
                 },
             );
         }
-        let connect_four: MultiAgentConstructor = Arc::new(|kwargs: &EnvKwargs| match kwargs.first() {
-            None => Ok(Box::new(ConnectFour::new()) as Box<dyn MultiAgentEnv>),
-            Some((key, _)) => Err(EnvError::InvalidConfig {
+        let connect_four: MultiAgentConstructor = Arc::new(|kwargs: &EnvKwargs| {
+            let invalid = |reason: String| EnvError::InvalidConfig {
                 env: "connect_four".into(),
-                reason: format!("unknown keyword argument `{key}` (it takes none)"),
-            }),
+                reason,
+            };
+            let mut per_side = 1;
+            for (key, value) in kwargs {
+                match key.as_str() {
+                    "players_per_side" => {
+                        per_side = value.parse().ok().filter(|&k: &usize| k >= 1).ok_or_else(|| {
+                            invalid(format!("players_per_side `{value}` is not a whole number of at least 1"))
+                        })?;
+                    }
+                    _ => {
+                        return Err(invalid(format!(
+                            "unknown keyword argument `{key}` (it takes players_per_side)"
+                        )))
+                    }
+                }
+            }
+            Ok(if per_side == 1 {
+                Box::new(ConnectFour::new()) as Box<dyn MultiAgentEnv>
+            } else {
+                Box::new(TeamConnectFour::new(per_side)?)
+            })
         });
         let treasurehunt: MultiAgentConstructor = Arc::new(|kwargs: &EnvKwargs| {
             let config = TreasurehuntConfig::from_kwargs(kwargs)?;
@@ -485,6 +504,15 @@ mod tests {
         let bad = registry.make_multi_agent("treasurehunt", &parse_kwargs("colour=red").unwrap());
         assert!(bad.err().expect("unknown key").to_string().contains("colour"));
         assert!(registry.make_multi_agent("connect_four", &kwargs).is_err());
+        let teams = registry
+            .make_multi_agent("connect_four", &parse_kwargs("players_per_side=2").unwrap())
+            .unwrap();
+        assert_eq!(teams.num_agents(), 4);
+        assert_eq!((0..4).map(|a| teams.team(a)).collect::<Vec<_>>(), [0, 1, 0, 1]);
+        for bad in ["players_per_side=0", "players_per_side=two"] {
+            let err = registry.make_multi_agent("connect_four", &parse_kwargs(bad).unwrap());
+            assert!(err.err().expect("bad count").to_string().contains("players_per_side"), "{bad}");
+        }
         assert!(parse_kwargs("height").is_err() && parse_kwargs("=3").is_err());
         assert!(registry.make("treasurehunt").is_err());
         assert!(registry.make_multi_agent("CartPole-v1", &[]).is_err());

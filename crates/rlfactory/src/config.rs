@@ -23,7 +23,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
-use crate::sampling::{parse_agent_policy_map, Mapping};
+use crate::sampling::{parse_agent_policy_map, parse_agent_team_map, Mapping};
 
 /// The most policies a run may train (`--num_policies`): each is a learner process.
 pub const MAX_POLICIES: usize = 64;
@@ -240,6 +240,12 @@ pub struct SamplingConfig {
     /// matching prefix wins; every agent must match). Empty: Sample Factory's mapping.
     #[arg(long, default_value = "")]
     pub agent_policy_map: String,
+    /// A team per agent, by agent-name prefix: `red=0,blue=1` (the longest matching prefix wins;
+    /// every agent must match). Self-play gives the protagonist's teammates the latest weights and
+    /// each other team one opponent. Empty: the env's teams (each agent a team of its own unless
+    /// the env has teams, as `connect_four` with `players_per_side`).
+    #[arg(long, default_value = "")]
+    pub agent_team_map: String,
     /// Self-play for multi-agent games: each policy keeps a pool of frozen snapshots of itself,
     /// and in each episode one agent plays the latest weights while every other agent plays them
     /// too (`--self_play_latest_prob`) or a snapshot drawn from its policy's pool, whose steps are
@@ -286,6 +292,7 @@ impl Default for SamplingConfig {
             num_policies: 1,
             pbt_mix_policies_in_one_env: true,
             agent_policy_map: String::new(),
+            agent_team_map: String::new(),
             self_play: false,
             snapshot_every_env_steps: 100_000,
             opponent_pool_size: 8,
@@ -1221,6 +1228,12 @@ impl Config {
             sync: !self.run.async_rl,
             mix: s.pbt_mix_policies_in_one_env,
         })
+    }
+
+    /// The team of each agent, for agents named `agent_names` whose env puts them in `env_teams`:
+    /// `--agent_team_map`'s when given (an error names a bad one), else the env's.
+    pub fn agent_teams(&self, agent_names: &[String], env_teams: Vec<usize>) -> Result<Vec<usize>> {
+        Ok(parse_agent_team_map(&self.sampling.agent_team_map, agent_names)?.unwrap_or(env_teams))
     }
 
     /// Networks the run's inference workers run: every policy and, with `--self_play`, every

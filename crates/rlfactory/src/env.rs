@@ -241,6 +241,14 @@ impl Envs {
         }
     }
 
+    /// Each agent's team ([`rlf_env::MultiAgentEnv::team`]; 0 for a single-agent env).
+    pub fn teams(&self) -> Vec<usize> {
+        match self {
+            Envs::Single(_) | Envs::Group(_) => vec![0],
+            Envs::Multi(m) => (0..m.num_agents()).map(|a| m.team(a)).collect(),
+        }
+    }
+
     /// Values per column's observation.
     pub fn obs_dim(&self) -> usize {
         match self {

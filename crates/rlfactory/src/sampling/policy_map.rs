@@ -17,6 +17,9 @@
 //! the latest weights. With built-in opponents (`--self_play_builtin_opponents`) every agent but
 //! the protagonist is first, with probability `--self_play_builtin_prob`, one of the env's
 //! scripted players instead (network ids past the snapshots; no learner trains on them either).
+//! In team games ([`rlf_env::MultiAgentEnv::team`], `--agent_team_map`) the protagonist's
+//! teammates play the latest weights with it, and each other team meets one opponent drawn for the
+//! whole team (every member playing the same snapshot slot, or the same built-in player).
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -35,24 +38,43 @@ pub fn parse_agent_policy_map(
     agents: &[String],
     num_policies: usize,
 ) -> Result<Option<Vec<usize>>> {
-    let err = |m: String| RlfError::Config(format!("--agent_policy_map `{text}`: {m}"));
+    parse_prefix_map("--agent_policy_map", "policy", text, agents, |policy| {
+        (policy >= num_policies)
+            .then(|| format!("policy {policy} does not exist (--num_policies {num_policies})"))
+    })
+}
+
+/// Parses `--agent_team_map` (`prefix=team,prefix=team`) for agents named `agents`, as
+/// [`parse_agent_policy_map`] does (any whole number names a team).
+pub fn parse_agent_team_map(text: &str, agents: &[String]) -> Result<Option<Vec<usize>>> {
+    parse_prefix_map("--agent_team_map", "team", text, agents, |_| None)
+}
+
+/// A map from agent-name prefixes to indices of `what` given by `flag`; `bad` says what is wrong
+/// with an index, if anything.
+fn parse_prefix_map(
+    flag: &str,
+    what: &str,
+    text: &str,
+    agents: &[String],
+    bad: impl Fn(usize) -> Option<String>,
+) -> Result<Option<Vec<usize>>> {
+    let err = |m: String| RlfError::Config(format!("{flag} `{text}`: {m}"));
     if text.trim().is_empty() {
         return Ok(None);
     }
     let mut entries: Vec<(&str, usize)> = Vec::new();
     for entry in text.split(',') {
-        let Some((prefix, policy)) = entry.split_once('=') else {
-            return Err(err(format!("`{entry}` is not `agent_prefix=policy`")));
+        let Some((prefix, index)) = entry.split_once('=') else {
+            return Err(err(format!("`{entry}` is not `agent_prefix={what}`")));
         };
         let prefix = prefix.trim();
-        let policy: usize = policy
+        let index: usize = index
             .trim()
             .parse()
-            .map_err(|_| err(format!("`{}` is not a policy index", policy.trim())))?;
-        if policy >= num_policies {
-            return Err(err(format!(
-                "policy {policy} does not exist (--num_policies {num_policies})"
-            )));
+            .map_err(|_| err(format!("`{}` is not a {what} index", index.trim())))?;
+        if let Some(m) = bad(index) {
+            return Err(err(m));
         }
         if prefix.is_empty() || entries.iter().any(|(p, _)| *p == prefix) {
             return Err(err(format!("`{prefix}` is empty or given twice")));
@@ -63,7 +85,7 @@ pub fn parse_agent_policy_map(
                 agents.join(", ")
             )));
         }
-        entries.push((prefix, policy));
+        entries.push((prefix, index));
     }
     agents
         .iter()
@@ -72,7 +94,7 @@ pub fn parse_agent_policy_map(
                 .iter()
                 .filter(|(prefix, _)| agent.starts_with(prefix))
                 .max_by_key(|(prefix, _)| prefix.len())
-                .map(|&(_, policy)| policy)
+                .map(|&(_, index)| index)
                 .ok_or_else(|| err(format!("agent `{agent}` matches no entry")))
         })
         .collect::<Result<Vec<_>>>()
@@ -192,6 +214,17 @@ impl PolicyAssigner {
     }
 }
 
+/// What one opposing team plays in a self-play episode.
+#[derive(Debug, Clone, Copy)]
+enum Opponent {
+    /// Built-in player `b`.
+    Builtin(usize),
+    /// Each member's policy's latest weights.
+    Latest,
+    /// This slot of each member's policy's pool.
+    Snapshot(usize),
+}
+
 /// Self-play opponents: which network each agent of an env plays in an episode (see the module
 /// doc). Network `i < num_policies` is policy `i`'s latest weights; snapshot `k` of policy `p`'s
 /// pool is network `num_policies + p * pool_size + k`; built-in player `b` is network
@@ -252,25 +285,52 @@ impl SelfPlay {
         }
     }
 
-    /// For one env whose agents are controlled by the policies `base`, writes the network each
-    /// agent plays this episode into `out`; returns the protagonist.
-    pub fn draw(&mut self, base: &[u32], out: &mut [u32]) -> usize {
+    /// For one env whose agents are controlled by the policies `base` and play for the teams
+    /// `teams` (by agent), writes the network each agent plays this episode into `out`; returns
+    /// the protagonist. The protagonist and its teammates play their policies' latest weights;
+    /// each other team plays one opponent, drawn once for the whole team: a built-in player, the
+    /// latest weights, or the same pool slot of each member's policy (a member whose pool is
+    /// still empty plays its latest weights). With every agent a team of its own, each opponent
+    /// is drawn on its own.
+    pub fn draw(&mut self, base: &[u32], teams: &[usize], out: &mut [u32]) -> usize {
         let protagonist = self.rng.random_range(0..base.len().max(1));
+        let team_of = |a: usize| teams.get(a).copied().unwrap_or(a);
+        let mut drawn: Vec<(usize, Opponent)> = Vec::new();
         for (a, (o, &p)) in out.iter_mut().zip(base).enumerate() {
             let filled = self.filled.get(p as usize).copied().unwrap_or(0);
-            *o = if a == protagonist {
-                p
-            } else if self.builtin > 0 && self.rng.random::<f64>() < self.builtin_prob {
-                let b = self.rng.random_range(0..self.builtin);
-                self.builtin_network(b) as u32
-            } else if filled == 0 || self.rng.random::<f64>() < self.latest_prob {
-                p
-            } else {
-                let slot = self.rng.random_range(0..filled);
-                (self.num_policies + p as usize * self.pool_size + slot) as u32
+            let team = team_of(a);
+            if a == protagonist || team == team_of(protagonist) {
+                *o = p;
+                continue;
+            }
+            let opponent = match drawn.iter().find(|(t, _)| *t == team) {
+                Some(&(_, opponent)) => opponent,
+                None => {
+                    let opponent = self.draw_opponent(filled);
+                    drawn.push((team, opponent));
+                    opponent
+                }
+            };
+            *o = match opponent {
+                Opponent::Builtin(b) => self.builtin_network(b) as u32,
+                Opponent::Snapshot(slot) if filled > 0 => {
+                    (self.num_policies + p as usize * self.pool_size + slot % filled) as u32
+                }
+                Opponent::Latest | Opponent::Snapshot(_) => p,
             };
         }
         protagonist
+    }
+
+    /// One opponent, for a first member whose policy's pool holds `filled` snapshots.
+    fn draw_opponent(&mut self, filled: usize) -> Opponent {
+        if self.builtin > 0 && self.rng.random::<f64>() < self.builtin_prob {
+            Opponent::Builtin(self.rng.random_range(0..self.builtin))
+        } else if filled == 0 || self.rng.random::<f64>() < self.latest_prob {
+            Opponent::Latest
+        } else {
+            Opponent::Snapshot(self.rng.random_range(0..filled))
+        }
     }
 
     /// Whether `network` is a frozen opponent (a snapshot or a built-in player, never trained).
@@ -385,14 +445,14 @@ mod tests {
         let mut out = [0; 2];
         // An empty pool: everyone plays the latest weights.
         for _ in 0..20 {
-            sp.draw(&[1, 1], &mut out);
+            sp.draw(&[1, 1], &[0, 1], &mut out);
             assert_eq!(out, [1, 1]);
         }
         sp.on_snapshot_taken(1, 0);
         sp.on_snapshot_taken(1, 1);
         let (mut snapshots, mut protagonists) = (0, [0; 2]);
         for _ in 0..400 {
-            let hero = sp.draw(&[1, 1], &mut out);
+            let hero = sp.draw(&[1, 1], &[0, 1], &mut out);
             protagonists[hero] += 1;
             assert_eq!(out[hero], 1, "the protagonist plays the latest weights");
             let other = out[1 - hero];
@@ -417,7 +477,7 @@ mod tests {
             if round == 500 {
                 sp.on_snapshot_taken(0, 0);
             }
-            let hero = sp.draw(&[0, 0], &mut out);
+            let hero = sp.draw(&[0, 0], &[0, 1], &mut out);
             assert_eq!(out[hero], 0, "the protagonist plays the latest weights");
             let other = out[1 - hero];
             assert!(other <= 4 && other != 2, "network {other}");
@@ -430,5 +490,53 @@ mod tests {
         assert_eq!(sp.builtin(2), None);
         // 40% of 1000 opponents, half of them each player.
         assert!(builtin.iter().all(|&n| (160..240).contains(&n)), "{builtin:?}");
+    }
+
+    #[test]
+    fn a_team_plays_together_and_each_other_team_meets_one_opponent() {
+        // Two teams of two (agents 0 and 2, 1 and 3), one policy with a pool of 3 snapshots, a
+        // built-in player: networks 0 (latest), 1..=3 (snapshots), 4 (built-in).
+        let mut sp = SelfPlay::new(1, 3, 0.2, 11).with_builtin(1, 0.2);
+        let teams = [0, 1, 0, 1];
+        let mut out = [0; 4];
+        for _ in 0..50 {
+            let hero = sp.draw(&[0; 4], &teams, &mut out);
+            let opponent = out[(hero + 1) % 4];
+            assert!(opponent == 0 || opponent == 4, "an empty pool: {out:?}");
+        }
+        for slot in 0..3 {
+            sp.on_snapshot_taken(0, slot);
+        }
+        let (mut frozen, mut builtin, mut slots) = (0, 0, [0; 3]);
+        for _ in 0..600 {
+            let hero = sp.draw(&[0; 4], &teams, &mut out);
+            let mate = (hero + 2) % 4;
+            assert_eq!((out[hero], out[mate]), (0, 0), "the protagonist's team plays the latest weights");
+            let (a, b) = ((hero + 1) % 4, (hero + 3) % 4);
+            assert_eq!(out[a], out[b], "an opposing team plays one opponent: {out:?}");
+            match out[a] {
+                0 => {}
+                4 => builtin += 1,
+                n => {
+                    frozen += 1;
+                    slots[n as usize - 1] += 1;
+                }
+            }
+        }
+        // 20% built-in; of the rest 80% snapshots, spread over the three slots.
+        assert!((80..160).contains(&builtin), "{builtin}");
+        assert!((330..440).contains(&frozen), "{frozen}");
+        assert!(slots.iter().all(|&n| n > 80), "{slots:?}");
+    }
+
+    #[test]
+    fn agents_take_the_team_of_their_longest_prefix() {
+        let agents = names(&["red_0", "red_1", "blue_0", "blue_1"]);
+        let map = parse_agent_team_map("red=0,blue=7", &agents).unwrap();
+        assert_eq!(map, Some(vec![0, 0, 7, 7]));
+        let e = parse_agent_team_map("red=0", &agents).unwrap_err().to_string();
+        assert!(e.contains("--agent_team_map") && e.contains("`blue_0` matches no entry"), "{e}");
+        let e = parse_agent_team_map("red=a,blue=1", &agents).unwrap_err().to_string();
+        assert!(e.contains("`a` is not a team index"), "{e}");
     }
 }

@@ -67,6 +67,8 @@ struct Split {
     self_play: Option<SelfPlay>,
     /// Each env's self-play protagonist (agent index).
     protagonists: Vec<usize>,
+    /// Each agent's team (self-play: teammates play with the protagonist).
+    teams: Vec<usize>,
     /// The env's index of each built-in opponent (`--self_play_builtin_opponents`), and the
     /// randomness of their moves.
     builtin: Vec<usize>,
@@ -103,7 +105,11 @@ impl Split {
         let columns = e * num_agents..(e + 1) * num_agents;
         match &mut self.self_play {
             Some(sp) => {
-                self.protagonists[e] = sp.draw(&self.base[columns.clone()], &mut self.policies[columns])
+                self.protagonists[e] = sp.draw(
+                    &self.base[columns.clone()],
+                    &self.teams,
+                    &mut self.policies[columns],
+                )
             }
             None => self.policies[columns.clone()].copy_from_slice(&self.base[columns]),
         }
@@ -170,7 +176,14 @@ impl Split {
             self.ended[columns.clone()].fill(false);
             if let Some(sp) = &self.self_play {
                 let hero = e * num_agents + self.protagonists[e];
+                // One game per opposing team, scored by its first frozen member's return.
+                let mut scored = Vec::new();
                 for c in columns.clone().filter(|&c| sp.is_frozen(self.policies[c])) {
+                    let team = self.teams[c - e * num_agents];
+                    if scored.contains(&team) {
+                        continue;
+                    }
+                    scored.push(team);
                     let (mine, theirs) = (self.returns[hero], self.returns[c]);
                     games.push(SelfPlayGame {
                         policy: self.base[hero] as usize,
@@ -461,6 +474,7 @@ impl RolloutWorker {
                 assigner,
                 self_play,
                 protagonists: vec![0; per_split],
+                teams: cfg.agent_teams(&envs.agent_names(), envs.teams())?,
                 builtin,
                 builtin_rng: Pcg64Mcg::seed_from_u64(
                     (cfg.env.seed + first_env as u64) ^ 0xb117_1a00_0000_0001,
@@ -1256,6 +1270,90 @@ mod tests {
             }
         }
         assert!(seen[0] > 0 && seen[1] + seen[2] > 0, "networks seen: {seen:?}");
+    }
+
+    /// Team self-play (Connect Four, two players a side): in every episode the protagonist's
+    /// teammate plays the latest weights with it, both opponents play one network (the latest
+    /// weights or the same snapshot), and each game against a snapshot is scored once.
+    #[test]
+    fn self_play_teams_play_together_and_meet_one_opponent_per_team() {
+        let cfg = Config::for_env(
+            "connect_four",
+            &[
+                "--env_kwargs=players_per_side=2",
+                "--self_play",
+                "--opponent_pool_size=2",
+                "--self_play_latest_prob=0.3",
+                "--num_envs_per_worker=4",
+                "--worker_num_splits=1",
+                "--rollout=8",
+                "--batch_size=64",
+            ],
+        )
+        .expect("config");
+        let registry = EnvRegistry::with_builtin();
+        let shape = TrajectoryShape {
+            rollout: 8,
+            num_envs: 16,
+            obs_dim: rlf_env::connect_four::OBS_DIM,
+            action_dim: 1,
+            state_dim: 0,
+            obs_bytes: 0,
+        };
+        let pool = TrajectoryPool::create(shape, 2).expect("pool");
+        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        let mut worker =
+            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        assert_eq!(worker.splits[0].teams, [0, 1, 0, 1]);
+        for slot in 0..2 {
+            worker.on_snapshot_taken(&SnapshotTaken {
+                policy: 0,
+                slot,
+                number: slot as u64 + 1,
+                version: 1,
+            });
+        }
+        worker.start().expect("reset");
+        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        let mut obs = vec![0.0; 16 * shape.obs_dim];
+        let (mut snapshot_games, mut games) = (0, 0);
+        for _ in 0..800 {
+            for (e, env) in worker.splits[0].policies.chunks(4).enumerate() {
+                let hero = worker.splits[0].protagonists[e];
+                let (mate, a, b) = ((hero + 2) % 4, (hero + 1) % 4, (hero + 3) % 4);
+                assert_eq!((env[hero], env[mate]), (0, 0), "env {e}: {env:?}");
+                assert_eq!(env[a], env[b], "env {e}: one opponent per team: {env:?}");
+                assert!(env[a] <= 2, "env {e}: {env:?}");
+            }
+            let r = requests.pop().expect("a request");
+            reader.get(r.buffer, Field::Obs, r.step, &mut obs).expect("obs");
+            let actions: Vec<f32> = obs
+                .chunks(shape.obs_dim)
+                .map(|o| o[..7].iter().position(|&m| m > 0.0).unwrap_or(0) as f32)
+                .collect();
+            reader
+                .put(r.buffer, Field::Actions, r.step, &actions)
+                .expect("actions");
+            let outcome = worker
+                .on_actions_ready(&ActionsReady {
+                    worker: 0,
+                    split: 0,
+                    incarnation: 0,
+                })
+                .expect("step");
+            requests.extend(outcome.requests);
+            if let Some(t) = outcome.trajectory {
+                requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
+            }
+            games += worker.splits[0].buf.terminated.iter().step_by(4).filter(|&&t| t).count();
+            if let Some(report) = outcome.report {
+                snapshot_games += report.games.len();
+            }
+        }
+        // About 70% of the games have a snapshot for an opponent team, scored once each.
+        assert!(games > 50, "{games} games");
+        let share = snapshot_games as f64 / games as f64;
+        assert!((0.5..0.9).contains(&share), "{snapshot_games} of {games} games against a snapshot");
     }
 
     /// Off-policy: a rollout worker on CartPole puts every step into the replay buffer as a 1-step transition that
