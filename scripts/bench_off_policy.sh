@@ -2,13 +2,15 @@
 # Off-policy learning over 5 seeds with the shipped configs: each run trains for its config's budget, then its
 # deterministic (greedy) policy plays 20 episodes. One line per run, then the median per config.
 # Usage: bash scripts/bench_off_policy.sh [CONFIG ...]   CONFIG = ENV:ALGO (default: every shipped off-policy config
-# of a classic-control env); SEEDS="1 2 3 4 5" by default. About 30-150 s per run on 2 cores.
+# of a classic-control env); SEEDS="1 2 3 4 5" by default; FLAGS="--flag value ..." adds training flags to every run.
+# About 30-150 s per run on 2 cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 eval "$(bash scripts/setup_libtorch.sh)"
 cargo build -q --release -p rlfactory
 bin=target/release/rlfactory
 seeds="${SEEDS:-1 2 3 4 5}"
+read -r -a flags <<<"${FLAGS:-}"
 configs=("$@")
 if [ ${#configs[@]} -eq 0 ]; then
     configs=(CartPole-v1:dqn Acrobot-v1:dqn MountainCar-v0:dqn Pendulum-v1:sac)
@@ -23,7 +25,7 @@ for config in "${configs[@]}"; do
     for seed in $seeds; do
         start=$EPOCHREALTIME
         "$bin" train --env "$env" --algo "$algo" --seed "$seed" --train_dir "$out" --experiment "$env-$algo-$seed" \
-            --report_interval_sec 0 --summary_json "$out/summary.json" >/dev/null 2>"$out/train.log" ||
+            --report_interval_sec 0 --summary_json "$out/summary.json" "${flags[@]}" >/dev/null 2>"$out/train.log" ||
             { tail -5 "$out/train.log"; exit 1; }
         wall=$(awk "BEGIN {print $EPOCHREALTIME - $start}")
         ret=$("$bin" eval --env "$env" --train_dir "$out" --experiment "$env-$algo-$seed" --max_num_episodes 20 \

@@ -1070,7 +1070,7 @@ mod tests {
             for agent in 0..4 {
                 assert_eq!(env.is_active(agent), agent == mover, "move {t}, agent {agent}");
                 let mask = &buf.obs[agent * OBS_DIM..agent * OBS_DIM + COLUMNS];
-                assert_eq!(mask.iter().any(|&m| m == 1.0), agent == mover, "move {t}");
+                assert_eq!(mask.contains(&1.0), agent == mover, "move {t}");
             }
             let two = game(&moves[..t]);
             let mut expected = vec![0.0; OBS_DIM];
@@ -1093,7 +1093,10 @@ mod tests {
         assert!(env.is_active(0));
         let mut rng = Pcg64Mcg::seed_from_u64(1);
         assert_eq!(env.builtin_action(1, 1, &mut rng), None, "not its turn");
-        assert_eq!(env.builtin_action(1, 0, &mut rng).map(|c| c < COLUMNS), Some(true));
+        assert_eq!(
+            env.builtin_action(1, 0, &mut rng).map(|c| c < COLUMNS),
+            Some(true)
+        );
         assert!(TeamConnectFour::new(0).is_err());
         assert!(matches!(
             env.step(ActionBatch::Discrete(&[1, 1]), buf.view()),

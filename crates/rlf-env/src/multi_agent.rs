@@ -17,9 +17,11 @@ use crate::{ActionBatch, Env, EnvError, EpisodeStats, Space, StepBuffers};
 ///   ([`agent_observation_space`](MultiAgentEnv::agent_observation_space),
 ///   [`agent_action_space`](MultiAgentEnv::agent_action_space)): every observation slot is then
 ///   [`obs_dim`](MultiAgentEnv::obs_dim) values long (the largest agent's), an agent with a smaller
-///   space writing its observation at the start of its slot and zeros after it; action spaces may
-///   differ only within one kind and one [`Space::action_dim`] (`Discrete(5)` and `Discrete(4)`,
-///   two boxes of one shape), so every action slot has one size.
+///   space writing its observation at the start of its slot and zeros after it. Action spaces may
+///   differ too: every action slot is as large as the largest agent's action
+///   ([`action_slots`](crate::action_slots)), and when they differ in kind or size (a `Discrete` agent
+///   beside a `Box` one) the env gets [`ActionBatch::Mixed`] batches and reads each agent's slot with
+///   [`ActionBatch::get_as`] and the agent's space.
 /// - [`MultiAgentEnv::is_active`], after [`reset`](MultiAgentEnv::reset) or
 ///   [`step`](MultiAgentEnv::step), says whether an agent acts in the next step: its observation
 ///   slot is a decision point and its action will be applied. The actions of inactive agents are

@@ -15,9 +15,20 @@ use crate::env::check_observation;
 use crate::vector::in_slot;
 use crate::{ActionBatch, AgentEpisodes, EnvError, EpisodeStats, MultiAgentEnv, Space, StepBuffers};
 
-/// The size of every action slot when `spaces` (one per agent) are of one kind and size (see
-/// [`MultiAgentEnv`]'s contract), or an error naming two that differ.
-pub fn one_action_size(env: &str, spaces: &[Space]) -> Result<usize, EnvError> {
+/// How agents' actions share the slots of a batch: every slot is as large as the largest agent's action
+/// ([`Space::action_dim`]), and when the agents' action spaces differ in kind or size the batches are
+/// [`ActionBatch::Mixed`] (each env reads its agents' slots by their spaces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActionSlots {
+    /// Numbers per slot.
+    pub size: usize,
+    /// Whether the agents' action spaces differ in kind or size.
+    pub mixed: bool,
+}
+
+/// The [`ActionSlots`] of agents with the action spaces `spaces` (one per agent): discrete, box or
+/// multi-discrete; any other space, or no agent, is an error naming `env`.
+pub fn action_slots(env: &str, spaces: &[Space]) -> Result<ActionSlots, EnvError> {
     let kind = |s: &Space| match s {
         Space::Discrete { .. } => Some(0),
         Space::Box(_) => Some(1),
@@ -30,6 +41,10 @@ pub fn one_action_size(env: &str, spaces: &[Space]) -> Result<usize, EnvError> {
             what: "an env of 0 agents".into(),
         });
     };
+    let mut slots = ActionSlots {
+        size: 0,
+        mixed: false,
+    };
     for space in spaces {
         let (Some(dim), Some(k)) = (space.action_dim(), kind(space)) else {
             return Err(EnvError::Unsupported {
@@ -37,20 +52,10 @@ pub fn one_action_size(env: &str, spaces: &[Space]) -> Result<usize, EnvError> {
                 what: format!("the action space {space}"),
             });
         };
-        if Some(k) != kind(first) || Some(dim) != first.action_dim() {
-            return Err(EnvError::Unsupported {
-                env: env.to_owned(),
-                what: format!(
-                    "agents whose action spaces differ in kind or size ({first} and {space}; agents may have \
-                     different action spaces of one kind and size only)"
-                ),
-            });
-        }
+        slots.mixed |= Some(k) != kind(first) || Some(dim) != first.action_dim();
+        slots.size = slots.size.max(dim);
     }
-    first.action_dim().ok_or_else(|| EnvError::Unsupported {
-        env: env.to_owned(),
-        what: format!("the action space {first}"),
-    })
+    Ok(slots)
 }
 
 /// N multi-agent envs with identical spaces and agent counts; see the module doc.
@@ -81,8 +86,8 @@ impl std::fmt::Debug for MultiVecEnv {
 
 impl MultiVecEnv {
     /// Bundles `envs`, which must be non-empty and share their agents' spaces and agent counts (at
-    /// least one agent each), with discrete, box or multi-discrete action spaces of one kind and
-    /// size (see [`MultiAgentEnv`]'s contract).
+    /// least one agent each), with discrete, box or multi-discrete action spaces (see [`MultiAgentEnv`]'s contract and
+    /// [`action_slots`]).
     pub fn new(envs: Vec<Box<dyn MultiAgentEnv>>) -> Result<Self, EnvError> {
         let Some(first) = envs.first() else {
             return Err(EnvError::Unsupported {
@@ -103,7 +108,7 @@ impl MultiVecEnv {
         let action_spaces: Vec<Space> = (0..num_agents)
             .map(|a| first.agent_action_space(a).clone())
             .collect();
-        let action_dim = one_action_size(first.id(), &action_spaces)?;
+        let action_dim = action_slots(first.id(), &action_spaces)?.size;
         if let Some(i) = envs.iter().position(|e| {
             e.num_agents() != num_agents
                 || (0..num_agents).any(|a| {

@@ -19,9 +19,10 @@
 //! `action_mask` values then the 84 board values, as the native
 //! [`ConnectFour`](crate::connect_four::ConnectFour). Agents may have different observation spaces
 //! (MPE's `simple_adversary_v3`, `simple_tag_v3`): each agent's observation is written at the start
-//! of a slot as long as the largest, zeros after it. Their action spaces may differ within one kind
-//! and size (`Discrete(5)` and `Discrete(20)`); others are an [`EnvError::Unsupported`] naming two of
-//! them. Actions may
+//! of a slot as long as the largest, zeros after it. Their action spaces may differ too, in size
+//! (`Discrete(5)` and `Discrete(20)`) or in kind (a `Discrete` agent beside a `Box` one): each action
+//! slot is then as large as the largest agent's action, and the batches are
+//! [`ActionBatch::Mixed`], each agent's slot read by its own space. Actions may
 //! be `Discrete` (passed as a Python `int`), `Box` or `MultiDiscrete`/`MultiBinary` (passed as NumPy
 //! arrays of the space's dtype and shape).
 //!
@@ -77,7 +78,7 @@ use pyo3::types::{PyList, PyModule};
 use crate::env::check_action;
 use crate::gym::{helper_module, translate};
 use crate::{
-    one_action_size, Action, ActionBatch, EnvError, EnvKwargs, MultiAgentEnv, Space, StepBuffers,
+    action_slots, Action, ActionBatch, EnvError, EnvKwargs, MultiAgentEnv, Space, StepBuffers,
     PETTINGZOO_AEC_PREFIX, PETTINGZOO_PREFIX,
 };
 
@@ -386,7 +387,7 @@ impl PettingZooEnv {
                     description.extract().map_err(make_error)?;
                 let observation_spaces = agent_spaces(id, "observation", &obs_descs)?;
                 let action_spaces = agent_spaces(id, "action", &act_descs)?;
-                let action_dim = one_action_size(id, &action_spaces)?;
+                let action_dim = action_slots(id, &action_spaces)?.size;
                 let dims: Vec<usize> = observation_spaces.iter().map(Space::flat_dim).collect();
                 let obs_dim = dims.iter().copied().max().unwrap_or(0);
                 bridge
@@ -549,7 +550,7 @@ impl MultiAgentEnv for PettingZooEnv {
         Python::attach(|py| {
             let per_agent = PyList::empty(py);
             for (k, &active) in self.active.iter().enumerate() {
-                let item = match actions.get(k, self.action_dim) {
+                let item = match actions.get_as(k, self.action_dim, &self.action_spaces[k]) {
                     Some(action) if active => {
                         check_action(&self.id, &self.action_spaces[k], action)?;
                         action_object(py, action).map_err(python_error(&self.id, "step"))?

@@ -161,7 +161,9 @@ impl EnvRegistry {
                 match key.as_str() {
                     "players_per_side" => {
                         per_side = value.parse().ok().filter(|&k: &usize| k >= 1).ok_or_else(|| {
-                            invalid(format!("players_per_side `{value}` is not a whole number of at least 1"))
+                            invalid(format!(
+                                "players_per_side `{value}` is not a whole number of at least 1"
+                            ))
                         })?;
                     }
                     _ => {
@@ -511,7 +513,13 @@ mod tests {
         assert_eq!((0..4).map(|a| teams.team(a)).collect::<Vec<_>>(), [0, 1, 0, 1]);
         for bad in ["players_per_side=0", "players_per_side=two"] {
             let err = registry.make_multi_agent("connect_four", &parse_kwargs(bad).unwrap());
-            assert!(err.err().expect("bad count").to_string().contains("players_per_side"), "{bad}");
+            assert!(
+                err.err()
+                    .expect("bad count")
+                    .to_string()
+                    .contains("players_per_side"),
+                "{bad}"
+            );
         }
         assert!(parse_kwargs("height").is_err() && parse_kwargs("=3").is_err());
         assert!(registry.make("treasurehunt").is_err());

@@ -417,13 +417,25 @@ pub enum ActionBatch<'a> {
     Continuous(&'a [f32]),
     /// `action_dim` `i64` per env.
     MultiDiscrete(&'a [i64]),
+    /// Agents whose action spaces differ in kind or size: each slot of `action_dim` numbers read both as integers
+    /// and as floats (the same length), and each env reads its agents' slots by their own spaces
+    /// ([`ActionBatch::get_as`]): a `Discrete` agent's action is the first integer of its slot, a `MultiDiscrete`
+    /// agent's its first integers, a `Box` agent's its first floats; the rest of a slot is padding.
+    Mixed {
+        /// The integer reading.
+        ints: &'a [i64],
+        /// The float reading.
+        floats: &'a [f32],
+    },
 }
 
 impl<'a> ActionBatch<'a> {
     /// Number of numbers in the batch.
     pub fn len(&self) -> usize {
         match self {
-            ActionBatch::Discrete(x) | ActionBatch::MultiDiscrete(x) => x.len(),
+            ActionBatch::Discrete(x) | ActionBatch::MultiDiscrete(x) | ActionBatch::Mixed { ints: x, .. } => {
+                x.len()
+            }
             ActionBatch::Continuous(x) => x.len(),
         }
     }
@@ -441,16 +453,39 @@ impl<'a> ActionBatch<'a> {
             ActionBatch::Discrete(x) => ActionBatch::Discrete(x.get(range)?),
             ActionBatch::Continuous(x) => ActionBatch::Continuous(x.get(range)?),
             ActionBatch::MultiDiscrete(x) => ActionBatch::MultiDiscrete(x.get(range)?),
+            ActionBatch::Mixed { ints, floats } => ActionBatch::Mixed {
+                ints: ints.get(range.clone())?,
+                floats: floats.get(range)?,
+            },
         })
     }
 
-    /// The action of slot `i`, for actions of `dim` numbers; `None` when out of range.
+    /// The action of slot `i`, for actions of `dim` numbers; `None` when out of range, and for a
+    /// [`Mixed`](ActionBatch::Mixed) batch, whose slots are read by their spaces ([`get_as`](ActionBatch::get_as)).
     pub fn get(&self, i: usize, dim: usize) -> Option<Action<'a>> {
         let range = i.checked_mul(dim)?..(i + 1).checked_mul(dim)?;
         match *self {
             ActionBatch::Discrete(x) => x.get(i).map(|&a| Action::Discrete(a)),
             ActionBatch::Continuous(x) => x.get(range).map(Action::Continuous),
             ActionBatch::MultiDiscrete(x) => x.get(range).map(Action::MultiDiscrete),
+            ActionBatch::Mixed { .. } => None,
+        }
+    }
+
+    /// The action of slot `i` (of `dim` numbers) for an agent whose action space is `space`: a
+    /// [`Mixed`](ActionBatch::Mixed) slot read as `space` says, any other as [`get`](ActionBatch::get) reads it.
+    /// `None` when out of range or when `space` needs more than `dim` numbers.
+    pub fn get_as(&self, i: usize, dim: usize, space: &Space) -> Option<Action<'a>> {
+        let ActionBatch::Mixed { ints, floats } = *self else {
+            return self.get(i, dim);
+        };
+        let size = space.action_dim().filter(|&size| size <= dim)?;
+        let at = i.checked_mul(dim)?;
+        match space {
+            Space::Discrete { .. } => ints.get(at).map(|&a| Action::Discrete(a)),
+            Space::MultiDiscrete(_) => ints.get(at..at + size).map(Action::MultiDiscrete),
+            Space::Box(_) => floats.get(at..at + size).map(Action::Continuous),
+            Space::Dict(_) | Space::Tuple(_) => None,
         }
     }
 }
@@ -474,6 +509,44 @@ mod tests {
                 Space::Tuple(vec![Space::MultiDiscrete(vec![2, 5]), Space::discrete(4)]),
             ),
         ])
+    }
+
+    #[test]
+    fn mixed_batches_are_read_by_each_agents_space() {
+        let spaces = [
+            Space::discrete(3),
+            Space::box_1d(vec![-1.0, -1.0], vec![1.0, 1.0]).unwrap(),
+            Space::MultiDiscrete(vec![2, 2]),
+        ];
+        let ints = [2, 0, 0, 0, 1, 1];
+        let floats = [2.0, 0.0, 0.5, -0.5, 1.0, 1.0];
+        let batch = ActionBatch::Mixed {
+            ints: &ints,
+            floats: &floats,
+        };
+        assert_eq!(batch.len(), 6);
+        assert_eq!(batch.get(0, 2), None, "a mixed slot needs its space");
+        assert_eq!(batch.get_as(0, 2, &spaces[0]), Some(Action::Discrete(2)));
+        assert_eq!(
+            batch.get_as(1, 2, &spaces[1]),
+            Some(Action::Continuous(&[0.5, -0.5]))
+        );
+        assert_eq!(
+            batch.get_as(2, 2, &spaces[2]),
+            Some(Action::MultiDiscrete(&[1, 1]))
+        );
+        assert_eq!(batch.get_as(3, 2, &spaces[0]), None, "out of range");
+        let wide = Space::MultiDiscrete(vec![2, 2, 2]);
+        assert_eq!(batch.get_as(0, 2, &wide), None, "wider than a slot");
+        let tail = batch.chunk(1, 2, 2).expect("in range");
+        assert_eq!(
+            tail.get_as(0, 2, &spaces[1]),
+            Some(Action::Continuous(&[0.5, -0.5]))
+        );
+        assert_eq!(
+            ActionBatch::Discrete(&[4, 5]).get_as(1, 1, &spaces[0]),
+            Some(Action::Discrete(5))
+        );
     }
 
     #[test]

@@ -263,7 +263,7 @@ def env(**kwargs):
 
 ";
 
-/// The relay with a larger action space for `c`.
+/// The relay with a box of two for `c`'s actions (its move earns `10 x + y`), the others discrete.
 const MIXED: &std::ffi::CStr = c"
 import numpy as np
 from gymnasium import spaces
@@ -273,6 +273,14 @@ from rlf_pz_relay import Relay
 class Mixed(Relay):
     def action_space(self, agent):
         return spaces.Box(-1.0, 1.0, (2,), np.float32) if agent == 'c' else spaces.Discrete(3)
+
+    def step(self, action):
+        if action is not None and self.agent_selection == 'c':
+            assert isinstance(action, np.ndarray) and action.shape == (2,), action
+            action = float(10 * action[0] + action[1])
+        elif action is not None:
+            assert isinstance(action, int), action
+        super().step(action)
 
 
 def env(**kwargs):
@@ -501,14 +509,38 @@ fn agents_with_different_observation_spaces_share_slots_as_wide_as_the_largest()
     }
 }
 
+/// Agents whose action spaces differ in kind (`a` and `b` discrete, `c` a box of two): slots of two
+/// values, each agent's read by its own space from a mixed batch; `c` gets its box as a NumPy array and
+/// `b` its category as an int.
 #[test]
-fn action_spaces_of_different_kinds_are_named() {
+fn agents_with_action_spaces_of_different_kinds_read_their_own_slots() {
     register_test_modules();
-    let err = make_error("pza:rlf_pz_mixed", "");
-    assert!(
-        err.to_string().starts_with(
-            "pza:rlf_pz_mixed: agents whose action spaces differ in kind or size (Discrete(3) and Box("
-        ) && err.to_string().ends_with("is not supported"),
-        "{err}"
+    let mut env = PettingZooEnv::from_id("pza:rlf_pz_mixed", &[]).unwrap();
+    assert_eq!(
+        rlf_env::action_slots(
+            "test",
+            &[
+                env.agent_action_space(0).clone(),
+                env.agent_action_space(2).clone()
+            ]
+        )
+        .unwrap(),
+        rlf_env::ActionSlots { size: 2, mixed: true }
     );
+    let mut buf = VecBuffers::new(3, 4);
+    env.reset(Some(0), &mut buf.obs).unwrap();
+    let ints = [2, 0, 1, 0, 0, 0];
+    let floats = [2.0, 0.0, 1.0, 0.0, 0.5, -0.25];
+    let batch = ActionBatch::Mixed {
+        ints: &ints,
+        floats: &floats,
+    };
+    // a moves (2), then b (1), then c ([0.5, -0.25]: 4.75).
+    for (mover, earned) in [(0, 2.0), (1, 1.0), (2, 4.75)] {
+        assert!(env.is_active(mover), "agent {mover} to move");
+        env.step(batch, buf.view()).unwrap();
+        assert_eq!(buf.rewards[mover], earned, "agent {mover}: {:?}", buf.rewards);
+    }
+    let too_wide = [0.0; 9];
+    assert!(env.step(ActionBatch::Continuous(&too_wide), buf.view()).is_err());
 }

@@ -687,6 +687,11 @@ pub struct OffPolicyConfig {
     /// ε at the end of the schedule, and after.
     #[arg(long, default_value_t = 0.05)]
     pub exploration_final_eps: f64,
+    /// Temporally-extended ε-greedy (εz-greedy, Dabney et al. 2021): an exploratory action is repeated for a
+    /// duration drawn from a zeta distribution of this exponent (`P(n) ∝ n^−μ`, at most 10,000 steps) instead of
+    /// lasting one step; the paper's choice is 2. 0: plain ε-greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub exploration_duration_mu: f64,
     /// Double DQN: the online network picks the next action, the target network values it.
     #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub double_q: bool,
@@ -725,6 +730,7 @@ impl Default for OffPolicyConfig {
             exploration_fraction: 0.1,
             exploration_initial_eps: 1.0,
             exploration_final_eps: 0.05,
+            exploration_duration_mu: 0.0,
             double_q: true,
             dueling: false,
             publish_interval: 10,
@@ -1395,6 +1401,12 @@ impl Config {
             return err(format!(
                 "--prioritized_replay_eps must be more than 0, got {}",
                 o.prioritized_replay_eps
+            ));
+        }
+        if !(o.exploration_duration_mu >= 0.0 && o.exploration_duration_mu.is_finite()) {
+            return err(format!(
+                "--exploration_duration_mu must be 0 (plain ε-greedy) or more, got {}",
+                o.exploration_duration_mu
             ));
         }
         for (flag, v) in [

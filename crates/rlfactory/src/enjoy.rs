@@ -406,7 +406,8 @@ impl Lineup {
         }
         let (agents, width) = (self.of_agent.len().max(1), self.width.max(1));
         let columns = obs.len() / width;
-        let a = self.models[0].action_dim();
+        // Action slots as wide as the largest agent's action; each network fills the first values of its columns'.
+        let a = self.models.iter().map(|m| m.action_dim()).max().unwrap_or(1);
         let mut out = ActOutput {
             actions: vec![0.0; columns * a],
             log_probs: vec![0.0; columns],
@@ -423,8 +424,9 @@ impl Lineup {
                 self.gathered.extend_from_slice(&obs[c * width..c * width + d]);
             }
             let part = model.act(&self.gathered, deterministic)?;
+            let k = model.action_dim();
             for (i, &c) in rows.iter().enumerate() {
-                out.actions[c * a..(c + 1) * a].copy_from_slice(&part.actions[i * a..(i + 1) * a]);
+                out.actions[c * a..c * a + k].copy_from_slice(&part.actions[i * k..(i + 1) * k]);
                 out.log_probs[c] = part.log_probs[i];
                 out.values[c] = part.values[i];
             }

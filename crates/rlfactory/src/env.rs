@@ -356,13 +356,15 @@ enum Mapping {
 
 /// Maps raw actions (`f32`: category indices, or an unbounded Gaussian sample) to an env's action
 /// space: discrete values shifted by the space's start; continuous ones clipped to the bounds or
-/// squashed into them with tanh. A multi-agent env's agents may differ in these (within one kind
-/// and size): column `c` is mapped by agent `c % agents`'s space.
+/// squashed into them with tanh. A multi-agent env's agents may differ in these: column `c` is mapped
+/// by agent `c % agents`'s space, and agents whose spaces differ in kind or size get
+/// [`ActionBatch::Mixed`] batches (each slot as large as the largest agent's action).
 #[derive(Debug, Clone)]
 pub struct ActionMapper {
-    /// By agent, all of one kind.
+    /// By agent.
     mappings: Vec<Mapping>,
     action_dim: usize,
+    mixed: bool,
     ints: Vec<i64>,
     floats: Vec<f32>,
 }
@@ -382,6 +384,35 @@ impl Mapping {
             }
         })
     }
+
+    /// Value `k` of a raw action `a` as the env takes it, as an integer.
+    fn int(&self, k: usize, a: f32) -> i64 {
+        match self {
+            Mapping::Discrete { start } if k == 0 => a as i64 + start,
+            _ => a as i64,
+        }
+    }
+
+    /// Value `k` of a raw action `a` as the env takes it, as a float (unchanged past a box's size).
+    fn float(&self, k: usize, a: f32) -> f32 {
+        let Mapping::Continuous { low, high, mode } = self else {
+            return a;
+        };
+        let (Some(&lo), Some(&hi)) = (low.get(k), high.get(k)) else {
+            return a;
+        };
+        match mode {
+            ContinuousActionMode::Clip => a.clamp(lo, hi),
+            ContinuousActionMode::Tanh if lo.is_finite() && hi.is_finite() => {
+                lo + (a.tanh() + 1.0) * 0.5 * (hi - lo)
+            }
+            ContinuousActionMode::Tanh => a.tanh(),
+            ContinuousActionMode::Scale if lo.is_finite() && hi.is_finite() => {
+                lo + (a.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo)
+            }
+            ContinuousActionMode::Scale => a.clamp(-1.0, 1.0),
+        }
+    }
 }
 
 impl ActionMapper {
@@ -390,15 +421,16 @@ impl ActionMapper {
         Self::for_agents(std::slice::from_ref(space), mode)
     }
 
-    /// The mapper for the agents' action spaces (by agent), which must be of one kind and size.
+    /// The mapper for the agents' action spaces (by agent).
     pub fn for_agents(spaces: &[Space], mode: ContinuousActionMode) -> Result<Self> {
-        let action_dim = rlf_env::one_action_size("the action mapper", spaces)?;
+        let slots = rlf_env::action_slots("the action mapper", spaces)?;
         Ok(Self {
             mappings: spaces
                 .iter()
                 .map(|s| Mapping::of(s, mode))
                 .collect::<Result<_>>()?,
-            action_dim,
+            action_dim: slots.size,
+            mixed: slots.mixed,
             ints: Vec::new(),
             floats: Vec::new(),
         })
@@ -407,41 +439,41 @@ impl ActionMapper {
     /// The env actions for `raw` (`n * action_dim` values).
     pub fn map(&mut self, raw: &[f32]) -> ActionBatch<'_> {
         let (agents, dim) = (self.mappings.len().max(1), self.action_dim.max(1));
-        let of_column = |i: usize| &self.mappings[(i / dim) % agents];
+        let mappings = &self.mappings;
+        let of = |i: usize| (&mappings[(i / dim) % agents], i % dim);
+        let ints = |ints: &mut Vec<i64>| {
+            ints.clear();
+            ints.extend(raw.iter().enumerate().map(|(i, &a)| {
+                let (m, k) = of(i);
+                m.int(k, a)
+            }));
+        };
+        let floats = |floats: &mut Vec<f32>| {
+            floats.clear();
+            floats.extend(raw.iter().enumerate().map(|(i, &a)| {
+                let (m, k) = of(i);
+                m.float(k, a)
+            }));
+        };
+        if self.mixed {
+            ints(&mut self.ints);
+            floats(&mut self.floats);
+            return ActionBatch::Mixed {
+                ints: &self.ints,
+                floats: &self.floats,
+            };
+        }
         match &self.mappings[0] {
             Mapping::Discrete { .. } => {
-                self.ints.clear();
-                self.ints
-                    .extend(raw.iter().enumerate().map(|(i, &a)| match of_column(i) {
-                        Mapping::Discrete { start } => a as i64 + start,
-                        _ => a as i64,
-                    }));
+                ints(&mut self.ints);
                 ActionBatch::Discrete(&self.ints)
             }
             Mapping::MultiDiscrete => {
-                self.ints.clear();
-                self.ints.extend(raw.iter().map(|&a| a as i64));
+                ints(&mut self.ints);
                 ActionBatch::MultiDiscrete(&self.ints)
             }
             Mapping::Continuous { .. } => {
-                self.floats.clear();
-                self.floats.extend(raw.iter().enumerate().map(|(i, &a)| {
-                    let Mapping::Continuous { low, high, mode } = of_column(i) else {
-                        return a;
-                    };
-                    let (lo, hi) = (low[i % dim], high[i % dim]);
-                    match mode {
-                        ContinuousActionMode::Clip => a.clamp(lo, hi),
-                        ContinuousActionMode::Tanh if lo.is_finite() && hi.is_finite() => {
-                            lo + (a.tanh() + 1.0) * 0.5 * (hi - lo)
-                        }
-                        ContinuousActionMode::Tanh => a.tanh(),
-                        ContinuousActionMode::Scale if lo.is_finite() && hi.is_finite() => {
-                            lo + (a.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo)
-                        }
-                        ContinuousActionMode::Scale => a.clamp(-1.0, 1.0),
-                    }
-                }));
+                floats(&mut self.floats);
                 ActionBatch::Continuous(&self.floats)
             }
         }
@@ -493,8 +525,22 @@ mod tests {
             m.map(&[3.0, -3.0, 3.0, -3.0]),
             ActionBatch::Continuous(&[1.0, -1.0, 3.0, 0.0])
         );
-        let mixed = [Space::Discrete { n: 3, start: 0 }, boxes[0].clone()];
-        let err = ActionMapper::for_agents(&mixed, ContinuousActionMode::Clip).unwrap_err();
-        assert!(err.to_string().contains("differ in kind or size"), "{err}");
+        // A discrete agent beside a box of two: slots of two, each read both ways, each agent's
+        // values mapped by its own space (the discrete one shifted by its start, the box clipped).
+        let mixed = [Space::Discrete { n: 3, start: 5 }, boxes[1].clone()];
+        let mut m = ActionMapper::for_agents(&mixed, ContinuousActionMode::Clip).unwrap();
+        let batch = m.map(&[2.0, 0.0, 7.0, -1.0]);
+        assert_eq!(
+            batch,
+            ActionBatch::Mixed {
+                ints: &[7, 0, 7, -1],
+                floats: &[2.0, 0.0, 5.0, 0.0]
+            }
+        );
+        assert_eq!(batch.get_as(0, 2, &mixed[0]), Some(rlf_env::Action::Discrete(7)));
+        assert_eq!(
+            batch.get_as(1, 2, &mixed[1]),
+            Some(rlf_env::Action::Continuous(&[5.0, 0.0]))
+        );
     }
 }

@@ -102,6 +102,7 @@ enum Actions {
     Discrete(Vec<i64>),
     Continuous(Vec<f32>),
     MultiDiscrete(Vec<i64>),
+    Mixed { ints: Vec<i64>, floats: Vec<f32> },
 }
 
 impl Actions {
@@ -110,6 +111,10 @@ impl Actions {
             ActionBatch::Discrete(a) => Actions::Discrete(a.to_vec()),
             ActionBatch::Continuous(a) => Actions::Continuous(a.to_vec()),
             ActionBatch::MultiDiscrete(a) => Actions::MultiDiscrete(a.to_vec()),
+            ActionBatch::Mixed { ints, floats } => Actions::Mixed {
+                ints: ints.to_vec(),
+                floats: floats.to_vec(),
+            },
         }
     }
 
@@ -118,6 +123,7 @@ impl Actions {
             Actions::Discrete(a) => ActionBatch::Discrete(a),
             Actions::Continuous(a) => ActionBatch::Continuous(a),
             Actions::MultiDiscrete(a) => ActionBatch::MultiDiscrete(a),
+            Actions::Mixed { ints, floats } => ActionBatch::Mixed { ints, floats },
         }
     }
 }

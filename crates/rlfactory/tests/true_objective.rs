@@ -5,10 +5,7 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
-use common::{output, summary, temp_dir, text, BIN};
+use common::{temp_dir, train_with_module};
 
 /// CartPole without a time limit whose true objective is minus the episode's length.
 const SCORED: &str = r#"
@@ -74,27 +71,6 @@ class Tagged(ParallelEnv):
 def parallel_env():
     return Tagged()
 "#;
-
-/// `rlfactory train` with a Python module `name` (source `code`) on `PYTHONPATH`, in an
-/// experiment folder under `dir`; asserts success and returns the JSON summary.
-fn train_with_module(dir: &Path, name: &str, code: &str, flags: &[&str]) -> serde_json::Value {
-    std::fs::write(dir.join(format!("{name}.py")), code).expect("write the env module");
-    let python_path = match std::env::var("PYTHONPATH") {
-        Ok(p) if !p.is_empty() => format!("{}:{p}", dir.display()),
-        _ => dir.display().to_string(),
-    };
-    let out = dir.join("summary.json");
-    let run = output(
-        Command::new(BIN)
-            .env("PYTHONPATH", python_path)
-            .args(["train", "--experiment=exp", "--report_interval_sec=0"])
-            .arg(format!("--train_dir={}", dir.display()))
-            .arg(format!("--summary_json={}", out.display()))
-            .args(flags),
-    );
-    assert!(run.status.success(), "{}", text(&run.stderr));
-    summary(&out)
-}
 
 #[test]
 fn a_gymnasium_envs_true_objective_is_averaged_and_picks_the_best_checkpoint() {

@@ -82,6 +82,7 @@ impl Learner {
         };
         let (s, t) = (parts.iter().map(|(_, p)| p.num_envs).sum::<usize>(), sh.rollout);
         let obs_dim = self.appo.model().obs_dim() as i64;
+        let action_dim = self.appo.model().action_dim() as i64;
         let rows = |field: Field| -> Result<Tensor> {
             let views = parts
                 .iter()
@@ -108,7 +109,11 @@ impl Learner {
                         mine.f_to_kind(tch::Kind::Float)?
                     }
                 }
-                Field::Actions | Field::States => whole.f_reshape([-1, width])?,
+                // Action slots are as wide as the largest agent's action: this policy's fill the first values.
+                Field::Actions => whole
+                    .f_reshape([-1, width])?
+                    .f_narrow(1, 0, action_dim.min(width))?,
+                Field::States => whole.f_reshape([-1, width])?,
                 _ => whole.f_reshape([-1])?,
             };
             Ok(shaped)

@@ -154,6 +154,11 @@ impl NStepAdder {
         self.layout.obs_dim()
     }
 
+    /// Values per action it takes.
+    pub fn action_dim(&self) -> usize {
+        self.layout.action_dim
+    }
+
     /// An adder of `n`-step transitions (`n ≥ 1`) discounted by `gamma`.
     pub fn new(layout: TransitionLayout, n: usize, gamma: f64) -> Self {
         Self {

@@ -101,4 +101,55 @@ pub trait Policy {
     fn set_exploration(&mut self, epsilon: f64) {
         let _ = epsilon;
     }
+
+    /// As [`act`](Policy::act) (sampled), exploring in time (εz-greedy, [`QNetwork`]): `holds` holds each
+    /// observation's exploratory action still to repeat, which the policy takes, counts down and sets anew when it
+    /// explores (for a duration drawn from `durations`). A policy that samples from its distribution ignores them.
+    fn act_holding(&mut self, obs: &[f32], holds: &mut [Hold], durations: &Durations) -> Result<ActOutput> {
+        let _ = (holds, durations);
+        self.act(obs, false)
+    }
+}
+
+/// One column's exploratory action under temporally-extended ε-greedy ([`Policy::act_holding`]): the action and
+/// the steps it is still to be repeated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hold {
+    /// The action (an index into the `Discrete` space).
+    pub action: u32,
+    /// Steps left to repeat it (0: none; the policy chooses afresh).
+    pub steps: u32,
+}
+
+/// The durations of εz-greedy's exploratory actions (Dabney, Ostrovski and Barreto, "Temporally-Extended
+/// ε-Greedy Exploration", 2021): a zeta distribution, `P(n) ∝ n^−μ` for `1 ≤ n ≤` [`Durations::MAX`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Durations {
+    /// `P(duration ≤ n + 1)`, by `n`.
+    cdf: Vec<f64>,
+}
+
+impl Durations {
+    /// The longest duration drawn (the paper's cap).
+    pub const MAX: usize = 10_000;
+
+    /// The zeta distribution of exponent `mu` (> 0), truncated at [`Durations::MAX`].
+    pub fn zeta(mu: f64) -> Self {
+        let weights: Vec<f64> = (1..=Self::MAX).map(|n| (n as f64).powf(-mu)).collect();
+        let total: f64 = weights.iter().sum();
+        let mut sum = 0.0;
+        let cdf = weights
+            .iter()
+            .map(|w| {
+                sum += w / total;
+                sum
+            })
+            .collect();
+        Self { cdf }
+    }
+
+    /// A duration for the uniform draw `u` in `[0, 1)`.
+    pub fn at(&self, u: f64) -> usize {
+        (self.cdf.partition_point(|&c| c <= u) + 1).min(Self::MAX)
+    }
 }

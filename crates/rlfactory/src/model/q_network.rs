@@ -18,7 +18,7 @@ use super::actor_critic::{
     action_mask_range, flat_weights, follow_named, linear, load_flat_weights, load_named_tensors, load_vars,
     named_tensors, rows_tensor, save_vars, to_vec, Encoder,
 };
-use super::{ActOutput, ActionHead, NamedTensor, Policy, PolicyWeights};
+use super::{ActOutput, ActionHead, Durations, Hold, NamedTensor, Policy, PolicyWeights};
 use crate::config::{DeviceKind, ModelConfig};
 use crate::error::{Result, RlfError};
 
@@ -176,8 +176,16 @@ impl QNetwork {
     }
 }
 
-impl Policy for QNetwork {
-    fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput> {
+impl QNetwork {
+    /// ε-greedy actions for `obs` (greedy when `deterministic`), with εz-greedy's repeated exploratory actions
+    /// when `holds` has one per observation (see [`Policy::act_holding`]; empty: none).
+    fn choose(
+        &mut self,
+        obs: &[f32],
+        deterministic: bool,
+        holds: &mut [Hold],
+        durations: Option<&Durations>,
+    ) -> Result<ActOutput> {
         let obs = self.obs_tensor(obs)?;
         let q = tch::no_grad(|| to_vec(&self.masked(&obs, &self.q_values(&obs))))?;
         let a = self.num_actions as usize;
@@ -189,7 +197,7 @@ impl Policy for QNetwork {
             values: Vec::with_capacity(n),
         };
         // ε-greedy on the host: one forward pass, then a few comparisons per row.
-        for row in q.chunks_exact(a) {
+        for (i, row) in q.chunks_exact(a).enumerate() {
             let (greedy, best) = row
                 .iter()
                 .copied()
@@ -199,14 +207,36 @@ impl Policy for QNetwork {
                     |m, (i, v)| if v > m.1 { (i, v) } else { m },
                 );
             let legal = |v: &f32| f64::from(*v) > MASKED_Q / 2.0;
+            let mut hold = holds.get_mut(i).filter(|_| eps > 0.0);
+            // An exploratory action still held (and still legal) is repeated, with probability 1.
+            if let Some(h) = hold.as_deref_mut() {
+                let action = h.action as usize;
+                if h.steps > 0 && row.get(action).is_some_and(legal) {
+                    h.steps -= 1;
+                    out.actions.push(action as f32);
+                    out.log_probs.push(0.0);
+                    out.values.push(best);
+                    continue;
+                }
+                h.steps = 0;
+            }
             let count = row.iter().filter(|v| legal(v)).count().max(1);
             let action = if eps > 0.0 && self.rng.random::<f64>() < eps {
                 let k = self.rng.random_range(0..count);
-                row.iter()
+                let action = row
+                    .iter()
                     .enumerate()
                     .filter(|(_, v)| legal(v))
                     .nth(k)
-                    .map_or(greedy, |(i, _)| i)
+                    .map_or(greedy, |(i, _)| i);
+                if let (Some(h), Some(d)) = (hold, durations) {
+                    let duration = d.at(self.rng.random::<f64>());
+                    *h = Hold {
+                        action: action as u32,
+                        steps: duration as u32 - 1,
+                    };
+                }
+                action
             } else {
                 greedy
             };
@@ -217,6 +247,16 @@ impl Policy for QNetwork {
             out.values.push(best);
         }
         Ok(out)
+    }
+}
+
+impl Policy for QNetwork {
+    fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput> {
+        self.choose(obs, deterministic, &mut [], None)
+    }
+
+    fn act_holding(&mut self, obs: &[f32], holds: &mut [Hold], durations: &Durations) -> Result<ActOutput> {
+        self.choose(obs, false, holds, Some(durations))
     }
 
     fn obs_dim(&self) -> usize {
@@ -310,5 +350,49 @@ mod tests {
         }
         target.follow(&other, 1.0).expect("copy");
         assert_eq!(target.weights().expect("w").values, theirs);
+    }
+
+    /// εz-greedy: with ε = 1 every action explores; each exploratory action is repeated for the duration drawn
+    /// with it (and the log-probability of a repeat is 0), then a new one is drawn; the durations follow the zeta
+    /// distribution of exponent 2 (`P(1) = 0.608`, `P(2) = 0.152` with the cap). Greedy acting ignores holds.
+    #[test]
+    fn exploratory_actions_are_held_for_zeta_durations() {
+        tch::manual_seed(0);
+        let cfg = Config::for_env("CartPole-v1", &[]).expect("config").model;
+        let actions = Space::Discrete { n: 5, start: 0 };
+        let mut q = QNetwork::new(&unit_box(4), &actions, &cfg, false, DeviceKind::Cpu).expect("network");
+        q.set_epsilon(1.0);
+        let d = Durations::zeta(2.0);
+        assert_eq!((d.at(0.0), d.at(0.6)), (1, 1));
+        assert_eq!(d.at(0.7), 2);
+        assert!(d.at(1.0 - 1e-12) <= Durations::MAX);
+        let obs = [0.5f32; 8];
+        let mut holds = [Hold::default(); 2];
+        let mut drawn = Vec::new();
+        for _ in 0..20_000 {
+            let before = holds;
+            let out = q.act_holding(&obs, &mut holds, &d).expect("act");
+            for (i, (b, h)) in before.iter().zip(&holds).enumerate() {
+                let a = out.actions[i] as u32;
+                if b.steps > 0 {
+                    assert_eq!((a, h.steps, out.log_probs[i]), (b.action, b.steps - 1, 0.0));
+                } else {
+                    assert_eq!(h.action, a);
+                    drawn.push(h.steps + 1);
+                }
+            }
+        }
+        let share = |n: u32| drawn.iter().filter(|&&k| k == n).count() as f64 / drawn.len() as f64;
+        assert!((share(1) - 0.608).abs() < 0.02, "P(1) = {}", share(1));
+        assert!((share(2) - 0.152).abs() < 0.015, "P(2) = {}", share(2));
+        assert!(drawn.iter().any(|&k| k > 20), "a heavy tail");
+        let greedy = q.act(&obs[..4], true).expect("greedy").actions[0];
+        holds[0] = Hold {
+            action: (greedy as u32 + 1) % 5,
+            steps: 5,
+        };
+        q.set_epsilon(0.0);
+        let out = q.act_holding(&obs[..4], &mut holds[..1], &d).expect("act");
+        assert_eq!(out.actions[0], greedy, "no exploration, no hold");
     }
 }

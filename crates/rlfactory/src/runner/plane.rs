@@ -181,7 +181,9 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
         rollout: s.rollout,
         num_envs: s.num_envs_per_worker / s.worker_num_splits * num_agents,
         obs_dim: spec.obs_dim,
-        action_dim: models[0].action_dim(),
+        // As wide as the largest agent's action (policies whose agents differ in action kind or size fill the first
+        // values of theirs).
+        action_dim: models.iter().map(|m| m.action_dim()).max().unwrap_or(1),
         state_dim: models[0].state_dim(),
         obs_bytes: layout.bytes(),
     };

@@ -25,7 +25,7 @@ use rlf_shm::{ReplayRing, SharedWeights};
 use super::{ActionsReady, Field, PolicyRequest, TrajectoryPool, INACTIVE};
 use crate::config::OffPolicyConfig;
 use crate::error::{Result, RlfError};
-use crate::model::{ActOutput, Policy, PolicyWeights};
+use crate::model::{ActOutput, Durations, Hold, Policy, PolicyWeights};
 
 /// One policy's network and the weights it follows.
 struct Served {
@@ -74,6 +74,12 @@ pub struct InferenceWorker {
     builtin: usize,
     /// Off-policy: each policy's replay buffer, whose insert count sets its ε.
     exploration: Option<Exploration>,
+    /// εz-greedy (`--exploration_duration_mu`): the durations of exploratory actions, each column's action still
+    /// to repeat (by rollout worker and split), and those of the batch's columns, in order.
+    durations: Option<Durations>,
+    holds: Vec<Vec<Vec<Hold>>>,
+    held: Vec<Hold>,
+    gathered_holds: Vec<Hold>,
 }
 
 /// ε-greedy exploration by each policy's progress: ε follows `--exploration_*` over the transitions in its replay
@@ -141,12 +147,20 @@ impl InferenceWorker {
             own: Vec::new(),
             builtin: 0,
             exploration: None,
+            durations: None,
+            holds: Vec::new(),
+            held: Vec::new(),
+            gathered_holds: Vec::new(),
         }
     }
 
-    /// Sets each policy's ε from its replay buffer before acting.
+    /// Sets each policy's ε from its replay buffer before acting (and, with `--exploration_duration_mu`, repeats
+    /// exploratory actions: εz-greedy). A column's exploratory action is held by the inference worker that chose
+    /// it: with several workers answering one split, another may cut it short.
     pub fn with_exploration(self, exploration: Exploration) -> Self {
+        let mu = exploration.schedule.exploration_duration_mu;
         Self {
+            durations: (mu > 0.0).then(|| Durations::zeta(mu)),
             exploration: Some(exploration),
             ..self
         }
@@ -202,11 +216,24 @@ impl InferenceWorker {
                 s.policy.obs_dim()
             )));
         }
+        // Action slots are as wide as the largest agent's action: each network writes the first values of its columns'.
+        let a = self.action_width();
+        if let Some(s) = self.served.iter().find(|s| {
+            let d = s.policy.action_dim();
+            d > a || (!several && d != a)
+        }) {
+            return Err(protocol(format!(
+                "network {} chooses actions of {} values, the slots hold {a}",
+                s.network,
+                s.policy.action_dim()
+            )));
+        }
         let mut live = Vec::with_capacity(requests.len());
         let state_dim = self.served[0].policy.state_dim();
         self.obs.clear();
         self.states.clear();
         self.column_policies.clear();
+        self.held.clear();
         for r in requests {
             let pool = self
                 .pools
@@ -241,6 +268,10 @@ impl InferenceWorker {
                 self.column_policies.resize(at + shape.num_envs, 0.0);
                 pool.get(r.buffer, Field::Policy, r.step, &mut self.column_policies[at..])?;
             }
+            if self.durations.is_some() {
+                self.held
+                    .extend_from_slice(holds_of(&mut self.holds, r, shape.num_envs));
+            }
             live.push((r, shape.num_envs));
         }
         if live.is_empty() {
@@ -250,10 +281,19 @@ impl InferenceWorker {
             self.act_per_policy(width)?
         } else {
             let served = &mut self.served[0];
-            let out = served.policy.act_recurrent(&self.obs, &mut self.states, false)?;
+            let out = match &self.durations {
+                Some(d) => served.policy.act_holding(&self.obs, &mut self.held, d)?,
+                None => served.policy.act_recurrent(&self.obs, &mut self.states, false)?,
+            };
             (out, Vec::new())
         };
-        let a = self.served[0].policy.action_dim();
+        if self.durations.is_some() {
+            let mut at = 0;
+            for &(r, n) in &live {
+                holds_of(&mut self.holds, r, n).copy_from_slice(&self.held[at..at + n]);
+                at += n;
+            }
+        }
         if self.served.len() < self.num_networks {
             return self.answer_own_columns(&live, &out, &versions);
         }
@@ -289,6 +329,11 @@ impl InferenceWorker {
         Ok(answers)
     }
 
+    /// Values per action slot (the largest agent's action).
+    fn action_width(&self) -> usize {
+        self.pools.first().map_or(1, |p| p.shape().action_dim)
+    }
+
     /// Writes the results of the columns this worker owns (see [`InferenceWorker::for_networks`]) of every request
     /// in `live` (with its column count), out of `out` and `versions` (every column's, in request order).
     fn answer_own_columns(
@@ -297,7 +342,7 @@ impl InferenceWorker {
         out: &ActOutput,
         versions: &[u64],
     ) -> Result<Vec<ActionsReady>> {
-        let a = self.served[0].policy.action_dim();
+        let a = self.action_width();
         let state_dim = self.served[0].policy.state_dim();
         let rest = self.served.iter().any(|s| s.network == 0);
         let mut at = 0;
@@ -348,7 +393,7 @@ impl InferenceWorker {
     /// for columns whose agent does not act).
     fn act_per_policy(&mut self, width: usize) -> Result<(ActOutput, Vec<u64>)> {
         let columns = self.column_policies.len();
-        let a = self.served[0].policy.action_dim();
+        let a = self.action_width();
         let mut out = ActOutput {
             actions: vec![0.0; columns * a],
             log_probs: vec![0.0; columns],
@@ -377,9 +422,24 @@ impl InferenceWorker {
                 self.gathered
                     .extend_from_slice(&self.obs[c * width..c * width + obs_dim]);
             }
-            let part = served.policy.act(&self.gathered, false)?;
+            let part = match &self.durations {
+                Some(d) => {
+                    self.gathered_holds.clear();
+                    self.gathered_holds
+                        .extend(self.rows.iter().map(|&c| self.held[c]));
+                    let part = served
+                        .policy
+                        .act_holding(&self.gathered, &mut self.gathered_holds, d)?;
+                    for (&c, &h) in self.rows.iter().zip(&self.gathered_holds) {
+                        self.held[c] = h;
+                    }
+                    part
+                }
+                None => served.policy.act(&self.gathered, false)?,
+            };
+            let d = served.policy.action_dim();
             for (i, &c) in self.rows.iter().enumerate() {
-                out.actions[c * a..(c + 1) * a].copy_from_slice(&part.actions[i * a..(i + 1) * a]);
+                out.actions[c * a..c * a + d].copy_from_slice(&part.actions[i * d..(i + 1) * d]);
                 out.log_probs[c] = part.log_probs[i];
                 out.values[c] = part.values[i];
                 versions[c] = served.version;
@@ -387,6 +447,20 @@ impl InferenceWorker {
         }
         Ok((out, versions))
     }
+}
+
+/// The held exploratory actions of the `n` columns of `r`'s split, in `holds` (by rollout worker and split).
+fn holds_of<'a>(holds: &'a mut Vec<Vec<Vec<Hold>>>, r: &PolicyRequest, n: usize) -> &'a mut [Hold] {
+    if holds.len() <= r.worker {
+        holds.resize_with(r.worker + 1, Vec::new);
+    }
+    let splits = &mut holds[r.worker];
+    if splits.len() <= r.split {
+        splits.resize_with(r.split + 1, Vec::new);
+    }
+    let held = &mut splits[r.split];
+    held.resize(n, Hold::default());
+    held
 }
 
 fn protocol(message: String) -> RlfError {

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 
 pub use buffers::{Field, ObsLayout, SlotCopy, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 pub use inference::{Exploration, InferenceWorker};
-pub use policy_map::{parse_agent_policy_map, parse_agent_team_map, Mapping, PolicyAssigner, SelfPlay, RESAMPLE_EVERY_EPISODES};
+pub use policy_map::{
+    parse_agent_policy_map, parse_agent_team_map, Mapping, PolicyAssigner, SelfPlay, RESAMPLE_EVERY_EPISODES,
+};
 pub use rollout::{ReplayWriter, RolloutWorker, StepOutcome, WorkerCounts, INACTIVE};
 
 /// A split of a rollout worker wrote its observations at step `step` of slot `buffer` of its

@@ -511,7 +511,11 @@ mod tests {
         for _ in 0..600 {
             let hero = sp.draw(&[0; 4], &teams, &mut out);
             let mate = (hero + 2) % 4;
-            assert_eq!((out[hero], out[mate]), (0, 0), "the protagonist's team plays the latest weights");
+            assert_eq!(
+                (out[hero], out[mate]),
+                (0, 0),
+                "the protagonist's team plays the latest weights"
+            );
             let (a, b) = ((hero + 1) % 4, (hero + 3) % 4);
             assert_eq!(out[a], out[b], "an opposing team plays one opponent: {out:?}");
             match out[a] {
@@ -535,8 +539,13 @@ mod tests {
         let map = parse_agent_team_map("red=0,blue=7", &agents).unwrap();
         assert_eq!(map, Some(vec![0, 0, 7, 7]));
         let e = parse_agent_team_map("red=0", &agents).unwrap_err().to_string();
-        assert!(e.contains("--agent_team_map") && e.contains("`blue_0` matches no entry"), "{e}");
-        let e = parse_agent_team_map("red=a,blue=1", &agents).unwrap_err().to_string();
+        assert!(
+            e.contains("--agent_team_map") && e.contains("`blue_0` matches no entry"),
+            "{e}"
+        );
+        let e = parse_agent_team_map("red=a,blue=1", &agents)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`a` is not a team index"), "{e}");
     }
 }

@@ -148,10 +148,10 @@ impl Split {
                 continue;
             }
             let (adder, rows) = (&mut self.adders[c], &mut writer.rows[p]);
-            let obs_dim = adder.obs_dim();
+            let (obs_dim, action_dim) = (adder.obs_dim(), adder.action_dim().min(dim));
             if self.envs.acted(c) {
                 let obs = &self.prev_obs[c * width..c * width + obs_dim];
-                adder.act(obs, &self.actions[c * dim..(c + 1) * dim], rows);
+                adder.act(obs, &self.actions[c * dim..c * dim + action_dim], rows);
             }
             adder.reward(self.buf.rewards[c]);
             if self.buf.terminated[c] || self.buf.truncated[c] {
@@ -1345,7 +1345,13 @@ mod tests {
             if let Some(t) = outcome.trajectory {
                 requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
             }
-            games += worker.splits[0].buf.terminated.iter().step_by(4).filter(|&&t| t).count();
+            games += worker.splits[0]
+                .buf
+                .terminated
+                .iter()
+                .step_by(4)
+                .filter(|&&t| t)
+                .count();
             if let Some(report) = outcome.report {
                 snapshot_games += report.games.len();
             }
@@ -1353,7 +1359,10 @@ mod tests {
         // About 70% of the games have a snapshot for an opponent team, scored once each.
         assert!(games > 50, "{games} games");
         let share = snapshot_games as f64 / games as f64;
-        assert!((0.5..0.9).contains(&share), "{snapshot_games} of {games} games against a snapshot");
+        assert!(
+            (0.5..0.9).contains(&share),
+            "{snapshot_games} of {games} games against a snapshot"
+        );
     }
 
     /// Off-policy: a rollout worker on CartPole puts every step into the replay buffer as a 1-step transition that

@@ -211,6 +211,27 @@ pub fn connect_four_win_rate_against_random(train_dir_flag: &str, experiment: &s
     win_rate(&stdout)
 }
 
+/// `rlfactory train` with a Python module `name` (source `code`) on `PYTHONPATH`, in an
+/// experiment folder `exp` under `dir`; asserts success and returns the JSON summary.
+pub fn train_with_module(dir: &Path, name: &str, code: &str, flags: &[&str]) -> serde_json::Value {
+    std::fs::write(dir.join(format!("{name}.py")), code).expect("write the env module");
+    let python_path = match std::env::var("PYTHONPATH") {
+        Ok(p) if !p.is_empty() => format!("{}:{p}", dir.display()),
+        _ => dir.display().to_string(),
+    };
+    let out = dir.join("summary.json");
+    let run = output(
+        Command::new(BIN)
+            .env("PYTHONPATH", python_path)
+            .args(["train", "--experiment=exp", "--report_interval_sec=0"])
+            .arg(format!("--train_dir={}", dir.display()))
+            .arg(format!("--summary_json={}", out.display()))
+            .args(flags),
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    summary(&out)
+}
+
 /// The mean return `eval` printed.
 pub fn eval_mean_return(stdout: &str) -> f64 {
     stdout
