@@ -1558,6 +1558,7 @@ impl Config {
         for policy in 0..s.num_policies {
             spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
         }
+        parse_agent_team_map(&s.agent_team_map, &spec.agent_names)?;
         if s.self_play {
             if spec.num_agents < 2 {
                 return err(format!(

@@ -168,29 +168,38 @@ fn two_policies_learn_side_by_side_with_their_own_checkpoints_and_summaries() {
 }
 
 /// A mapping that names a policy the run does not have, or leaves an agent out, is refused before
-/// anything starts, with one line naming the flag.
+/// anything starts, with one line naming the flag; so is a team map that leaves an agent out.
 #[test]
-fn a_bad_agent_policy_map_is_a_clear_error() {
-    for (map, wanted) in [
+fn a_bad_agent_policy_or_team_map_is_a_clear_error() {
+    for (flag, map, wanted) in [
         (
+            "--agent_policy_map",
             "player_0=0,player_1=2",
             "policy 2 does not exist (--num_policies 2)",
         ),
-        ("player_0=0", "agent `player_1` matches no entry"),
+        (
+            "--agent_policy_map",
+            "player_0=0",
+            "agent `player_1` matches no entry",
+        ),
+        (
+            "--agent_team_map",
+            "player_0=0",
+            "agent `player_1` matches no entry",
+        ),
+        ("--agent_team_map", "player_=x", "`x` is not a team index"),
     ] {
         let output = run(&[
             "train",
             "--env=connect_four",
             "--num_policies=2",
-            &format!("--agent_policy_map={map}"),
+            &format!("{flag}={map}"),
             "--save_experiment=false",
         ]);
         let err = text(&output.stderr);
-        assert!(!output.status.success(), "{map}: {err}");
-        assert!(
-            err.contains(wanted) && err.contains("--agent_policy_map"),
-            "{map}: {err}"
-        );
+        assert_eq!(output.status.code(), Some(2), "{map}: {err}");
+        assert!(err.contains(wanted) && err.contains(flag), "{map}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     }
 }
 
