@@ -25,7 +25,7 @@ for config in "${configs[@]}"; do
     for seed in $seeds; do
         start=$EPOCHREALTIME
         "$bin" train --env "$env" --algo "$algo" --seed "$seed" --train_dir "$out" --experiment "$env-$algo-$seed" \
-            --report_interval_sec 0 --summary_json "$out/summary.json" "${flags[@]}" >/dev/null 2>"$out/train.log" ||
+            --report_interval_sec 0 --summary_json "$out/summary.json" ${flags[@]+"${flags[@]}"} >/dev/null 2>"$out/train.log" ||
             { tail -5 "$out/train.log"; exit 1; }
         wall=$(awk "BEGIN {print $EPOCHREALTIME - $start}")
         ret=$("$bin" eval --env "$env" --train_dir "$out" --experiment "$env-$algo-$seed" --max_num_episodes 20 \

@@ -51,6 +51,10 @@ pub const BOARD_DIM: usize = ROWS * COLUMNS * 2;
 /// Number of values of one agent's flat observation: the action mask, then the board.
 pub const OBS_DIM: usize = COLUMNS + BOARD_DIM;
 
+/// The most players a side of [`TeamConnectFour`] may have: a game lasts at most [`ROWS`] × [`COLUMNS`] moves, so
+/// with more some players could never move.
+pub const MAX_PLAYERS_PER_SIDE: usize = ROWS * COLUMNS / 2;
+
 /// Columns from the centre outwards: the order in which [`HeuristicPlayer`] breaks ties.
 const CENTRE_FIRST: [usize; COLUMNS] = [3, 2, 4, 1, 5, 0, 6];
 
@@ -429,12 +433,14 @@ pub struct TeamConnectFour {
 }
 
 impl TeamConnectFour {
-    /// An empty board between two sides of `players_per_side` players (at least 1).
+    /// An empty board between two sides of `players_per_side` players (1 to [`MAX_PLAYERS_PER_SIDE`]).
     pub fn new(players_per_side: usize) -> Result<Self, EnvError> {
-        if players_per_side == 0 {
+        if !(1..=MAX_PLAYERS_PER_SIDE).contains(&players_per_side) {
             return Err(EnvError::InvalidConfig {
                 env: "connect_four".into(),
-                reason: "players_per_side must be at least 1".into(),
+                reason: format!(
+                    "players_per_side must be from 1 to {MAX_PLAYERS_PER_SIDE}, got {players_per_side}"
+                ),
             });
         }
         Ok(Self {
@@ -1097,7 +1103,7 @@ mod tests {
             env.builtin_action(1, 0, &mut rng).map(|c| c < COLUMNS),
             Some(true)
         );
-        assert!(TeamConnectFour::new(0).is_err());
+        assert!(TeamConnectFour::new(0).is_err() && TeamConnectFour::new(MAX_PLAYERS_PER_SIDE + 1).is_err());
         assert!(matches!(
             env.step(ActionBatch::Discrete(&[1, 1]), buf.view()),
             Err(EnvError::BufferSize { .. })

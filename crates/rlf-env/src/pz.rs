@@ -19,10 +19,11 @@
 //! `action_mask` values then the 84 board values, as the native
 //! [`ConnectFour`](crate::connect_four::ConnectFour). Agents may have different observation spaces
 //! (MPE's `simple_adversary_v3`, `simple_tag_v3`): each agent's observation is written at the start
-//! of a slot as long as the largest, zeros after it. Their action spaces may differ too, in size
-//! (`Discrete(5)` and `Discrete(20)`) or in kind (a `Discrete` agent beside a `Box` one): each action
-//! slot is then as large as the largest agent's action, and the batches are
-//! [`ActionBatch::Mixed`], each agent's slot read by its own space. Actions may
+//! of a slot as long as the largest, zeros after it. Their action spaces may differ too: within one kind
+//! and size (`Discrete(5)` and `Discrete(20)`, one number each) the batches are of that kind; in kind
+//! or size (a `Discrete` agent beside a `Box` one, `Box(2)` beside `Box(3)`) each action slot is as
+//! large as the largest agent's action and the batches are [`ActionBatch::Mixed`], each agent's slot
+//! read by its own space. Actions may
 //! be `Discrete` (passed as a Python `int`), `Box` or `MultiDiscrete`/`MultiBinary` (passed as NumPy
 //! arrays of the space's dtype and shape).
 //!

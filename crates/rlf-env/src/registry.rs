@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::classic::{Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum};
-use crate::connect_four::{ConnectFour, TeamConnectFour};
+use crate::connect_four::{ConnectFour, TeamConnectFour, MAX_PLAYERS_PER_SIDE};
 use crate::treasurehunt::{Treasurehunt, TreasurehuntConfig};
 use crate::wrappers::{ResizeImage, TimeLimit};
 use crate::{Env, EnvError, MultiAgentEnv};
@@ -160,11 +160,15 @@ impl EnvRegistry {
             for (key, value) in kwargs {
                 match key.as_str() {
                     "players_per_side" => {
-                        per_side = value.parse().ok().filter(|&k: &usize| k >= 1).ok_or_else(|| {
-                            invalid(format!(
-                                "players_per_side `{value}` is not a whole number of at least 1"
-                            ))
-                        })?;
+                        per_side = value
+                            .parse()
+                            .ok()
+                            .filter(|k: &usize| (1..=MAX_PLAYERS_PER_SIDE).contains(k))
+                            .ok_or_else(|| {
+                                invalid(format!(
+                                    "players_per_side `{value}` is not a whole number from 1 to {MAX_PLAYERS_PER_SIDE}"
+                                ))
+                            })?;
                     }
                     _ => {
                         return Err(invalid(format!(
@@ -511,7 +515,11 @@ mod tests {
             .unwrap();
         assert_eq!(teams.num_agents(), 4);
         assert_eq!((0..4).map(|a| teams.team(a)).collect::<Vec<_>>(), [0, 1, 0, 1]);
-        for bad in ["players_per_side=0", "players_per_side=two"] {
+        for bad in [
+            "players_per_side=0",
+            "players_per_side=two",
+            "players_per_side=22",
+        ] {
             let err = registry.make_multi_agent("connect_four", &parse_kwargs(bad).unwrap());
             assert!(
                 err.err()

@@ -249,7 +249,8 @@ pub struct SamplingConfig {
     /// Self-play for multi-agent games: each policy keeps a pool of frozen snapshots of itself,
     /// and in each episode one agent plays the latest weights while every other agent plays them
     /// too (`--self_play_latest_prob`) or a snapshot drawn from its policy's pool, whose steps are
-    /// not trained on.
+    /// not trained on. In team games (`--agent_team_map`, or the env's teams) the agent's teammates
+    /// play the latest weights with it and each other team one opponent drawn for the whole team.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub self_play: bool,
     /// Env frames between two snapshots of every policy into its pool (self-play).
@@ -1558,12 +1559,24 @@ impl Config {
         for policy in 0..s.num_policies {
             spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
         }
-        parse_agent_team_map(&s.agent_team_map, &spec.agent_names)?;
+        let teams = self.agent_teams(&spec.agent_names, spec.teams.clone())?;
+        if !s.agent_team_map.trim().is_empty() && !s.self_play {
+            return err(
+                "--agent_team_map sets the teams self-play draws opponents by: it needs --self_play".into(),
+            );
+        }
         if s.self_play {
             if spec.num_agents < 2 {
                 return err(format!(
                     "--self_play needs a multi-agent env; {} has one agent",
                     self.env.env
+                ));
+            }
+            if teams.iter().all(|&t| t == teams[0]) {
+                return err(format!(
+                    "--self_play needs agents on at least two teams; every agent of {} is on team {} (see \
+                     --agent_team_map)",
+                    self.env.env, teams[0]
                 ));
             }
             if !r.async_rl {
@@ -1608,6 +1621,12 @@ impl Config {
             self.validate_off_policy(&spec)?;
         } else if self.off_policy.prioritized_replay {
             return err("--prioritized_replay needs a replay buffer: --algo dqn or --algo sac".into());
+        }
+        if self.off_policy.exploration_duration_mu != 0.0 && self.off_policy.algo != Algo::Dqn {
+            return err(format!(
+                "--exploration_duration_mu holds DQN's ε-greedy exploratory actions; --algo {} explores otherwise",
+                self.off_policy.algo.name()
+            ));
         }
         let builtin = self.builtin_opponents();
         if !(0.0..=1.0).contains(&s.self_play_builtin_prob) {

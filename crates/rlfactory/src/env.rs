@@ -31,6 +31,8 @@ pub struct EnvSpec {
     pub obs_dim: usize,
     /// The env's built-in players ([`rlf_env::MultiAgentEnv::builtin_players`]).
     pub builtin_players: Vec<String>,
+    /// Each agent's team ([`rlf_env::MultiAgentEnv::team`]).
+    pub teams: Vec<usize>,
 }
 
 impl EnvSpec {
@@ -58,6 +60,7 @@ impl EnvSpec {
                 agent_names: (0..n).map(|a| env.agent_name(a)).collect(),
                 obs_dim: env.obs_dim(),
                 builtin_players: env.builtin_players().iter().map(|&p| p.to_owned()).collect(),
+                teams: (0..n).map(|a| env.team(a)).collect(),
             });
         }
         if !cfg.env_kwargs.trim().is_empty() {
@@ -74,6 +77,7 @@ impl EnvSpec {
             agent_names: vec!["agent_0".to_owned()],
             obs_dim: env.observation_space().flat_dim(),
             builtin_players: Vec::new(),
+            teams: vec![0],
         })
     }
 
@@ -434,6 +438,11 @@ impl ActionMapper {
             ints: Vec::new(),
             floats: Vec::new(),
         })
+    }
+
+    /// Values per action slot: the largest agent's action.
+    pub fn action_dim(&self) -> usize {
+        self.action_dim
     }
 
     /// The env actions for `raw` (`n * action_dim` values).

@@ -137,6 +137,14 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
             "--tau must be in (0, 1], got 0",
         ),
         (
+            &["--env", "Pendulum-v1", "--algo", "sac", "--exploration_duration_mu", "2"][..],
+            "--exploration_duration_mu holds DQN's ε-greedy exploratory actions; --algo sac explores otherwise",
+        ),
+        (
+            &["--env", "CartPole-v1", "--algo", "dqn", "--exploration_duration_mu", "-1"][..],
+            "--exploration_duration_mu must be 0 (plain ε-greedy) or more, got -1",
+        ),
+        (
             &[
                 "--env",
                 "CartPole-v1",

@@ -168,37 +168,54 @@ fn two_policies_learn_side_by_side_with_their_own_checkpoints_and_summaries() {
 }
 
 /// A mapping that names a policy the run does not have, or leaves an agent out, is refused before
-/// anything starts, with one line naming the flag; so is a team map that leaves an agent out.
+/// anything starts, with one line naming the flag; so is a team map that leaves an agent out, one
+/// without self-play, and self-play with every agent on one team.
 #[test]
 fn a_bad_agent_policy_or_team_map_is_a_clear_error() {
-    for (flag, map, wanted) in [
+    let cases: [(&[&str], &str, &str); 6] = [
         (
+            &["--agent_policy_map=player_0=0,player_1=2"],
             "--agent_policy_map",
-            "player_0=0,player_1=2",
             "policy 2 does not exist (--num_policies 2)",
         ),
         (
+            &["--agent_policy_map=player_0=0"],
             "--agent_policy_map",
-            "player_0=0",
             "agent `player_1` matches no entry",
         ),
         (
+            &["--agent_team_map=player_0=0"],
             "--agent_team_map",
-            "player_0=0",
             "agent `player_1` matches no entry",
         ),
-        ("--agent_team_map", "player_=x", "`x` is not a team index"),
-    ] {
-        let output = run(&[
+        (
+            &["--agent_team_map=player_=x"],
+            "--agent_team_map",
+            "`x` is not a team index",
+        ),
+        (
+            &["--agent_team_map=player_=0"],
+            "--agent_team_map",
+            "it needs --self_play",
+        ),
+        (
+            &["--agent_team_map=player_=0", "--self_play"],
+            "--agent_team_map",
+            "--self_play needs agents on at least two teams",
+        ),
+    ];
+    for (flags, flag, wanted) in cases {
+        let mut args = vec![
             "train",
             "--env=connect_four",
             "--num_policies=2",
-            &format!("{flag}={map}"),
             "--save_experiment=false",
-        ]);
+        ];
+        args.extend_from_slice(flags);
+        let output = run(&args);
         let err = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{map}: {err}");
-        assert!(err.contains(wanted) && err.contains(flag), "{map}: {err}");
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(wanted) && err.contains(flag), "{flags:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     }
 }

@@ -155,8 +155,8 @@ impl InferenceWorker {
     }
 
     /// Sets each policy's ε from its replay buffer before acting (and, with `--exploration_duration_mu`, repeats
-    /// exploratory actions: εz-greedy). A column's exploratory action is held by the inference worker that chose
-    /// it: with several workers answering one split, another may cut it short.
+    /// exploratory actions: εz-greedy). Each inference worker keeps the holds of the columns it answers: with several
+    /// workers answering one split, a hold goes on only when its worker answers that split again.
     pub fn with_exploration(self, exploration: Exploration) -> Self {
         let mu = exploration.schedule.exploration_duration_mu;
         Self {
@@ -263,7 +263,7 @@ impl InferenceWorker {
                 self.states.resize(at + shape.num_envs * state_dim, 0.0);
                 pool.get(r.buffer, Field::States, r.step, &mut self.states[at..])?;
             }
-            if several {
+            if several || self.durations.is_some() {
                 let at = self.column_policies.len();
                 self.column_policies.resize(at + shape.num_envs, 0.0);
                 pool.get(r.buffer, Field::Policy, r.step, &mut self.column_policies[at..])?;
@@ -282,7 +282,20 @@ impl InferenceWorker {
         } else {
             let served = &mut self.served[0];
             let out = match &self.durations {
-                Some(d) => served.policy.act_holding(&self.obs, &mut self.held, d)?,
+                Some(d) => {
+                    self.gathered_holds.clone_from(&self.held);
+                    let out = served.policy.act_holding(&self.obs, &mut self.held, d)?;
+                    // A column whose agent waits for its turn keeps its hold: only its own moves count it down.
+                    for (c, _) in self
+                        .column_policies
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &p)| p == INACTIVE)
+                    {
+                        self.held[c] = self.gathered_holds[c];
+                    }
+                    out
+                }
                 None => served.policy.act_recurrent(&self.obs, &mut self.states, false)?,
             };
             (out, Vec::new())
@@ -467,5 +480,106 @@ fn protocol(message: String) -> RlfError {
     RlfError::Protocol {
         component: "inference worker",
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, DeviceKind};
+    use crate::env::{EnvRegistry, EnvSpec};
+    use crate::model::QNetwork;
+    use crate::sampling::{ObsLayout, RolloutWorker, TrajectoryShape, WorkerCounts};
+
+    /// εz-greedy in a turn-based env (treasurehunt, 5 agents moving in turn, one Q-network, ε = 1): a column whose
+    /// agent waits for its turn keeps its hold untouched, and the agent to move repeats its held action, counting
+    /// it down, until the hold runs out.
+    #[test]
+    fn a_waiting_agent_keeps_its_exploratory_hold() {
+        let cfg = Config::for_env(
+            "treasurehunt",
+            &[
+                "--algo=dqn",
+                "--exploration_duration_mu=1.5",
+                "--num_envs_per_worker=2",
+                "--worker_num_splits=1",
+                "--rollout=8",
+                "--batch_size=32",
+            ],
+        )
+        .expect("config");
+        let registry = EnvRegistry::with_builtin();
+        let spec = EnvSpec::of(&registry, &cfg.env).expect("spec");
+        let layout = ObsLayout::common(&spec.observation_spaces, spec.obs_dim);
+        let columns = 2 * spec.num_agents;
+        let shape = TrajectoryShape {
+            rollout: 8,
+            num_envs: columns,
+            obs_dim: spec.obs_dim,
+            action_dim: 1,
+            state_dim: 0,
+            obs_bytes: layout.bytes(),
+        };
+        let pool = TrajectoryPool::with_layout(shape, layout, 2).expect("pool");
+        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        let mut q = QNetwork::new(
+            &spec.observation_spaces[0],
+            &spec.action_spaces[0],
+            &cfg.model,
+            false,
+            DeviceKind::Cpu,
+        )
+        .expect("network");
+        q.set_exploration(1.0);
+        let weights = SharedWeights::create(q.weights().expect("weights").values.len()).expect("weights");
+        let mut inference = InferenceWorker::new(
+            vec![(Box::new(q), weights)],
+            vec![TrajectoryPool::open(&pool.handle()).expect("mapped")],
+        )
+        .with_exploration(Exploration {
+            replays: Vec::new(),
+            schedule: cfg.off_policy.clone(),
+            total: 1000,
+        });
+        let mut worker =
+            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        worker.start().expect("reset");
+        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        let (mut networks, mut actions) = (vec![0.0; columns], vec![0.0; columns]);
+        let (mut repeats, mut waits) = (0, 0);
+        for _ in 0..400 {
+            let r = requests.pop().expect("a request");
+            let before = holds_of(&mut inference.holds, &r, columns).to_vec();
+            let answers = inference.on_policy_requested(&[r]).expect("actions");
+            let after = holds_of(&mut inference.holds, &r, columns).to_vec();
+            reader
+                .get(r.buffer, Field::Policy, r.step, &mut networks)
+                .expect("networks");
+            reader
+                .get(r.buffer, Field::Actions, r.step, &mut actions)
+                .expect("actions");
+            for c in 0..columns {
+                if networks[c] == INACTIVE {
+                    assert_eq!(after[c], before[c], "column {c} waits: its hold stays");
+                    waits += 1;
+                } else if before[c].steps > 0 {
+                    assert_eq!(
+                        actions[c], before[c].action as f32,
+                        "column {c} repeats its held action"
+                    );
+                    assert_eq!(after[c].steps, before[c].steps - 1, "column {c} counts down");
+                    repeats += 1;
+                }
+            }
+            let outcome = worker.on_actions_ready(&answers[0]).expect("step");
+            requests.extend(outcome.requests);
+            if let Some(t) = outcome.trajectory {
+                requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
+            }
+        }
+        assert!(
+            repeats > 20 && waits > 1000,
+            "{repeats} repeats, {waits} waiting columns"
+        );
     }
 }

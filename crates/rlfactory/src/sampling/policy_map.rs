@@ -19,7 +19,8 @@
 //! scripted players instead (network ids past the snapshots; no learner trains on them either).
 //! In team games ([`rlf_env::MultiAgentEnv::team`], `--agent_team_map`) the protagonist's
 //! teammates play the latest weights with it, and each other team meets one opponent drawn for the
-//! whole team (every member playing the same snapshot slot, or the same built-in player).
+//! whole team (the same built-in player, the latest weights, or one snapshot slot drawn from its
+//! first member's pool that every member plays from its own policy's pool, modulo that pool's size).
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -289,8 +290,9 @@ impl SelfPlay {
     /// `teams` (by agent), writes the network each agent plays this episode into `out`; returns
     /// the protagonist. The protagonist and its teammates play their policies' latest weights;
     /// each other team plays one opponent, drawn once for the whole team: a built-in player, the
-    /// latest weights, or the same pool slot of each member's policy (a member whose pool is
-    /// still empty plays its latest weights). With every agent a team of its own, each opponent
+    /// latest weights, or a pool slot drawn from its first member's pool, which every member plays
+    /// from its own policy's pool (modulo that pool's size; a member whose pool is still empty plays
+    /// its latest weights). With every agent a team of its own, each opponent
     /// is drawn on its own.
     pub fn draw(&mut self, base: &[u32], teams: &[usize], out: &mut [u32]) -> usize {
         let protagonist = self.rng.random_range(0..base.len().max(1));

@@ -429,7 +429,11 @@ impl RolloutWorker {
             );
             let mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.action_mode())?;
             let (shape, columns) = (pool.shape(), envs.num_columns());
-            if shape.num_envs != columns || shape.obs_dim != envs.obs_dim() || shape.rollout != s.rollout {
+            if shape.num_envs != columns
+                || shape.obs_dim != envs.obs_dim()
+                || shape.rollout != s.rollout
+                || shape.action_dim != mapper.action_dim()
+            {
                 return Err(RlfError::Protocol {
                     component: "rollout worker",
                     message: format!(
@@ -573,7 +577,9 @@ impl RolloutWorker {
             });
         };
         self.pool.put(buffer, Field::Obs, split.t, &split.buf.obs)?;
-        if self.num_networks > 1 {
+        // Which network plays each column, and which columns wait for their turn (`INACTIVE`): inference runs each
+        // network on its columns, and keeps a waiting column's εz-greedy hold.
+        if self.num_networks > 1 || split.envs.num_agents() > 1 {
             self.pool
                 .put(buffer, Field::Policy, split.t, &split.policy_values)?;
         }
