@@ -1204,26 +1204,22 @@ mod tests {
         assert_eq!(WorkerCounts::from_words(next.to_words()), next);
     }
 
-    /// Self-play with one policy: once its pool holds snapshots, the slots record some columns as
-    /// played by a snapshot's network (1 or 2 here), never by a network that does not exist.
-    #[test]
-    fn self_play_columns_record_the_snapshot_that_plays_them() {
-        let cfg = Config::for_env(
-            "connect_four",
-            &[
-                "--self_play",
-                "--opponent_pool_size=2",
-                "--num_envs_per_worker=4",
-                "--worker_num_splits=1",
-                "--rollout=8",
-                "--batch_size=64",
-            ],
-        )
-        .expect("config");
-        let registry = EnvRegistry::with_builtin();
+    /// A started rollout worker of Connect Four with `--self_play`, a pool of two snapshots (both taken) and `flags`,
+    /// its 4 envs in one split of `columns` columns; with a second mapping of its pool and its first requests.
+    fn self_play_rig(flags: &[&str], columns: usize) -> (TrajectoryPool, RolloutWorker, Vec<PolicyRequest>) {
+        let mut args = vec![
+            "--self_play",
+            "--opponent_pool_size=2",
+            "--num_envs_per_worker=4",
+            "--worker_num_splits=1",
+            "--rollout=8",
+            "--batch_size=64",
+        ];
+        args.extend_from_slice(flags);
+        let cfg = Config::for_env("connect_four", &args).expect("config");
         let shape = TrajectoryShape {
             rollout: 8,
-            num_envs: 8,
+            num_envs: columns,
             obs_dim: rlf_env::connect_four::OBS_DIM,
             action_dim: 1,
             state_dim: 0,
@@ -1231,6 +1227,7 @@ mod tests {
         };
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        let registry = EnvRegistry::with_builtin();
         let mut worker =
             RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
         for slot in 0..2 {
@@ -1242,12 +1239,45 @@ mod tests {
             });
         }
         worker.start().expect("reset");
-        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
-        let (mut obs, mut networks) = (vec![0.0; 8 * shape.obs_dim], vec![0.0; 8]);
+        let requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        (reader, worker, requests)
+    }
+
+    /// Answers request `r` of `worker` (whose slots `reader` maps) with each column's first legal move (any move for
+    /// a waiting column), steps it and adds its next requests to `requests`; returns the step's report.
+    fn play_first_legal(
+        worker: &mut RolloutWorker,
+        reader: &TrajectoryPool,
+        r: &PolicyRequest,
+        requests: &mut Vec<PolicyRequest>,
+    ) -> Option<RolloutReport> {
+        let dim = reader.shape().obs_dim;
+        let mut obs = vec![0.0; reader.shape().num_envs * dim];
+        reader.get(r.buffer, Field::Obs, r.step, &mut obs).expect("obs");
+        let actions: Vec<f32> = obs
+            .chunks(dim)
+            .map(|o| o[..7].iter().position(|&m| m > 0.0).unwrap_or(0) as f32)
+            .collect();
+        reader
+            .put(r.buffer, Field::Actions, r.step, &actions)
+            .expect("actions");
+        let outcome = worker.on_actions_ready(&r.answer()).expect("step");
+        requests.extend(outcome.requests);
+        if let Some(t) = outcome.trajectory {
+            requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
+        }
+        outcome.report
+    }
+
+    /// Self-play with one policy: once its pool holds snapshots, the slots record some columns as
+    /// played by a snapshot's network (1 or 2 here), never by a network that does not exist.
+    #[test]
+    fn self_play_columns_record_the_snapshot_that_plays_them() {
+        let (reader, mut worker, mut requests) = self_play_rig(&[], 8);
+        let mut networks = vec![0.0; 8];
         let mut seen = [0usize; 3];
         for _ in 0..600 {
             let r = requests.pop().expect("a request");
-            reader.get(r.buffer, Field::Obs, r.step, &mut obs).expect("obs");
             reader
                 .get(r.buffer, Field::Policy, r.step, &mut networks)
                 .expect("networks");
@@ -1255,25 +1285,7 @@ mod tests {
                 assert!(n == 0.0 || n == 1.0 || n == 2.0, "network {n}");
                 seen[n as usize] += 1;
             }
-            // Each column plays its first legal move (any move for a waiting column).
-            let actions: Vec<f32> = obs
-                .chunks(shape.obs_dim)
-                .map(|o| o[..7].iter().position(|&m| m > 0.0).unwrap_or(0) as f32)
-                .collect();
-            reader
-                .put(r.buffer, Field::Actions, r.step, &actions)
-                .expect("actions");
-            let outcome = worker
-                .on_actions_ready(&ActionsReady {
-                    worker: 0,
-                    split: 0,
-                    incarnation: 0,
-                })
-                .expect("step");
-            requests.extend(outcome.requests);
-            if let Some(t) = outcome.trajectory {
-                requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
-            }
+            play_first_legal(&mut worker, &reader, &r, &mut requests);
         }
         assert!(seen[0] > 0 && seen[1] + seen[2] > 0, "networks seen: {seen:?}");
     }
@@ -1283,45 +1295,11 @@ mod tests {
     /// weights or the same snapshot), and each game against a snapshot is scored once.
     #[test]
     fn self_play_teams_play_together_and_meet_one_opponent_per_team() {
-        let cfg = Config::for_env(
-            "connect_four",
-            &[
-                "--env_kwargs=players_per_side=2",
-                "--self_play",
-                "--opponent_pool_size=2",
-                "--self_play_latest_prob=0.3",
-                "--num_envs_per_worker=4",
-                "--worker_num_splits=1",
-                "--rollout=8",
-                "--batch_size=64",
-            ],
-        )
-        .expect("config");
-        let registry = EnvRegistry::with_builtin();
-        let shape = TrajectoryShape {
-            rollout: 8,
-            num_envs: 16,
-            obs_dim: rlf_env::connect_four::OBS_DIM,
-            action_dim: 1,
-            state_dim: 0,
-            obs_bytes: 0,
-        };
-        let pool = TrajectoryPool::create(shape, 2).expect("pool");
-        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
-        let mut worker =
-            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        let (reader, mut worker, mut requests) = self_play_rig(
+            &["--env_kwargs=players_per_side=2", "--self_play_latest_prob=0.3"],
+            16,
+        );
         assert_eq!(worker.splits[0].teams, [0, 1, 0, 1]);
-        for slot in 0..2 {
-            worker.on_snapshot_taken(&SnapshotTaken {
-                policy: 0,
-                slot,
-                number: slot as u64 + 1,
-                version: 1,
-            });
-        }
-        worker.start().expect("reset");
-        let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
-        let mut obs = vec![0.0; 16 * shape.obs_dim];
         let (mut snapshot_games, mut games) = (0, 0);
         for _ in 0..800 {
             for (e, env) in worker.splits[0].policies.chunks(4).enumerate() {
@@ -1332,25 +1310,7 @@ mod tests {
                 assert!(env[a] <= 2, "env {e}: {env:?}");
             }
             let r = requests.pop().expect("a request");
-            reader.get(r.buffer, Field::Obs, r.step, &mut obs).expect("obs");
-            let actions: Vec<f32> = obs
-                .chunks(shape.obs_dim)
-                .map(|o| o[..7].iter().position(|&m| m > 0.0).unwrap_or(0) as f32)
-                .collect();
-            reader
-                .put(r.buffer, Field::Actions, r.step, &actions)
-                .expect("actions");
-            let outcome = worker
-                .on_actions_ready(&ActionsReady {
-                    worker: 0,
-                    split: 0,
-                    incarnation: 0,
-                })
-                .expect("step");
-            requests.extend(outcome.requests);
-            if let Some(t) = outcome.trajectory {
-                requests.extend(worker.on_buffer_released(t.buffer).expect("released"));
-            }
+            let report = play_first_legal(&mut worker, &reader, &r, &mut requests);
             games += worker.splits[0]
                 .buf
                 .terminated
@@ -1358,9 +1318,7 @@ mod tests {
                 .step_by(4)
                 .filter(|&&t| t)
                 .count();
-            if let Some(report) = outcome.report {
-                snapshot_games += report.games.len();
-            }
+            snapshot_games += report.map_or(0, |report| report.games.len());
         }
         // About 70% of the games have a snapshot for an opponent team, scored once each.
         assert!(games > 50, "{games} games");
