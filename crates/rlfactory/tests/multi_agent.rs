@@ -396,7 +396,7 @@ fn connect_four_self_play_beats_the_random_player_nine_times_in_ten() {
 /// Team self-play: Connect Four between two sides of two players moving in turn (`--env_kwargs
 /// players_per_side=2`), one policy, `--self_play` with a snapshot every 125K moves. In each game the
 /// protagonist's teammate plays the latest weights with it and both opponents play one network. After 1M
-/// moves (`--serial_mode`: the same run every time; 0.94 measured, 35 s in a release build) the policy
+/// moves (`--serial_mode`: the same run every time; 0.94 measured, 34 s in a release build) the policy
 /// wins at least 90% of 200 two-player games against the uniformly random player (a team game's
 /// positions are a two-player game's), and the pool's games were scored once per game, not per
 /// opposing player.

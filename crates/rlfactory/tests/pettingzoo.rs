@@ -201,7 +201,8 @@ def parallel_env():
 /// values, the chooser's category in the first; each learner trains on its own agent's. Within 400K
 /// agent steps both beat random play: the chooser names the target in most steps (random: 8/3 per
 /// episode; measured 7.5 on seeds 1-3, release builds) and the mover moves towards the targets' points
-/// (a Gaussian action clipped to the box, as at the start: -11.8 per episode; measured -7.2 to -7.4).
+/// (a unit Gaussian action clipped to the box, as at the start: -11.8 per episode by sampling; measured -7.2
+/// to -7.4).
 #[test]
 fn agents_whose_action_spaces_differ_in_kind_train_side_by_side() {
     let dir = temp_dir("pz-mixed-actions");
