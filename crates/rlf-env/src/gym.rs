@@ -120,21 +120,26 @@ def _value(text):
     return {'true': True, 'false': False, 'none': None}.get(text.lower(), text)
 
 
+# Gymnasium's registry is a plain dict that every gym.register iterates; a make that imports a module registering
+# envs (ale_py, minatar) while another thread registers or makes raised 'dictionary changed size during iteration'.
+# Makes are one at a time in a process (waiting on the lock lets go of the GIL).
+_make_lock = threading.Lock()
 def make(env_id, kwargs):
-    # MinAtar registers its envs through a Gymnasium plugin, which scripts/setup_python.sh removes (importing it logs
-    # warnings on every `import gymnasium`): register them here when asked for.
-    module, _, name = env_id.rpartition(':')
-    if module == 'minatar' and name not in gym.registry:
-        import minatar.gym
-        minatar.gym.register_envs()
-    opening()
-    env = None
-    try:
-        env = gym.make(env_id, **{k: _value(v) for k, v in kwargs})
-        return env, describe(env.observation_space), describe(env.action_space)
-    except BaseException:
-        closing(env)
-        raise
+    with _make_lock:
+        # MinAtar registers its envs through a Gymnasium plugin, which scripts/setup_python.sh removes (importing it
+        # logs warnings on every `import gymnasium`): register them here when asked for.
+        module, _, name = env_id.rpartition(':')
+        if module == 'minatar' and name not in gym.registry:
+            import minatar.gym
+            minatar.gym.register_envs()
+        opening()
+        env = None
+        try:
+            env = gym.make(env_id, **{k: _value(v) for k, v in kwargs})
+            return env, describe(env.observation_space), describe(env.action_space)
+        except BaseException:
+            closing(env)
+            raise
 
 
 def action_meanings(env):

@@ -149,3 +149,40 @@ fn unknown_gym_ids_are_python_errors_at_make() {
         "{err}"
     );
 }
+
+/// Two modules that register many envs on import (as ale_py and MinAtar do): every `gym.register` iterates
+/// Gymnasium's registry, so a second thread registering at the same time would change the dict under it.
+const REGISTERING_MODULES: &std::ffi::CStr = cr"
+import os, sys, tempfile
+root = tempfile.mkdtemp(prefix='rlf_registering_')
+for name in ('a', 'b'):
+    with open(os.path.join(root, 'rlf_registering_%s.py' % name), 'w') as f:
+        f.write('import gymnasium as gym\n'
+                'for i in range(3000):\n'
+                '    gym.register(id=\'RlfRegistering%s\' + str(i) + \'-v0\',\n'
+                '                 entry_point=\'gymnasium.envs.classic_control:CartPoleEnv\')\n' % name.upper())
+sys.path.insert(0, root)
+";
+
+#[test]
+fn makes_from_several_threads_that_import_registering_modules_do_not_race() {
+    drop(GymEnv::make("CartPole-v1").unwrap());
+    Python::attach(|py| py.run(REGISTERING_MODULES, None, None)).unwrap();
+    let makers: Vec<_> = ["A", "B"]
+        .into_iter()
+        .map(|name| {
+            std::thread::spawn(move || {
+                let id = format!("rlf_registering_{}:RlfRegistering{name}0-v0", name.to_lowercase());
+                GymEnv::make(&id).map(drop).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let made: Vec<_> = makers
+        .into_iter()
+        .map(|m| m.join().expect("the thread"))
+        .collect();
+    Python::attach(|py| py.run(c"import shutil; shutil.rmtree(root)", None, None)).unwrap();
+    for result in made {
+        result.expect("make");
+    }
+}
