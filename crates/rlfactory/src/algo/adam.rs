@@ -40,6 +40,16 @@ pub trait GradientSync {
     fn finish(&mut self, parameters: usize) -> Result<()>;
 }
 
+/// Clips `grads` to a global L2 norm of `max_norm` (not when it is 0); returns the norm before clipping (0 when not
+/// clipping).
+fn clip(grads: &[Tensor], max_norm: f64) -> f64 {
+    if max_norm > 0.0 {
+        super::appo::clip_grad_norm_of(grads, max_norm)
+    } else {
+        0.0
+    }
+}
+
 /// Adam's hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
@@ -173,19 +183,6 @@ impl Adam {
     /// Clips the gradients to a global L2 norm of `max_norm` (as `clip_grad_norm`; not when
     /// `max_norm` is 0), then one update. Returns the norm before clipping.
     pub fn clip_and_step(&mut self, max_norm: f64) -> Result<f64> {
-        self.step += 1;
-        let t = i32::try_from(self.step).unwrap_or(i32::MAX);
-        let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
-        let step_size = self.lr / (1.0 - b1.powi(t));
-        let bias_correction2_sqrt = (1.0 - b2.powi(t)).sqrt();
-        let eps = self.cfg.eps;
-        let clip = |grads: &[Tensor]| -> f64 {
-            if max_norm > 0.0 {
-                super::appo::clip_grad_norm_of(grads, max_norm)
-            } else {
-                0.0
-            }
-        };
         tch::no_grad(|| {
             let grads: Vec<Tensor> = self.params.iter().map(|p| p.value.grad()).collect();
             if self.sync.is_some() || grads.iter().all(Tensor::defined) {
@@ -202,41 +199,17 @@ impl Adam {
                         }
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                let mut g = Tensor::f_cat(&flat_grads, 0)?;
-                if let Some(sync) = &mut self.sync {
-                    let mut host =
-                        Vec::<f32>::try_from(g.f_to_device(tch::Device::Cpu)?.f_to_kind(tch::Kind::Float)?)?;
-                    if !sync.average(&mut host)? {
-                        // No learner takes this step.
-                        self.step -= 1;
-                        return Err(RlfError::LearnersStopped);
-                    }
-                    g = Tensor::f_from_slice(&host)?
-                        .f_to_kind(g.kind())?
-                        .f_to_device(g.device())?;
-                }
-                let norm = clip(std::slice::from_ref(&g));
-                let _ = self.exp_avg.f_lerp_(&g, 1.0 - b1)?;
-                let _ = self.exp_avg_sq.f_lerp_(&g.f_square()?, 1.0 - b2)?;
-                let denom = self
-                    .exp_avg_sq
-                    .f_sqrt()?
-                    .f_div_scalar_(bias_correction2_sqrt)?
-                    .f_add_scalar_(eps)?;
-                let _ = self
-                    .flat
-                    .f_addcdiv_(&self.exp_avg.f_mul_scalar(-step_size)?, &denom)?;
-                if let Some(sync) = &mut self.sync {
-                    sync.stepped(&self.flat)?;
-                }
-                return Ok(norm);
+                return self.step_flat(Tensor::f_cat(&flat_grads, 0)?, max_norm);
             }
+            self.step += 1;
+            let (step_size, bias_correction2_sqrt) = self.corrections();
+            let (b1, b2, eps) = (self.cfg.beta1, self.cfg.beta2, self.cfg.eps);
             let defined: Vec<Tensor> = grads
                 .iter()
                 .filter(|g| g.defined())
                 .map(Tensor::shallow_clone)
                 .collect();
-            let norm = clip(&defined);
+            let norm = clip(&defined, max_norm);
             for (p, g) in self.params.iter_mut().zip(&grads) {
                 if !g.defined() {
                     continue;
@@ -252,6 +225,78 @@ impl Adam {
             }
             Ok(norm)
         })
+    }
+
+    /// As [`Adam::clip_and_step`], with the gradients given: one per parameter, in the order of the parameters
+    /// this optimiser was made with (a learner that computes its gradients without autograd).
+    pub fn clip_and_step_with(&mut self, grads: &[Tensor], max_norm: f64) -> Result<f64> {
+        if grads.len() != self.params.len() {
+            return Err(RlfError::WeightMismatch(format!(
+                "{} gradients for {} parameters",
+                grads.len(),
+                self.params.len()
+            )));
+        }
+        let flat = grads
+            .iter()
+            .zip(&self.params)
+            .map(|(g, p)| {
+                if g.size() != p.value.size() {
+                    return Err(RlfError::WeightMismatch(format!(
+                        "the gradient of `{}` has shape {:?}, the parameter {:?}",
+                        p.name,
+                        g.size(),
+                        p.value.size()
+                    )));
+                }
+                Ok(g.f_reshape([-1])?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        tch::no_grad(|| self.step_flat(Tensor::f_cat(&flat, 0)?, max_norm))
+    }
+
+    /// `lr / (1 − β₁ᵗ)` and `√(1 − β₂ᵗ)` at the current step.
+    fn corrections(&self) -> (f64, f64) {
+        let t = i32::try_from(self.step).unwrap_or(i32::MAX);
+        (
+            self.lr / (1.0 - self.cfg.beta1.powi(t)),
+            (1.0 - self.cfg.beta2.powi(t)).sqrt(),
+        )
+    }
+
+    /// One update of every parameter from `g`, all the gradients flat (averaged with the other learners' first,
+    /// with several), clipped to `max_norm`; returns the norm before clipping.
+    fn step_flat(&mut self, mut g: Tensor, max_norm: f64) -> Result<f64> {
+        self.step += 1;
+        let (step_size, bias_correction2_sqrt) = self.corrections();
+        let (b1, b2, eps) = (self.cfg.beta1, self.cfg.beta2, self.cfg.eps);
+        if let Some(sync) = &mut self.sync {
+            let mut host =
+                Vec::<f32>::try_from(g.f_to_device(tch::Device::Cpu)?.f_to_kind(tch::Kind::Float)?)?;
+            if !sync.average(&mut host)? {
+                // No learner takes this step.
+                self.step -= 1;
+                return Err(RlfError::LearnersStopped);
+            }
+            g = Tensor::f_from_slice(&host)?
+                .f_to_kind(g.kind())?
+                .f_to_device(g.device())?;
+        }
+        let norm = clip(std::slice::from_ref(&g), max_norm);
+        let _ = self.exp_avg.f_lerp_(&g, 1.0 - b1)?;
+        let _ = self.exp_avg_sq.f_lerp_(&g.f_square()?, 1.0 - b2)?;
+        let denom = self
+            .exp_avg_sq
+            .f_sqrt()?
+            .f_div_scalar_(bias_correction2_sqrt)?
+            .f_add_scalar_(eps)?;
+        let _ = self
+            .flat
+            .f_addcdiv_(&self.exp_avg.f_mul_scalar(-step_size)?, &denom)?;
+        if let Some(sync) = &mut self.sync {
+            sync.stepped(&self.flat)?;
+        }
+        Ok(norm)
     }
 
     /// The moments as named tensors, for a checkpoint.

@@ -156,6 +156,115 @@ impl Mlp {
     }
 }
 
+/// What [`Mlp::forward_saved`] keeps for [`Mlp::backward`], per layer: its input and weights as they were
+/// multiplied (bfloat16 casts or the float32 tensors), and its pre-activation (float32).
+pub(super) struct MlpActivations {
+    inputs: Vec<Tensor>,
+    weights: Vec<Tensor>,
+    biases: Vec<Option<Tensor>>,
+    pre: Vec<Tensor>,
+    half: bool,
+}
+
+impl Mlp {
+    /// Whether [`Mlp::backward`] differentiates this MLP (ReLU layers; others go through autograd).
+    pub(super) fn differentiable_by_hand(&self) -> bool {
+        self.nonlinearity == Nonlinearity::Relu
+    }
+
+    /// [`Mlp::forward`] outside autograd, with the same products and casts, keeping what [`Mlp::backward`] needs.
+    pub(super) fn forward_saved(&self, x: &Tensor) -> Result<(Tensor, MlpActivations)> {
+        let half = self.bf16 && x.size()[0] >= BF16_MIN_ROWS;
+        let cast = |t: &Tensor| -> Result<Tensor> {
+            Ok(if half {
+                t.f_to_kind(Kind::BFloat16)?
+            } else {
+                t.shallow_clone()
+            })
+        };
+        let mut saved = MlpActivations {
+            inputs: Vec::with_capacity(self.layers.len()),
+            weights: Vec::with_capacity(self.layers.len()),
+            biases: Vec::with_capacity(self.layers.len()),
+            pre: Vec::with_capacity(self.layers.len()),
+            half,
+        };
+        let mut h = x.shallow_clone();
+        for layer in &self.layers {
+            let (input, weight) = (cast(&h)?, cast(&layer.ws)?);
+            let bias = layer.bs.as_ref().map(cast).transpose()?;
+            let z = input.f_linear(&weight, bias.as_ref())?.f_to_kind(Kind::Float)?;
+            h = z.f_relu()?;
+            saved.inputs.push(input);
+            saved.weights.push(weight);
+            saved.biases.push(bias);
+            saved.pre.push(z);
+        }
+        Ok((h, saved))
+    }
+
+    /// [`Mlp::forward`] of `x` (ReLU layers) with the weights as the [`Mlp::forward_saved`] that kept `saved`
+    /// multiplied them, not cast again: the same products for a batch of as many rows.
+    pub(super) fn forward_like(&self, saved: &MlpActivations, x: &Tensor) -> Result<Tensor> {
+        if saved.half != (self.bf16 && x.size()[0] >= BF16_MIN_ROWS) {
+            return Ok(self.forward(x));
+        }
+        let mut h = x.shallow_clone();
+        for (weight, bias) in saved.weights.iter().zip(&saved.biases) {
+            let input = if saved.half {
+                h.f_to_kind(Kind::BFloat16)?
+            } else {
+                h
+            };
+            h = input
+                .f_linear(weight, bias.as_ref())?
+                .f_to_kind(Kind::Float)?
+                .f_relu()?;
+        }
+        Ok(h)
+    }
+
+    /// The gradients of the layers' weights and biases (float32, layer by layer) from `grad`, the gradient of the
+    /// output of the [`Mlp::forward_saved`] that kept `saved`. Products and their casts are autograd's for
+    /// [`Mlp::forward`]; bias gradients are summed in float32.
+    pub(super) fn backward(
+        &self,
+        saved: &MlpActivations,
+        grad: &Tensor,
+    ) -> Result<Vec<(Tensor, Option<Tensor>)>> {
+        let mut grads = Vec::with_capacity(self.layers.len());
+        let mut dh = grad.shallow_clone();
+        for (i, layer) in self.layers.iter().enumerate().rev() {
+            // ReLU's derivative: the gradient where the pre-activation is positive.
+            let dz = saved.pre[i].f_threshold_backward(&dh, 0.0)?;
+            let dz_product = if saved.half {
+                dz.f_to_kind(Kind::BFloat16)?
+            } else {
+                dz.shallow_clone()
+            };
+            let dw = dz_product
+                .f_tr()?
+                .f_mm(&saved.inputs[i])?
+                .f_to_kind(Kind::Float)?;
+            let db = match layer.bs {
+                Some(_) => Some(dz.f_sum_dim_intlist(0, false, Kind::Float)?),
+                None => None,
+            };
+            if i > 0 {
+                dh = dz_product.f_mm(&saved.weights[i])?.f_to_kind(Kind::Float)?;
+            }
+            grads.push((dw, db));
+        }
+        grads.reverse();
+        Ok(grads)
+    }
+
+    /// Each layer's weight and bias, in layer order.
+    pub(super) fn parameters(&self) -> impl Iterator<Item = &nn::Linear> {
+        self.layers.iter()
+    }
+}
+
 pub(super) fn linear(
     path: nn::Path<'_>,
     inputs: i64,
@@ -335,6 +444,15 @@ impl Encoder {
             },
             hidden,
         )
+    }
+
+    /// The MLP of an encoder that is an MLP alone over the unscaled observation (what the hand-written gradients
+    /// of [`Mlp::backward`] cover), if this is one.
+    pub(super) fn plain_mlp(&self) -> Option<&Mlp> {
+        match &self.body {
+            Body::Mlp(mlp) if self.scale == 1.0 => Some(mlp),
+            _ => None,
+        }
     }
 
     pub(super) fn forward(&self, x: &Tensor) -> Tensor {

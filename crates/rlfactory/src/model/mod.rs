@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use actor_critic::{ActionHead, ActorCritic, NamedTensor, ACTION_MASK_KEY};
 pub use distribution::Distribution;
 pub use normalize::RunningMeanStd;
-pub use q_network::QNetwork;
+pub use q_network::{QActivations, QNetwork};
 pub use sac::{SacActor, TwinQ};
 
 use crate::error::Result;

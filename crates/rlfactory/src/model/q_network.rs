@@ -16,7 +16,7 @@ use tch::{nn, Kind, Tensor};
 
 use super::actor_critic::{
     action_mask_range, flat_weights, follow_named, linear, load_flat_weights, load_named_tensors, load_vars,
-    named_tensors, rows_tensor, save_vars, to_vec, Encoder,
+    named_tensors, rows_tensor, save_vars, to_vec, Encoder, MlpActivations,
 };
 use super::{ActOutput, ActionHead, Durations, Hold, NamedTensor, Policy, PolicyWeights};
 use crate::config::{DeviceKind, ModelConfig};
@@ -33,6 +33,28 @@ enum Head {
     },
 }
 
+/// Where each parameter's gradient goes among the network's trainable tensors (their name order), for the gradients
+/// written by hand: each encoder layer's weight and bias, then the head's.
+#[derive(Debug)]
+struct GradientSlots {
+    layers: Vec<(usize, Option<usize>)>,
+    head: Vec<(usize, Option<usize>)>,
+}
+
+/// What [`QNetwork::forward_saved`] keeps for [`QNetwork::gradients`].
+pub struct QActivations {
+    q: Tensor,
+    hidden: Tensor,
+    mlp: MlpActivations,
+}
+
+impl QActivations {
+    /// The Q-values, `[B, num_actions]` (no autograd history).
+    pub fn q(&self) -> &Tensor {
+        &self.q
+    }
+}
+
 /// A Q-network for an observation space and a `Discrete` action space.
 pub struct QNetwork {
     vs: nn::VarStore,
@@ -42,6 +64,8 @@ pub struct QNetwork {
     encoder: Encoder,
     head: Head,
     named: Vec<(String, Tensor)>,
+    /// With an MLP encoder of ReLU layers over the raw observation, where its hand-written gradients go.
+    slots: Option<GradientSlots>,
     epsilon: f64,
     /// The draws of ε-greedy exploration.
     rng: Pcg64Mcg,
@@ -96,6 +120,7 @@ impl QNetwork {
         };
         let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
         named.sort_by(|a, b| a.0.cmp(&b.0));
+        let slots = gradient_slots(&encoder, &head, &named);
         Ok(Self {
             vs,
             obs_dim,
@@ -104,6 +129,7 @@ impl QNetwork {
             encoder,
             head,
             named,
+            slots,
             epsilon: 0.0,
             rng: Pcg64Mcg::seed_from_u64(0x5eed_0e95_11a7_7e57),
         })
@@ -146,7 +172,11 @@ impl QNetwork {
 
     /// Q-values `[n, num_actions]` of observations `[n, obs_dim]`, before masking.
     pub fn q_values(&self, obs: &Tensor) -> Tensor {
-        let h = self.encoder.forward(obs);
+        self.head_q(&self.encoder.forward(obs))
+    }
+
+    /// The head's Q-values of encoded observations `h`.
+    fn head_q(&self, h: &Tensor) -> Tensor {
         match &self.head {
             Head::Plain(q) => h.apply(q),
             Head::Dueling { value, advantage } => {
@@ -154,6 +184,86 @@ impl QNetwork {
                 h.apply(value) + &a - a.mean_dim(-1, true, Kind::Float)
             }
         }
+    }
+
+    /// Whether [`QNetwork::gradients`] gives this network's gradients (an MLP encoder of ReLU layers over the raw
+    /// observation, either head): a learner then needs no autograd for them.
+    pub fn differentiable_by_hand(&self) -> bool {
+        self.slots.is_some()
+    }
+
+    /// The Q-values of `obs` `[B, obs_dim]` as [`QNetwork::q_values`] computes them, outside autograd, with what
+    /// [`QNetwork::gradients`] needs; `None` if this network is not [differentiable by
+    /// hand](QNetwork::differentiable_by_hand).
+    pub fn forward_saved(&self, obs: &Tensor) -> Option<Result<QActivations>> {
+        let mlp = self.encoder.plain_mlp().filter(|_| self.slots.is_some())?;
+        Some(tch::no_grad(|| {
+            let (hidden, saved) = mlp.forward_saved(obs)?;
+            Ok(QActivations {
+                q: self.head_q(&hidden),
+                hidden,
+                mlp: saved,
+            })
+        }))
+    }
+
+    /// [`QNetwork::q_values`] of `obs` with the weights as the [`QNetwork::forward_saved`] that kept `saved`
+    /// multiplied them (not cast again), outside autograd.
+    pub fn q_values_like(&self, saved: &QActivations, obs: &Tensor) -> Result<Tensor> {
+        match self.encoder.plain_mlp() {
+            Some(mlp) => tch::no_grad(|| Ok(self.head_q(&mlp.forward_like(&saved.mlp, obs)?))),
+            None => Ok(tch::no_grad(|| self.q_values(obs))),
+        }
+    }
+
+    /// The gradient of every trainable tensor, in the order of [`QNetwork::trainable_named`], from `dq`, the
+    /// gradient of a loss with respect to the Q-values of the [`QNetwork::forward_saved`] that kept `saved`.
+    pub fn gradients(&self, saved: &QActivations, dq: &Tensor) -> Result<Vec<Tensor>> {
+        let (Some(slots), Some(mlp)) = (&self.slots, self.encoder.plain_mlp()) else {
+            return Err(RlfError::Protocol {
+                component: "learner",
+                message: "this Q-network's gradients are not written by hand".into(),
+            });
+        };
+        tch::no_grad(|| {
+            let mut grads: Vec<Option<Tensor>> = (0..self.named.len()).map(|_| None).collect();
+            let h = &saved.hidden;
+            let linear_grads = |dy: &Tensor| -> Result<(Tensor, Tensor)> {
+                Ok((dy.f_tr()?.f_mm(h)?, dy.f_sum_dim_intlist(0, false, Kind::Float)?))
+            };
+            // The head: `q = h W_qᵀ + b_q`, or dueling `q = v + a − mean(a)`, whose gradients are `dv = Σ_a dq`
+            // and `da = dq − mean(dq)`.
+            let (head_grads, dh) = match &self.head {
+                Head::Plain(q) => (vec![linear_grads(dq)?], dq.f_mm(&q.ws)?),
+                Head::Dueling { value, advantage } => {
+                    let dv = dq.f_sum_dim_intlist(-1, true, Kind::Float)?;
+                    let da = dq.f_sub(&dq.f_mean_dim(-1, true, Kind::Float)?)?;
+                    let dh = dv.f_mm(&value.ws)?.f_add(&da.f_mm(&advantage.ws)?)?;
+                    (vec![linear_grads(&dv)?, linear_grads(&da)?], dh)
+                }
+            };
+            let layer_grads = mlp.backward(&saved.mlp, &dh)?;
+            let pairs = layer_grads
+                .into_iter()
+                .zip(&slots.layers)
+                .chain(head_grads.into_iter().map(|(w, b)| (w, Some(b))).zip(&slots.head));
+            for ((dw, db), &(w_slot, b_slot)) in pairs {
+                grads[w_slot] = Some(dw);
+                if let (Some(db), Some(b_slot)) = (db, b_slot) {
+                    grads[b_slot] = Some(db);
+                }
+            }
+            grads
+                .into_iter()
+                .zip(&self.named)
+                .map(|(g, (name, _))| {
+                    g.ok_or_else(|| RlfError::Protocol {
+                        component: "learner",
+                        message: format!("no hand-written gradient for `{name}`"),
+                    })
+                })
+                .collect()
+        })
     }
 
     /// `q` with the actions each observation's mask forbids set very low (unchanged without a mask).
@@ -174,6 +284,26 @@ impl QNetwork {
     pub fn follow(&mut self, other: &QNetwork, tau: f64) -> Result<()> {
         follow_named(&mut self.named, &other.named, tau)
     }
+}
+
+/// Where the gradients of an MLP encoder of ReLU layers over the raw observation and of the head go among `named`
+/// (each layer's tensors found by identity); `None` for other encoders.
+fn gradient_slots(encoder: &Encoder, head: &Head, named: &[(String, Tensor)]) -> Option<GradientSlots> {
+    let mlp = encoder.plain_mlp().filter(|m| m.differentiable_by_hand())?;
+    let slot = |t: &Tensor| named.iter().position(|(_, v)| v.is_set_to(t));
+    let of = |layer: &nn::Linear| -> Option<(usize, Option<usize>)> {
+        let bias = match &layer.bs {
+            Some(b) => Some(slot(b)?),
+            None => None,
+        };
+        Some((slot(&layer.ws)?, bias))
+    };
+    let layers = mlp.parameters().map(of).collect::<Option<Vec<_>>>()?;
+    let head = match head {
+        Head::Plain(q) => vec![of(q)?],
+        Head::Dueling { value, advantage } => vec![of(value)?, of(advantage)?],
+    };
+    Some(GradientSlots { layers, head })
 }
 
 impl QNetwork {
@@ -303,6 +433,75 @@ mod tests {
 
     fn unit_box(size: usize) -> Space {
         Space::Box(BoxSpace::uniform(0.0, 1.0, vec![size]).expect("box"))
+    }
+
+    /// The hand-written gradients equal autograd's, for both heads, one and two ReLU layers, float32 and bfloat16
+    /// products, and the Q-values of `forward_saved` those of `q_values`; other encoders are left to autograd.
+    #[test]
+    fn gradients_by_hand_match_autograd() {
+        let obs: Vec<f32> = (0..96 * 6)
+            .map(|i| ((i * 7919) % 13) as f32 / 13.0 - 0.3)
+            .collect();
+        for (dueling, layers, precision) in [
+            (true, "16,8", "highest"),
+            (false, "16,8", "highest"),
+            (true, "12", "highest"),
+            (true, "16,8", "medium"),
+            (false, "16,8", "medium"),
+        ] {
+            tch::manual_seed(3);
+            let overrides = [
+                "--nonlinearity=relu".to_owned(),
+                format!("--encoder_mlp_layers={layers}"),
+                format!("--matmul_precision={precision}"),
+            ];
+            let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
+            let cfg = Config::for_env("CartPole-v1", &overrides).expect("config").model;
+            let actions = Space::Discrete { n: 3, start: 0 };
+            let q = QNetwork::new(&unit_box(6), &actions, &cfg, dueling, DeviceKind::Cpu).expect("network");
+            assert!(q.differentiable_by_hand());
+            let x = q.obs_tensor(&obs).expect("tensor");
+            // A loss that weighs every Q-value differently.
+            let weights = Tensor::arange(96 * 3, (Kind::Float, tch::Device::Cpu))
+                .view([96, 3])
+                .sin();
+            let params = q.trainable_named();
+            for (_, p) in &params {
+                let mut g = p.grad();
+                if g.defined() {
+                    let _ = g.zero_();
+                }
+            }
+            (q.q_values(&x) * &weights).sum(Kind::Float).backward();
+            let saved = q.forward_saved(&x).expect("by hand").expect("forward");
+            let same_q = f64::try_from((saved.q() - q.q_values(&x)).abs().max()).expect("max");
+            assert!(
+                same_q == 0.0,
+                "{dueling} {layers} {precision}: Q-values differ by {same_q}"
+            );
+            let ours = q.gradients(&saved, &weights).expect("gradients");
+            // With bfloat16 products autograd also sums the biases' gradients in bfloat16 (8 bits of mantissa, a
+            // few percent off over 96 rows), where these are summed in float32; a wrong formula is off by far more.
+            let tolerance = if precision == "medium" { 5e-2 } else { 1e-5 };
+            for ((name, p), g) in params.iter().zip(&ours) {
+                let want = p.grad();
+                let scale = f64::try_from(want.abs().max()).expect("max").max(1e-3);
+                let diff = f64::try_from((g - &want).abs().max()).expect("max");
+                assert!(
+                    diff <= tolerance * scale,
+                    "{dueling} {layers} {precision}: `{name}` differs by {diff} (largest {scale})"
+                );
+            }
+        }
+        let cfg = Config::for_env("CartPole-v1", &["--nonlinearity=tanh"])
+            .expect("config")
+            .model;
+        let actions = Space::Discrete { n: 3, start: 0 };
+        let tanh = QNetwork::new(&unit_box(6), &actions, &cfg, true, DeviceKind::Cpu).expect("network");
+        assert!(!tanh.differentiable_by_hand());
+        assert!(tanh
+            .forward_saved(&tanh.obs_tensor(&obs).expect("tensor"))
+            .is_none());
     }
 
     /// The dueling head's advantages have mean zero per state, so `mean_a Q = V`; masked actions are never
