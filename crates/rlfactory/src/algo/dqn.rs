@@ -10,9 +10,9 @@
 //!    prioritised replay, whose new priorities are these TD errors).
 //! 4. Gradients are clipped to a global norm of `--max_grad_norm`, then one Adam step; the version (SGD steps)
 //!    increases by one. For a Q-network whose encoder is an MLP of ReLU layers, autograd only takes the loss back
-//!    to `Q(s, a)`, and the network's gradients are written out by hand ([`QNetwork::gradients`], tested equal to
-//!    autograd's), its products on `s'` reusing the weights as cast for `s`: 5% of a step on one thread, 11% on two,
-//!    on seed 004's network (`examples/dqn_bench.rs`).
+//!    to `Q(s, a)`, and the network's gradients are written out by hand ([`QNetwork::gradients`], tested against
+//!    autograd's), its products on `s'` reusing the weights as cast for `s`: a step on seed 004's network takes 5%
+//!    less time on one thread and 11% less on two (`examples/dqn_bench.rs`; BENCHMARKS.md).
 //! 5. Every `--target_update_interval` steps the target network follows the online one: a copy, or Polyak
 //!    averaging with `--tau` < 1.
 //! 6. Metrics: `train/loss`, `train/q_mean` (of `Q(s, a)`), `train/target_mean`, `train/grad_norm`, `train/lr`.
@@ -266,14 +266,23 @@ mod tests {
     /// A two-state chain, γ folded into the rows: from state A action 1 leads to B (reward 0, discount 0.9),
     /// action 0 ends the episode with 0.5; from B action 0 ends it with 1, action 1 with 0. DQN learns
     /// Q(B) = [1, 0] and Q(A) = [0.5, 0.9], bootstrapping A's value from B's through the target network.
+    /// With tanh layers the network's gradients come from autograd, with ReLU layers they are written by hand.
     #[test]
     fn dqn_learns_a_two_step_chain() {
+        for nonlinearity in ["tanh", "relu"] {
+            learns_a_two_step_chain(nonlinearity);
+        }
+    }
+
+    fn learns_a_two_step_chain(nonlinearity: &str) {
         let mut dqn = learner(&[
             "--learning_rate=0.01",
             "--target_update_interval=20",
             "--max_grad_norm=10",
             "--encoder_mlp_layers=32",
+            &format!("--nonlinearity={nonlinearity}"),
         ]);
+        assert_eq!(dqn.model().differentiable_by_hand(), nonlinearity == "relu");
         let (a, b) = ([1.0, 0.0], [0.0, 1.0]);
         let mut rows = vec![0.0; 4 * layout().row_words()];
         let w = layout().row_words();
@@ -291,7 +300,7 @@ mod tests {
             .q_values(&Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0]).view([2, 2]));
         let q: Vec<f32> = Vec::try_from(q.flatten(0, -1)).expect("values");
         for (got, want) in q.iter().zip([0.5, 0.9, 1.0, 0.0]) {
-            assert!((got - want).abs() < 0.05, "Q = {q:?}");
+            assert!((got - want).abs() < 0.05, "{nonlinearity}: Q = {q:?}");
         }
         // Greedy acting takes the better action in each state.
         let greedy = dqn

@@ -172,7 +172,8 @@ impl Mlp {
         self.nonlinearity == Nonlinearity::Relu
     }
 
-    /// [`Mlp::forward`] outside autograd, with the same products and casts, keeping what [`Mlp::backward`] needs.
+    /// [`Mlp::forward`] of an MLP of ReLU layers (see [`Mlp::differentiable_by_hand`]), with the same products and
+    /// casts, keeping what [`Mlp::backward`] needs; called under `no_grad`.
     pub(super) fn forward_saved(&self, x: &Tensor) -> Result<(Tensor, MlpActivations)> {
         let half = self.bf16 && x.size()[0] >= BF16_MIN_ROWS;
         let cast = |t: &Tensor| -> Result<Tensor> {
