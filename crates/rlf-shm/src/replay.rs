@@ -525,21 +525,54 @@ impl ReplayRing {
             "ReplayRing::sample_uniform: wrong output size"
         );
         indices.clear();
-        for row in out.chunks_exact_mut(self.row_words) {
-            loop {
-                let end = self.inserted();
-                if end == 0 {
-                    return false;
-                }
-                let visible = end.min(self.capacity as u64);
-                let index = end - visible + draw(visible);
-                if self.read(index, row).is_ok() {
-                    indices.push(index);
-                    break;
-                }
+        // The ring is larger than the caches while a learner shares them with actors: the next row's words are
+        // fetched while this row's are copied. Rows are drawn in the same order as without (a redraw after an
+        // overwritten row comes after the next row's draw).
+        if n == 0 {
+            return true;
+        }
+        let Some(mut next) = self.draw_visible(&mut draw) else {
+            return false;
+        };
+        let rows = out.chunks_exact_mut(self.row_words);
+        let n_rows = rows.len();
+        for (k, row) in rows.enumerate() {
+            let mut index = next;
+            if k + 1 < n_rows {
+                next = self.draw_visible(&mut draw).unwrap_or(index);
+                self.prefetch(next);
             }
+            while self.read(index, row).is_err() {
+                index = self.draw_visible(&mut draw).unwrap_or(index);
+            }
+            indices.push(index);
         }
         true
+    }
+
+    /// An insert number drawn uniformly from the visible rows (`draw(m)` uniform below `m`), `None` while the ring
+    /// is empty.
+    fn draw_visible(&self, draw: &mut impl FnMut(u64) -> u64) -> Option<u64> {
+        let end = self.inserted();
+        let visible = end.min(self.capacity as u64);
+        (end > 0).then(|| end - visible + draw(visible))
+    }
+
+    /// Asks the CPU to start loading the words of the row holding insert `index` into the cache.
+    fn prefetch(&self, index: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let r = (index % (self.capacity as u64 + 1)) as usize;
+            let words = self.words(r);
+            for line in words.chunks(16) {
+                // SAFETY: a prefetch reads nothing observable and cannot fault; the address is a word of row `r`,
+                // inside the mapping (`words`).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast::<i8>()) };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = index;
     }
 
     /// The interrupt epoch: read it before deciding to wait, and pass it to [`wait_for`](Self::wait_for), so that
@@ -684,6 +717,34 @@ mod tests {
             seen[(i - 24) as usize] = true;
         }
         assert!(seen.iter().filter(|&&s| s).count() > 10, "{seen:?}");
+    }
+
+    #[test]
+    fn uniform_rows_come_in_the_order_drawn_one_draw_each() {
+        // Prefetching the next row draws it early; the rows and the number of draws stay those of drawing each
+        // row just before reading it (a learner's random stream, and a serial run, do not change).
+        let ring = ReplayRing::create(8, 2, None).unwrap();
+        for k in 0..13 {
+            ring.insert(&[k as f32, -(k as f32)], None).unwrap();
+        }
+        let draws = [7u64, 0, 3, 3, 5];
+        let mut calls = 0;
+        let (mut indices, mut out) = (Vec::new(), vec![0.0; 8]);
+        assert!(ring.sample_uniform(
+            4,
+            |m| {
+                assert_eq!(m, 8);
+                calls += 1;
+                draws[calls - 1]
+            },
+            &mut indices,
+            &mut out,
+        ));
+        assert_eq!(calls, 4);
+        assert_eq!(indices, [12, 5, 8, 8]);
+        assert_eq!(out, [12.0, -12.0, 5.0, -5.0, 8.0, -8.0, 8.0, -8.0]);
+        assert!(ring.sample_uniform(0, |_| unreachable!(), &mut indices, &mut []));
+        assert!(indices.is_empty());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::Path;
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
-use super::encoder::{conv2d, PartEncoders};
+use super::encoder::{activate, conv2d, PartEncoders};
 use super::recurrent::Core;
 use super::{ActOutput, Distribution, Policy, PolicyWeights, RunningMeanStd};
 use crate::config::{
@@ -129,35 +129,36 @@ pub(super) struct Mlp {
 /// on this AMD EPYC takes ~2 ns per element (a fifth of a CartPole PPO step); ATen's own
 /// vectorised sigmoid and three element-wise ops cost about half as much (a PPO step at batch
 /// 1024: 2.45 ms -> 2.23 ms). Same function, within 1e-6.
-fn tanh(z: &Tensor) -> Tensor {
+pub(super) fn tanh(z: &Tensor) -> Tensor {
     (z * 2.0).sigmoid() * 2.0 - 1.0
 }
 
 impl Mlp {
     fn forward(&self, x: &Tensor) -> Tensor {
         let mut h = x.shallow_clone();
-        for layer in &self.layers {
-            let z = if self.bf16 && h.size()[0] >= BF16_MIN_ROWS {
+        let last = self.layers.len().saturating_sub(1);
+        for (i, layer) in self.layers.iter().enumerate() {
+            if self.bf16 && h.size()[0] >= BF16_MIN_ROWS {
                 // Autograd carries the gradients back through the casts to the float32 weights.
                 let half = |t: &Tensor| t.to_kind(Kind::BFloat16);
-                half(&h)
-                    .linear(&half(&layer.ws), layer.bs.as_ref().map(half))
-                    .to_kind(Kind::Float)
+                let z = half(&h).linear(&half(&layer.ws), layer.bs.as_ref().map(half));
+                h = if i < last && self.nonlinearity == Nonlinearity::Relu {
+                    // The next layer multiplies in bfloat16: ReLU there is exact, without the round trip.
+                    z.relu()
+                } else {
+                    activate(&z.to_kind(Kind::Float), self.nonlinearity)
+                };
             } else {
-                h.apply(layer)
-            };
-            h = match self.nonlinearity {
-                Nonlinearity::Elu => z.elu(),
-                Nonlinearity::Relu => z.relu(),
-                Nonlinearity::Tanh => tanh(&z),
-            };
+                h = activate(&h.apply(layer), self.nonlinearity);
+            }
         }
         h
     }
 }
 
 /// What [`Mlp::forward_saved`] keeps for [`Mlp::backward`], per layer: its input and weights as they were
-/// multiplied (bfloat16 casts or the float32 tensors), and its pre-activation (float32).
+/// multiplied (bfloat16 casts or the float32 tensors), and its pre-activation (bfloat16 between bfloat16 layers,
+/// else float32).
 pub(super) struct MlpActivations {
     inputs: Vec<Tensor>,
     weights: Vec<Tensor>,
@@ -191,10 +192,14 @@ impl Mlp {
             half,
         };
         let mut h = x.shallow_clone();
-        for layer in &self.layers {
+        let last = self.layers.len().saturating_sub(1);
+        for (i, layer) in self.layers.iter().enumerate() {
             let (input, weight) = (cast(&h)?, cast(&layer.ws)?);
             let bias = layer.bs.as_ref().map(cast).transpose()?;
-            let z = input.f_linear(&weight, bias.as_ref())?.f_to_kind(Kind::Float)?;
+            let mut z = input.f_linear(&weight, bias.as_ref())?;
+            if i == last {
+                z = z.f_to_kind(Kind::Float)?;
+            }
             h = z.f_relu()?;
             saved.inputs.push(input);
             saved.weights.push(weight);
@@ -211,16 +216,15 @@ impl Mlp {
             return Ok(self.forward(x));
         }
         let mut h = x.shallow_clone();
-        for (weight, bias) in saved.weights.iter().zip(&saved.biases) {
+        let last = saved.weights.len().saturating_sub(1);
+        for (i, (weight, bias)) in saved.weights.iter().zip(&saved.biases).enumerate() {
             let input = if saved.half {
                 h.f_to_kind(Kind::BFloat16)?
             } else {
                 h
             };
-            h = input
-                .f_linear(weight, bias.as_ref())?
-                .f_to_kind(Kind::Float)?
-                .f_relu()?;
+            let z = input.f_linear(weight, bias.as_ref())?;
+            h = if i == last { z.f_to_kind(Kind::Float)? } else { z }.f_relu()?;
         }
         Ok(h)
     }
@@ -236,7 +240,8 @@ impl Mlp {
         let mut grads = Vec::with_capacity(self.layers.len());
         let mut dh = grad.shallow_clone();
         for (i, layer) in self.layers.iter().enumerate().rev() {
-            // ReLU's derivative: the gradient where the pre-activation is positive.
+            // ReLU's derivative: the gradient where the pre-activation is positive (in bfloat16 below the last
+            // layer of a bfloat16 MLP, where `dh` came out of a bfloat16 product: exact).
             let dz = saved.pre[i].f_threshold_backward(&dh, 0.0)?;
             let dz_product = if saved.half {
                 dz.f_to_kind(Kind::BFloat16)?
@@ -252,7 +257,7 @@ impl Mlp {
                 None => None,
             };
             if i > 0 {
-                dh = dz_product.f_mm(&saved.weights[i])?.f_to_kind(Kind::Float)?;
+                dh = dz_product.f_mm(&saved.weights[i])?;
             }
             grads.push((dw, db));
         }
@@ -937,8 +942,10 @@ pub(super) fn follow_named(
             if tau >= 1.0 {
                 mine.f_copy_(theirs)?;
             } else {
-                let blended = mine.f_mul_scalar(1.0 - tau)?.f_add(&theirs.f_mul_scalar(tau)?)?;
-                mine.f_copy_(&blended)?;
+                // In place, rounded as `mine * (1 − τ) + theirs * τ` (not `lerp_`, which rounds otherwise).
+                let part = theirs.f_mul_scalar(tau)?;
+                let _ = mine.f_mul_scalar_(1.0 - tau)?;
+                let _ = mine.f_add_(&part)?;
             }
         }
         Ok(())
@@ -1135,6 +1142,47 @@ mod tests {
         assert!(f64::try_from(grad.abs().sum(Kind::Float)).expect("sum") > 0.0);
         let few = x.narrow(0, 0, 8);
         assert!(exact.forward(&few).equal(&half.forward(&few)));
+    }
+
+    /// Hidden ReLU layers of a bfloat16 MLP stay in bfloat16 between products: the same outputs and gradients,
+    /// bit for bit, as casting each product to float32, applying ReLU and casting back (both casts are exact).
+    #[test]
+    fn bfloat16_relu_layers_equal_the_float32_round_trip() {
+        tch::manual_seed(5);
+        let mut cfg = Config::default().model;
+        cfg.encoder_mlp_layers = "48,32,16".parse().expect("layers");
+        cfg.nonlinearity = crate::config::Nonlinearity::Relu;
+        cfg.matmul_precision = MatmulPrecision::Medium;
+        let vs = nn::VarStore::new(tch::Device::Cpu);
+        let (half, _) = mlp(&vs.root(), 20, &cfg);
+        let x = Tensor::randn([96, 20], (Kind::Float, tch::Device::Cpu));
+        let weights = Tensor::randn([96, 16], (Kind::Float, tch::Device::Cpu));
+        let grads = |out: Tensor| -> Vec<Tensor> {
+            for p in vs.trainable_variables() {
+                let mut g = p.grad();
+                if g.defined() {
+                    let _ = g.zero_();
+                }
+            }
+            (out * &weights).sum(Kind::Float).backward();
+            vs.trainable_variables().iter().map(|p| p.grad().copy()).collect()
+        };
+        let round_trip = || {
+            let bf16 = |t: &Tensor| t.to_kind(Kind::BFloat16);
+            half.layers.iter().fold(x.shallow_clone(), |h, layer| {
+                bf16(&h)
+                    .linear(&bf16(&layer.ws), layer.bs.as_ref().map(bf16))
+                    .to_kind(Kind::Float)
+                    .relu()
+            })
+        };
+        let (want, got) = (round_trip(), half.forward(&x));
+        assert!(want.equal(&got));
+        for (a, b) in grads(want).iter().zip(grads(got)) {
+            assert!(a.equal(&b));
+        }
+        let saved = tch::no_grad(|| half.forward_saved(&x)).expect("forward");
+        assert!(saved.0.equal(&half.forward(&x)));
     }
 
     /// A Connect Four-like Dict observation (a 7-value mask, then a 6×7×2 board) through

@@ -27,8 +27,7 @@ pub(super) fn activate(z: &Tensor, nonlinearity: Nonlinearity) -> Tensor {
     match nonlinearity {
         Nonlinearity::Elu => z.elu(),
         Nonlinearity::Relu => z.relu(),
-        // tanh(z) as 2σ(2z) − 1: see `actor_critic::tanh`.
-        Nonlinearity::Tanh => (z * 2.0).sigmoid() * 2.0 - 1.0,
+        Nonlinearity::Tanh => super::actor_critic::tanh(z),
     }
 }
 
