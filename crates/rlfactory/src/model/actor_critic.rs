@@ -135,25 +135,72 @@ pub(super) fn tanh(z: &Tensor) -> Tensor {
 
 impl Mlp {
     fn forward(&self, x: &Tensor) -> Tensor {
+        if self.bf16 && x.size()[0] >= BF16_MIN_ROWS {
+            // Autograd carries the gradients back through the casts to the float32 weights.
+            let half = |t: &Tensor| t.to_kind(Kind::BFloat16);
+            return self.forward_half(
+                x,
+                self.layers.iter().map(|l| (half(&l.ws), l.bs.as_ref().map(half))),
+            );
+        }
+        self.layers.iter().fold(x.shallow_clone(), |h, layer| {
+            activate(&h.apply(layer), self.nonlinearity)
+        })
+    }
+
+    /// The layers multiplying in bfloat16 with `weights` (each layer's weight and bias as cast).
+    fn forward_half(&self, x: &Tensor, weights: impl Iterator<Item = (Tensor, Option<Tensor>)>) -> Tensor {
         let mut h = x.shallow_clone();
         let last = self.layers.len().saturating_sub(1);
-        for (i, layer) in self.layers.iter().enumerate() {
-            if self.bf16 && h.size()[0] >= BF16_MIN_ROWS {
-                // Autograd carries the gradients back through the casts to the float32 weights.
-                let half = |t: &Tensor| t.to_kind(Kind::BFloat16);
-                let z = half(&h).linear(&half(&layer.ws), layer.bs.as_ref().map(half));
-                h = if i < last && self.nonlinearity == Nonlinearity::Relu {
-                    // The next layer multiplies in bfloat16: ReLU there is exact, without the round trip.
-                    z.relu()
-                } else {
-                    activate(&z.to_kind(Kind::Float), self.nonlinearity)
-                };
+        for (i, (w, b)) in weights.enumerate() {
+            let z = h.to_kind(Kind::BFloat16).linear(&w, b.as_ref());
+            h = if i < last && self.nonlinearity == Nonlinearity::Relu {
+                // The next layer multiplies in bfloat16: ReLU there is exact, without the round trip.
+                z.relu()
             } else {
-                h = activate(&h.apply(layer), self.nonlinearity);
-            }
+                activate(&z.to_kind(Kind::Float), self.nonlinearity)
+            };
         }
         h
     }
+
+    /// [`Mlp::forward`] to act, outside autograd: under `--matmul_precision medium` batches of every size multiply
+    /// in bfloat16, with the weights as cast into `casts` while the weights are unchanged (their version counters,
+    /// which every in-place write moves), instead of casting them for each batch.
+    pub(super) fn forward_acting(&self, x: &Tensor, casts: &mut Option<ActingCasts>) -> Result<Tensor> {
+        if !self.bf16 {
+            return Ok(self.forward(x));
+        }
+        let mut versions = Vec::with_capacity(2 * self.layers.len());
+        for layer in &self.layers {
+            versions.push(layer.ws.f_internal_version()?);
+            if let Some(b) = &layer.bs {
+                versions.push(b.f_internal_version()?);
+            }
+        }
+        if casts.as_ref().is_none_or(|c| c.versions != versions) {
+            let half = |t: &Tensor| t.f_detach()?.f_to_kind(Kind::BFloat16);
+            let weights = self
+                .layers
+                .iter()
+                .map(|l| Ok((half(&l.ws)?, l.bs.as_ref().map(half).transpose()?)))
+                .collect::<Result<Vec<_>>>()?;
+            *casts = Some(ActingCasts { versions, weights });
+        }
+        let weights = casts
+            .iter()
+            .flat_map(|c| &c.weights)
+            .map(|(w, b)| (w.shallow_clone(), b.as_ref().map(Tensor::shallow_clone)));
+        Ok(self.forward_half(x, weights))
+    }
+}
+
+/// An MLP's weights and biases cast to bfloat16 for acting ([`Mlp::forward_acting`]), with the version counters of
+/// the float32 tensors they were cast from.
+#[derive(Debug, Default)]
+pub(super) struct ActingCasts {
+    versions: Vec<i64>,
+    weights: Vec<(Tensor, Option<Tensor>)>,
 }
 
 /// What [`Mlp::forward_saved`] keeps for [`Mlp::backward`], per layer: its input and weights as they were

@@ -16,7 +16,7 @@ use tch::{nn, Kind, Tensor};
 
 use super::actor_critic::{
     action_mask_range, flat_weights, follow_named, linear, load_flat_weights, load_named_tensors, load_vars,
-    named_tensors, rows_tensor, save_vars, to_vec, Encoder, MlpActivations,
+    named_tensors, rows_tensor, save_vars, to_vec, ActingCasts, Encoder, MlpActivations,
 };
 use super::{ActOutput, ActionHead, Durations, Hold, NamedTensor, Policy, PolicyWeights};
 use crate::config::{DeviceKind, ModelConfig};
@@ -66,6 +66,8 @@ pub struct QNetwork {
     named: Vec<(String, Tensor)>,
     /// With an MLP encoder of ReLU layers over the raw observation, where its hand-written gradients go.
     slots: Option<GradientSlots>,
+    /// The encoder's weights as cast for acting in bfloat16 (`--matmul_precision medium`), until they change.
+    acting: Option<ActingCasts>,
     epsilon: f64,
     /// The draws of ε-greedy exploration.
     rng: Pcg64Mcg,
@@ -130,6 +132,7 @@ impl QNetwork {
             head,
             named,
             slots,
+            acting: None,
             epsilon: 0.0,
             rng: Pcg64Mcg::seed_from_u64(0x5eed_0e95_11a7_7e57),
         })
@@ -333,7 +336,14 @@ impl QNetwork {
         durations: Option<&Durations>,
     ) -> Result<ActOutput> {
         let obs = self.obs_tensor(obs)?;
-        let q = tch::no_grad(|| to_vec(&self.masked(&obs, &self.q_values(&obs))))?;
+        let q = tch::no_grad(|| {
+            let hidden = match self.encoder.plain_mlp() {
+                Some(mlp) => mlp.forward_acting(&obs, &mut self.acting)?,
+                None => self.encoder.forward(&obs),
+            };
+            let q = self.head_q(&hidden);
+            to_vec(&self.masked(&obs, &q))
+        })?;
         let a = self.num_actions as usize;
         let eps = if deterministic { 0.0 } else { self.epsilon };
         let n = q.len() / a.max(1);
@@ -449,6 +459,46 @@ mod tests {
 
     fn unit_box(size: usize) -> Space {
         Space::Box(BoxSpace::uniform(0.0, 1.0, vec![size]).expect("box"))
+    }
+
+    /// Under `--matmul_precision medium` an actor's few rows multiply in bfloat16 with the weights cast once, and
+    /// cast again after every change of the weights: a load of published weights, an optimiser's step in place.
+    #[test]
+    fn acting_in_bfloat16_recasts_the_weights_after_every_change() {
+        let overrides = [
+            "--nonlinearity=relu",
+            "--encoder_mlp_layers=16,8",
+            "--matmul_precision=medium",
+        ];
+        let cfg = Config::for_env("CartPole-v1", &overrides).expect("config").model;
+        let net = |seed: i64| {
+            tch::manual_seed(seed);
+            QNetwork::new(&unit_box(6), &Space::discrete(3), &cfg, true, DeviceKind::Cpu).expect("network")
+        };
+        let (mut a, mut b) = (net(1), net(2));
+        let obs: Vec<f32> = (0..10 * 6).map(|i| ((i * 31) % 11) as f32 / 11.0).collect();
+        let values = |q: &mut QNetwork| q.act(&obs, true).expect("act").values;
+        let (va, vb) = (values(&mut a), values(&mut b));
+        assert_ne!(va, vb);
+        // The bfloat16 products, not float32's.
+        let x = a.obs_tensor(&obs).expect("obs");
+        let float32 = Vec::<f32>::try_from(a.q_values(&x).amax(-1, false)).expect("values");
+        assert_ne!(va, float32);
+        assert_eq!(values(&mut a), va);
+
+        a.load_weights(&b.weights().expect("weights")).expect("load");
+        assert_eq!(values(&mut a), vb);
+
+        tch::no_grad(|| {
+            for (_, mut t) in a.trainable_named() {
+                let _ = t.f_mul_scalar_(0.5).expect("step");
+            }
+        });
+        let mut c = net(3);
+        c.load_weights(&a.weights().expect("weights")).expect("load");
+        let vc = values(&mut c);
+        assert_ne!(vc, vb);
+        assert_eq!(values(&mut a), vc);
     }
 
     /// The hand-written gradients equal autograd's, for both heads, one and two ReLU layers, float32 and bfloat16
