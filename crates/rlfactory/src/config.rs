@@ -551,7 +551,8 @@ pub struct AppoConfig {
     /// Adam learning rate (the start value of the schedule).
     #[arg(long, default_value_t = 1e-4)]
     pub learning_rate: f64,
-    /// Learning-rate schedule (APPO's; DQN and SAC keep the rate constant).
+    /// Learning-rate schedule. DQN and SAC take `constant` or `linear_decay` (to 0 over the transitions their buffer
+    /// takes in the run); the KL-adaptive ones are APPO's.
     #[arg(long, value_enum, default_value_t = LrScheduleKind::Constant)]
     pub lr_schedule: LrScheduleKind,
     /// KL target of the KL-adaptive schedules.
@@ -1337,6 +1338,16 @@ impl Config {
             if on {
                 return err(format!("{flag} is not supported with --algo {algo} yet"));
             }
+        }
+        if !matches!(
+            self.appo.lr_schedule,
+            LrScheduleKind::Constant | LrScheduleKind::LinearDecay
+        ) {
+            let kind = self.appo.lr_schedule.to_possible_value();
+            return err(format!(
+                "--lr_schedule {} adapts to APPO's KL divergence; --algo {algo} takes constant or linear_decay",
+                kind.as_ref().map_or("", |v| v.get_name())
+            ));
         }
         let (fits, needs): (fn(&rlf_env::Space) -> bool, _) = match o.algo {
             Algo::Sac => (|s| matches!(s, rlf_env::Space::Box(_)), "Box"),

@@ -137,6 +137,10 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
             "--tau must be in (0, 1], got 0",
         ),
         (
+            &["--env", "Pendulum-v1", "--algo", "sac", "--lr_schedule", "kl_adaptive_epoch"][..],
+            "--lr_schedule kl_adaptive_epoch adapts to APPO's KL divergence; --algo sac takes constant or linear_decay",
+        ),
+        (
             &["--env", "Pendulum-v1", "--algo", "sac", "--exploration_duration_mu", "2"][..],
             "--exploration_duration_mu holds DQN's ε-greedy exploratory actions; --algo sac explores otherwise",
         ),

@@ -125,6 +125,46 @@ fn prioritized_dqn_learns_cartpole() {
     assert!(ret >= 475.0, "the greedy policy's mean return {ret}");
 }
 
+/// `--lr_schedule linear_decay`: each learner's rate falls linearly to 0 over the transitions its buffer takes in
+/// the run, a single agent's all of them, each of Treasurehunt's five agents (one policy each) a fifth of
+/// `--train_for_env_steps` (which counts every agent's steps); constant otherwise.
+#[test]
+fn off_policy_learning_rates_decay_over_each_buffers_share_of_the_run() {
+    let last_lr = |flags: &[&str]| {
+        let mut all = vec!["--serial_mode=true".to_owned()];
+        all.extend(flags.iter().map(|f| f.to_string()));
+        let s = common::train_summary(&all);
+        let lr = s["last_metrics"]
+            .as_array()
+            .and_then(|m| m.iter().find(|p| p[0] == "train/lr"))
+            .and_then(|p| p[1].as_f64())
+            .unwrap_or_else(|| panic!("no train/lr in {s}"));
+        (lr, s)
+    };
+    let cartpole = ["--env=CartPole-v1", "--algo=dqn", "--train_for_env_steps=4000"];
+    let (constant, _) = last_lr(&cartpole);
+    assert_eq!(constant, 0.001);
+    let (decayed, s) = last_lr(&[&cartpole[..], &["--lr_schedule=linear_decay"]].concat());
+    // The last steps come with the last trajectories, at or past the 4,000 transitions (the run ends on a whole
+    // trajectory): 0 or nearly.
+    assert!((0.0..0.001 * 0.05).contains(&decayed), "{decayed}\n{s}");
+    let treasurehunt = [
+        "--env=treasurehunt",
+        "--algo=dqn",
+        concat!(
+            "--config=",
+            env!("CARGO_MANIFEST_DIR"),
+            "/configs/treasurehunt-iqn-like.toml"
+        ),
+        "--train_for_env_steps=25000",
+        "--lr_schedule=linear_decay",
+    ];
+    // An agent inserts 47 transitions of its 50 steps an epoch (its last 3 have no next observation for 3-step
+    // returns): 6% of its share is left at the end. With the whole budget as the horizon, 81% would be.
+    let (decayed, s) = last_lr(&treasurehunt);
+    assert!(decayed > 0.0 && decayed < 0.00025 * 0.1, "{decayed}\n{s}");
+}
+
 /// Serial mode (`--serial_mode`): the rollout worker, inference and the learner on one loop; the buffer has no rate
 /// limit and the learner takes, after each trajectory, the SGD steps that keep 32 samples per insert: the same
 /// number of gradient steps as the parallel run of the same budget, all of it in the main process; the summary

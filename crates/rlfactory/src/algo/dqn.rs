@@ -217,6 +217,10 @@ impl OffPolicyAlgo for Dqn {
         Dqn::lr(self)
     }
 
+    fn set_lr(&mut self, lr: f64) {
+        self.optimizer.set_lr(lr);
+    }
+
     fn acting_weights(&self) -> Result<PolicyWeights> {
         self.online.weights()
     }

@@ -101,6 +101,9 @@ pub trait OffPolicyAlgo: std::fmt::Debug {
     /// The learning rate.
     fn lr(&self) -> f64;
 
+    /// Sets the learning rate of the next steps (every optimiser's).
+    fn set_lr(&mut self, lr: f64);
+
     /// The weights the actors run (what is published).
     fn acting_weights(&self) -> Result<PolicyWeights>;
 

@@ -197,6 +197,16 @@ impl OffPolicyAlgo for Sac {
         self.actor_optimizer.lr()
     }
 
+    fn set_lr(&mut self, lr: f64) {
+        for optimizer in [
+            &mut self.actor_optimizer,
+            &mut self.critic_optimizer,
+            &mut self.alpha_optimizer,
+        ] {
+            optimizer.set_lr(lr);
+        }
+    }
+
     fn acting_weights(&self) -> Result<PolicyWeights> {
         self.actor.weights()
     }

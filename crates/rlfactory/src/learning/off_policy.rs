@@ -64,6 +64,8 @@ pub struct OffPolicyLearner {
     /// SGD steps this process took (a resumed version does not count).
     steps: u64,
     prioritized: Option<Prioritized>,
+    /// `--lr_schedule linear_decay`: the initial learning rate, and the inserts over which it falls to 0.
+    lr_decay: Option<(f64, u64)>,
 }
 
 /// Prioritised replay's state in the learner.
@@ -117,6 +119,7 @@ impl OffPolicyLearner {
             replay_ratio: 0.0,
             steps: 0,
             prioritized: None,
+            lr_decay: None,
             indices: Vec::new(),
             rows: vec![0.0; batch_size.max(1) * layout.row_words()],
             decoded: Vec::new(),
@@ -128,6 +131,14 @@ impl OffPolicyLearner {
     pub fn with_replay_ratio(self, ratio: f64) -> Self {
         Self {
             replay_ratio: ratio,
+            ..self
+        }
+    }
+
+    /// The learning rate falls linearly from `lr` to 0 over `inserts` inserts into the buffer.
+    pub fn with_linear_lr_decay(self, lr: f64, inserts: u64) -> Self {
+        Self {
+            lr_decay: Some((lr, inserts.max(1))),
             ..self
         }
     }
@@ -202,6 +213,10 @@ impl OffPolicyLearner {
     fn train(&mut self, max_steps: usize, until: Option<Instant>) -> Result<Round> {
         let (mut metrics, mut update) = (Default::default(), None);
         for _ in 0..max_steps {
+            if let Some((lr, inserts)) = self.lr_decay {
+                let progress = self.replay.inserted() as f64 / inserts as f64;
+                self.algo.set_lr(lr * (1.0 - progress).max(0.0));
+            }
             let rng = &mut self.rng;
             let drawn = match &mut self.prioritized {
                 Some(p) => {

@@ -115,7 +115,8 @@ impl ActionHead {
 }
 
 /// With `--matmul_precision medium`, batches of fewer rows (an inference worker's few envs) still multiply in
-/// float32: casting the weights would cost more than the bfloat16 product saves.
+/// float32: casting the weights for each batch would cost more than the bfloat16 product saves. (A Q-network acts
+/// through [`Mlp::forward_acting`], which keeps the casts while the weights do not change.)
 const BF16_MIN_ROWS: i64 = 64;
 
 pub(super) struct Mlp {

@@ -13,7 +13,7 @@ use crate::algo::appo::Appo;
 use crate::algo::dqn::Dqn;
 use crate::algo::sac::Sac;
 use crate::algo::OffPolicyAlgo;
-use crate::config::{snapshot_slot, Algo, Config};
+use crate::config::{snapshot_slot, Algo, Config, LrScheduleKind};
 use crate::distributed::AllreduceGradients;
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
@@ -193,11 +193,25 @@ fn on_policy_setup(
     })
 }
 
+/// The transitions policy `policy`'s replay buffer takes over the run: its share of `--train_for_env_steps` (which
+/// counts every agent's steps), by the agents `--agent_policy_map` gives it, else an even share of the policies.
+fn expected_inserts(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<u64> {
+    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let share = match &mapping.by_agent {
+        Some(by_agent) => {
+            by_agent.iter().filter(|&&p| p == policy).count() as f64 / by_agent.len().max(1) as f64
+        }
+        None => 1.0 / mapping.num_policies.max(1) as f64,
+    };
+    Ok((cfg.run.train_for_env_steps as f64 * share).ceil() as u64)
+}
+
 /// A DQN or SAC learner on the policy's replay buffer, continuing from its newest checkpoint if any (weights and
 /// Adam; the buffer starts empty).
 fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &DataPlane) -> Result<Setup> {
     let o = &cfg.off_policy;
-    let layout = transition_layout(cfg, &EnvSpec::of(registry, &cfg.env)?, policy)?;
+    let spec = EnvSpec::of(registry, &cfg.env)?;
+    let layout = transition_layout(cfg, &spec, policy)?;
     let algo: Box<dyn OffPolicyAlgo> = if o.algo == Algo::Sac {
         let actor = new_sac_actor(cfg, registry, policy)?;
         let (obs_dim, action_dim) = (actor.obs_dim() as i64, actor.action_dim() as i64);
@@ -225,7 +239,10 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
             o.prioritized_replay_beta,
             o.prioritized_replay_eps,
         );
-        learner = learner.with_prioritized_replay(exponents, cfg.run.train_for_env_steps);
+        learner = learner.with_prioritized_replay(exponents, expected_inserts(cfg, &spec, policy)?);
+    }
+    if cfg.appo.lr_schedule == LrScheduleKind::LinearDecay {
+        learner = learner.with_linear_lr_decay(cfg.appo.learning_rate, expected_inserts(cfg, &spec, policy)?);
     }
     let checkpointer = if cfg.run.save_experiment {
         Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
