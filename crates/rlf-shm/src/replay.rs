@@ -565,10 +565,11 @@ impl ReplayRing {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             let r = (index % (self.capacity as u64 + 1)) as usize;
             let words = self.words(r);
-            for line in words.chunks(16) {
+            // A row need not start on a cache line: every 16th word, and the last one for the row's last line.
+            for word in words.iter().step_by(16).chain(words.last()) {
                 // SAFETY: a prefetch reads nothing observable and cannot fault; the address is a word of row `r`,
                 // inside the mapping (`words`).
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast::<i8>()) };
+                unsafe { _mm_prefetch::<_MM_HINT_T0>((word as *const AtomicU32).cast::<i8>()) };
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -1305,8 +1305,9 @@ impl Config {
         Ok(())
     }
 
-    /// Settings a run of `--algo dqn` or `--algo sac` refuses to train with, which their networks do not read (an
-    /// experiment saved with them before they were refused still loads for `enjoy` and `eval`: they never applied).
+    /// Settings a run of `--algo dqn` or `--algo sac` refuses to train with, which their networks and learners do not
+    /// read (an experiment saved with them before they were refused still loads for `enjoy` and `eval`: they never
+    /// applied).
     pub fn refuse_off_policy_normalization(&self) -> Result<()> {
         if !self.off_policy.algo.is_off_policy() {
             return Ok(());
@@ -1321,6 +1322,17 @@ impl Config {
                     self.off_policy.algo.name()
                 )));
             }
+        }
+        if !matches!(
+            self.appo.lr_schedule,
+            LrScheduleKind::Constant | LrScheduleKind::LinearDecay
+        ) {
+            let kind = self.appo.lr_schedule.to_possible_value();
+            return Err(RlfError::Config(format!(
+                "--lr_schedule {} adapts to APPO's KL divergence; --algo {} takes constant or linear_decay",
+                kind.as_ref().map_or("", |v| v.get_name()),
+                self.off_policy.algo.name()
+            )));
         }
         Ok(())
     }
@@ -1338,16 +1350,6 @@ impl Config {
             if on {
                 return err(format!("{flag} is not supported with --algo {algo} yet"));
             }
-        }
-        if !matches!(
-            self.appo.lr_schedule,
-            LrScheduleKind::Constant | LrScheduleKind::LinearDecay
-        ) {
-            let kind = self.appo.lr_schedule.to_possible_value();
-            return err(format!(
-                "--lr_schedule {} adapts to APPO's KL divergence; --algo {algo} takes constant or linear_decay",
-                kind.as_ref().map_or("", |v| v.get_name())
-            ));
         }
         let (fits, needs): (fn(&rlf_env::Space) -> bool, _) = match o.algo {
             Algo::Sac => (|s| matches!(s, rlf_env::Space::Box(_)), "Box"),

@@ -181,6 +181,8 @@ impl Dqn {
         if let Some(out) = td_errors {
             *out = Vec::try_from(q.detach().f_sub(&y)?)?;
         }
+        // Adam wrote the weights through its flat buffer, which their version counters do not see.
+        self.online.forget_acting_casts();
         self.version += 1;
         if self.version % self.cfg.target_update_interval.max(1) == 0 {
             self.target.follow(&self.online, self.cfg.tau)?;
@@ -313,6 +315,34 @@ mod tests {
             .expect("act")
             .actions;
         assert_eq!(greedy, [1.0, 0.0]);
+    }
+
+    /// Acting in bfloat16 (`--matmul_precision medium`) with the learner's own network after a step sees the weights
+    /// the step wrote (Adam writes them through its flat buffer, which the casts' version check cannot see).
+    #[test]
+    fn acting_after_training_sees_the_new_weights() {
+        let mut dqn = learner(&[
+            "--matmul_precision=medium",
+            "--nonlinearity=relu",
+            "--learning_rate=0.05",
+        ]);
+        let mut rows = vec![0.0; 4 * layout().row_words()];
+        for (i, row) in rows.chunks_exact_mut(layout().row_words()).enumerate() {
+            let s = [i as f32 / 4.0, 1.0 - i as f32 / 4.0];
+            layout().write(row, &s, &[(i % 2) as f32], 1.0 + i as f32, 0.0, &s);
+        }
+        let batch = Transitions::from_rows(&rows, &layout(), tch::Device::Cpu).expect("batch");
+        let obs = [0.25f32, 0.75, 0.5, 0.5];
+        let before = dqn.model_mut().act(&obs, true).expect("act").values;
+        dqn.train(&batch, None).expect("step");
+        let after = dqn.model_mut().act(&obs, true).expect("act").values;
+        let mut fresh = learner(&["--matmul_precision=medium", "--nonlinearity=relu"]);
+        fresh
+            .model_mut()
+            .load_weights(&dqn.model().weights().expect("weights"))
+            .expect("load");
+        assert_ne!(after, before);
+        assert_eq!(after, fresh.model_mut().act(&obs, true).expect("act").values);
     }
 
     /// Double DQN picks the next action with the online network and values it with the target network; plain

@@ -166,8 +166,9 @@ impl Mlp {
     }
 
     /// [`Mlp::forward`] to act, outside autograd: under `--matmul_precision medium` batches of every size multiply
-    /// in bfloat16, with the weights as cast into `casts` while the weights are unchanged (their version counters,
-    /// which every in-place write moves), instead of casting them for each batch.
+    /// in bfloat16, with the weights as cast into `casts` while their version counters are unchanged (every in-place
+    /// write to these tensors moves them, as every load of published weights does; a write through another view of
+    /// their memory, as Adam's flat buffer, does not: its owner clears `casts`), instead of casting them per batch.
     pub(super) fn forward_acting(&self, x: &Tensor, casts: &mut Option<ActingCasts>) -> Result<Tensor> {
         if !self.bf16 {
             return Ok(self.forward(x));

@@ -66,7 +66,8 @@ pub struct QNetwork {
     named: Vec<(String, Tensor)>,
     /// With an MLP encoder of ReLU layers over the raw observation, where its hand-written gradients go.
     slots: Option<GradientSlots>,
-    /// The encoder's weights as cast for acting in bfloat16 (`--matmul_precision medium`), until they change.
+    /// The encoder's weights as cast for acting in bfloat16 (`--matmul_precision medium`), until they change (a load
+    /// moves their version counters; a learner's step calls [`QNetwork::forget_acting_casts`]).
     acting: Option<ActingCasts>,
     epsilon: f64,
     /// The draws of ε-greedy exploration.
@@ -166,6 +167,12 @@ impl QNetwork {
     pub fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
         let device = self.device();
         load_named_tensors(&mut self.named, tensors, device)
+    }
+
+    /// Forgets the weights as cast for acting (`--matmul_precision medium`), for a write to the weights that their
+    /// version counters do not see: an optimiser's step through the flat buffer the parameters view.
+    pub fn forget_acting_casts(&mut self) {
+        self.acting = None;
     }
 
     /// The exploration rate of [`Policy::act`] when not deterministic.
@@ -462,7 +469,8 @@ mod tests {
     }
 
     /// Under `--matmul_precision medium` an actor's few rows multiply in bfloat16 with the weights cast once, and
-    /// cast again after every change of the weights: a load of published weights, an optimiser's step in place.
+    /// cast again after every change of the weights: a load of published weights, a write in place (a learner's
+    /// steps, which write Adam's flat buffer instead, are `dqn::tests::acting_after_training_sees_the_new_weights`).
     #[test]
     fn acting_in_bfloat16_recasts_the_weights_after_every_change() {
         let overrides = [
