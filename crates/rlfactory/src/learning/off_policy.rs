@@ -66,6 +66,9 @@ pub struct OffPolicyLearner {
     prioritized: Option<Prioritized>,
     /// `--lr_schedule linear_decay`: the initial learning rate, and the inserts over which it falls to 0.
     lr_decay: Option<(f64, u64)>,
+    /// The inserts the SGD steps restored from a checkpoint stood for (a resumed run's buffer starts empty), which
+    /// the schedules over inserts count as done.
+    inserts_before: u64,
 }
 
 /// Prioritised replay's state in the learner.
@@ -120,6 +123,7 @@ impl OffPolicyLearner {
             steps: 0,
             prioritized: None,
             lr_decay: None,
+            inserts_before: 0,
             indices: Vec::new(),
             rows: vec![0.0; batch_size.max(1) * layout.row_words()],
             decoded: Vec::new(),
@@ -214,14 +218,13 @@ impl OffPolicyLearner {
         let (mut metrics, mut update) = (Default::default(), None);
         for _ in 0..max_steps {
             if let Some((lr, inserts)) = self.lr_decay {
-                let progress = self.replay.inserted() as f64 / inserts as f64;
-                self.algo.set_lr(lr * (1.0 - progress).max(0.0));
+                self.algo.set_lr(lr * (1.0 - self.progress(inserts)).max(0.0));
             }
+            let beta_progress = self.prioritized.as_ref().map_or(0.0, |p| self.progress(p.beta.1));
             let rng = &mut self.rng;
             let drawn = match &mut self.prioritized {
                 Some(p) => {
-                    let progress = self.replay.inserted() as f64 / p.beta.1 as f64;
-                    let beta = p.beta.0 + (1.0 - p.beta.0) * progress.min(1.0);
+                    let beta = p.beta.0 + (1.0 - p.beta.0) * beta_progress.min(1.0);
                     p.last_beta = beta;
                     p.sampler.sample(
                         &self.replay,
@@ -280,6 +283,11 @@ impl OffPolicyLearner {
         })
     }
 
+    /// The fraction of `inserts` inserted so far, in this run and (by their SGD steps) before a resume.
+    fn progress(&self, inserts: u64) -> f64 {
+        (self.replay.inserted() + self.inserts_before) as f64 / inserts as f64
+    }
+
     /// Everything a checkpoint holds: the networks' variables, the optimisers' moments, the version.
     pub fn state(&self) -> Result<(Vec<NamedTensor>, TrainingState)> {
         let tensors = self.algo.state_tensors()?;
@@ -294,6 +302,81 @@ impl OffPolicyLearner {
     /// Continues from a checkpoint's weights, the optimisers' moments and version (target networks start as copies
     /// of the loaded ones). Returns whether everything trained was in it.
     pub fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
+        // Under a replay ratio, `version` steps of `batch_size` samples stood for the inserts past
+        // `--learning_starts` that allowed them; without one there is no telling (0).
+        self.inserts_before = match state.version {
+            0 => 0,
+            _ if self.replay_ratio > 0.0 => {
+                let steps = state.version as f64 * self.batch_size as f64 / self.replay_ratio;
+                self.learning_starts + steps.round() as u64
+            }
+            _ => 0,
+        };
         self.algo.restore(tensors, state.version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rlf_env::{BoxSpace, Space};
+
+    use super::*;
+    use crate::algo::dqn::Dqn;
+    use crate::config::{Config, DeviceKind};
+    use crate::model::QNetwork;
+
+    /// A serial-mode DQN learner on a fresh ring of 2-value observations (batches of 4, learning from 8 inserts, 2
+    /// samples per insert), its rate decaying linearly from 0.01 over 1,000 inserts.
+    fn learner() -> OffPolicyLearner {
+        tch::manual_seed(0);
+        let cfg = Config::for_env("CartPole-v1", &[]).expect("config");
+        let obs = Space::Box(BoxSpace::uniform(0.0, 1.0, vec![2]).expect("box"));
+        let net =
+            || QNetwork::new(&obs, &Space::discrete(2), &cfg.model, false, DeviceKind::Cpu).expect("network");
+        let dqn = Dqn::new(net(), net(), &cfg.appo, &cfg.off_policy).expect("dqn");
+        let layout = TransitionLayout::floats(2, 1);
+        let weights =
+            SharedWeights::create(dqn.acting_weights().expect("weights").values.len()).expect("weights");
+        let ring = ReplayRing::create(64, layout.row_words(), None).expect("ring");
+        OffPolicyLearner::new(Box::new(dqn), 0, weights, ring, layout, (4, 8, 1000), 1)
+            .expect("learner")
+            .with_replay_ratio(2.0)
+            .with_linear_lr_decay(0.01, 1000)
+    }
+
+    /// The learning rate of the last step of a round of `train_due` after inserting 16 transitions.
+    fn rate_after_16_inserts(learner: &mut OffPolicyLearner) -> f64 {
+        let layout = TransitionLayout::floats(2, 1);
+        let mut row = vec![0.0; layout.row_words()];
+        for i in 0..16 {
+            layout.write(&mut row, &[0.1, 0.2], &[(i % 2) as f32], 1.0, 0.9, &[0.2, 0.1]);
+            learner.replay.insert(&row, None).expect("insert");
+        }
+        match learner.train_due().expect("train") {
+            Round::Trained { report, .. } => report
+                .metrics
+                .iter()
+                .find(|(k, _)| k == "train/lr")
+                .map(|&(_, v)| v)
+                .expect("train/lr"),
+            other => panic!("no steps: {other:?}"),
+        }
+    }
+
+    /// `--lr_schedule linear_decay` counts the inserts of this run and, after a resume (whose buffer starts empty),
+    /// those the restored SGD steps stood for: `--learning_starts` plus steps × batch / ratio.
+    #[test]
+    fn the_decay_goes_on_from_where_a_resumed_run_left_it() {
+        let mut fresh = learner();
+        let rate = rate_after_16_inserts(&mut fresh);
+        assert!((rate - 0.01 * (1.0 - 16.0 / 1000.0)).abs() < 1e-12, "{rate}");
+
+        let (tensors, mut state) = fresh.state().expect("state");
+        state.version = 100;
+        let mut resumed = learner();
+        assert!(resumed.restore(&tensors, state).expect("restore"));
+        let rate = rate_after_16_inserts(&mut resumed);
+        // 8 + 100 × 4 / 2 = 208 inserts before, 16 now.
+        assert!((rate - 0.01 * (1.0 - 224.0 / 1000.0)).abs() < 1e-12, "{rate}");
     }
 }
