@@ -50,6 +50,24 @@ fn clip(grads: &[Tensor], max_norm: f64) -> f64 {
     }
 }
 
+/// One Adam update of `value` and its moments from the gradient `g`, with `(β₁, β₂, ε)` and the step's
+/// `(lr / (1 − β₁ᵗ), √(1 − β₂ᵗ))` (PyTorch's order of operations).
+fn update(
+    (value, exp_avg, exp_avg_sq): (&mut Tensor, &mut Tensor, &mut Tensor),
+    g: &Tensor,
+    (b1, b2, eps): (f64, f64, f64),
+    (step_size, bias_correction2_sqrt): (f64, f64),
+) -> Result<()> {
+    let _ = exp_avg.f_lerp_(g, 1.0 - b1)?;
+    let _ = exp_avg_sq.f_lerp_(&g.f_square()?, 1.0 - b2)?;
+    let denom = exp_avg_sq
+        .f_sqrt()?
+        .f_div_scalar_(bias_correction2_sqrt)?
+        .f_add_scalar_(eps)?;
+    let _ = value.f_addcdiv_(&exp_avg.f_mul_scalar(-step_size)?, &denom)?;
+    Ok(())
+}
+
 /// Adam's hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
@@ -214,14 +232,12 @@ impl Adam {
                 if !g.defined() {
                     continue;
                 }
-                let _ = p.exp_avg.f_lerp_(g, 1.0 - b1)?;
-                let _ = p.exp_avg_sq.f_lerp_(&g.f_square()?, 1.0 - b2)?;
-                let denom = p
-                    .exp_avg_sq
-                    .f_sqrt()?
-                    .f_div_scalar_(bias_correction2_sqrt)?
-                    .f_add_scalar_(eps)?;
-                let _ = p.value.f_addcdiv_(&p.exp_avg.f_mul_scalar(-step_size)?, &denom)?;
+                update(
+                    (&mut p.value, &mut p.exp_avg, &mut p.exp_avg_sq),
+                    g,
+                    (b1, b2, eps),
+                    (step_size, bias_correction2_sqrt),
+                )?;
             }
             Ok(norm)
         })
@@ -283,16 +299,12 @@ impl Adam {
                 .f_to_device(g.device())?;
         }
         let norm = clip(std::slice::from_ref(&g), max_norm);
-        let _ = self.exp_avg.f_lerp_(&g, 1.0 - b1)?;
-        let _ = self.exp_avg_sq.f_lerp_(&g.f_square()?, 1.0 - b2)?;
-        let denom = self
-            .exp_avg_sq
-            .f_sqrt()?
-            .f_div_scalar_(bias_correction2_sqrt)?
-            .f_add_scalar_(eps)?;
-        let _ = self
-            .flat
-            .f_addcdiv_(&self.exp_avg.f_mul_scalar(-step_size)?, &denom)?;
+        update(
+            (&mut self.flat, &mut self.exp_avg, &mut self.exp_avg_sq),
+            &g,
+            (b1, b2, eps),
+            (step_size, bias_correction2_sqrt),
+        )?;
         if let Some(sync) = &mut self.sync {
             sync.stepped(&self.flat)?;
         }
