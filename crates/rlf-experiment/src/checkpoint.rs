@@ -283,6 +283,18 @@ impl CheckpointStore {
         Ok(true)
     }
 
+    /// Saves `ckpt` into the sub-folder `name` for another reader (population-based training hands one policy's
+    /// weights to another learner this way), where regular saves never rotate it away; that folder keeps its newest
+    /// `keep_checkpoints`, so a reader that takes a while still finds the file it was told of. Returns the sidecar's
+    /// path.
+    pub fn save_aside(&self, name: &str, ckpt: &Checkpoint) -> Result<PathBuf> {
+        let dir = self.dir.join(name);
+        fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let sidecar = write_pair(&dir, Kind::Regular, &ckpt.meta, &serialize(ckpt)?)?;
+        prune(&dir, self.config.keep_checkpoints)?;
+        Ok(sidecar)
+    }
+
     /// Loads the newest intact regular checkpoint. `Ok(None)`: there is none at all (a fresh run). A checkpoint that
     /// is incomplete or corrupt is skipped (and listed in [`Loaded::skipped`]); if all are, the error lists them.
     pub fn load_latest(&self) -> Result<Option<Loaded>> {
@@ -295,19 +307,27 @@ impl CheckpointStore {
     }
 
     fn prune(&self) -> Result<()> {
-        let entries = scan(&self.dir, Kind::Regular)?;
-        let keep = self.config.keep_checkpoints.max(1);
-        let kept: Vec<_> = entries.iter().filter(|e| e.has_sidecar).take(keep).collect();
-        let Some(newest) = kept.first().map(|e| e.key) else {
-            return Ok(());
-        };
-        for e in &entries {
-            if e.key < newest && !kept.iter().any(|k| k.stem == e.stem) {
-                e.remove(&self.dir)?;
-            }
-        }
-        atomic::sync_dir(&self.dir)
+        prune(&self.dir, self.config.keep_checkpoints)
     }
+}
+
+/// Deletes the regular checkpoints of `dir` older than its newest `keep` complete ones.
+fn prune(dir: &Path, keep: usize) -> Result<()> {
+    let entries = scan(dir, Kind::Regular)?;
+    let kept: Vec<_> = entries
+        .iter()
+        .filter(|e| e.has_sidecar)
+        .take(keep.max(1))
+        .collect();
+    let Some(newest) = kept.first().map(|e| e.key) else {
+        return Ok(());
+    };
+    for e in &entries {
+        if e.key < newest && !kept.iter().any(|k| k.stem == e.stem) {
+            e.remove(dir)?;
+        }
+    }
+    atomic::sync_dir(dir)
 }
 
 /// Loads and verifies one checkpoint given its sidecar (`.json`) or weights (`.safetensors`) path.
@@ -678,6 +698,37 @@ mod tests {
         let loaded = store.load_latest().unwrap().unwrap();
         assert_eq!(loaded.checkpoint, ckpt(4, 400, None));
         assert!(loaded.skipped.is_empty());
+    }
+
+    #[test]
+    fn a_checkpoint_saved_aside_outlives_the_rotation_of_regular_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = CheckpointStore::open(dir.path(), CheckpointConfig::default()).unwrap();
+        let aside = store.save_aside("pbt_for_p1", &ckpt(1, 10, None)).unwrap();
+        assert_eq!(aside, dir.path().join("pbt_for_p1/checkpoint_000000001_10.json"));
+        for step in 2..=5 {
+            store.save(&ckpt(step, step * 10, None)).unwrap();
+        }
+        assert_eq!(load_checkpoint(&aside).unwrap(), ckpt(1, 10, None));
+        // The folder aside keeps its own newest two.
+        for step in 6..=7 {
+            store
+                .save_aside("pbt_for_p1", &ckpt(step, step * 10, None))
+                .unwrap();
+        }
+        assert_eq!(
+            names(&dir.path().join("pbt_for_p1")),
+            [
+                "checkpoint_000000006_60.json",
+                "checkpoint_000000006_60.safetensors",
+                "checkpoint_000000007_70.json",
+                "checkpoint_000000007_70.safetensors"
+            ]
+        );
+        assert_eq!(
+            store.load_latest().unwrap().unwrap().checkpoint,
+            ckpt(5, 50, None)
+        );
     }
 
     #[test]

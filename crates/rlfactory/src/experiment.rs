@@ -532,11 +532,46 @@ impl Checkpointer {
     /// With `pool`, the policy's self-play snapshots and their values are saved too.
     pub fn save(
         &mut self,
-        (named, training): (Vec<NamedTensor>, TrainingState),
+        state: (Vec<NamedTensor>, TrainingState),
         request: &CheckpointRequest,
         pool: &[(PoolSnapshot, Vec<f32>)],
     ) -> Result<PathBuf> {
         let started = Instant::now();
+        let ckpt = self.checkpoint(state, request, pool)?;
+        let path = self.store.save(&ckpt)?;
+        let best = request.env_steps >= self.save_best_after && self.store.save_if_best(&ckpt)?;
+        let best_note = if best { " (new best)" } else { "" };
+        self.log(&format!(
+            "saved {}{best_note} in {:.0} ms",
+            path.display(),
+            started.elapsed().as_secs_f64() * 1e3
+        ))?;
+        Ok(path)
+    }
+
+    /// Saves the learner's state for population-based training to hand to policy `to`'s learner: in
+    /// `pbt_for_p<to>/` of this policy's checkpoints, which this policy's regular saves never rotate
+    /// away while the other learner is still to load it.
+    pub fn save_for_policy(
+        &mut self,
+        to: usize,
+        state: (Vec<NamedTensor>, TrainingState),
+        request: &CheckpointRequest,
+        pool: &[(PoolSnapshot, Vec<f32>)],
+    ) -> Result<PathBuf> {
+        let ckpt = self.checkpoint(state, request, pool)?;
+        let path = self.store.save_aside(&format!("pbt_for_p{to}"), &ckpt)?;
+        self.log(&format!("saved {} for policy {to}", path.display()))?;
+        Ok(path)
+    }
+
+    /// The checkpoint of the learner's state, its counts and its self-play pool.
+    fn checkpoint(
+        &self,
+        (named, training): (Vec<NamedTensor>, TrainingState),
+        request: &CheckpointRequest,
+        pool: &[(PoolSnapshot, Vec<f32>)],
+    ) -> Result<Checkpoint> {
         let extra = ExtraState {
             episodes: request.episodes,
             training,
@@ -565,15 +600,7 @@ impl Checkpointer {
                 Tensor::f32(&[values.len()], values.clone()),
             );
         }
-        let path = self.store.save(&ckpt)?;
-        let best = request.env_steps >= self.save_best_after && self.store.save_if_best(&ckpt)?;
-        let best_note = if best { " (new best)" } else { "" };
-        self.log(&format!(
-            "saved {}{best_note} in {:.0} ms",
-            path.display(),
-            started.elapsed().as_secs_f64() * 1e3
-        ))?;
-        Ok(path)
+        Ok(ckpt)
     }
 
     /// Writes `line` to the log file and to stderr.

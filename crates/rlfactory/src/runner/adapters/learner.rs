@@ -396,6 +396,12 @@ impl LearnerNode {
     }
 
     fn save_checkpoint(&mut self) -> Result<Option<std::path::PathBuf>> {
+        self.save_checkpoint_for(None)
+    }
+
+    /// Saves a checkpoint: a regular one, or with `Some(policy)` one handed to that policy's learner
+    /// (see [`Checkpointer::save_for_policy`]).
+    fn save_checkpoint_for(&mut self, to: Option<usize>) -> Result<Option<std::path::PathBuf>> {
         if self.checkpointer.is_none() {
             return Ok(None);
         }
@@ -408,8 +414,14 @@ impl LearnerNode {
         let Some(checkpointer) = &mut self.checkpointer else {
             return Ok(None);
         };
-        let path = checkpointer.save(state, &self.progress, &pool)?;
-        self.saved_version = Some(version);
+        let path = match to {
+            Some(to) => checkpointer.save_for_policy(to, state, &self.progress, &pool)?,
+            None => {
+                let path = checkpointer.save(state, &self.progress, &pool)?;
+                self.saved_version = Some(version);
+                path
+            }
+        };
         Ok(Some(path))
     }
 
@@ -460,18 +472,20 @@ impl LearnerNode {
             return;
         };
         let result = match update.replace_from {
-            Some(from) if from == me && update.policy != me => self.save_checkpoint().and_then(|path| {
-                let (Some(path), Some(signal)) = (path, self.signals.pbt_weights_saved) else {
-                    return Ok(());
-                };
-                sent(ctx.emit(
-                    &signal,
-                    &PbtWeightsSaved {
-                        update: *update,
-                        path,
-                    },
-                ))
-            }),
+            Some(from) if from == me && update.policy != me => {
+                self.save_checkpoint_for(Some(update.policy)).and_then(|path| {
+                    let (Some(path), Some(signal)) = (path, self.signals.pbt_weights_saved) else {
+                        return Ok(());
+                    };
+                    sent(ctx.emit(
+                        &signal,
+                        &PbtWeightsSaved {
+                            update: *update,
+                            path,
+                        },
+                    ))
+                })
+            }
             None if update.policy == me => {
                 if let Some(learner) = &mut self.learner {
                     learner.set_hyper(&update.hyper);
