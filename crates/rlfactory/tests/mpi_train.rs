@@ -34,6 +34,7 @@ fn mpirun(ranks: usize, tag: &str, args: &[String]) -> Command {
             "--mpi",
         ])
         .args(args)
+        .args(common::extra_train_flags())
         .env(TAG, tag);
     command
 }

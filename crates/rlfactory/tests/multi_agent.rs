@@ -363,7 +363,12 @@ fn connect_four_self_play_beats_the_random_player_nine_times_in_ten() {
         "ratings: latest {elo}, lowest snapshot {lowest}\n{sp}"
     );
     let rate = connect_four_win_rate_against_random(&train_dir, "c4");
-    assert!(rate >= 0.9, "win rate {rate} against the random player");
+    let outcome = common::Outcome {
+        passed: rate >= 0.9,
+        figure: format!("win rate {rate}"),
+    };
+    common::report("c4_self_play", 1, &outcome);
+    assert!(outcome.passed, "win rate {rate} against the random player");
     // Against an early checkpoint (20K moves) of another run, both sampling their moves (measured
     // 0.77 on 100 games).
     let output = run(&[
@@ -433,7 +438,12 @@ fn connect_four_team_self_play_beats_the_random_player_nine_times_in_ten() {
         "{games} games, {episodes} episodes\n{sp}"
     );
     let rate = connect_four_win_rate_against_random(&train_dir, "teams");
-    assert!(rate >= 0.9, "win rate {rate} against the random player");
+    let outcome = common::Outcome {
+        passed: rate >= 0.9,
+        figure: format!("win rate {rate}"),
+    };
+    common::report("c4_team_self_play", 1, &outcome);
+    assert!(outcome.passed, "win rate {rate} against the random player");
 }
 
 /// Connect Four from scratch with the built-in `heuristic` player (which takes a win and blocks
@@ -475,5 +485,10 @@ fn connect_four_trained_against_the_heuristic_too_beats_the_random_player_nine_t
         "{against} against the heuristic while training\n{sp}"
     );
     let rate = connect_four_win_rate_against_random(&train_dir, "c4");
-    assert!(rate >= 0.9, "win rate {rate} against the random player");
+    let outcome = common::Outcome {
+        passed: rate >= 0.9,
+        figure: format!("win rate {rate}, {against} against the heuristic"),
+    };
+    common::report("c4_heuristic", 1, &outcome);
+    assert!(outcome.passed, "win rate {rate} against the random player");
 }

@@ -23,7 +23,8 @@ fn spawn_train(args: &[String]) -> (u32, mpsc::Receiver<String>, mpsc::Receiver<
     let run = spawn(
         Command::new(BIN)
             .args(["train", "--env=CartPole-v1", "--report_interval_sec=0.1"])
-            .args(args),
+            .args(args)
+            .args(common::extra_train_flags()),
     );
     (run.pid, run.lines, run.exited)
 }
@@ -45,13 +46,18 @@ fn the_default_parallel_configuration_learns_cartpole() {
             "--seed=1",
         ])
         .arg(format!("--summary_json={}", out.display()))
+        .args(common::extra_train_flags())
         .stderr(Stdio::null())
         .status()
         .expect("run");
     assert!(status.success());
     let s = summary(&out);
-    assert_eq!(s["reached_reward"], true, "{s}");
-    assert!(s["frames_to_reward"].as_u64().expect("frames") <= 1_500_000);
+    let outcome = common::Outcome {
+        passed: s["reached_reward"] == true && s["frames_to_reward"].as_u64().is_some_and(|f| f <= 1_500_000),
+        figure: format!("475 after {} frames", s["frames_to_reward"]),
+    };
+    common::report("parallel_cartpole", 1, &outcome);
+    assert!(outcome.passed, "{s}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -2,8 +2,11 @@
 //! CartPole-v1 reaches a mean return of 475 over the last 100 episodes within 150K env frames, on
 //! each fixed seed, through the whole component graph.
 
+mod common;
+
 use std::time::Instant;
 
+use common::{extra_train_flags, report, Outcome};
 use rlfactory::config::Config;
 use rlfactory::runner::train;
 
@@ -16,22 +19,27 @@ const CONFIG: &str = concat!(
 fn cartpole_reaches_475_within_150k_frames_on_five_seeds() {
     let mut failures = Vec::new();
     for seed in [1, 2, 3, 4, 5] {
-        let (seed_flag, config_flag) = (format!("--seed={seed}"), format!("--config={CONFIG}"));
-        let flags = [
-            &*config_flag,
-            &*seed_flag,
-            "--save_experiment=false",
-            "--report_interval_sec=0",
+        let mut flags = vec![
+            format!("--config={CONFIG}"),
+            format!("--seed={seed}"),
+            "--save_experiment=false".to_owned(),
+            "--report_interval_sec=0".to_owned(),
         ];
+        flags.extend(extra_train_flags());
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let cfg = Config::for_env("CartPole-v1", &flags).expect("config");
         assert!(cfg.run.serial_mode && cfg.run.stop_at_reward == Some(475.0));
         assert_eq!(cfg.run.train_for_env_steps, 150_000);
         let summary = train(&cfg, Instant::now()).expect("training runs");
-        eprintln!(
-            "seed {seed}: {} frames, {:.1} s, {:.0} fps, mean return {:?}",
-            summary.env_frames, summary.wall_seconds, summary.fps, summary.mean_return
-        );
-        if !summary.reached_reward || summary.env_frames > 150_000 {
+        let outcome = Outcome {
+            passed: summary.reached_reward && summary.env_frames <= 150_000,
+            figure: format!(
+                "{} frames, {:.1} s, mean return {:?}",
+                summary.env_frames, summary.wall_seconds, summary.mean_return
+            ),
+        };
+        report("ppo_cartpole", seed, &outcome);
+        if !outcome.passed {
             failures.push((seed, summary.env_frames, summary.mean_return));
         }
     }

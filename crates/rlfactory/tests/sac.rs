@@ -7,7 +7,10 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{child_of_loop, eval_mean_return, expect_failed_run, run, spawn, summary, temp_dir, text, BIN};
+use common::{
+    child_of_loop, eval_mean_return, expect_failed_run, report, run, spawn, summary, temp_dir, text, Outcome,
+    BIN,
+};
 
 fn eval(train_dir: &std::path::Path, episodes: usize) -> std::process::Output {
     run(&[
@@ -53,7 +56,12 @@ fn sac_learns_pendulum_within_20k_steps() {
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
     let ret = eval_mean_return(&stdout);
-    assert!(ret >= -200.0, "the deterministic policy's mean return {ret}");
+    let outcome = Outcome {
+        passed: ret >= -200.0,
+        figure: format!("{ret:.2}"),
+    };
+    report("sac_pendulum", 1, &outcome);
+    assert!(outcome.passed, "the deterministic policy's mean return {ret}");
 }
 
 /// Serial mode: the rollout worker, inference and the learner on one loop, the learner taking after each

@@ -53,9 +53,98 @@ pub fn output(command: &mut Command) -> Output {
     out
 }
 
-/// Runs `rlfactory args` to the end; checks that it left no shared memory.
+/// Runs `rlfactory args` to the end; checks that it left no shared memory. A `train` gets the
+/// [`extra_train_flags`] last.
 pub fn run(args: &[&str]) -> Output {
-    output(Command::new(BIN).args(args))
+    let mut command = Command::new(BIN);
+    command.args(args);
+    if args.first() == Some(&"train") {
+        command.args(extra_train_flags());
+    }
+    output(&mut command)
+}
+
+/// Flags that `scripts/test_portability` adds to every training run of the tests: `--num_threads=N` when
+/// `RLF_TEST_NUM_THREADS` is `N` (libtorch's intra-op threads, which change how its products are summed). None
+/// otherwise: the tests' own flags stand.
+pub fn extra_train_flags() -> Vec<String> {
+    match std::env::var("RLF_TEST_NUM_THREADS") {
+        Ok(n) if !n.is_empty() => vec![format!("--num_threads={n}")],
+        _ => Vec::new(),
+    }
+}
+
+/// What one seed of a learning test reached: whether it met the test's target, and the figure that decided it.
+pub struct Outcome {
+    pub passed: bool,
+    pub figure: String,
+}
+
+/// Prints one seed's outcome as `learning: <test> seed <seed>: <figure> (pass|fail)`, the line
+/// `scripts/test_portability` collects (with `--nocapture`).
+pub fn report(test: &str, seed: u64, outcome: &Outcome) {
+    let verdict = if outcome.passed { "pass" } else { "fail" };
+    eprintln!("learning: {test} seed {seed}: {} ({verdict})", outcome.figure);
+}
+
+/// Runs `attempt` on each of `seeds`, up to `at_once` at a time (2 for runs in their own processes on 2 cores, 1 for
+/// runs inside the test's process, which share libtorch's global state): the results in the order of `seeds`.
+pub fn each_seed<T: Send>(seeds: &[u64], at_once: usize, attempt: impl Fn(u64) -> T + Sync) -> Vec<T> {
+    let attempt = &attempt;
+    seeds
+        .chunks(at_once.max(1))
+        .flat_map(|batch| {
+            std::thread::scope(|scope| {
+                let runs: Vec<_> = batch
+                    .iter()
+                    .map(|&seed| scope.spawn(move || attempt(seed)))
+                    .collect();
+                runs.into_iter()
+                    .map(|run| {
+                        run.join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .collect::<Vec<T>>()
+            })
+        })
+        .collect()
+}
+
+/// A learning test over several seeds: runs `attempt` on `seeds` in order, up to `at_once` at a time (as
+/// [`each_seed`]) and never more than are still needed, until `needed` of them have passed or too few are left to
+/// get there. Reports each seed's outcome; panics, with every seed's figure, when fewer than `needed` passed.
+pub fn assert_seeds_pass(
+    test: &str,
+    needed: usize,
+    seeds: &[u64],
+    at_once: usize,
+    attempt: impl Fn(u64) -> Outcome + Sync,
+) {
+    let mut outcomes: Vec<(u64, Outcome)> = Vec::new();
+    let mut left = seeds;
+    loop {
+        let passed = outcomes.iter().filter(|(_, o)| o.passed).count();
+        if passed >= needed || passed + left.len() < needed {
+            break;
+        }
+        let (batch, rest) = left.split_at((needed - passed).min(at_once).min(left.len()));
+        left = rest;
+        let done = each_seed(batch, at_once, &attempt);
+        for (seed, outcome) in batch.iter().zip(done) {
+            report(test, *seed, &outcome);
+            outcomes.push((*seed, outcome));
+        }
+    }
+    let passed = outcomes.iter().filter(|(_, o)| o.passed).count();
+    let figures: Vec<String> = outcomes
+        .iter()
+        .map(|(seed, o)| format!("seed {seed}: {}", o.figure))
+        .collect();
+    assert!(
+        passed >= needed,
+        "{test}: {passed} of the seeds {seeds:?} met the target, {needed} needed ({})",
+        figures.join(", ")
+    );
 }
 
 /// Runs `rlfactory train` with `flags`, no experiment folder and no progress line, to the end;
@@ -226,7 +315,8 @@ pub fn train_with_module(dir: &Path, name: &str, code: &str, flags: &[&str]) -> 
             .args(["train", "--experiment=exp", "--report_interval_sec=0"])
             .arg(format!("--train_dir={}", dir.display()))
             .arg(format!("--summary_json={}", out.display()))
-            .args(flags),
+            .args(flags)
+            .args(extra_train_flags()),
     );
     assert!(run.status.success(), "{}", text(&run.stderr));
     summary(&out)
