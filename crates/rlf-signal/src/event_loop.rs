@@ -228,6 +228,8 @@ pub struct LoopCore {
     incarnation: u32,
     /// The heartbeat interval, on a loop that sends heartbeats (none on the main loop).
     heartbeat: Option<Duration>,
+    /// The application is stopping: this loop's objects have run their `on_stopping`.
+    stopping: bool,
 }
 
 impl std::fmt::Debug for LoopCore {
@@ -658,6 +660,13 @@ impl<'a, T: 'static> Ctx<'a, T> {
         self.core.report(Control::Fault(fault));
     }
 
+    /// Whether the application is stopping: this loop has run its objects' `on_stopping`
+    /// ([`Component::on_stopping`](crate::Component::on_stopping)). A slot that would queue more work for
+    /// its own loop does not, so that the loop can drain.
+    pub fn stopping(&self) -> bool {
+        self.core.stopping
+    }
+
     /// This object's name.
     pub fn object_name(&self) -> &str {
         self.core
@@ -802,6 +811,7 @@ impl EventLoop {
             events: Vec::new(),
             incarnation: plan.incarnation,
             heartbeat: plan.heartbeat.filter(|_| supervisor.is_none()),
+            stopping: false,
         };
         let mut live: Vec<Option<Live>> = (0..core.names.objects.len()).map(|_| None).collect();
         for (id, factory) in plan.objects {
@@ -851,7 +861,9 @@ impl EventLoop {
                 self.flush_local();
                 if let Some(sup) = &mut self.supervisor {
                     sup.tick(&mut self.core);
-                    if sup.finished() {
+                    let finished = sup.finished();
+                    self.on_supervisor_stopping();
+                    if finished {
                         self.begin_drain();
                     }
                 }
@@ -1048,12 +1060,36 @@ impl EventLoop {
 
     fn on_control(&mut self, c: Control) {
         match &mut self.supervisor {
-            Some(sup) => sup.on_control(c, &mut self.core),
+            Some(sup) => {
+                sup.on_control(c, &mut self.core);
+                self.on_supervisor_stopping();
+            }
             None => {
                 if let Control::Stop = c {
+                    self.begin_stopping();
                     self.begin_drain();
                 }
             }
+        }
+    }
+
+    /// On the main loop: once the supervisor has begun the stop (and told the other loops), its objects' `on_stopping`.
+    fn on_supervisor_stopping(&mut self) {
+        if self.supervisor.as_ref().is_some_and(Supervisor::stopping) {
+            self.begin_stopping();
+        }
+    }
+
+    /// Runs every object's `on_stopping`, once.
+    fn begin_stopping(&mut self) {
+        if std::mem::replace(&mut self.core.stopping, true) {
+            return;
+        }
+        for id in self.objects.ids() {
+            self.objects
+                .invoke(id, "on_stopping", &mut self.core, |obj, core| {
+                    obj.stopping(core, id)
+                });
         }
     }
 }

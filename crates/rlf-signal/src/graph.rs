@@ -24,6 +24,17 @@ pub trait Component: 'static {
         let _ = ctx;
     }
 
+    /// Runs once when the application begins to stop (a stop request, a fault, SIGINT or SIGTERM), on the main loop
+    /// right after it has told the other loops, and on each other loop when it is told, before it drains its queued
+    /// signals. A component whose work waits on something outside its loop (a futex in shared memory) ends that wait
+    /// here, so that the loops waiting for it can stop; slots are still delivered after it.
+    fn on_stopping(&mut self, ctx: &mut Ctx<'_, Self>)
+    where
+        Self: Sized,
+    {
+        let _ = ctx;
+    }
+
     /// Runs once the loop has drained its queued signals during a graceful stop.
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>)
     where
@@ -509,6 +520,7 @@ where
 pub(crate) trait ObjectBox {
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn start(&mut self, core: &mut LoopCore, me: u32);
+    fn stopping(&mut self, core: &mut LoopCore, me: u32);
     fn stop(&mut self, core: &mut LoopCore, me: u32);
 }
 
@@ -520,6 +532,9 @@ impl<T: Component> ObjectBox for Holder<T> {
     }
     fn start(&mut self, core: &mut LoopCore, me: u32) {
         self.0.on_start(&mut Ctx::new(core, me));
+    }
+    fn stopping(&mut self, core: &mut LoopCore, me: u32) {
+        self.0.on_stopping(&mut Ctx::new(core, me));
     }
     fn stop(&mut self, core: &mut LoopCore, me: u32) {
         self.0.on_stop(&mut Ctx::new(core, me));

@@ -487,6 +487,11 @@ impl Supervisor {
         }
     }
 
+    /// Whether the stop has begun.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping
+    }
+
     /// Sends `Stop` to every loop still running (once).
     pub(crate) fn begin_stop(&mut self, core: &mut LoopCore) {
         if self.stopping {

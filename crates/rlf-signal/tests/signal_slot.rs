@@ -200,6 +200,78 @@ mod inlet {
     }
 }
 
+/// An object that keeps queuing work for its own loop (an off-policy learner's next round) stops when the
+/// application does: its `on_stopping` runs when the stop begins (after the main loop's), `Ctx::stopping` tells its
+/// slot to queue no more, and the loop drains and runs `on_stop` well within the stop timeout (which would otherwise
+/// be a fault: the loop never drains).
+mod stopping {
+    use super::*;
+
+    pub struct Stopper {
+        pub sink: Sink,
+    }
+    pub struct Spinner {
+        pub tick: Signal<u32>,
+        pub sink: Sink,
+        pub ticks: u32,
+    }
+
+    impl Component for Stopper {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.timer_once(Duration::from_millis(50), |_: &mut Self, c| c.stop_app());
+        }
+        fn on_stopping(&mut self, ctx: &mut Ctx<Self>) {
+            record(&self.sink, "main_stopping", i64::from(u8::from(ctx.stopping())));
+        }
+    }
+    impl Component for Spinner {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.emit(&self.tick, &0).expect("the first tick");
+        }
+        fn on_stopping(&mut self, _: &mut Ctx<Self>) {
+            record(&self.sink, "stopping", i64::from(self.ticks));
+        }
+        fn on_stop(&mut self, ctx: &mut Ctx<Self>) {
+            record(&self.sink, "stopped", i64::from(u8::from(ctx.stopping())));
+        }
+    }
+    impl Spinner {
+        fn on_tick(&mut self, ctx: &mut Ctx<Self>, n: &u32) {
+            if ctx.stopping() {
+                return;
+            }
+            self.ticks += 1;
+            ctx.emit(&self.tick, &(n + 1)).expect("the next tick");
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        let c = cfg(app)?;
+        let main = app.main_loop();
+        let far = place(app, &c, "far");
+        let stopper = app.object::<Stopper>(main, "stopper");
+        let spinner = app.object::<Spinner>(far, "spinner");
+        let tick = app.signal::<u32, _>(spinner, "tick");
+        app.connect(tick, spinner, Spinner::on_tick);
+        let main_sink = sink.clone();
+        app.construct(stopper, move || Stopper { sink: main_sink });
+        app.construct(spinner, move || Spinner { tick, sink, ticks: 0 });
+        Ok(())
+    }
+
+    pub fn test(mode: Mode) -> Result<(), Failed> {
+        let sink = Sink::default();
+        let app = App::new("stopping").with_config(&Cfg { mode, n: 0 })?;
+        let built = sink.clone();
+        let o = app.run(move |b| build(b, built))?;
+        expect_success(&o)?;
+        check(values(&sink, "main_stopping") == [1], || format!("{sink:?}"))?;
+        let stopping = values(&sink, "stopping");
+        check(stopping.len() == 1 && stopping[0] > 0, || format!("{sink:?}"))?;
+        check(values(&sink, "stopped") == [1], || format!("{sink:?}"))
+    }
+}
+
 mod pingpong {
     use super::*;
 
@@ -1885,6 +1957,10 @@ fn main() -> ExitCode {
         trials.push(Trial::test(
             format!("timers_deadline_order_never_early_{tag}"),
             move || timers::test(mode),
+        ));
+        trials.push(Trial::test(
+            format!("a_self_requeuing_object_stops_with_the_app_{tag}"),
+            move || stopping::test(mode),
         ));
     }
     libtest_mimic::run(&args, trials).exit()
