@@ -64,6 +64,39 @@ fn sac_learns_pendulum_within_20k_steps() {
     assert!(outcome.passed, "the deterministic policy's mean return {ret}");
 }
 
+/// SIGTERM (a cluster's preemption) on a parallel SAC run, whose learner process waits on its replay buffer between
+/// rounds: the run stops at once, without waiting out the stop timeout (it took those 20 s, exited 1 and saved the
+/// published actor alone), exits 143, and its last checkpoint holds the actor, the critics, their targets, the
+/// temperature and the three optimisers' moments.
+#[test]
+fn sigterm_on_a_parallel_sac_run_saves_every_network_the_temperature_and_adams_moments() {
+    let dir = temp_dir("sac-sigterm");
+    let args: Vec<String> = [
+        "train",
+        "--env=Pendulum-v1",
+        "--algo=sac",
+        "--experiment=exp",
+        "--learning_starts=500",
+        "--train_for_env_steps=10000000",
+        "--report_interval_sec=0.2",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([format!("--train_dir={}", dir.path().display())])
+    .collect();
+    let (status, seconds) = common::interrupt_when_trained(&args, "TERM");
+    assert_eq!(status.code(), Some(143), "exit {status} after {seconds:.2} s");
+    assert!(seconds < 10.0, "{seconds:.2} s from SIGTERM to the exit");
+    let (names, sidecar) = common::newest_checkpoint(dir.path());
+    assert_eq!(sidecar["extra"]["adam_moments_saved"], true, "{sidecar}");
+    for prefix in ["actor.", "critic.", "target.critic.", "log_alpha", "adam."] {
+        assert!(
+            names.iter().any(|n| n.starts_with(prefix)),
+            "no {prefix}* in {names:?}"
+        );
+    }
+}
+
 /// Serial mode: the rollout worker, inference and the learner on one loop, the learner taking after each
 /// trajectory the SGD steps its transitions are due (every env's last step waits for the next one to be a row).
 #[test]

@@ -92,12 +92,17 @@ impl Dqn {
         self.optimizer.lr()
     }
 
-    /// Restores the version, the optimiser's moments (from `tensors`, a checkpoint's) and the target network (a
-    /// copy of the online one, loaded before). Returns whether the moments were there.
+    /// Restores the version, the optimiser's moments and the target network (from `tensors`, a checkpoint's; a
+    /// copy of the online one, loaded before, when the checkpoint has none). Returns whether the moments were there.
     pub fn restore(&mut self, version: u64, tensors: &[NamedTensor]) -> Result<bool> {
         self.version = version;
         let moments = self.optimizer.load_state(tensors, version)?;
-        self.target.follow(&self.online, 1.0)?;
+        let target = NamedTensor::unprefixed(NamedTensor::TARGET_PREFIX, tensors);
+        if target.is_empty() {
+            self.target.follow(&self.online, 1.0)?;
+        } else {
+            self.target.load_named_tensors(&target)?;
+        }
         Ok(moments)
     }
 
@@ -227,8 +232,13 @@ impl OffPolicyAlgo for Dqn {
         self.online.weights()
     }
 
+    /// The online network's variables, the target network's (as `target.<name>`) and the optimiser's moments.
     fn state_tensors(&self) -> Result<Vec<NamedTensor>> {
         let mut tensors = self.online.named_tensors()?;
+        tensors.extend(NamedTensor::prefixed(
+            NamedTensor::TARGET_PREFIX,
+            self.target.named_tensors()?,
+        ));
         tensors.extend(self.optimizer.state()?);
         Ok(tensors)
     }
@@ -315,6 +325,48 @@ mod tests {
             .expect("act")
             .actions;
         assert_eq!(greedy, [1.0, 0.0]);
+    }
+
+    /// A checkpoint's tensors restore the online network, the target network (Polyak averaging has moved it away
+    /// from the online one) and Adam's moments, so that a restored learner's next steps are the original's.
+    #[test]
+    fn state_round_trips_with_the_target_network() {
+        let flags = [
+            "--tau=0.1",
+            "--target_update_interval=1",
+            "--encoder_mlp_layers=16",
+        ];
+        let mut dqn = learner(&flags);
+        let w = layout().row_words();
+        let mut rows = vec![0.0; 8 * w];
+        for (i, row) in rows.chunks_exact_mut(w).enumerate() {
+            layout().write(
+                row,
+                &[i as f32 / 8.0, 1.0],
+                &[(i % 2) as f32],
+                1.0,
+                0.9,
+                &[0.5, 0.5],
+            );
+        }
+        let batch = Transitions::from_rows(&rows, &layout(), tch::Device::Cpu).expect("batch");
+        for _ in 0..5 {
+            dqn.train(&batch, None).expect("step");
+        }
+        let saved = dqn.state_tensors().expect("state");
+        let target = NamedTensor::unprefixed(NamedTensor::TARGET_PREFIX, &saved);
+        assert!(!target.is_empty() && target != dqn.model().named_tensors().expect("online"));
+        let mut other = learner(&flags);
+        assert!(OffPolicyAlgo::restore(&mut other, &saved, 5).expect("restore"));
+        assert_eq!(other.state_tensors().expect("state"), saved);
+        for _ in 0..3 {
+            dqn.train(&batch, None).expect("step");
+            other.train(&batch, None).expect("step");
+        }
+        assert_eq!(
+            other.state_tensors().expect("state"),
+            dqn.state_tensors().expect("state")
+        );
     }
 
     /// Acting in bfloat16 (`--matmul_precision medium`) with the learner's own network after a step sees the weights

@@ -211,11 +211,15 @@ impl OffPolicyAlgo for Sac {
         self.actor.weights()
     }
 
-    /// The actor's and the critics' variables, `log_alpha`, and the three optimisers' moments (the target networks
-    /// are not saved: a restored learner starts them as a copy of the critics, as DQN does).
+    /// The actor's, the critics' and the target critics' variables (these as `target.<name>`), `log_alpha`, and
+    /// the three optimisers' moments.
     fn state_tensors(&self) -> Result<Vec<NamedTensor>> {
         let mut tensors = self.actor.named_tensors()?;
         tensors.extend(self.critic.named_tensors()?);
+        tensors.extend(NamedTensor::prefixed(
+            NamedTensor::TARGET_PREFIX,
+            self.target.named_tensors()?,
+        ));
         tensors.push(NamedTensor {
             name: LOG_ALPHA.to_owned(),
             shape: vec![1],
@@ -232,7 +236,8 @@ impl OffPolicyAlgo for Sac {
     }
 
     /// The actor's variables must be in `tensors`. Critics and temperature missing (a checkpoint a lost learner's
-    /// published actor was saved into) restart fresh, and the result is `false`, as it is without moments.
+    /// published actor was saved into) restart fresh, and the result is `false`, as it is without moments; target
+    /// critics missing (a checkpoint saved before they were) start as a copy of the critics.
     fn restore(&mut self, tensors: &[NamedTensor], version: u64) -> Result<bool> {
         self.actor.load_named_tensors(tensors)?;
         self.version = version;
@@ -240,7 +245,12 @@ impl OffPolicyAlgo for Sac {
         if critics {
             self.critic.load_named_tensors(tensors)?;
         }
-        self.target.follow(&self.critic, 1.0)?;
+        let target = NamedTensor::unprefixed(NamedTensor::TARGET_PREFIX, tensors);
+        if critics && !target.is_empty() {
+            self.target.load_named_tensors(&target)?;
+        } else {
+            self.target.follow(&self.critic, 1.0)?;
+        }
         let alpha = tensors.iter().find(|t| t.name == LOG_ALPHA);
         if let Some(saved) = alpha.and_then(|t| t.values.first()) {
             tch::no_grad(|| self.log_alpha.f_fill_(f64::from(*saved)).map(drop))?;
@@ -319,8 +329,9 @@ mod tests {
         assert!(sac.alpha() < 0.5, "alpha {} ({metrics:?})", sac.alpha());
     }
 
-    /// A checkpoint's tensors restore the actor, the critics, the temperature and the optimisers' moments; a
-    /// checkpoint of the actor alone restores it and says that the rest starts afresh.
+    /// A checkpoint's tensors restore the actor, the critics, their targets (which Polyak averaging has moved away
+    /// from the critics), the temperature and the optimisers' moments; a checkpoint of the actor alone restores it and
+    /// says that the rest starts afresh.
     #[test]
     fn state_round_trips_and_an_actor_alone_restores() {
         let mut sac = learner(&["--encoder_mlp_layers=16"]);
@@ -334,6 +345,8 @@ mod tests {
             sac.train(&batch, None).expect("step");
         }
         let saved = sac.state_tensors().expect("state");
+        let target = NamedTensor::unprefixed(NamedTensor::TARGET_PREFIX, &saved);
+        assert!(!target.is_empty() && target != sac.critic().named_tensors().expect("critics"));
         let mut other = learner(&["--encoder_mlp_layers=16"]);
         assert!(other.restore(&saved, 5).expect("restore"));
         assert_eq!(other.state_tensors().expect("state"), saved);

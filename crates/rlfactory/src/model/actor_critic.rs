@@ -1065,6 +1065,36 @@ pub struct NamedTensor {
     pub values: Vec<f32>,
 }
 
+impl NamedTensor {
+    /// The prefix a learner's target network is saved under (`target.` and the network's own names), beside the
+    /// network it follows.
+    pub const TARGET_PREFIX: &'static str = "target.";
+
+    /// `tensors`, each renamed `<prefix><name>`.
+    pub fn prefixed(prefix: &str, tensors: Vec<NamedTensor>) -> Vec<NamedTensor> {
+        tensors
+            .into_iter()
+            .map(|t| NamedTensor {
+                name: format!("{prefix}{}", t.name),
+                ..t
+            })
+            .collect()
+    }
+
+    /// The tensors of `tensors` named `<prefix>...`, with the prefix taken off; none when there are none.
+    pub fn unprefixed(prefix: &str, tensors: &[NamedTensor]) -> Vec<NamedTensor> {
+        tensors
+            .iter()
+            .filter_map(|t| {
+                t.name.strip_prefix(prefix).map(|name| NamedTensor {
+                    name: name.to_owned(),
+                    ..t.clone()
+                })
+            })
+            .collect()
+    }
+}
+
 pub(super) fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
     Ok(Vec::<f32>::try_from(
         t.f_to_kind(Kind::Float)?

@@ -165,6 +165,62 @@ pub fn train_summary(flags: &[String]) -> serde_json::Value {
     summary(&out)
 }
 
+/// Starts `rlfactory args` (a `train` whose `--report_interval_sec` is short), waits until its learner has trained
+/// (a progress line past version 0), sends it `signal` (`INT` or `TERM`, to the main process alone, as a terminal's
+/// Ctrl-C reaches a shell's job) and waits for it to exit: its status and the seconds from the signal to the exit.
+/// Checks that it left no shared memory.
+pub fn interrupt_when_trained(args: &[String], signal: &str) -> (ExitStatus, f64) {
+    let run = spawn(Command::new(BIN).args(args));
+    loop {
+        let line = run
+            .lines
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("a progress line with a trained version");
+        let version = line
+            .split("| version ")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok());
+        if version.is_some_and(|v| v > 0) {
+            break;
+        }
+    }
+    let sent = std::time::Instant::now();
+    let kill = Command::new("kill")
+        .args([&format!("-{signal}"), &run.pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let status = run
+        .exited
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the run exits after the signal");
+    let seconds = sent.elapsed().as_secs_f64();
+    let log: Vec<String> = run.lines.try_iter().collect();
+    eprintln!("{signal}: exit {status} after {seconds:.2} s\n{}", log.join("\n"));
+    assert_no_segments(run.pid);
+    (status, seconds)
+}
+
+/// The tensor names of the newest checkpoint of policy 0 of experiment `exp` in `train_dir`, and its sidecar.
+pub fn newest_checkpoint(train_dir: &Path) -> (Vec<String>, serde_json::Value) {
+    let dir = train_dir.join("exp/checkpoint_p0");
+    let newest = std::fs::read_dir(&dir)
+        .expect("checkpoint folder")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_"))
+        })
+        .max()
+        .unwrap_or_else(|| panic!("no checkpoint in {}", dir.display()));
+    let checkpoint = rlf_experiment::load_checkpoint(&newest).expect("the checkpoint loads");
+    let sidecar = serde_json::from_slice(&std::fs::read(&newest).expect("sidecar")).expect("sidecar is JSON");
+    (checkpoint.tensors.keys().cloned().collect(), sidecar)
+}
+
 /// A running process: its pid, its stderr lines and its exit status, each from a thread blocked
 /// on it.
 pub struct Watched {

@@ -443,11 +443,15 @@ impl LearnerNode {
     }
 
     /// Off-policy: one round of training (a wait for data, then SGD steps while the buffer allows), its report
-    /// and publication emitted, and the next round asked for; none once the buffer is closed (the run stops).
+    /// and publication emitted, and the next round asked for; none once the run stops (the buffer closed, or this
+    /// loop told to stop: without a rate limit a round never waits), so that the loop drains and saves.
     pub fn on_train_tick(&mut self, ctx: &mut Ctx<'_, Self>, _tick: &TrainTick) {
         let (Some(learner), Some(tick)) = (&mut self.off_policy, self.signals.train_tick) else {
             return;
         };
+        if ctx.stopping() {
+            return;
+        }
         let result = learner
             .train_round(Instant::now() + self.round_wait)
             .and_then(|round| match round {

@@ -362,6 +362,12 @@ impl Component for RunnerNode {
         }
     }
 
+    /// The run begins to stop (SIGINT, SIGTERM, a fault, the end): the replay buffers close at once, which ends the
+    /// off-policy learners' waits for data and the rollout workers' waits for the learners, in every process.
+    fn on_stopping(&mut self, _ctx: &mut Ctx<'_, Self>) {
+        self.close_replays();
+    }
+
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.close_replays();
         let summary = self.runner.summary();
