@@ -68,6 +68,16 @@ pub enum Error {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// Another process holds the experiment's lock: it is running in that folder.
+    #[error("experiment {} is in use by {}: one run per experiment (its lock: {})", dir.display(), holder.map_or_else(|| "another process".to_owned(), |pid| format!("process {pid}")), lock.display())]
+    Locked {
+        /// The experiment folder.
+        dir: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// The PID the holder wrote into the lock file, if it could be read.
+        holder: Option<u32>,
+    },
     /// The plotting library failed.
     #[error("{}: cannot draw the plot: {reason}", path.display())]
     Plot {

@@ -207,6 +207,51 @@ impl Experiment {
     }
 }
 
+/// One run per experiment: a lock on `<train_dir>/.<name>.lock`, beside the folder (so that it guards the name
+/// through a restart's rename and an overwrite's delete, and a refused run changes nothing inside the folder), held
+/// for as long as this value lives. It is a POSIX record lock (`fcntl`), which belongs to the process that took it:
+/// the worker processes it forks do not hold it, and the kernel releases it when that process ends, however it
+/// ends, so that a killed run never blocks the next. The file holds the holder's PID.
+#[derive(Debug)]
+pub struct ExperimentLock {
+    _file: File,
+}
+
+impl ExperimentLock {
+    /// Takes the lock of experiment `name` in `train_dir` (creating `train_dir` if need be), or fails at once with
+    /// [`Error::Locked`] naming the process that holds it.
+    pub fn acquire(train_dir: impl AsRef<Path>, name: &str) -> Result<Self> {
+        check_name(name)?;
+        let train_dir = train_dir.as_ref();
+        fs::create_dir_all(train_dir).map_err(io(train_dir))?;
+        let path = train_dir.join(format!(".{name}.lock"));
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io(&path))?;
+        match rustix::fs::fcntl_lock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::ACCESS => {
+                let holder = fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|text| text.trim().parse().ok());
+                return Err(Error::Locked {
+                    dir: train_dir.join(name),
+                    lock: path,
+                    holder,
+                });
+            }
+            Err(e) => return Err(io(&path)(e.into())),
+        }
+        file.set_len(0).map_err(io(&path))?;
+        writeln!(file, "{}", std::process::id()).map_err(io(&path))?;
+        Ok(Self { _file: file })
+    }
+}
+
 fn check_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
         Some("empty")

@@ -471,3 +471,93 @@ fn bad_enjoy_inputs_are_one_clear_line_and_exit_code_2() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+/// One run per experiment: a second `train` on a folder in use exits 1 at once with one line naming the process that
+/// holds it and changes nothing there, and the first run ends with all its checkpoints and its learning curve (the
+/// two used to rotate away each other's checkpoints).
+#[test]
+fn a_second_run_on_a_running_experiment_is_refused_and_the_first_keeps_its_files() {
+    let tmp = temp_dir("lock");
+    let dir = tmp.path();
+    let mut args = train_args(dir, &["--train_for_seconds=8", "--save_every_sec=1"]);
+    args.push(format!("--summary_json={}", dir.join("first.json").display()));
+    let first = spawn(Command::new(BIN).args(&args));
+    loop {
+        let line = first
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a progress line");
+        if line.contains("| version ") {
+            break;
+        }
+    }
+    let config = std::fs::read(dir.join("exp/config.json")).expect("config.json");
+    let second = run(&train_args(dir, &["--train_for_seconds=2", "--seed=7"])
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    let log = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "{log}");
+    assert!(
+        errors[0].contains(&format!("is in use by process {}", first.pid)),
+        "{}",
+        errors[0]
+    );
+    assert!(!log.contains("panicked"), "{log}");
+    assert_eq!(
+        std::fs::read(dir.join("exp/config.json")).expect("config.json"),
+        config
+    );
+    let status = first
+        .exited
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the first run ends");
+    assert!(status.success(), "{status}");
+    let done = summary(&dir.join("first.json"));
+    assert_eq!(done["stop_reason"], "seconds", "{done}");
+    let ckpts = checkpoints(dir);
+    assert_eq!(
+        ckpts.len(),
+        2,
+        "the first run's newest two checkpoints: {ckpts:?}"
+    );
+    let last = sidecar(ckpts.last().expect("a checkpoint"));
+    assert_eq!(last["policy_version"], done["policy_version"], "{last}");
+    assert!(dir.join("exp/learning_curve_p0.png").exists());
+}
+
+/// A run killed with SIGKILL leaves its lock to the kernel, which releases it with the process: the next run on the
+/// experiment starts and resumes from the killed run's checkpoint.
+#[test]
+fn a_run_after_a_sigkilled_one_starts() {
+    let tmp = temp_dir("lock-kill");
+    let dir = tmp.path();
+    let first =
+        spawn(Command::new(BIN).args(train_args(dir, &["--train_for_seconds=60", "--save_every_sec=1"])));
+    let mut progress = 0;
+    while progress < 8 {
+        let line = first
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a progress line");
+        progress += usize::from(line.contains("| version "));
+    }
+    let kill = Command::new("kill")
+        .args(["-KILL", &first.pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    first
+        .exited
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the killed run is gone");
+    let second = run(&train_args(dir, &["--train_for_seconds=1"])
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    let log = text(&second.stderr);
+    assert!(second.status.success(), "{log}");
+    assert!(log.contains("resuming from "), "{log}");
+}

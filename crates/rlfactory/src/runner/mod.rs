@@ -115,6 +115,10 @@ fn run_part(
     env_group: Option<EnvGroup>,
 ) -> Result<Option<Summary>> {
     tch::set_num_threads(cfg.run.num_threads);
+    // One run per experiment: the lock is this process's until the function returns (after the last saves).
+    let _lock = (cfg.run.save_experiment && part.learns())
+        .then(|| rlf_experiment::ExperimentLock::acquire(&cfg.run.train_dir, &cfg.run.experiment))
+        .transpose()?;
     let (experiment, resumed) = if cfg.run.save_experiment && part.learns() {
         let experiment = ExperimentRun::prepare(cfg)?;
         (Some(experiment), crate::experiment::resume_counts(cfg)?)
