@@ -234,6 +234,23 @@ impl CheckpointStore {
         })
     }
 
+    /// Opens the checkpoint directory `dir` to read it only (evaluation, export, the checks before a run resumes):
+    /// nothing there changes, so that a running experiment's saves under way (their temporary files) are left alone.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        let best_metric = scan(&dir, Kind::Best)?
+            .iter()
+            .filter(|e| e.has_sidecar)
+            .find_map(|e| read_sidecar(&e.sidecar_path(&dir)).ok())
+            .and_then(|s| s.meta.metric);
+        Ok(Self {
+            dir,
+            config: CheckpointConfig::default(),
+            best_metric,
+            milestones_done: 0,
+        })
+    }
+
     /// The checkpoint directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -116,7 +116,7 @@ pub struct RestoredState {
 }
 
 /// Opens the checkpoint store of policy `policy` of the experiment folder for reading (enjoy,
-/// eval, export).
+/// eval, export), changing nothing there: a running experiment's saves go on.
 pub fn open_store(train_dir: &Path, experiment: &str, policy: usize) -> Result<CheckpointStore> {
     let dir = checkpoint_dir(&train_dir.join(experiment), policy);
     if !dir.is_dir() {
@@ -125,18 +125,23 @@ pub fn open_store(train_dir: &Path, experiment: &str, policy: usize) -> Result<C
             dir.display()
         )));
     }
-    Ok(CheckpointStore::open(dir, CheckpointConfig::default())?)
+    Ok(CheckpointStore::open_read_only(dir)?)
+}
+
+/// The newest intact checkpoint of policy `policy` that a run of `cfg` resumes from, read without
+/// changing the folder; `None` for a fresh run.
+pub fn resume_state(cfg: &Config, policy: usize) -> Result<Option<RestoredState>> {
+    let dir = checkpoint_dir(&cfg.run.train_dir.join(&cfg.run.experiment), policy);
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    load(&CheckpointStore::open_read_only(dir)?, CheckpointKind::Latest)
 }
 
 /// The counts of the checkpoint a run of `cfg` resumes from: `(env frames, episodes, policy
 /// version)` of policy 0's, or `None` for a fresh run.
 pub fn resume_counts(cfg: &Config) -> Result<Option<(u64, u64, u64)>> {
-    let dir = checkpoint_dir(&cfg.run.train_dir.join(&cfg.run.experiment), 0);
-    if !dir.is_dir() {
-        return Ok(None);
-    }
-    let store = CheckpointStore::open(dir, CheckpointConfig::default())?;
-    Ok(load(&store, CheckpointKind::Latest)?.map(|s| (s.env_steps, s.episodes, s.training.version)))
+    Ok(resume_state(cfg, 0)?.map(|s| (s.env_steps, s.episodes, s.training.version)))
 }
 
 /// Loads the newest intact checkpoint of `kind` from `store`, falling back to the other kind

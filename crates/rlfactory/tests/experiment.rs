@@ -561,3 +561,60 @@ fn a_run_after_a_sigkilled_one_starts() {
     assert!(second.status.success(), "{log}");
     assert!(log.contains("resuming from "), "{log}");
 }
+
+/// Every file under `dir` (recursively) with its bytes.
+fn files_of(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).expect("read file"));
+            }
+        }
+    }
+    files
+}
+
+/// A resume whose checkpoint does not fit the network it would build (other layers, another algorithm) fails with
+/// one line before it writes anything: every file of the experiment is byte-identical afterwards (`config.json` was
+/// overwritten, and `enjoy`, `eval` and `export` failed until it was fixed by hand), and `eval` still plays it.
+#[test]
+fn a_resume_that_cannot_load_its_checkpoint_changes_no_file_of_the_experiment() {
+    let tmp = temp_dir("failed-resume");
+    let dir = tmp.path();
+    let args = |extra: &[&str]| {
+        let mut args = train_args(dir, &["--train_for_env_steps=20000"]);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    let first = run(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let before = files_of(&dir.join("exp"));
+    for flags in [
+        &["--encoder_mlp_layers=32,32", "--train_for_env_steps=40000"][..],
+        &["--algo=dqn", "--train_for_env_steps=40000"][..],
+    ] {
+        let out = run(&args(flags).iter().map(String::as_str).collect::<Vec<_>>());
+        let log = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {log}");
+        let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "{flags:?}: {log}");
+        assert!(errors[0].contains("cannot resume from "), "{}", errors[0]);
+        assert!(
+            files_of(&dir.join("exp")) == before,
+            "{flags:?} changed the experiment's files"
+        );
+    }
+    let eval = run(&[
+        "eval",
+        "--env=CartPole-v1",
+        "--experiment=exp",
+        &format!("--train_dir={}", dir.display()),
+        "--max_num_episodes=2",
+    ]);
+    assert!(eval.status.success(), "{}", text(&eval.stderr));
+}

@@ -116,9 +116,12 @@ fn run_part(
 ) -> Result<Option<Summary>> {
     tch::set_num_threads(cfg.run.num_threads);
     // One run per experiment: the lock is this process's until the function returns (after the last saves).
-    let _lock = (cfg.run.save_experiment && part.learns())
+    let lock = (cfg.run.save_experiment && part.learns())
         .then(|| rlf_experiment::ExperimentLock::acquire(&cfg.run.train_dir, &cfg.run.experiment))
         .transpose()?;
+    if lock.is_some() && cfg.checkpoint.restart_behavior == crate::config::RestartBehaviorArg::Resume {
+        plane::check_resumable(cfg, registry)?;
+    }
     let (experiment, resumed) = if cfg.run.save_experiment && part.learns() {
         let experiment = ExperimentRun::prepare(cfg)?;
         (Some(experiment), crate::experiment::resume_counts(cfg)?)

@@ -13,7 +13,7 @@ use super::counters::CounterLayout;
 use super::summary::ReplaySummary;
 use crate::config::{Algo, Config};
 use crate::env::{EnvRegistry, EnvSpec};
-use crate::error::Result;
+use crate::error::{Result, RlfError};
 use crate::learning::replay::TransitionLayout;
 use crate::model::{ActorCritic, Policy, QNetwork, SacActor};
 use crate::sampling::{ObsLayout, ReplayWriter, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
@@ -343,6 +343,30 @@ fn rate_limit(cfg: &Config) -> Option<RateLimit> {
         min_size_to_sample: o.learning_starts,
         error_buffer: 4.0 * cfg.appo.batch_size as f64 + o.replay_ratio.max(1.0),
     })
+}
+
+/// Before anything is written into the folder of a run that resumes: each policy's newest intact checkpoint fits
+/// the network this run builds for it (every variable by name and shape), so that a resume with other layers or
+/// another algorithm fails with the folder as it was.
+pub(super) fn check_resumable(cfg: &Config, registry: &EnvRegistry) -> Result<()> {
+    for policy in 0..cfg.sampling.num_policies {
+        let Some(state) = crate::experiment::resume_state(cfg, policy)? else {
+            continue;
+        };
+        let fits = match cfg.off_policy.algo {
+            Algo::Appo => new_model(cfg, registry, policy)?.load_named_tensors(&state.tensors),
+            Algo::Dqn => new_q_network(cfg, registry, policy)?.load_named_tensors(&state.tensors),
+            Algo::Sac => new_sac_actor(cfg, registry, policy)?.load_named_tensors(&state.tensors),
+        };
+        fits.map_err(|e| {
+            RlfError::Config(format!(
+                "cannot resume from {}: {e}; nothing was changed (--restart_behavior restart starts the experiment \
+                 anew)",
+                state.path.display()
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// The network of policy `policy` for `cfg`'s algorithm: an actor-critic for APPO, a Q-network for DQN, the actor
