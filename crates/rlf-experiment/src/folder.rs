@@ -252,7 +252,8 @@ impl ExperimentLock {
     }
 }
 
-fn check_name(name: &str) -> Result<()> {
+/// Checks that `name` can be an experiment's folder in the train dir: not empty, not `.` or `..`, no `/` or NUL.
+pub fn check_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
         Some("empty")
     } else if name == "." || name == ".." {

@@ -109,6 +109,7 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
         }
         Command::Export(a) => {
             a.source.check()?;
+            crate::config::check_output_file("--out", &a.out)?;
             return Ok(Invocation::Export(a));
         }
     };
@@ -158,7 +159,7 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
         config.run.async_rl = false;
     }
     config.validate_for(registry)?;
-    config.refuse_off_policy_normalization()?;
+    config.check_train_usage()?;
     Ok(Invocation::Train(Box::new(config)))
 }
 
@@ -205,6 +206,18 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
         Err(CliError::Clap(e)) if !e.use_stderr() => {
             let _ = e.print();
             return ExitCode::SUCCESS;
+        }
+        Err(CliError::Clap(e))
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::MissingSubcommand
+                    | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
+            eprintln!(
+                "error: a command is required: train, enjoy, eval or export (rlfactory --help says more)"
+            );
+            return ExitCode::from(2);
         }
         Err(CliError::Clap(e)) => {
             eprintln!("error: {}", one_line(&e.to_string()));

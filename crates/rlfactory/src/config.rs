@@ -1305,6 +1305,34 @@ impl Config {
         Ok(())
     }
 
+    /// Usage errors of a training run, found before any work (exit code 2): checks a saved experiment's
+    /// `config.json` need not pass to be played (`enjoy`, `eval`).
+    pub fn check_train_usage(&self) -> Result<()> {
+        let err = |m: String| Err(RlfError::Config(m));
+        if self.run.train_for_env_steps == 0 {
+            return err("--train_for_env_steps must be at least 1 (0 trains nothing)".into());
+        }
+        if self.run.save_experiment {
+            rlf_experiment::folder::check_name(&self.run.experiment)
+                .map_err(|e| RlfError::Config(format!("--experiment: {e}")))?;
+        }
+        if let Some(path) = &self.run.summary_json {
+            check_output_file("--summary_json", path)?;
+        }
+        let d = &self.distributed;
+        if !d.mpi && (d.learner_procs > 1 || d.process_per_env > 1) {
+            return err(format!(
+                "--learner_procs {} and --process_per_env {} lay out the ranks of an MPI job: add --mpi and start it \
+                 under mpirun",
+                d.learner_procs, d.process_per_env
+            ));
+        }
+        if d.mpi && !cfg!(feature = "mpi") {
+            return err("--mpi: this build has no MPI (build rlfactory with the `mpi` feature)".into());
+        }
+        self.refuse_off_policy_normalization()
+    }
+
     /// Settings a run of `--algo dqn` or `--algo sac` refuses to train with, which their networks and learners do not
     /// read (an experiment saved with them before they were refused still loads for `enjoy` and `eval`: they never
     /// applied).
@@ -1835,6 +1863,25 @@ pub fn snapshot_slot(number: u64, pool_size: usize, keep_first: bool) -> usize {
         (false, n) => n % pool,
     };
     slot as usize
+}
+
+/// `path` can be written as a file: its folder exists and it is not a folder itself (checked before a run, not after).
+pub fn check_output_file(flag: &str, path: &Path) -> Result<()> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if path.is_dir() {
+        return Err(RlfError::Config(format!(
+            "{flag} {}: is a folder, not a file",
+            path.display()
+        )));
+    }
+    match parent {
+        Some(dir) if !dir.is_dir() => Err(RlfError::Config(format!(
+            "{flag} {}: there is no folder {}",
+            path.display(),
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -396,3 +396,58 @@ fn benchmark_reports_steady_state_fps_without_an_experiment_folder() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Usage errors a user met only after the run had started, or not at all (issue 32): each is one line and exit code
+/// 2 before any work, and the train dir stays empty.
+#[test]
+fn usage_errors_are_found_before_any_work() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let train_dir = format!("--train_dir={}", tmp.path().display());
+    let missing = tmp.path().join("missing/x.json");
+    let summary = format!("--summary_json={}", missing.display());
+    let folder = format!("--summary_json={}", tmp.path().display());
+    let train = ["train", "--env=CartPole-v1", &train_dir];
+    for (flags, wanted) in [
+        (
+            &["--train_for_env_steps=0"][..],
+            "--train_for_env_steps must be at least 1",
+        ),
+        (
+            &["--experiment=../escape"][..],
+            "--experiment: invalid experiment name \"../escape\"",
+        ),
+        (
+            &["--experiment="][..],
+            "--experiment: invalid experiment name \"\"",
+        ),
+        (&["--learner_procs=2"][..], "add --mpi and start it under mpirun"),
+        (
+            &["--process_per_env=2"][..],
+            "add --mpi and start it under mpirun",
+        ),
+        (&[summary.as_str()][..], "there is no folder"),
+        (&[folder.as_str()][..], "is a folder, not a file"),
+    ] {
+        rejects(&[&train[..], flags].concat(), wanted);
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .expect("train dir")
+            .flatten()
+            .collect();
+        assert!(left.is_empty(), "{flags:?} wrote {left:?}");
+    }
+    rejects(&[], "a command is required: train, enjoy, eval or export");
+    // `export --out` into a folder that does not exist: refused before the checkpoint is read (it was an
+    // `IoError(Os { .. })` after).
+    std::fs::create_dir_all(tmp.path().join("exp")).expect("experiment folder");
+    std::fs::write(tmp.path().join("exp/config.json"), "{}").expect("config.json");
+    let out = format!("--out={}", missing.with_extension("safetensors").display());
+    let export = [
+        "export",
+        "--env=CartPole-v1",
+        "--experiment=exp",
+        &train_dir,
+        &out,
+    ];
+    rejects(&export, "--out ");
+    rejects(&export, "there is no folder");
+}
