@@ -252,6 +252,17 @@ fn run(
         Invocation::Export(args) => return crate::enjoy::export(&args, registry).map(|()| None),
     };
     eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
+    // A reaper removes the shared memory that the run and its workers leave if they are all killed at once (SIGKILL of
+    // the process group); an MPI rank starts its own first thing.
+    if !cfg.distributed.mpi
+        && !rlf_shm::process::start_segment_reaper().map_err(|e| RlfError::Io {
+            what: "starting the shared-memory reaper for",
+            path: cfg.run.train_dir.clone(),
+            source: e,
+        })?
+    {
+        eprintln!("[rlfactory] no shared-memory reaper: this process already runs several threads");
+    }
     let summary = if cfg.distributed.mpi {
         match crate::distributed::train_mpi(&cfg, registry, process_start)? {
             Some(summary) => summary,

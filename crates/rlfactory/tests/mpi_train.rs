@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{spawn, summary, temp_dir, text, BIN};
+use common::{spawn, summary, temp_dir, text, wait_gone, BIN};
 
 /// The variable that tags a test's run.
 const TAG: &str = "RLF_MPI_TEST_RUN";
@@ -41,27 +41,15 @@ fn mpirun(ranks: usize, tag: &str, args: &[String]) -> Command {
 
 /// The processes whose environment holds `TAG=tag`, with the MPI rank they belong to.
 fn tagged(tag: &str) -> Vec<(u32, Option<usize>)> {
-    let wanted = format!("{TAG}={tag}");
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        let vars: Vec<String> = environ
-            .split(|&b| b == 0)
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-            .collect();
-        if vars.contains(&wanted) {
+    common::processes_with(&format!("{TAG}={tag}"))
+        .into_iter()
+        .map(|(pid, vars)| {
             let rank = vars
                 .iter()
                 .find_map(|v| v.strip_prefix("OMPI_COMM_WORLD_RANK=")?.parse().ok());
-            found.push((pid, rank));
-        }
-    }
-    found
+            (pid, rank)
+        })
+        .collect()
 }
 
 /// What rank `rank` printed: the terminal's lines (`terminal`) for rank 0, its own log file for the others.
@@ -82,30 +70,6 @@ fn parent_of(pid: u32) -> Option<u32> {
         .nth(1)?
         .parse()
         .ok()
-}
-
-/// Waits (blocking on each one's pidfd, up to `limit` in all) until every process of `pids` has exited.
-fn wait_gone(pids: &[u32], limit: Duration) {
-    let deadline = Instant::now() + limit;
-    for &pid in pids {
-        let Some(raw) = rustix::process::Pid::from_raw(pid as i32) else {
-            continue;
-        };
-        let Ok(fd) = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) else {
-            continue; // already gone
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        let timeout = rustix::event::Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
-        let ready = rustix::event::poll(&mut fds, Some(&timeout)).expect("poll a pidfd");
-        assert_eq!(
-            ready, 1,
-            "process {pid} is still running {limit:?} after the job ended"
-        );
-    }
 }
 
 /// Asserts that none of `pids` left a `/dev/shm` segment.

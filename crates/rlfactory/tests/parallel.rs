@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -484,4 +485,46 @@ fn serial_and_parallel_runs_train_on_the_same_first_dataset() {
         first_dataset(true, 3, &rnn[..2]),
         "all four values observed: other data"
     );
+}
+
+/// SIGKILL of a parallel run's whole process group (a closed terminal, a batch system's kill): no process and no
+/// shared-memory segment outlives it. The reaper every run starts (outside the group) removes the segments once the
+/// run and every worker are gone; before, they stayed in `/dev/shm` until the next run started.
+#[test]
+fn sigkill_of_the_whole_group_leaves_no_shared_memory() {
+    let tag = format!("RLF_GROUP_KILL_TEST={}", std::process::id());
+    let (name, value) = tag.split_once('=').expect("NAME=value");
+    let run = spawn(
+        Command::new(BIN)
+            .args([
+                "train",
+                "--env=CartPole-v1",
+                "--save_experiment=false",
+                "--train_for_seconds=60",
+                "--report_interval_sec=0.2",
+            ])
+            .env(name, value)
+            .process_group(0),
+    );
+    loop {
+        let line = run
+            .lines
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a progress line");
+        if line.contains("| fps ") {
+            break;
+        }
+    }
+    let pids: Vec<u32> = common::processes_with(&tag)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect();
+    // The run, its workers (a rollout worker, an inference worker, the learner) and the reaper.
+    assert!(pids.len() >= 5, "{pids:?}");
+    let group = rustix::process::Pid::from_raw(run.pid as i32).expect("a pid");
+    rustix::process::kill_process_group(group, rustix::process::Signal::KILL).expect("kill the group");
+    common::wait_gone(&pids, std::time::Duration::from_secs(30));
+    for pid in pids {
+        assert_no_segments(pid);
+    }
 }

@@ -221,6 +221,48 @@ pub fn newest_checkpoint(train_dir: &Path) -> (Vec<String>, serde_json::Value) {
     (checkpoint.tensors.keys().cloned().collect(), sidecar)
 }
 
+/// The processes whose environment holds `var_eq` (`NAME=value`), with their whole environment.
+pub fn processes_with(var_eq: &str) -> Vec<(u32, Vec<String>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let vars: Vec<String> = environ
+            .split(|&b| b == 0)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        if vars.iter().any(|v| v == var_eq) {
+            found.push((pid, vars));
+        }
+    }
+    found
+}
+
+/// Waits (blocking on each one's pidfd, up to `limit` in all) until every process of `pids` has exited.
+pub fn wait_gone(pids: &[u32], limit: std::time::Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    for &pid in pids {
+        let Some(raw) = rustix::process::Pid::from_raw(pid as i32) else {
+            continue;
+        };
+        let Ok(fd) = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) else {
+            continue; // already gone
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let timeout = rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        let ready = rustix::event::poll(&mut fds, Some(&timeout)).expect("poll a pidfd");
+        assert_eq!(ready, 1, "process {pid} is still running {limit:?} later");
+    }
+}
+
 /// A running process: its pid, its stderr lines and its exit status, each from a thread blocked
 /// on it.
 pub struct Watched {
