@@ -177,7 +177,7 @@ fn off_policy_learning_rates_decay_over_each_buffers_share_of_the_run() {
         (lr, s)
     };
     let cartpole = ["--env=CartPole-v1", "--algo=dqn", "--train_for_env_steps=4000"];
-    let (constant, _) = last_lr(&cartpole);
+    let (constant, _) = last_lr(&[&cartpole[..], &["--lr_schedule=constant"]].concat());
     assert_eq!(constant, 0.001);
     let (decayed, s) = last_lr(&[&cartpole[..], &["--lr_schedule=linear_decay"]].concat());
     // The last steps come with the last trajectories, at or past the 4,000 transitions (the run ends on a whole
