@@ -319,36 +319,12 @@ fn treasurehunt_with_five_dqn_learners_doubles_a_random_policys_return() {
 /// exits 130, and its last checkpoint holds the online and the target network and Adam's moments.
 #[test]
 fn sigint_on_a_parallel_dqn_run_saves_both_networks_and_adams_moments() {
-    let dir = temp_dir("dqn-sigint");
-    let args: Vec<String> = [
-        "train",
-        "--env=CartPole-v1",
-        "--algo=dqn",
-        "--experiment=exp",
-        "--train_for_env_steps=10000000",
-        "--report_interval_sec=0.2",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .chain([format!("--train_dir={}", dir.path().display())])
-    .collect();
-    let (status, seconds) = common::interrupt_when_trained(&args, "INT");
-    assert_eq!(status.code(), Some(130), "exit {status} after {seconds:.2} s");
-    assert!(seconds < 10.0, "{seconds:.2} s from SIGINT to the exit");
-    let (names, sidecar) = common::newest_checkpoint(dir.path());
-    assert_eq!(sidecar["extra"]["adam_moments_saved"], true, "{sidecar}");
-    for prefix in [
-        "encoder.",
-        "q_head.",
-        "target.encoder.",
-        "target.q_head.",
-        "adam.",
-    ] {
-        assert!(
-            names.iter().any(|n| n.starts_with(prefix)),
-            "no {prefix}* in {names:?}"
-        );
-    }
+    common::assert_a_stop_saves_everything(
+        &["--env=CartPole-v1", "--algo=dqn"],
+        "INT",
+        130,
+        &["encoder.", "q_head.", "target.encoder.", "target.q_head."],
+    );
 }
 
 /// A learner killed while the rollout worker waits on the rate limit: the run stops with one line naming it, the

@@ -40,18 +40,7 @@ fn python() -> String {
 
 /// The sidecars of the regular checkpoints, oldest first.
 fn checkpoints(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir.join("exp/checkpoint_p0"))
-        .expect("checkpoint dir")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "json")
-                && p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_"))
-        })
-        .collect();
-    found.sort();
-    found
+    common::checkpoint_sidecars(dir)
 }
 
 fn sidecar(path: &Path) -> serde_json::Value {

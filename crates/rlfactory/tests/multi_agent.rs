@@ -315,9 +315,9 @@ fn a_resumed_self_play_run_keeps_its_opponent_pool() {
 /// illegal columns masked: a single illegal move would stop the run) wins at least 90% of 200
 /// games against the uniformly random player (the test), colours alternating, after 2M
 /// moves with the shipped config (learning rate annealed to 0 over them). In `--serial_mode` the
-/// run is the same every time (seed 1: 94.0% twice, the same first dataset; seeds 2-5 in
-/// BENCHMARKS.md), so the threshold cannot flake with the machine's load as the parallel runs'
-/// 85.5-97% could. The latest weights beat their own pool (0.71 on seed 1) and the oldest
+/// run is the same every time on the same binary and CPU (seed 1: 94.0% twice on an AMD EPYC,
+/// 94.5% on an Intel Xeon; seeds 2-5 94.5-96% in BENCHMARKS.md), so the threshold does not flake
+/// with the machine's load as the parallel runs' 85.5-97% could. The latest weights beat their own pool (0.71 on seed 1) and the oldest
 /// snapshot's Elo is far below theirs (560 points), so snapshots really play; `eval` pits the
 /// trained policy against an early checkpoint of another run.
 #[test]
@@ -401,7 +401,8 @@ fn connect_four_self_play_beats_the_random_player_nine_times_in_ten() {
 /// Team self-play: Connect Four between two sides of two players moving in turn (`--env_kwargs
 /// players_per_side=2`), one policy, `--self_play` with a snapshot every 125K moves. In each game the
 /// protagonist's teammate plays the latest weights with it and both opponents play one network. After 1M
-/// moves (`--serial_mode`: the same run every time; 0.94 measured, 34 s in a release build) the policy
+/// moves (`--serial_mode`: the same run on the same binary and CPU; seed 1 gave 0.94 on an AMD EPYC,
+/// 34 s in a release build, and 0.925 on an Intel Xeon) the policy
 /// wins at least 90% of 200 two-player games against the uniformly random player (a team game's
 /// positions are a two-player game's), and the pool's games were scored once per game, not per
 /// opposing player.

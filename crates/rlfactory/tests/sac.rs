@@ -70,31 +70,12 @@ fn sac_learns_pendulum_within_20k_steps() {
 /// temperature and the three optimisers' moments.
 #[test]
 fn sigterm_on_a_parallel_sac_run_saves_every_network_the_temperature_and_adams_moments() {
-    let dir = temp_dir("sac-sigterm");
-    let args: Vec<String> = [
-        "train",
-        "--env=Pendulum-v1",
-        "--algo=sac",
-        "--experiment=exp",
-        "--learning_starts=500",
-        "--train_for_env_steps=10000000",
-        "--report_interval_sec=0.2",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .chain([format!("--train_dir={}", dir.path().display())])
-    .collect();
-    let (status, seconds) = common::interrupt_when_trained(&args, "TERM");
-    assert_eq!(status.code(), Some(143), "exit {status} after {seconds:.2} s");
-    assert!(seconds < 10.0, "{seconds:.2} s from SIGTERM to the exit");
-    let (names, sidecar) = common::newest_checkpoint(dir.path());
-    assert_eq!(sidecar["extra"]["adam_moments_saved"], true, "{sidecar}");
-    for prefix in ["actor.", "critic.", "target.critic.", "log_alpha", "adam."] {
-        assert!(
-            names.iter().any(|n| n.starts_with(prefix)),
-            "no {prefix}* in {names:?}"
-        );
-    }
+    common::assert_a_stop_saves_everything(
+        &["--env=Pendulum-v1", "--algo=sac", "--learning_starts=500"],
+        "TERM",
+        143,
+        &["actor.", "critic.", "target.critic.", "log_alpha"],
+    );
 }
 
 /// Serial mode: the rollout worker, inference and the learner on one loop, the learner taking after each

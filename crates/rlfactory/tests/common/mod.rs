@@ -202,11 +202,10 @@ pub fn interrupt_when_trained(args: &[String], signal: &str) -> (ExitStatus, f64
     (status, seconds)
 }
 
-/// The tensor names of the newest checkpoint of policy 0 of experiment `exp` in `train_dir`, and its sidecar.
-pub fn newest_checkpoint(train_dir: &Path) -> (Vec<String>, serde_json::Value) {
-    let dir = train_dir.join("exp/checkpoint_p0");
-    let newest = std::fs::read_dir(&dir)
-        .expect("checkpoint folder")
+/// The sidecars of policy 0's regular checkpoints of experiment `exp` in `train_dir`, oldest first.
+pub fn checkpoint_sidecars(train_dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(train_dir.join("exp/checkpoint_p0"))
+        .expect("checkpoint dir")
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
@@ -214,11 +213,45 @@ pub fn newest_checkpoint(train_dir: &Path) -> (Vec<String>, serde_json::Value) {
                 && p.file_name()
                     .is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_"))
         })
-        .max()
-        .unwrap_or_else(|| panic!("no checkpoint in {}", dir.display()));
-    let checkpoint = rlf_experiment::load_checkpoint(&newest).expect("the checkpoint loads");
-    let sidecar = serde_json::from_slice(&std::fs::read(&newest).expect("sidecar")).expect("sidecar is JSON");
-    (checkpoint.tensors.keys().cloned().collect(), sidecar)
+        .collect();
+    found.sort();
+    found
+}
+
+/// Trains `flags` (an env and an algorithm) in experiment `exp` until its learner has trained, stops it with
+/// `signal` (`INT` or `TERM`), and checks that it exits with `code` (130 or 143) without waiting out the stop timeout
+/// and that its last checkpoint holds Adam's moments and a tensor of each of `prefixes`.
+pub fn assert_a_stop_saves_everything(flags: &[&str], signal: &str, code: i32, prefixes: &[&str]) {
+    let dir = temp_dir("stop");
+    let mut args: Vec<String> = [
+        "train",
+        "--experiment=exp",
+        "--train_for_env_steps=10000000",
+        "--report_interval_sec=0.2",
+    ]
+    .iter()
+    .chain(flags)
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.push(format!("--train_dir={}", dir.path().display()));
+    let (status, seconds) = interrupt_when_trained(&args, signal);
+    assert_eq!(status.code(), Some(code), "exit {status} after {seconds:.2} s");
+    assert!(seconds < 10.0, "{seconds:.2} s from SIG{signal} to the exit");
+    let newest = checkpoint_sidecars(dir.path()).pop().expect("a checkpoint");
+    let names: Vec<String> = rlf_experiment::load_checkpoint(&newest)
+        .expect("the checkpoint loads")
+        .tensors
+        .into_keys()
+        .collect();
+    let sidecar: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&newest).expect("sidecar")).expect("sidecar is JSON");
+    assert_eq!(sidecar["extra"]["adam_moments_saved"], true, "{sidecar}");
+    for prefix in prefixes.iter().chain(&["adam."]) {
+        assert!(
+            names.iter().any(|n| n.starts_with(prefix)),
+            "no {prefix}* in {names:?}"
+        );
+    }
 }
 
 /// The processes whose environment holds `var_eq` (`NAME=value`), with their whole environment.
