@@ -60,7 +60,9 @@ fn shipped_dqn(name: &str, env: &str, seed: u64, flags: &[&str]) -> (serde_json:
 /// pick their kernels by CPU, and 100K SGD steps carry their rounding into different policies, so a seed's return
 /// moves by several points from one CPU to the next, and one seed of the three may miss −100 where their mean does
 /// not: seed 1 gave −80.50 on an AMD EPYC (Zen 4) and −103.45 on an Intel Xeon (AVX-512), where seeds 1-3 averaged
-/// −89.15 (−103.45, −85.85, −78.15); in parallel mode seeds 1-5 gave −76.2 to −84.2 (BENCHMARKS.md).
+/// −89.15 (−103.45, −85.85, −78.15), −82.95 with `ATEN_CPU_CAPABILITY=default` and −90.08 with
+/// `MKL_CBWR=COMPATIBLE` (−75.05, −117.85, −77.35); in parallel mode seeds 1-5 gave −76.2 to −84.2 on the EPYC
+/// (BENCHMARKS.md).
 #[test]
 fn dqn_learns_acrobot_within_100k_steps() {
     let returns = each_seed(&[1, 2, 3], 2, |seed| {
