@@ -7,6 +7,7 @@
 //! checkpoint_000000120_61440.json          sidecar: steps, version, metric, extra state, weights size + CRC32C
 //! best_000000100_51200.{safetensors,json}  the best by metric (one pair)
 //! milestones/checkpoint_....{safetensors,json}   every `milestone_every_env_steps`, kept for ever
+//! replay_buffer/checkpoint_....{safetensors,json}   an off-policy learner's replay buffer (the newest only)
 //! ```
 //!
 //! Names are `<kind>_<train_step:09>_<env_steps>` as in Sample Factory, so they sort by age.
@@ -33,12 +34,15 @@ const SIDECAR_FORMAT: u32 = 1;
 const WEIGHTS_EXT: &str = "safetensors";
 const SIDECAR_EXT: &str = "json";
 const MILESTONES_DIR: &str = "milestones";
+const REPLAY_DIR: &str = "replay_buffer";
 
 /// The values of a tensor, little-endian on disk.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TensorData {
     /// 32-bit floats (weights, optimizer moments, normaliser statistics).
     F32(Vec<f32>),
+    /// 64-bit floats (replay priorities).
+    F64(Vec<f64>),
     /// 64-bit integers (step counters).
     I64(Vec<i64>),
     /// Bytes.
@@ -49,6 +53,7 @@ impl TensorData {
     fn len(&self) -> usize {
         match self {
             TensorData::F32(v) => v.len(),
+            TensorData::F64(v) => v.len(),
             TensorData::I64(v) => v.len(),
             TensorData::U8(v) => v.len(),
         }
@@ -73,6 +78,14 @@ impl Tensor {
         }
     }
 
+    /// An `f64` tensor.
+    pub fn f64(shape: &[usize], data: Vec<f64>) -> Self {
+        Self {
+            shape: shape.to_vec(),
+            data: TensorData::F64(data),
+        }
+    }
+
     /// An `i64` tensor.
     pub fn i64(shape: &[usize], data: Vec<i64>) -> Self {
         Self {
@@ -93,6 +106,14 @@ impl Tensor {
     pub fn as_f32(&self) -> Option<&[f32]> {
         match &self.data {
             TensorData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The values if this is an `f64` tensor.
+    pub fn as_f64(&self) -> Option<&[f64]> {
+        match &self.data {
+            TensorData::F64(v) => Some(v),
             _ => None,
         }
     }
@@ -312,6 +333,23 @@ impl CheckpointStore {
         Ok(sidecar)
     }
 
+    /// Saves an off-policy learner's replay buffer (`replay`, named by the checkpoint it goes with) into
+    /// `replay_buffer/`, then deletes the older one: a buffer is large, and only the newest is resumed from.
+    /// Returns the sidecar's path.
+    pub fn save_replay(&self, replay: &Checkpoint) -> Result<PathBuf> {
+        let dir = self.dir.join(REPLAY_DIR);
+        fs::create_dir_all(&dir).map_err(io(&dir))?;
+        remove_temp_files(&dir)?;
+        let sidecar = write_pair(&dir, Kind::Regular, &replay.meta, &serialize(replay)?)?;
+        prune(&dir, 1)?;
+        Ok(sidecar)
+    }
+
+    /// Loads the newest intact replay buffer [`save_replay`](Self::save_replay) wrote; `Ok(None)` if there is none.
+    pub fn load_replay(&self) -> Result<Option<Loaded>> {
+        load_newest(&self.dir.join(REPLAY_DIR), Kind::Regular)
+    }
+
     /// Loads the newest intact regular checkpoint. `Ok(None)`: there is none at all (a fresh run). A checkpoint that
     /// is incomplete or corrupt is skipped (and listed in [`Loaded::skipped`]); if all are, the error lists them.
     pub fn load_latest(&self) -> Result<Option<Loaded>> {
@@ -402,6 +440,11 @@ pub fn load_checkpoint(path: impl AsRef<Path>) -> Result<Checkpoint> {
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect(),
             ),
+            Dtype::F64 => TensorData::F64(
+                data.chunks_exact(8)
+                    .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                    .collect(),
+            ),
             Dtype::I64 => TensorData::I64(
                 data.chunks_exact(8)
                     .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
@@ -486,6 +529,7 @@ impl View for SafeView<'_> {
     fn dtype(&self) -> Dtype {
         match self.0.data {
             TensorData::F32(_) => Dtype::F32,
+            TensorData::F64(_) => Dtype::F64,
             TensorData::I64(_) => Dtype::I64,
             TensorData::U8(_) => Dtype::U8,
         }
@@ -498,6 +542,7 @@ impl View for SafeView<'_> {
     fn data(&self) -> Cow<'_, [u8]> {
         match &self.0.data {
             TensorData::F32(v) => Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            TensorData::F64(v) => Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
             TensorData::I64(v) => Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
             TensorData::U8(v) => Cow::Borrowed(v),
         }
@@ -506,7 +551,7 @@ impl View for SafeView<'_> {
     fn data_len(&self) -> usize {
         let width = match self.0.data {
             TensorData::F32(_) => 4,
-            TensorData::I64(_) => 8,
+            TensorData::F64(_) | TensorData::I64(_) => 8,
             TensorData::U8(_) => 1,
         };
         self.0.data.len() * width
@@ -715,6 +760,42 @@ mod tests {
         let loaded = store.load_latest().unwrap().unwrap();
         assert_eq!(loaded.checkpoint, ckpt(4, 400, None));
         assert!(loaded.skipped.is_empty());
+    }
+
+    /// A replay buffer round-trips with its `f64` priorities bit for bit; only the newest is kept, and the rotation
+    /// of regular checkpoints leaves it alone.
+    #[test]
+    fn a_replay_buffer_is_kept_once_beside_the_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = CheckpointStore::open(dir.path(), CheckpointConfig::default()).unwrap();
+        assert!(store.load_replay().unwrap().is_none());
+        let replay = |step: u64| {
+            let mut r = ckpt(step, step * 100, None);
+            let priorities = vec![0.1 + step as f64, f64::MIN_POSITIVE, 1.0 / 3.0];
+            r.tensors
+                .insert("priorities".into(), Tensor::f64(&[3], priorities));
+            r
+        };
+        for step in 1..=3 {
+            store.save(&ckpt(step, step * 100, None)).unwrap();
+            store.save_replay(&replay(step)).unwrap();
+        }
+        assert_eq!(
+            names(&dir.path().join(REPLAY_DIR)),
+            [
+                "checkpoint_000000003_300.json",
+                "checkpoint_000000003_300.safetensors"
+            ]
+        );
+        for step in 4..=6 {
+            store.save(&ckpt(step, step * 100, None)).unwrap();
+        }
+        let loaded = store.load_replay().unwrap().unwrap();
+        assert_eq!(loaded.checkpoint, replay(3));
+        assert_eq!(
+            loaded.checkpoint.tensors["priorities"].as_f64().unwrap()[2].to_bits(),
+            (1.0f64 / 3.0).to_bits()
+        );
     }
 
     #[test]

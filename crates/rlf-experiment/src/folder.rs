@@ -252,6 +252,18 @@ impl ExperimentLock {
     }
 }
 
+/// The bytes an unprivileged process may still write on the file system that holds `path` (or, if `path` does not
+/// exist yet, its nearest existing ancestor).
+pub fn free_bytes(path: impl AsRef<Path>) -> Result<u64> {
+    let path = path.as_ref();
+    let existing = path
+        .ancestors()
+        .find(|p| !p.as_os_str().is_empty() && p.exists())
+        .unwrap_or(Path::new("."));
+    let stat = rustix::fs::statvfs(existing).map_err(|e| io(existing)(e.into()))?;
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
 /// Checks that `name` can be an experiment's folder in the train dir: not empty, not `.` or `..`, no `/` or NUL.
 pub fn check_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
@@ -367,6 +379,17 @@ mod tests {
         assert!(!exp.checkpoint_dir(0).exists());
         assert_eq!(fs::read_to_string(exp.log_path()).unwrap(), "");
         assert_eq!(fs::read_dir(train.path()).unwrap().count(), 1);
+    }
+
+    /// A folder still to be made is measured on its nearest existing ancestor's file system.
+    #[test]
+    fn free_bytes_of_a_folder_to_be_made_are_its_parents() {
+        let dir = tempfile::tempdir().unwrap();
+        let free = free_bytes(dir.path()).unwrap();
+        assert!(free > 0);
+        let later = free_bytes(dir.path().join("not/yet/made")).unwrap();
+        // The same file system, measured twice while other processes write: within 1 GiB.
+        assert!(later.abs_diff(free) < 1 << 30, "{free} vs {later}");
     }
 
     #[test]

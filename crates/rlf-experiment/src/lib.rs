@@ -92,6 +92,6 @@ pub use checkpoint::{
     TensorData,
 };
 pub use error::{Error, Result, Skipped};
-pub use folder::{Experiment, ExperimentLock, RestartBehavior};
+pub use folder::{free_bytes, Experiment, ExperimentLock, RestartBehavior};
 pub use plot::{plot_curve, plot_curves};
 pub use summary::{read_scalars, SummaryWriter};

@@ -157,6 +157,12 @@ pub enum InsertError {
     /// [`ReplayRing::interrupt`] was called while the insert waited for the learners (rate limit).
     #[error("the insert was interrupted")]
     Interrupted,
+    /// [`ReplayRing::restore`] on a ring that was already inserted into or sampled from.
+    #[error("only an untouched replay ring can be restored, this one holds {inserted} inserts")]
+    NotEmpty {
+        /// Inserts the ring holds.
+        inserted: u64,
+    },
 }
 
 /// How a [`ReplayRing::wait_for`] ended.
@@ -311,6 +317,12 @@ impl ReplayRing {
         footprint(self.capacity(), self.row_words).unwrap_or(usize::MAX)
     }
 
+    /// The bytes a ring of `capacity` rows of `row_words` words would take ([`footprint`](Self::footprint)), if
+    /// they fit the address space.
+    pub fn footprint_of(capacity: usize, row_words: usize) -> Option<usize> {
+        footprint(capacity, row_words)
+    }
+
     /// The rate limit, if any.
     pub fn rate_limit(&self) -> Option<RateLimit> {
         self.limit
@@ -444,6 +456,66 @@ impl ReplayRing {
             }
         }
         Ok(k)
+    }
+
+    /// The visible rows, oldest first, as `(first, rows)`: inserts `first ..< first + rows.len() / row_words`. A
+    /// row overwritten while it is copied (writers go on) is left out with every older one, so the copy is always a
+    /// run of consecutive inserts.
+    pub fn snapshot(&self) -> (u64, Vec<f32>) {
+        let end = self.inserted();
+        let oldest = end.saturating_sub(self.capacity as u64);
+        let mut rows = Vec::with_capacity((end - oldest) as usize * self.row_words);
+        let mut row = vec![0.0; self.row_words];
+        let mut first = oldest;
+        for k in oldest..end {
+            if self.read(k, &mut row).is_ok() {
+                rows.extend_from_slice(&row);
+            } else {
+                rows.clear();
+                first = k + 1;
+            }
+        }
+        (first, rows)
+    }
+
+    /// Fills an untouched ring with rows saved from another ([`snapshot`](Self::snapshot)): `rows` become inserts
+    /// `first ..`, each in the row it had there when the capacities are equal (the newest `capacity` of them are
+    /// kept), and the counters go on from the saved ones: inserts from the last of them, samples from `sampled`.
+    /// Returns the insert counter. Fails if anything was inserted or sampled before.
+    pub fn restore(&self, first: u64, rows: &[f32], sampled: u64) -> Result<u64, InsertError> {
+        let w = self.row_words;
+        if rows.len() % w != 0 {
+            return Err(InsertError::RowSize {
+                expected: w,
+                got: rows.len() % w,
+            });
+        }
+        let h = self.header();
+        let locked = h.lock.lock(None).map_err(|_| InsertError::Timeout)?;
+        let inserted = h.inserted.load(Ordering::SeqCst);
+        if inserted > 0 || h.sampled.load(Ordering::SeqCst) > 0 {
+            return Err(InsertError::NotEmpty { inserted });
+        }
+        let n = (rows.len() / w) as u64;
+        let kept = n.min(self.capacity as u64);
+        let skipped = (n - kept) as usize;
+        let mut k = first + skipped as u64;
+        for row in rows.chunks_exact(w).skip(skipped) {
+            let r = (k % (self.capacity as u64 + 1)) as usize;
+            let stamp = self.stamp(r);
+            stamp.store(2 * k + 1, Ordering::Relaxed);
+            fence(Ordering::Release);
+            for (dst, &v) in self.words(r).iter().zip(row) {
+                dst.store(v.to_bits(), Ordering::Relaxed);
+            }
+            stamp.store(2 * k + 2, Ordering::Release);
+            k += 1;
+        }
+        h.sampled.store(sampled, Ordering::SeqCst);
+        h.inserted.store(k.max(first), Ordering::SeqCst);
+        drop(locked.guard);
+        self.wake_everyone();
+        Ok(k.max(first))
     }
 
     /// Sleeps until `limit` allows `n` more inserts (the same no-lost-wake-up protocol as
@@ -680,6 +752,52 @@ mod tests {
             assert_eq!(out.to_vec(), row(k, 3));
         }
         assert_eq!(other.read(6, &mut out), Err(Gone(6)), "not yet inserted");
+    }
+
+    /// A snapshot restored into a ring of the same capacity puts every insert in the row it had, with the
+    /// counters; into a smaller ring, the newest rows; a ring already written to refuses.
+    #[test]
+    fn a_snapshot_restores_into_a_fresh_ring() {
+        let ring = ReplayRing::create(4, 2, None).unwrap();
+        for k in 0..7 {
+            ring.insert(&row(k, 2), None).unwrap();
+        }
+        ring.record_samples(11);
+        let (first, rows) = ring.snapshot();
+        assert_eq!((first, rows.len()), (3, 8));
+
+        let same = ReplayRing::create(4, 2, None).unwrap();
+        assert_eq!(same.restore(first, &rows, ring.sampled()), Ok(7));
+        assert_eq!((same.inserted(), same.sampled(), same.len()), (7, 11, 4));
+        let mut out = [0.0; 2];
+        for k in 3..7 {
+            same.read(k, &mut out).unwrap();
+            assert_eq!(out.to_vec(), row(k, 2));
+            let r = (k % 5) as usize;
+            assert_eq!(
+                same.stamp(r).load(Ordering::SeqCst),
+                ring.stamp(r).load(Ordering::SeqCst)
+            );
+        }
+        assert_eq!(same.read(2, &mut out), Err(Gone(2)));
+        assert_eq!(same.insert(&row(7, 2), None), Ok(8));
+        assert_eq!(same.snapshot(), {
+            let mut later = ring.snapshot().1[2..].to_vec();
+            later.extend(row(7, 2));
+            (4, later)
+        });
+
+        let smaller = ReplayRing::create(2, 2, None).unwrap();
+        assert_eq!(smaller.restore(first, &rows, 11), Ok(7));
+        assert_eq!(smaller.snapshot(), (5, rows[4..].to_vec()));
+        assert_eq!(
+            smaller.restore(first, &rows, 11),
+            Err(InsertError::NotEmpty { inserted: 7 })
+        );
+        assert!(matches!(
+            ReplayRing::create(4, 2, None).unwrap().restore(0, &[1.0; 3], 0),
+            Err(InsertError::RowSize { .. })
+        ));
     }
 
     #[test]

@@ -130,7 +130,23 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
             .unwrap_or(train.config.off_policy.algo),
         _ => train.config.off_policy.algo,
     };
-    let mut config = Config::for_env_defaults(&train.config.env.env, algo)?;
+    // The env: `--env`, else the config file's.
+    let env = match &file {
+        Some((_, settings)) if given.value_source("env") != Some(ValueSource::CommandLine) => settings
+            .get("env")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned(),
+        _ => train.config.env.env.clone(),
+    };
+    if env.is_empty() {
+        return Err(RlfError::Config(
+            "--env is required (or `env = \"...\"` in the --config file): an env id such as CartPole-v1"
+                .into(),
+        )
+        .into());
+    }
+    let mut config = Config::for_env_defaults(&env, algo)?;
     if let Some((path, settings)) = &file {
         config.apply(settings, path)?;
     }
@@ -160,6 +176,9 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
     }
     config.validate_for(registry)?;
     config.check_train_usage()?;
+    if !config.distributed.mpi {
+        runner::check_shared_memory(&config, registry)?;
+    }
     Ok(Invocation::Train(Box::new(config)))
 }
 
@@ -361,6 +380,46 @@ mod tests {
             ),
             (Algo::Dqn, 128, false)
         );
+    }
+
+    /// A `--config` file may name the env (a saved `config.json` does): its shipped defaults apply under the file,
+    /// `--env` on the command line wins, and with neither the error asks for `--env`.
+    #[test]
+    fn the_env_may_come_from_the_config_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("acrobot.toml");
+        std::fs::write(
+            &file,
+            "env = \"Acrobot-v1\"\nalgo = \"dqn\"\nlearning_starts = 321\n",
+        )
+        .expect("write");
+        let parse = |args: &[&str]| {
+            let mut all = vec!["rlfactory".to_owned(), "train".to_owned()];
+            all.extend(args.iter().map(|a| a.to_string()));
+            match parse_invocation(&all, &EnvRegistry::with_builtin()) {
+                Ok(Invocation::Train(cfg)) => Ok(*cfg),
+                Ok(_) => panic!("not a train command"),
+                Err(CliError::Invalid(e)) => Err(e.to_string()),
+                Err(CliError::Clap(e)) => Err(e.to_string()),
+            }
+        };
+        let path = file.to_str().expect("utf-8 path");
+        let cfg = parse(&["--config", path]).expect("a valid config");
+        // Acrobot's shipped DQN config has batches of 128; the file's own value is kept.
+        assert_eq!(
+            (
+                cfg.env.env.as_str(),
+                cfg.appo.batch_size,
+                cfg.off_policy.learning_starts
+            ),
+            ("Acrobot-v1", 128, 321)
+        );
+        let cfg = parse(&["--config", path, "--env", "CartPole-v1"]).expect("a valid config");
+        assert_eq!((cfg.env.env.as_str(), cfg.appo.batch_size), ("CartPole-v1", 64));
+        let bare = dir.path().join("bare.toml");
+        std::fs::write(&bare, "learning_starts = 321\n").expect("write");
+        let error = parse(&["--config", bare.to_str().expect("utf-8 path")]).unwrap_err();
+        assert!(error.contains("--env is required"), "{error}");
     }
 
     #[test]

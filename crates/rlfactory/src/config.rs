@@ -164,8 +164,8 @@ impl<'de> Deserialize<'de> for ConvLayers {
 #[serde(default)]
 pub struct EnvConfig {
     /// Environment id: a native classic-control env such as CartPole-v1, a native multi-agent
-    /// env (connect_four, treasurehunt), or gym:<id>.
-    #[arg(long)]
+    /// env (connect_four, treasurehunt), or gym:<id>. Required, on the command line or in the `--config` file.
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub env: String,
     /// Keyword arguments of a multi-agent env, `key=value,key=value` (for example
     /// `num_agents=3,height=8` for treasurehunt).
@@ -663,6 +663,11 @@ pub struct OffPolicyConfig {
     /// Transitions each policy's replay buffer holds (the oldest are overwritten).
     #[arg(long, default_value_t = 100_000)]
     pub replay_buffer_size: usize,
+    /// Save each policy's replay buffer after each of its checkpoints (`checkpoint_p<i>/replay_buffer/`, the newest
+    /// only), so that a resumed run goes on with the same transitions, priorities and counters. false: a resumed run
+    /// starts with an empty buffer.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub save_replay_buffer: bool,
     /// Transitions in a policy's buffer before its learner samples.
     #[arg(long, default_value_t = 1000)]
     pub learning_starts: u64,
@@ -724,6 +729,7 @@ impl Default for OffPolicyConfig {
         Self {
             algo: Algo::Appo,
             replay_buffer_size: 100_000,
+            save_replay_buffer: true,
             learning_starts: 1000,
             replay_ratio: 8.0,
             n_step: 1,

@@ -13,7 +13,9 @@
 //!
 //! What a resumed run continues: the env frame count and the episode count, the weights and the
 //! normalisers, Adam's moments and step count (the policy version), and the learning-rate schedule
-//! (its rate and its position in frames). A checkpoint without the moments (saved from the
+//! (its rate and its position in frames); an off-policy run's replay buffers (with `--save_replay_buffer`, saved
+//! after each checkpoint into `checkpoint_p<i>/replay_buffer/`, the newest only) with their priorities and their
+//! insert and sample counters, so that the schedules over inserts go on. A checkpoint without the moments (saved from the
 //! published weights after the learner's process was lost) restarts Adam at zero, and says so.
 
 use std::path::{Path, PathBuf};
@@ -27,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::appo::TrainingState;
 use crate::config::{CheckpointKind, Config, RestartBehaviorArg};
 use crate::error::{Result, RlfError};
-use crate::learning::{Learner, OffPolicyLearner, PolicyUpdated};
+use crate::learning::{Learner, OffPolicyLearner, PolicyUpdated, ReplaySnapshot, SavedPriorities};
 use crate::model::NamedTensor;
 use crate::pbt::PolicyState;
 
@@ -136,6 +138,84 @@ pub fn resume_state(cfg: &Config, policy: usize) -> Result<Option<RestoredState>
         return Ok(None);
     }
     load(&CheckpointStore::open_read_only(dir)?, CheckpointKind::Latest)
+}
+
+/// A policy's replay buffer as its checkpoints saved it ([`Checkpointer::save_replay`]).
+#[derive(Debug)]
+pub struct SavedReplay {
+    /// The rows, counters and priorities.
+    pub snapshot: ReplaySnapshot,
+    /// The policy version of the checkpoint it was saved after.
+    pub version: u64,
+    /// Its sidecar.
+    pub path: PathBuf,
+}
+
+/// A saved replay buffer's sidecar state.
+#[derive(Debug, Serialize, Deserialize)]
+struct ReplayExtra {
+    first: u64,
+    sampled: u64,
+    row_words: usize,
+    /// Prioritised replay: the inserts its priorities had caught up with, and the largest.
+    priorities: Option<(u64, f64)>,
+}
+
+const REPLAY_ROWS: &str = "rows";
+const REPLAY_PRIORITIES: &str = "priorities";
+
+/// The newest intact replay buffer saved for policy `policy` of a run of `cfg`, read without changing the folder;
+/// `None` when there is none. An error names the files that could not be read.
+pub fn load_replay(cfg: &Config, policy: usize) -> Result<Option<SavedReplay>> {
+    let dir = checkpoint_dir(&cfg.run.train_dir.join(&cfg.run.experiment), policy);
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let Some(loaded) = CheckpointStore::open_read_only(&dir)?.load_replay()? else {
+        return Ok(None);
+    };
+    let broken = |reason: &str| RlfError::Checkpoint {
+        path: loaded.path.clone(),
+        reason: format!("replay buffer {reason}"),
+    };
+    let ckpt = &loaded.checkpoint;
+    let extra: ReplayExtra = serde_json::from_value(ckpt.meta.extra.clone())
+        .map_err(|e| broken(&format!("has a bad sidecar: {e}")))?;
+    let rows = ckpt
+        .tensors
+        .get(REPLAY_ROWS)
+        .and_then(Tensor::as_f32)
+        .ok_or_else(|| broken("holds no rows"))?;
+    if extra.row_words == 0 || rows.len() % extra.row_words != 0 {
+        return Err(broken("holds rows of another size than its sidecar says"));
+    }
+    let priorities = match extra.priorities {
+        Some((seen, max)) => {
+            let values = ckpt
+                .tensors
+                .get(REPLAY_PRIORITIES)
+                .and_then(Tensor::as_f64)
+                .filter(|v| v.len() * extra.row_words == rows.len())
+                .ok_or_else(|| broken("holds no priority for each row"))?;
+            Some(SavedPriorities {
+                values: values.to_vec(),
+                seen,
+                max,
+            })
+        }
+        None => None,
+    };
+    Ok(Some(SavedReplay {
+        snapshot: ReplaySnapshot {
+            first: extra.first,
+            rows: rows.to_vec(),
+            row_words: extra.row_words,
+            sampled: extra.sampled,
+            priorities,
+        },
+        version: ckpt.meta.policy_version,
+        path: loaded.path.clone(),
+    }))
 }
 
 /// The counts of the checkpoint a run of `cfg` resumes from: `(env frames, episodes, policy
@@ -567,6 +647,48 @@ impl Checkpointer {
         let ckpt = self.checkpoint(state, request, pool)?;
         let path = self.store.save_aside(&format!("pbt_for_p{to}"), &ckpt)?;
         self.log(&format!("saved {} for policy {to}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Saves the replay buffer `replay` after the checkpoint of policy version `version` at `env_steps` frames
+    /// (see [`CheckpointStore::save_replay`]). Returns the sidecar's path.
+    pub fn save_replay(&mut self, replay: ReplaySnapshot, version: u64, env_steps: u64) -> Result<PathBuf> {
+        let started = Instant::now();
+        let n = replay.len();
+        let extra = ReplayExtra {
+            first: replay.first,
+            sampled: replay.sampled,
+            row_words: replay.row_words,
+            priorities: replay.priorities.as_ref().map(|p| (p.seen, p.max)),
+        };
+        let mut ckpt = Checkpoint {
+            meta: CheckpointMeta {
+                train_step: version,
+                env_steps,
+                policy_version: version,
+                metric: None,
+                extra: serde_json::to_value(extra).map_err(|e| {
+                    RlfError::Config(format!("cannot serialise the replay buffer's state: {e}"))
+                })?,
+            },
+            ..Default::default()
+        };
+        let bytes = 4 * replay.rows.len();
+        ckpt.tensors.insert(
+            REPLAY_ROWS.into(),
+            Tensor::f32(&[n, replay.row_words], replay.rows),
+        );
+        if let Some(p) = replay.priorities {
+            ckpt.tensors
+                .insert(REPLAY_PRIORITIES.into(), Tensor::f64(&[n], p.values));
+        }
+        let path = self.store.save_replay(&ckpt)?;
+        self.log(&format!(
+            "saved the replay buffer {} ({n} transitions, {:.1} MiB) in {:.0} ms",
+            path.display(),
+            bytes as f64 / (1024.0 * 1024.0),
+            started.elapsed().as_secs_f64() * 1e3
+        ))?;
         Ok(path)
     }
 

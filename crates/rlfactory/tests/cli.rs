@@ -427,6 +427,13 @@ fn usage_errors_are_found_before_any_work() {
         ),
         (&[summary.as_str()][..], "there is no folder"),
         (&[folder.as_str()][..], "is a folder, not a file"),
+        // About 40 GB of trajectory slots, and a replay buffer of about 400 GB (it planned 438 GB of shared
+        // memory, wrote the folder and a checkpoint, then failed with a message of the trajectory queue).
+        (&["--batch_size=1000000000"][..], "GiB of shared memory"),
+        (
+            &["--algo=dqn", "--replay_buffer_size=10000000000"][..],
+            "GiB of replay buffers for --replay_buffer_size",
+        ),
     ] {
         rejects(&[&train[..], flags].concat(), wanted);
         let left: Vec<_> = std::fs::read_dir(tmp.path())
@@ -436,6 +443,7 @@ fn usage_errors_are_found_before_any_work() {
         assert!(left.is_empty(), "{flags:?} wrote {left:?}");
     }
     rejects(&[], "a command is required: train, enjoy, eval or export");
+    rejects(&["train", "--rollout=8"], "--env is required");
     // `export --out` into a folder that does not exist: refused before the checkpoint is read (it was an
     // `IoError(Os { .. })` after).
     std::fs::create_dir_all(tmp.path().join("exp")).expect("experiment folder");

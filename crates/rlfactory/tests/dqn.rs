@@ -255,6 +255,75 @@ fn serial_dqn_keeps_the_replay_ratio_on_one_loop() {
     }
 }
 
+/// A resumed DQN run goes on with its replay buffer: prioritised replay in serial mode, 6,000 frames, then resumed
+/// to 12,000. The first run saved its buffer after its checkpoint (`replay_buffer/`, one copy); the resumed run's
+/// buffer holds the first run's inserts and its own, its samples counter goes on, and the replay ratio holds over
+/// both runs (32 samples per insert past `--learning_starts`). With `--save_replay_buffer false` nothing is saved and
+/// the resumed buffer holds only its own inserts.
+#[test]
+fn a_resumed_dqn_run_goes_on_with_its_replay_buffer() {
+    let dir = temp_dir("dqn-replay-resume");
+    let train = |experiment: &str, steps: u64, flags: &[&str]| {
+        let out = dir.path().join(format!("{experiment}-{steps}.json"));
+        let mut args = vec![
+            "train".to_owned(),
+            "--env=CartPole-v1".to_owned(),
+            "--algo=dqn".to_owned(),
+            "--seed=3".to_owned(),
+            "--serial_mode".to_owned(),
+            "--prioritized_replay".to_owned(),
+            "--report_interval_sec=0".to_owned(),
+            format!("--experiment={experiment}"),
+            format!("--train_dir={}", dir.path().display()),
+            format!("--train_for_env_steps={steps}"),
+            format!("--summary_json={}", out.display()),
+        ];
+        args.extend(flags.iter().map(|f| f.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = run(&args);
+        let stderr = text(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        let s = summary(&out);
+        let replay = &s["replay"][0];
+        let count = |key: &str| replay[key].as_u64().unwrap_or_else(|| panic!("{key}: {s}"));
+        (count("inserted"), count("sampled"), s, stderr)
+    };
+    let (inserted, sampled, _, _) = train("kept", 6000, &[]);
+    let saved = dir.path().join("kept/checkpoint_p0/replay_buffer");
+    let files = std::fs::read_dir(&saved).expect("replay_buffer/").count();
+    assert_eq!(
+        files,
+        2,
+        "one weights file and its sidecar in {}",
+        saved.display()
+    );
+    let (inserted2, sampled2, resumed, stderr) = train("kept", 12000, &[]);
+    assert!(stderr.contains("replay buffer goes on from"), "{stderr}");
+    let frames = resumed["env_frames"].as_u64().expect("frames");
+    // Each run ends with each of its 8 envs' last 3 steps in their 3-step windows, not inserted.
+    assert!(
+        inserted2 + 48 >= frames && inserted2 <= frames && inserted2 > inserted,
+        "{inserted} then {inserted2} inserted for {frames} frames"
+    );
+    assert!(sampled2 > sampled, "{sampled} then {sampled2} sampled");
+    assert_eq!(Some(sampled2), resumed["policy_version"].as_u64().map(|v| v * 64));
+    let ratio = sampled2 as f64 / (inserted2 - 1000) as f64;
+    assert!(
+        (ratio / 32.0 - 1.0).abs() < 0.01,
+        "{ratio} samples per insert over both runs"
+    );
+
+    let off = ["--save_replay_buffer=false"];
+    let (first, _, _, _) = train("dropped", 6000, &off);
+    assert!(!dir.path().join("dropped/checkpoint_p0/replay_buffer").exists());
+    let (again, _, _, stderr) = train("dropped", 12000, &off);
+    assert!(!stderr.contains("replay buffer goes on from"), "{stderr}");
+    assert!(
+        again + 24 >= 6000 && again <= first + 24,
+        "{first} then {again} inserted"
+    );
+}
+
 /// A learner that sleeps on its replay buffer holds nothing else up: with a heartbeat of 600 s (the learner's
 /// rounds wait up to 120 s for data) a short DQN run still ends in seconds. When the batcher shared the first
 /// learner's loop, the rollout worker's first slots waited behind two of those rounds (240 s here).
@@ -318,7 +387,8 @@ fn treasurehunt_with_five_dqn_learners_doubles_a_random_policys_return() {
 
 /// SIGINT on a parallel DQN run, whose learner process waits on its replay buffer between rounds: the run stops at
 /// once, without waiting out the stop timeout (it took those 20 s and exited 1 with the published weights alone),
-/// exits 130, and its last checkpoint holds the online and the target network and Adam's moments.
+/// exits 130, and its last checkpoint holds the online and the target network and Adam's moments, and its replay
+/// buffer is saved after it.
 #[test]
 fn sigint_on_a_parallel_dqn_run_saves_both_networks_and_adams_moments() {
     common::assert_a_stop_saves_everything(

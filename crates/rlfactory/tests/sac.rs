@@ -67,7 +67,7 @@ fn sac_learns_pendulum_within_20k_steps() {
 /// SIGTERM (a cluster's preemption) on a parallel SAC run, whose learner process waits on its replay buffer between
 /// rounds: the run stops at once, without waiting out the stop timeout (it took those 20 s, exited 1 and saved the
 /// published actor alone), exits 143, and its last checkpoint holds the actor, the critics, their targets, the
-/// temperature and the three optimisers' moments.
+/// temperature and the three optimisers' moments, and its replay buffer is saved after it.
 #[test]
 fn sigterm_on_a_parallel_sac_run_saves_every_network_the_temperature_and_adams_moments() {
     common::assert_a_stop_saves_everything(

@@ -17,7 +17,7 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use rlf_shm::{ReplayRing, SharedWeights, Wait};
 
-use super::prioritized::PrioritizedSampler;
+use super::prioritized::{PrioritizedSampler, SavedPriorities};
 use super::replay::TransitionLayout;
 use super::{PolicyUpdated, TrainingReport};
 use crate::algo::appo::TrainingState;
@@ -41,6 +41,33 @@ pub enum Round {
     Stopped,
 }
 
+/// A copy of a policy's replay buffer for its checkpoint ([`OffPolicyLearner::replay_snapshot`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplaySnapshot {
+    /// The insert number of the first row.
+    pub first: u64,
+    /// Consecutive inserts, whole rows of `row_words` words.
+    pub rows: Vec<f32>,
+    /// Words per row.
+    pub row_words: usize,
+    /// Samples the learner had taken.
+    pub sampled: u64,
+    /// With prioritised replay: the rows' priorities.
+    pub priorities: Option<SavedPriorities>,
+}
+
+impl ReplaySnapshot {
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.rows.len() / self.row_words.max(1)
+    }
+
+    /// Whether it holds no row.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
 /// Owns the training state of one off-policy policy and its view of the policy's replay buffer.
 #[derive(Debug)]
 pub struct OffPolicyLearner {
@@ -61,13 +88,14 @@ pub struct OffPolicyLearner {
     decoded: Vec<f32>,
     /// `--replay_ratio`, for [`train_due`](Self::train_due).
     replay_ratio: f64,
-    /// SGD steps this process took (a resumed version does not count).
+    /// SGD steps taken since the buffer's insert counter started: in this process, plus the resumed version when
+    /// the buffer was resumed with it.
     steps: u64,
     prioritized: Option<Prioritized>,
     /// `--lr_schedule linear_decay`: the initial learning rate, and the inserts over which it falls to 0.
     lr_decay: Option<(f64, u64)>,
-    /// The inserts the SGD steps restored from a checkpoint stood for (a resumed run's buffer starts empty), which
-    /// the schedules over inserts count as done.
+    /// The inserts the SGD steps restored from a checkpoint stood for when the run resumed without its buffer
+    /// (which then starts empty), which the schedules over inserts count as done.
     inserts_before: u64,
 }
 
@@ -297,6 +325,31 @@ impl OffPolicyLearner {
             lr: self.algo.lr(),
         };
         Ok((tensors, state))
+    }
+
+    /// A copy of the replay buffer's visible rows, its samples counter and (prioritised replay) their priorities.
+    pub fn replay_snapshot(&self) -> ReplaySnapshot {
+        let (first, rows) = self.replay.snapshot();
+        let row_words = self.replay.row_words();
+        let n = (rows.len() / row_words) as u64;
+        ReplaySnapshot {
+            first,
+            rows,
+            row_words,
+            sampled: self.replay.sampled(),
+            priorities: self.prioritized.as_ref().map(|p| p.sampler.saved(first, n)),
+        }
+    }
+
+    /// After [`restore`](Self::restore): the replay buffer was restored from the checkpoint's copy (whose rows begin
+    /// at insert `first`; `priorities` as saved), so its counters go on from the saved run's, and so do the
+    /// schedules and the replay ratio's count of SGD steps.
+    pub fn continue_with_restored_buffer(&mut self, first: u64, priorities: Option<&SavedPriorities>) {
+        self.inserts_before = 0;
+        self.steps = self.algo.version();
+        if let (Some(p), Some(saved)) = (&mut self.prioritized, priorities) {
+            p.sampler.restore(first, saved);
+        }
     }
 
     /// Continues from a checkpoint's weights, the optimisers' moments and version (target networks start as copies

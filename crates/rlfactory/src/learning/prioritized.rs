@@ -74,6 +74,17 @@ impl SumTree {
     }
 }
 
+/// Priorities saved with a replay buffer ([`PrioritizedSampler::saved`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedPriorities {
+    /// The priority of each saved insert, oldest first (0: not yet given one).
+    pub values: Vec<f64>,
+    /// Inserts the sampler had caught up with.
+    pub seen: u64,
+    /// The largest priority given.
+    pub max: f64,
+}
+
 /// The priorities of one replay ring and the sampling by them.
 #[derive(Debug, Clone)]
 pub struct PrioritizedSampler {
@@ -170,6 +181,37 @@ impl PrioritizedSampler {
         self.max_priority
     }
 
+    /// The priorities of inserts `first ..< first + n` (0 for one not yet given its priority), the inserts caught up
+    /// with, and the largest priority: what [`restore`](Self::restore) continues from.
+    pub fn saved(&self, first: u64, n: u64) -> SavedPriorities {
+        let values = (first..first + n)
+            .map(|k| {
+                if k < self.seen && k + self.rows >= self.seen {
+                    self.tree.get((k % self.rows) as usize)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        SavedPriorities {
+            values,
+            seen: self.seen,
+            max: self.max_priority,
+        }
+    }
+
+    /// Continues from priorities [`saved`](Self::saved) of the inserts from `first` that a restored ring holds
+    /// again.
+    pub fn restore(&mut self, first: u64, saved: &SavedPriorities) {
+        self.seen = saved.seen;
+        self.max_priority = saved.max;
+        for (k, &p) in (first..).zip(&saved.values) {
+            if k < saved.seen && k + self.rows >= saved.seen {
+                self.tree.set((k % self.rows) as usize, p);
+            }
+        }
+    }
+
     /// Sets the priority of each sampled insert in `indices` from its TD error in `td_errors`, unless it has been
     /// overwritten since.
     pub fn update(&mut self, indices: &[u64], td_errors: &[f32]) {
@@ -240,6 +282,50 @@ mod tests {
         let rows: Vec<f32> = (0..inserts).flat_map(|k| [k as f32, -(k as f32)]).collect();
         ring.insert(&rows, None).expect("insert");
         ring
+    }
+
+    /// A sampler restored from saved priorities into a ring restored from a snapshot draws what the original
+    /// draws, with the same weights, and gives new inserts the same largest priority.
+    #[test]
+    fn restored_priorities_draw_as_the_saved_ones() {
+        let capacity = 10;
+        let ring = ring_with(capacity, 25);
+        let mut sampler = PrioritizedSampler::new(capacity, 0.6, 1e-6);
+        let mut rng = Pcg64Mcg::seed_from_u64(3);
+        let (mut indices, mut out, mut weights) = (Vec::new(), vec![0.0; 4 * 2], Vec::new());
+        for _ in 0..20 {
+            assert!(sampler.sample(&ring, 0.5, || rng.random(), &mut indices, &mut out, &mut weights));
+            let errors: Vec<f32> = indices.iter().map(|&k| (k % 7) as f32 * 0.3).collect();
+            sampler.update(&indices, &errors);
+        }
+        ring.insert(&[25.0, -25.0], None).expect("insert");
+        let (first, rows) = ring.snapshot();
+        let saved = sampler.saved(first, (rows.len() / 2) as u64);
+        assert_eq!(
+            saved.values.last(),
+            Some(&0.0),
+            "insert 25 not caught up with yet"
+        );
+
+        let copy = ReplayRing::create(capacity, 2, None).expect("ring");
+        copy.restore(first, &rows, 0).expect("restore");
+        let mut restored = PrioritizedSampler::new(capacity, 0.6, 1e-6);
+        restored.restore(first, &saved);
+        let (mut a, mut b) = (Pcg64Mcg::seed_from_u64(4), Pcg64Mcg::seed_from_u64(4));
+        let (mut indices_b, mut out_b, mut weights_b) = (Vec::new(), vec![0.0; 4 * 2], Vec::new());
+        for _ in 0..50 {
+            assert!(sampler.sample(&ring, 0.7, || a.random(), &mut indices, &mut out, &mut weights));
+            assert!(restored.sample(
+                &copy,
+                0.7,
+                || b.random(),
+                &mut indices_b,
+                &mut out_b,
+                &mut weights_b
+            ));
+            assert_eq!((&indices, &out, &weights), (&indices_b, &out_b, &weights_b));
+        }
+        assert_eq!(sampler.saved(first, 11), restored.saved(first, 11));
     }
 
     /// Across the ring's wrap-around, only visible inserts are drawn, each row holds the insert its index names,

@@ -31,7 +31,7 @@ use self::adapters::LinkEnds;
 use self::counters::CounterLayout;
 use self::graph::{build_graph, Parts};
 use self::mpi::LearnerSync;
-use self::plane::{create_plane, GraphSpec, RankPart};
+use self::plane::{create_plane, plan_plane, GraphSpec, RankPart};
 use crate::config::Config;
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::env_group::EnvGroup;
@@ -95,6 +95,12 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
     train_with(cfg, &EnvRegistry::with_builtin(), process_start)
 }
 
+/// Refuses a run of `cfg` on one machine whose trajectory slots and replay buffers would not fit the shared memory
+/// (`/dev/shm`) left free.
+pub fn check_shared_memory(cfg: &Config, registry: &EnvRegistry) -> Result<()> {
+    plan_plane(cfg, registry, RankPart::Whole)?.check_fits(cfg)
+}
+
 /// As [`train`], with the envs of `registry` (the binary's children must build their graph with
 /// the same registry: see [`child_build_with`]).
 pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -> Result<Summary> {
@@ -122,14 +128,32 @@ fn run_part(
     if lock.is_some() && cfg.checkpoint.restart_behavior == crate::config::RestartBehaviorArg::Resume {
         plane::check_resumable(cfg, registry)?;
     }
+    let plan = plan_plane(cfg, registry, part)?;
+    plan.check_fits(cfg)?;
+    let replay_save_bytes = match lock {
+        Some(_) => plane::check_replay_disk(cfg, registry)?,
+        None => 0,
+    };
     let (experiment, resumed) = if cfg.run.save_experiment && part.learns() {
         let experiment = ExperimentRun::prepare(cfg)?;
         (Some(experiment), crate::experiment::resume_counts(cfg)?)
     } else {
         (None, None)
     };
-    let regions = create_plane(cfg, registry, part)?;
-    for line in regions.memory_lines() {
+    let mut regions = create_plane(cfg, plan)?;
+    let mut lines = regions.memory_lines();
+    if experiment.is_some() {
+        if replay_save_bytes > 0 {
+            lines.push(format!(
+                "the replay buffers are saved after each checkpoint: up to {:.1} MiB on disk (--save_replay_buffer false \
+                 to skip)",
+                replay_save_bytes as f64 / (1024.0 * 1024.0)
+            ));
+        }
+        // A fresh or restarted experiment has no saved buffer (the restart moved it aside).
+        lines.extend(regions.restore_replays(cfg)?);
+    }
+    for line in lines {
         match &experiment {
             Some(e) => e.log(&line)?,
             None => eprintln!("[rlfactory] {line}"),

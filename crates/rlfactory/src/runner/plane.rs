@@ -28,6 +28,9 @@ pub(super) struct DataPlane {
     pub counters: ShmArrayHandle,
     /// Each policy's replay buffer (off-policy algorithms), by policy index.
     pub replays: Vec<ReplayRingHandle>,
+    /// By policy index: the replay buffer was restored from the saved copy of this policy version
+    /// ([`PlaneRegions::restore_replays`]).
+    pub replays_restored: Vec<Option<u64>>,
 }
 
 impl DataPlane {
@@ -159,24 +162,28 @@ fn buffers_per_worker(cfg: &Config, num_agents: usize, workers: usize) -> usize 
     splits * (1 + held.max(1))
 }
 
-/// Creates the regions for `cfg` and the part of the graph this process's rank runs.
-pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart) -> Result<PlaneRegions> {
+/// The sizes of a data plane, worked out before any region is created: the networks (whose sizes the published
+/// weights take), the trajectory slots and the replay buffers.
+pub(super) struct PlanePlan {
+    models: Vec<Box<dyn Policy>>,
+    shape: TrajectoryShape,
+    obs_layout: ObsLayout,
+    slots: usize,
+    pools: usize,
+    replays: Vec<TransitionLayout>,
+}
+
+/// The plane of `cfg` for the part of the graph this process's rank runs.
+pub(super) fn plan_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart) -> Result<PlanePlan> {
     // Each network's size: policies whose agents differ have networks of their own shapes.
     let models = (0..cfg.sampling.num_policies)
         .map(|p| new_policy(cfg, registry, p))
         .collect::<Result<Vec<_>>>()?;
-    let sizes = models
-        .iter()
-        .map(|m| Ok(m.weights()?.values.len()))
-        .collect::<Result<Vec<_>>>()?;
-    let weights = (0..cfg.num_networks())
-        .map(|n| SharedWeights::create(sizes[cfg.policy_of_network(n)]))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
     let s = &cfg.sampling;
     let spec = EnvSpec::of(registry, &cfg.env)?;
     let num_agents = spec.num_agents;
     // One column per agent of each env, as wide as the largest agent's observation; byte parts stored as bytes.
-    let layout = ObsLayout::common(&spec.observation_spaces, spec.obs_dim);
+    let obs_layout = ObsLayout::common(&spec.observation_spaces, spec.obs_dim);
     let shape = TrajectoryShape {
         rollout: s.rollout,
         num_envs: s.num_envs_per_worker / s.worker_num_splits * num_agents,
@@ -185,35 +192,96 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
         // values of theirs).
         action_dim: models.iter().map(|m| m.action_dim()).max().unwrap_or(1),
         state_dim: models[0].state_dim(),
-        obs_bytes: layout.bytes(),
+        obs_bytes: obs_layout.bytes(),
     };
-    let slots = buffers_per_worker(cfg, num_agents, part.all_workers(cfg));
-    let pools = (0..part.pools(cfg))
-        .map(|_| TrajectoryPool::with_layout(shape, layout.clone(), slots))
-        .collect::<Result<Vec<_>>>()?;
-    let layout = CounterLayout {
-        workers: part.pools(cfg),
-    };
-    let counters = ShmArray::create(layout.len())?;
     let replays = match cfg.off_policy.algo {
         Algo::Appo => Vec::new(),
         Algo::Dqn | Algo::Sac => (0..models.len())
-            .map(|p| {
-                let layout = transition_layout(cfg, &spec, p)?;
-                let ring = ReplayRing::create(
-                    cfg.off_policy.replay_buffer_size,
-                    layout.row_words(),
-                    rate_limit(cfg),
-                )?;
-                Ok((ring, layout))
-            })
+            .map(|p| transition_layout(cfg, &spec, p))
             .collect::<Result<Vec<_>>>()?,
     };
+    Ok(PlanePlan {
+        slots: buffers_per_worker(cfg, num_agents, part.all_workers(cfg)),
+        pools: part.pools(cfg),
+        models,
+        shape,
+        obs_layout,
+        replays,
+    })
+}
+
+impl PlanePlan {
+    /// The bytes of shared memory the trajectory slots and the replay buffers of `cfg` take (the published
+    /// weights and the counters are small beside them).
+    fn bytes(&self, cfg: &Config) -> (u128, u128) {
+        let slots = self.shape.slot_bytes() as u128 * self.slots as u128 * self.pools as u128;
+        let replays = self
+            .replays
+            .iter()
+            .map(|l| {
+                ReplayRing::footprint_of(cfg.off_policy.replay_buffer_size, l.row_words())
+                    .map_or(u128::MAX, |b| b as u128)
+            })
+            .fold(0u128, u128::saturating_add);
+        (slots, replays)
+    }
+
+    /// Refuses a plane larger than the shared memory (`/dev/shm`) has room for, naming the flags that size it.
+    pub(super) fn check_fits(&self, cfg: &Config) -> Result<()> {
+        let shm = std::path::Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return Ok(());
+        }
+        let (slots, replays) = self.bytes(cfg);
+        let free = rlf_experiment::free_bytes(shm)? as u128;
+        if slots.saturating_add(replays) <= free {
+            return Ok(());
+        }
+        let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+        Err(RlfError::Config(format!(
+            "the run needs {:.1} GiB of shared memory ({:.1} GiB of trajectory slots for --batch_size, --rollout, \
+             --num_workers and --num_envs_per_worker; {:.1} GiB of replay buffers for --replay_buffer_size) and \
+             /dev/shm has {:.1} GiB free",
+            gib(slots.saturating_add(replays)),
+            gib(slots),
+            gib(replays),
+            gib(free)
+        )))
+    }
+}
+
+/// Creates the regions of `plan` for `cfg`.
+pub(super) fn create_plane(cfg: &Config, plan: PlanePlan) -> Result<PlaneRegions> {
+    let sizes = plan
+        .models
+        .iter()
+        .map(|m| Ok(m.weights()?.values.len()))
+        .collect::<Result<Vec<_>>>()?;
+    let weights = (0..cfg.num_networks())
+        .map(|n| SharedWeights::create(sizes[cfg.policy_of_network(n)]))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let pools = (0..plan.pools)
+        .map(|_| TrajectoryPool::with_layout(plan.shape, plan.obs_layout.clone(), plan.slots))
+        .collect::<Result<Vec<_>>>()?;
+    let counters = ShmArray::create(CounterLayout { workers: plan.pools }.len())?;
+    let replays = plan
+        .replays
+        .into_iter()
+        .map(|layout| {
+            let ring = ReplayRing::create(
+                cfg.off_policy.replay_buffer_size,
+                layout.row_words(),
+                rate_limit(cfg),
+            )?;
+            Ok((ring, layout))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let plane = DataPlane {
         weights: weights.iter().map(SharedWeights::handle).collect(),
         pools: pools.iter().map(TrajectoryPool::handle).collect(),
         counters: counters.handle(),
         replays: replays.iter().map(|(ring, _)| ring.handle()).collect(),
+        replays_restored: vec![None; replays.len()],
     };
     Ok(PlaneRegions {
         weights,
@@ -225,6 +293,51 @@ pub(super) fn create_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart)
 }
 
 impl PlaneRegions {
+    /// With `--save_replay_buffer`, before any other process starts: each policy's replay buffer goes on from the
+    /// copy its checkpoints saved, if any (its rows, counters and, read by the learner, priorities). Returns what to
+    /// log: each buffer restored, or why one starts empty (a copy unreadable, or of other rows than this run's).
+    pub(super) fn restore_replays(&mut self, cfg: &Config) -> Result<Vec<String>> {
+        let mut lines = Vec::new();
+        if !cfg.off_policy.save_replay_buffer {
+            return Ok(lines);
+        }
+        for (policy, (ring, _)) in self.replays.iter().enumerate() {
+            let saved = match crate::experiment::load_replay(cfg, policy) {
+                Ok(Some(saved)) => saved,
+                Ok(None) => continue,
+                Err(e) => {
+                    lines.push(format!("policy {policy} starts with an empty replay buffer: {e}"));
+                    continue;
+                }
+            };
+            let r = &saved.snapshot;
+            if r.row_words != ring.row_words() {
+                lines.push(format!(
+                    "policy {policy} starts with an empty replay buffer: {} holds rows of {} words, this run's take {}",
+                    saved.path.display(),
+                    r.row_words,
+                    ring.row_words()
+                ));
+                continue;
+            }
+            let inserted = ring
+                .restore(r.first, &r.rows, r.sampled)
+                .map_err(|e| RlfError::Protocol {
+                    component: "data plane",
+                    message: format!("policy {policy}'s replay buffer: {e}"),
+                })?;
+            self.plane.replays_restored[policy] = Some(saved.version);
+            lines.push(format!(
+                "policy {policy}'s replay buffer goes on from {}: {} transitions (inserts {}..{inserted}), {} sampled",
+                saved.path.display(),
+                ring.len(),
+                inserted - ring.len() as u64,
+                r.sampled
+            ));
+        }
+        Ok(lines)
+    }
+
     /// Each replay buffer's counts (off-policy), by policy; `learning_starts` inserts come before sampling.
     pub(super) fn replay_summaries(&self, learning_starts: u64) -> Vec<ReplaySummary> {
         self.replays
@@ -367,6 +480,35 @@ pub(super) fn check_resumable(cfg: &Config, registry: &EnvRegistry) -> Result<()
         })?;
     }
     Ok(())
+}
+
+/// With `--save_replay_buffer`, before anything is written into the experiment folder: the disk that holds it has
+/// room for the largest copies of every replay buffer (each full, with its priorities, twice: a save writes the new
+/// copy before it deletes the old). Returns the bytes one set of copies takes at most, for the log.
+pub(super) fn check_replay_disk(cfg: &Config, registry: &EnvRegistry) -> Result<u64> {
+    let o = &cfg.off_policy;
+    if !o.algo.is_off_policy() || !o.save_replay_buffer || !cfg.run.save_experiment {
+        return Ok(0);
+    }
+    let spec = EnvSpec::of(registry, &cfg.env)?;
+    let mut bytes = 0u64;
+    for policy in 0..cfg.sampling.num_policies {
+        let row = 4 * transition_layout(cfg, &spec, policy)?.row_words() as u64 + 8;
+        bytes = bytes.saturating_add(row.saturating_mul(o.replay_buffer_size as u64));
+    }
+    let dir = cfg.run.train_dir.join(&cfg.run.experiment);
+    let free = rlf_experiment::free_bytes(&dir)?;
+    if free < bytes.saturating_mul(2) {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        return Err(RlfError::Config(format!(
+            "the replay buffers' saves need up to {:.0} MiB on the disk of {}, which has {:.0} MiB free: pass \
+             --save_replay_buffer false or a smaller --replay_buffer_size",
+            mib(bytes.saturating_mul(2)),
+            dir.display(),
+            mib(free)
+        )));
+    }
+    Ok(bytes)
 }
 
 /// The network of policy `policy` for `cfg`'s algorithm: an actor-critic for APPO, a Q-network for DQN, the actor

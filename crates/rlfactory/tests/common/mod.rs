@@ -220,7 +220,8 @@ pub fn checkpoint_sidecars(train_dir: &Path) -> Vec<std::path::PathBuf> {
 
 /// Trains `flags` (an env and an algorithm) in experiment `exp` until its learner has trained, stops it with
 /// `signal` (`INT` or `TERM`), and checks that it exits with `code` (130 or 143) without waiting out the stop timeout
-/// and that its last checkpoint holds Adam's moments and a tensor of each of `prefixes`.
+/// and that its last checkpoint holds Adam's moments and a tensor of each of `prefixes` (and, DQN or SAC, that the
+/// replay buffer was saved after it).
 pub fn assert_a_stop_saves_everything(flags: &[&str], signal: &str, code: i32, prefixes: &[&str]) {
     let dir = temp_dir("stop");
     let mut args: Vec<String> = [
@@ -251,6 +252,21 @@ pub fn assert_a_stop_saves_everything(flags: &[&str], signal: &str, code: i32, p
             names.iter().any(|n| n.starts_with(prefix)),
             "no {prefix}* in {names:?}"
         );
+    }
+    // An off-policy run's replay buffer is saved after its last checkpoint, named as it.
+    if flags
+        .iter()
+        .any(|f| f.starts_with("--algo=dqn") || f.starts_with("--algo=sac"))
+    {
+        let replay = newest
+            .parent()
+            .expect("checkpoint dir")
+            .join("replay_buffer")
+            .join(newest.file_name().expect("sidecar name"));
+        let replay =
+            rlf_experiment::load_checkpoint(&replay).expect("the replay buffer of the last checkpoint loads");
+        let rows = &replay.tensors["rows"];
+        assert!(rows.shape[0] > 0, "an empty replay buffer: {:?}", rows.shape);
     }
 }
 

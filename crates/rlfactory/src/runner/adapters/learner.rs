@@ -78,6 +78,8 @@ pub(in crate::runner) struct LearnerNode {
     pool_snapshots: Vec<Option<PoolSnapshot>>,
     /// `--self_play_keep_first`.
     keep_first: bool,
+    /// `--save_replay_buffer` (off-policy).
+    save_replay: bool,
 }
 
 impl LearnerNode {
@@ -108,6 +110,7 @@ impl LearnerNode {
             pool: Vec::new(),
             pool_snapshots: Vec::new(),
             keep_first: cfg.sampling.self_play_keep_first,
+            save_replay: cfg.off_policy.save_replay_buffer,
         }
     }
 }
@@ -206,8 +209,8 @@ fn expected_inserts(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<u64> 
     Ok((cfg.run.train_for_env_steps as f64 * share).ceil() as u64)
 }
 
-/// A DQN or SAC learner on the policy's replay buffer, continuing from its newest checkpoint if any (weights and
-/// Adam; the buffer starts empty).
+/// A DQN or SAC learner on the policy's replay buffer, continuing from its newest checkpoint if any (weights, target
+/// networks and Adam) and from the buffer the data plane restored (its priorities, counters and schedules).
 fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &DataPlane) -> Result<Setup> {
     let o = &cfg.off_policy;
     let spec = EnvSpec::of(registry, &cfg.env)?;
@@ -244,11 +247,29 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
     if cfg.appo.lr_schedule == LrScheduleKind::LinearDecay {
         learner = learner.with_linear_lr_decay(cfg.appo.learning_rate, expected_inserts(cfg, &spec, policy)?);
     }
-    let checkpointer = if cfg.run.save_experiment {
+    let mut checkpointer = if cfg.run.save_experiment {
         Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
     } else {
         None
     };
+    if let (Some(Some(saved_at)), Some((checkpointer, _))) =
+        (plane.replays_restored.get(policy), &mut checkpointer)
+    {
+        // The data plane restored the rows and counters; the priorities are the learner's.
+        let saved = match o.prioritized_replay {
+            true => crate::experiment::load_replay(cfg, policy)?,
+            false => None,
+        };
+        let first = saved.as_ref().map_or(0, |s| s.snapshot.first);
+        let priorities = saved.as_ref().and_then(|s| s.snapshot.priorities.as_ref());
+        learner.continue_with_restored_buffer(first, priorities);
+        if *saved_at != learner.version() {
+            checkpointer.log(&format!(
+                "policy {policy}: its replay buffer was saved at version {saved_at}, its checkpoint at {}",
+                learner.version()
+            ))?;
+        }
+    }
     Ok(Setup {
         learner: Trainer::OffPolicy(Box::new(learner)),
         pool: Vec::new(),
@@ -419,6 +440,9 @@ impl LearnerNode {
             None => {
                 let path = checkpointer.save(state, &self.progress, &pool)?;
                 self.saved_version = Some(version);
+                if let (true, Some(learner)) = (self.save_replay, &self.off_policy) {
+                    checkpointer.save_replay(learner.replay_snapshot(), version, self.progress.env_steps)?;
+                }
                 path
             }
         };
