@@ -57,7 +57,9 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ChildSpec {
     app: String,
-    config: Vec<u8>,
+    /// The application's configuration, as JSON text (a string here, not an array of byte values: the spec travels
+    /// in one environment variable, which the kernel caps at 128 KiB).
+    config: String,
     loop_id: u32,
     /// 0 for the first process of the loop, one more for each replacement.
     incarnation: u32,
@@ -159,7 +161,7 @@ impl App {
         let spawn: Option<SpawnFn> = handle.map(|h| {
             let template = ChildSpec {
                 app: self.name.clone(),
-                config: self.config.clone(),
+                config: String::from_utf8_lossy(&self.config).into_owned(),
                 loop_id: 0,
                 incarnation: 0,
                 parent: std::process::id(),
@@ -271,11 +273,7 @@ fn spawn_child(
     let child = Command::new(&exe)
         .env(CHILD_ENV, json)
         .spawn()
-        .map_err(io_err(format!(
-            "starting {} for loop {}",
-            exe.display(),
-            spec.loop_id
-        )))?;
+        .map_err(io_err(format!("starting {}", exe.display())))?;
     // The waiter reaps it by pid, as it does forked children.
     let pid = child.id();
     let waiter = wait_for_child(pid, spec.loop_id, transport, timeout)?;
@@ -494,7 +492,7 @@ where
 {
     let spec: ChildSpec = serde_json::from_str(json).map_err(|e| RunError::Role(e.to_string()))?;
     become_child(spec.parent, spec.loop_id)?;
-    let mut b = AppBuilder::new(&spec.app, spec.config.clone());
+    let mut b = AppBuilder::new(&spec.app, spec.config.clone().into_bytes());
     build(&mut b)?;
     b.validate()?;
     if b.describe() != spec.graph || b.serial {

@@ -176,9 +176,6 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
     }
     config.validate_for(registry)?;
     config.check_train_usage()?;
-    if !config.distributed.mpi {
-        runner::check_shared_memory(&config, registry)?;
-    }
     Ok(Invocation::Train(Box::new(config)))
 }
 
@@ -251,6 +248,10 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(signal)) => ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(0))),
         Err(RlfError::ReportedByRankZero) => ExitCode::FAILURE,
+        Err(e @ RlfError::Usage(_)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -270,16 +271,22 @@ fn run(
         Invocation::Eval(args) => return crate::enjoy::eval(&args, registry).map(|_| None),
         Invocation::Export(args) => return crate::enjoy::export(&args, registry).map(|()| None),
     };
-    eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
     // A reaper removes the shared memory that the run and its workers leave if they are all killed at once (SIGKILL of
-    // the process group); an MPI rank starts its own first thing.
-    if !cfg.distributed.mpi
-        && !rlf_shm::process::start_segment_reaper().map_err(|e| RlfError::Io {
+    // the process group); an MPI rank starts its own first thing. It is forked, as the workers are, while this
+    // process has one thread: before libtorch's first operation, which starts its thread pool unless told how many
+    // threads to use.
+    let reaper = cfg.distributed.mpi
+        || rlf_shm::process::start_segment_reaper().map_err(|e| RlfError::Io {
             what: "starting the shared-memory reaper for",
             path: cfg.run.train_dir.clone(),
             source: e,
-        })?
-    {
+        })?;
+    tch::set_num_threads(cfg.run.num_threads);
+    if !cfg.distributed.mpi {
+        runner::check_shared_memory(&cfg, registry)?;
+    }
+    eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
+    if !reaper {
         eprintln!("[rlfactory] no shared-memory reaper: this process already runs several threads");
     }
     let summary = if cfg.distributed.mpi {

@@ -10,6 +10,10 @@ pub enum RlfError {
     /// A configuration value or combination of values is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// What the flags ask for cannot run on this machine (its shared memory or disk is too small for it): found
+    /// when the run is planned, before it starts, and reported as a bad flag is (exit code 2).
+    #[error("{0}")]
+    Usage(String),
     /// A configuration file could not be read or parsed.
     #[error("config file {path}: {message}")]
     ConfigFile {

@@ -95,6 +95,33 @@ pub fn train(cfg: &Config, process_start: Instant) -> Result<Summary> {
     train_with(cfg, &EnvRegistry::with_builtin(), process_start)
 }
 
+/// The faults of a run (`<subject>: <what>` each) on one line, with what several subjects have in common said once:
+/// a hundred workers that could not start are one clause, not a hundred.
+fn faults_line(faults: &[String]) -> String {
+    let mut groups: Vec<(Vec<&str>, &str)> = Vec::new();
+    for fault in faults {
+        let (subject, what) = fault.split_once(": ").unwrap_or((fault, ""));
+        match groups.iter_mut().find(|(_, w)| !w.is_empty() && *w == what) {
+            Some((subjects, _)) => subjects.push(subject),
+            None => groups.push((vec![subject], what)),
+        }
+    }
+    groups
+        .iter()
+        .map(|(subjects, what)| {
+            let who = match subjects.len() {
+                0..=3 => subjects.join(", "),
+                n => format!("{}, {} and {} more", subjects[0], subjects[1], n - 2),
+            };
+            match what.is_empty() {
+                true => who,
+                false => format!("{who}: {what}"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Refuses a run of `cfg` on one machine whose trajectory slots and replay buffers would not fit the shared memory
 /// (`/dev/shm`) left free.
 pub fn check_shared_memory(cfg: &Config, registry: &EnvRegistry) -> Result<()> {
@@ -192,12 +219,8 @@ fn run_part(
         .map_err(|e| RlfError::EventLoop(e.to_string()))?;
     let summary = summary_slot.lock().ok().and_then(|mut s| s.take());
     if !outcome.faults.is_empty() {
-        let mut message = outcome
-            .faults
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
+        let faults: Vec<String> = outcome.faults.iter().map(ToString::to_string).collect();
+        let mut message = faults_line(&faults);
         if let (true, Some(summary)) = (cfg.run.save_experiment, &summary) {
             let num_policies = cfg.sampling.num_policies;
             for policy in lost_learners(&outcome, num_policies) {
@@ -242,4 +265,31 @@ fn run_part(
         summary.stop_reason = StopReason::Interrupted;
     }
     Ok(Some(summary))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::faults_line;
+
+    /// What a hundred loops share is said once, with two of them named; what one loop says stays its own.
+    #[test]
+    fn faults_that_say_the_same_are_one_clause() {
+        let mut faults: Vec<String> = (0..100)
+            .map(|i| {
+                format!("loop rollout_worker_{i}: could not start: fork: Resource temporarily unavailable")
+            })
+            .collect();
+        faults.push("loop learner: did not stop in time".into());
+        faults
+            .push("loop inference_worker_0: could not start: fork: Resource temporarily unavailable".into());
+        assert_eq!(
+            faults_line(&faults),
+            "loop rollout_worker_0, loop rollout_worker_1 and 99 more: could not start: fork: Resource temporarily \
+             unavailable; loop learner: did not stop in time"
+        );
+        assert_eq!(
+            faults_line(&faults[..2]),
+            "loop rollout_worker_0, loop rollout_worker_1: could not start: fork: Resource temporarily unavailable"
+        );
+    }
 }

@@ -238,7 +238,7 @@ impl PlanePlan {
             return Ok(());
         }
         let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
-        Err(RlfError::Config(format!(
+        Err(RlfError::Usage(format!(
             "the run needs {:.1} GiB of shared memory ({:.1} GiB of trajectory slots for --batch_size, --rollout, \
              --num_workers and --num_envs_per_worker; {:.1} GiB of replay buffers for --replay_buffer_size) and \
              /dev/shm has {:.1} GiB free",
@@ -500,7 +500,7 @@ pub(super) fn check_replay_disk(cfg: &Config, registry: &EnvRegistry) -> Result<
     let free = rlf_experiment::free_bytes(&dir)?;
     if free < bytes.saturating_mul(2) {
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-        return Err(RlfError::Config(format!(
+        return Err(RlfError::Usage(format!(
             "the replay buffers' saves need up to {:.0} MiB on the disk of {}, which has {:.0} MiB free: pass \
              --save_replay_buffer false or a smaller --replay_buffer_size",
             mib(bytes.saturating_mul(2)),
