@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ensure the project venv has the independent readers tests/experiment.rs checks our files with: TensorBoard's event
+# Ensure the project venv has the independent readers tests/suite/experiment.rs checks our files with: TensorBoard's event
 # reader (via rlf-experiment's setup script) and the `safetensors` package. Idempotent; prints the venv's python.
 set -euo pipefail
 

@@ -13,6 +13,14 @@ pub use tempfile::TempDir;
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
 
+/// libtorch's random generator and its thread count are one per process: the tests that run libtorch in the test
+/// process (seeding it, training, comparing what follows) take turns, or another test's draws or thread count in
+/// between would change their numbers. Hold the guard for the whole test.
+pub fn torch_rng() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A fresh folder under the system temp dir, removed when dropped.
 pub fn temp_dir(name: &str) -> TempDir {
     tempfile::Builder::new()

@@ -6,7 +6,7 @@
 // The references index by time step exactly as the papers' sums do.
 #![allow(clippy::needless_range_loop)]
 
-mod common;
+use crate::common;
 
 use common::cartpole_dataset;
 use rlf_env::EnvRegistry;
@@ -17,13 +17,6 @@ use rlfactory::algo::appo::{
 use rlfactory::config::{Config, LrScheduleKind};
 use rlfactory::model::{ActorCritic, Policy};
 use tch::{Kind, Tensor};
-
-/// libtorch's random generator is one per process: the tests that seed it and compare what follows (training
-/// runs) take turns, or another test's draws in between would change their numbers.
-fn seeded() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// A rollout of 7 steps: an episode terminates after step 2, one is truncated after step 4
 /// (its last observation is worth 3.0), and the rollout ends mid-episode (bootstrap 1.5).
@@ -493,7 +486,7 @@ fn differing(a: &[f32], b: &[f32]) -> usize {
 
 #[test]
 fn steps_the_slots_mark_invalid_are_masked_out_of_training() {
-    let _turn = seeded();
+    let _turn = common::torch_rng();
     for vtrace in [false, true] {
         // Nothing valid: no loss, no statistics, so nothing moves.
         let (before, after, fraction) = train_once(&cartpole_dataset(&[0.0; 128]), vtrace);
@@ -589,7 +582,7 @@ fn train_recurrent(states: &Tensor, recurrence: i64, vtrace: bool) -> Vec<f32> {
 /// A dataset without states is refused by a recurrent learner.
 #[test]
 fn bptt_chunks_start_from_the_recorded_states_every_recurrence_steps() {
-    let _turn = seeded();
+    let _turn = common::torch_rng();
     let (s, d) = (8_i64, 8_i64);
     tch::manual_seed(1);
     let states = Tensor::randn([16 * s, d], (Kind::Float, tch::Device::Cpu)) * 0.3;
@@ -645,7 +638,7 @@ fn bptt_chunks_start_from_the_recorded_states_every_recurrence_steps() {
 /// the greedy policy is right at least 90% of the time, and the masked action is never chosen.
 #[test]
 fn a_dict_of_an_image_a_vector_and_a_mask_trains() {
-    let _turn = seeded();
+    let _turn = common::torch_rng();
     use rlf_env::{BoxSpace, Space};
     tch::manual_seed(11);
     let cfg = Config::for_env(

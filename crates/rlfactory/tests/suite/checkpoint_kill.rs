@@ -13,7 +13,7 @@
 //! weights without a sidecar was left) are counted, so the output shows that kills landed mid-write.
 //! `RLF_CKPT_KILL_SEED` replays the kill delays of a failed run (its seed is in every message).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};

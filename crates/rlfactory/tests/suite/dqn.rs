@@ -2,7 +2,7 @@
 //! memory, the learner sleeps on the buffer's insert counter, samples at `--replay_ratio` and publishes its
 //! Q-network; `eval` plays the greedy policy.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

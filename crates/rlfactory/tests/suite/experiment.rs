@@ -3,7 +3,7 @@
 //! corrupt checkpoint, enjoy / eval / export, and bad inputs. No `/dev/shm` segment of a run
 //! survives it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! with one error line naming the loop and the object, exit code 1, the learner's checkpoint
 //! saved, no shared memory left.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! binary in parallel mode: one fixed seed per env reaches the README's target within its frame
 //! budget. (CartPole: `ppo_cartpole.rs` and `parallel.rs`.)
 
-mod common;
+use crate::common;
 
 use common::{report, train_summary, Outcome};
 

@@ -2,6 +2,7 @@
 
 #[test]
 fn matmul_runs() {
+    let _turn = crate::common::torch_rng();
     tch::set_num_threads(1);
     let a = tch::Tensor::from_slice(&[1.0_f32, 2.0, 3.0, 4.0]).view([2, 2]);
     let b = a.matmul(&a);

@@ -6,7 +6,7 @@
 //! and 226K on seeds 1-5 on an AMD EPYC (Zen 4); 362K, 202K, 210K, 224K, 169K and 159K on seeds 1-6 on an Intel Xeon
 //! (AVX-512). The MLP: 43.0 to 45.6 at 400K.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 
@@ -34,7 +34,10 @@ fn run(use_rnn: bool, seed: u64) -> rlfactory::runner::Summary {
         (cfg.run.train_for_env_steps, cfg.env.obs_mask.as_str()),
         (BUDGET, "0,2")
     );
-    let summary = train(&cfg, Instant::now()).expect("training runs");
+    let summary = {
+        let _turn = common::torch_rng();
+        train(&cfg, Instant::now()).expect("training runs")
+    };
     eprintln!(
         "use_rnn {use_rnn}: {} frames, {:.1} s, mean return {:?}",
         summary.env_frames, summary.wall_seconds, summary.mean_return

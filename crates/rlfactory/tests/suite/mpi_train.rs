@@ -5,7 +5,7 @@
 //! shared memory. Every rank but the first writes its output to a log file of its own. Every run is tagged with an environment variable of its own, which its ranks, their workers and
 //! their shared-memory reapers inherit: that is how the test finds all of them in `/proc`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! slots, agents that do not act write invalid steps; one shared policy plays every agent, or
 //! several policies (`--num_policies`) each with its own learner, checkpoints and summaries.
 
-mod common;
+use crate::common;
 
 use common::{connect_four_win_rate_against_random, run, temp_dir, text, train_summary, win_rate};
 

@@ -3,7 +3,7 @@
 //! rollout workers are replaced, the others stop the run with a checkpoint; workers left without
 //! work (the learner stopped) make no wake-ups.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! resumed run continues from). Within two PBT periods it holds a better policy's weights and
 //! mutated hyper-parameters, the log says so, and a resumed run keeps the population's state.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

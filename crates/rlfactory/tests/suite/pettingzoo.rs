@@ -1,7 +1,7 @@
 //! PettingZoo envs trained through the real binary (`pz:<module>`, the Parallel API): every agent
 //! acts at every step; one shared policy, or (agents with different spaces) one per kind of agent.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! frames through the real binary with a convolutional encoder; MinAtar Breakout learns. (VizDoom: `vizdoom.rs`, a
 //! process of its own: its game crashes a process that ran ALE before it.)
 
-mod common;
+use crate::common;
 
 use common::train_summary;
 use rlf_env::{Action, EnvRegistry, Space};

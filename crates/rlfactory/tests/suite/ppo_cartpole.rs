@@ -2,7 +2,7 @@
 //! CartPole-v1 reaches a mean return of 475 over the last 100 episodes within 150K env frames, on
 //! each fixed seed, through the whole component graph.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 
@@ -30,7 +30,10 @@ fn cartpole_reaches_475_within_150k_frames_on_five_seeds() {
         let cfg = Config::for_env("CartPole-v1", &flags).expect("config");
         assert!(cfg.run.serial_mode && cfg.run.stop_at_reward == Some(475.0));
         assert_eq!(cfg.run.train_for_env_steps, 150_000);
-        let summary = train(&cfg, Instant::now()).expect("training runs");
+        let summary = {
+            let _turn = common::torch_rng();
+            train(&cfg, Instant::now()).expect("training runs")
+        };
         let outcome = Outcome {
             passed: summary.reached_reward && summary.env_frames <= 150_000,
             figure: format!(

@@ -2,7 +2,7 @@
 //! buffer in shared memory; the learner trains twin critics, the actor and the temperature at `--replay_ratio` and
 //! publishes the actor; `eval` plays its mean action.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

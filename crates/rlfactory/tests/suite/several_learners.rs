@@ -2,7 +2,7 @@
 //! learner communicator hold bit-identical weights. In a test binary of its own: libtorch's random generator is one
 //! per process, and the learners draw from it (minibatch order) while they train.
 
-mod common;
+use crate::common;
 
 use common::cartpole_dataset;
 use rlf_comm::{Comm, LocalComm, LocalWorld};
@@ -89,6 +89,7 @@ fn differing(a: &[f32], b: &[f32]) -> usize {
 /// without the averaging the same two learners part ways.
 #[test]
 fn learners_that_average_gradients_hold_bit_identical_weights() {
+    let _turn = crate::common::torch_rng();
     let synced = on_two(true);
     assert_eq!(synced[0].0, synced[1].0, "the same start");
     for (k, (a, b)) in synced[0].1.iter().zip(&synced[1].1).enumerate() {

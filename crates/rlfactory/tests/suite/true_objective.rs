@@ -3,7 +3,7 @@
 //! each policy's and each agent's mean true objective, and the best checkpoint under
 //! `--save_best_metric true_objective`.
 
-mod common;
+use crate::common;
 
 use common::{temp_dir, train_with_module};
 

@@ -3,7 +3,7 @@
 //! frames through the real binary with a convolutional encoder for the screen and an MLP for the variables. A test
 //! binary of its own: VizDoom's game crashes a process that ran ALE (`pixels.rs`) before it.
 
-mod common;
+use crate::common;
 
 use common::train_summary;
 use rlf_env::{Action, EnvRegistry, Space};
