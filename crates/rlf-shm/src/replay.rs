@@ -151,6 +151,13 @@ pub enum InsertError {
     /// Another writer held the lock past the deadline.
     #[error("the replay ring's lock was not free before the deadline")]
     Timeout,
+    /// The rate limit held rows back past the deadline: the first `inserted` rows of the call went in, the rest did
+    /// not.
+    #[error("the rate limit held the rows back past the deadline ({inserted} went in)")]
+    HeldBack {
+        /// Rows of the call inserted before the deadline.
+        inserted: usize,
+    },
     /// The ring was closed.
     #[error("the replay ring is closed")]
     Closed,
@@ -422,7 +429,13 @@ impl ReplayRing {
                 return Err(InsertError::Closed);
             }
             if let Some(limit) = self.limit {
-                self.wait_to_insert(limit, 1, deadline, interrupts)?;
+                self.wait_to_insert(limit, 1, deadline, interrupts)
+                    .map_err(|e| match e {
+                        InsertError::Timeout => InsertError::HeldBack {
+                            inserted: (rows.len() - rest.len()) / w,
+                        },
+                        other => other,
+                    })?;
             }
             let locked = h.lock.lock(deadline).map_err(|_| InsertError::Timeout)?;
             if locked.previous_owner_died {
@@ -1046,12 +1059,23 @@ mod tests {
         let ring = &ReplayRing::create(8, 1, Some(limit)).unwrap();
         ring.insert(&[0.0, 1.0, 2.0], None).unwrap();
         let soon = Instant::now() + Duration::from_millis(20);
-        assert_eq!(ring.insert(&[3.0], Some(soon)), Err(InsertError::Timeout));
+        assert_eq!(
+            ring.insert(&[3.0], Some(soon)),
+            Err(InsertError::HeldBack { inserted: 0 })
+        );
+        // Of several rows, those the limit lets through go in before the deadline; the call says how many.
+        let soon = Instant::now() + Duration::from_millis(20);
+        ring.record_samples(1);
+        assert_eq!(
+            ring.insert(&[3.0, 4.0, 5.0], Some(soon)),
+            Err(InsertError::HeldBack { inserted: 1 })
+        );
+        assert_eq!(ring.inserted(), 4);
         std::thread::scope(|s| {
             let writer = s.spawn(move || ring.insert(&[3.0], None));
             std::thread::sleep(Duration::from_millis(20));
             ring.record_samples(1);
-            assert_eq!(writer.join().unwrap(), Ok(4), "a sample lets one insert through");
+            assert_eq!(writer.join().unwrap(), Ok(5), "a sample lets one insert through");
             let writer = s.spawn(move || ring.insert(&[4.0], None));
             std::thread::sleep(Duration::from_millis(20));
             ring.interrupt();

@@ -37,6 +37,7 @@ use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use rlf_shm::{InsertError, ReplayRing};
 use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
 struct Split {
     envs: Envs,
@@ -297,6 +298,9 @@ pub struct RolloutWorker {
     replay: Option<ReplayWriter>,
 }
 
+/// How long an insert into a rate-limited replay buffer waits before its writer checks that it was not told to stop.
+const INSERT_WAIT: Duration = Duration::from_secs(1);
+
 /// Where an off-policy rollout worker puts its agents' transitions: each policy's replay buffer, and the rows
 /// waiting to go in (at the end of each trajectory).
 pub struct ReplayWriter {
@@ -326,22 +330,32 @@ impl ReplayWriter {
     }
 
     /// Inserts the waiting rows, waiting while a rate limit holds them back; `false` when the buffers were
-    /// interrupted or closed (the run is stopping: the rows are dropped).
+    /// interrupted or closed, or this process was told to stop while it waited (the run is stopping: the rows are
+    /// dropped). The wait goes in steps of [`INSERT_WAIT`]: when the run's main process dies, its learner goes with
+    /// it and no sample will let the rows in, so this worker's stop (the SIGTERM of its parent's death) must end it.
     fn flush(&mut self) -> Result<bool> {
         for (ring, rows) in self.rings.iter().zip(&mut self.rows) {
-            if rows.is_empty() {
-                continue;
-            }
-            let inserted = ring.insert(rows, None);
-            rows.clear();
-            match inserted {
-                Ok(_) => {}
-                Err(InsertError::Interrupted | InsertError::Closed) => return Ok(false),
-                Err(e) => {
-                    return Err(RlfError::Protocol {
-                        component: "rollout worker",
-                        message: format!("replay buffer: {e}"),
-                    })
+            let w = ring.row_words();
+            while !rows.is_empty() {
+                match ring.insert(rows, Some(Instant::now() + INSERT_WAIT)) {
+                    Ok(_) => rows.clear(),
+                    Err(InsertError::HeldBack { inserted }) => {
+                        rows.drain(..inserted * w);
+                        if rlf_signal::stop_requested() {
+                            rows.clear();
+                            return Ok(false);
+                        }
+                    }
+                    Err(InsertError::Interrupted | InsertError::Closed) => {
+                        rows.clear();
+                        return Ok(false);
+                    }
+                    Err(e) => {
+                        return Err(RlfError::Protocol {
+                            component: "rollout worker",
+                            message: format!("replay buffer: {e}"),
+                        })
+                    }
                 }
             }
         }

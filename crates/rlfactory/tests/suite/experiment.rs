@@ -78,8 +78,10 @@ fn event_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// A run of 20K frames (about a tenth of a second of training here; it was a run of 0.5 s, whose content depended
+/// on the machine's load) writes the return and the losses from its first episodes on, and its learning curve.
 #[test]
-fn a_half_second_run_records_its_learning_from_the_first_episode() {
+fn a_short_run_records_its_learning_from_the_first_episode() {
     let python = python();
     let tmp = temp_dir("short");
     let dir = tmp.path();
@@ -88,7 +90,7 @@ fn a_half_second_run_records_its_learning_from_the_first_episode() {
     let args = train_args(
         dir,
         &[
-            "--train_for_seconds=0.5",
+            "--train_for_env_steps=20480",
             "--report_interval_sec=0",
             &format!("--summary_json={}", summary_path.display()),
         ],

@@ -14,6 +14,7 @@ mod checkpoint_kill;
 mod cli;
 mod dqn;
 mod experiment;
+mod fault_matrix;
 #[cfg(feature = "python")]
 mod gym_faults;
 mod learning;

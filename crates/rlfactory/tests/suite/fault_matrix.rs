@@ -1,0 +1,263 @@
+//! The fault matrix (issue 32): every kind of run that exists, stopped at an arbitrary instant, resumes. APPO, DQN
+//! (prioritised) and SAC, each in serial and parallel mode, Connect Four self-play and a PBT population of two:
+//! - SIGINT at an instant after the learner has trained: exit 130, no shared memory left, a last checkpoint with
+//!   Adam's moments (and the target networks and replay buffer of DQN and SAC);
+//! - SIGKILL of the main process at an instant after its first checkpoint: every process of the run goes, the
+//!   reaper removes the shared memory, and the newest intact checkpoint is there;
+//!
+//! and then the same command with a larger budget resumes from that checkpoint, with every tensor it saved (a
+//! checkpoint short of Adam's moments or SAC's critics would be said on the log), counts on from its frames and
+//! policy version, and ends normally. The instants are spread over the first seconds of training by the case's
+//! index, the same on every run of the test.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::{self, assert_no_segments, spawn, summary, temp_dir, text, BIN};
+
+/// A kind of run: its name and its flags.
+struct Case {
+    name: &'static str,
+    flags: &'static [&'static str],
+    /// Tensor name prefixes its checkpoints hold, besides Adam's moments.
+    tensors: &'static [&'static str],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "appo_serial",
+        flags: &["--env=CartPole-v1", "--serial_mode"],
+        tensors: &["action_head.", "value_head."],
+    },
+    Case {
+        name: "appo_parallel",
+        flags: &["--env=CartPole-v1"],
+        tensors: &["action_head.", "value_head."],
+    },
+    Case {
+        name: "dqn_serial",
+        flags: &[
+            "--env=CartPole-v1",
+            "--algo=dqn",
+            "--serial_mode",
+            "--prioritized_replay",
+        ],
+        tensors: &["q_head.", "target.q_head."],
+    },
+    Case {
+        name: "dqn_parallel",
+        flags: &["--env=CartPole-v1", "--algo=dqn"],
+        tensors: &["q_head.", "target.q_head."],
+    },
+    Case {
+        name: "sac_serial",
+        flags: &[
+            "--env=Pendulum-v1",
+            "--algo=sac",
+            "--serial_mode",
+            "--learning_starts=500",
+        ],
+        tensors: &["actor.", "critic.", "target.critic.", "log_alpha"],
+    },
+    Case {
+        name: "sac_parallel",
+        flags: &["--env=Pendulum-v1", "--algo=sac", "--learning_starts=500"],
+        tensors: &["actor.", "critic.", "target.critic.", "log_alpha"],
+    },
+    Case {
+        name: "self_play",
+        flags: &[
+            "--env=connect_four",
+            "--self_play",
+            "--snapshot_every_env_steps=2000",
+        ],
+        tensors: &["action_head.", "value_head."],
+    },
+    Case {
+        name: "pbt",
+        flags: &[
+            "--env=CartPole-v1",
+            "--num_policies=2",
+            "--with_pbt",
+            "--pbt_period_env_steps=5000",
+            "--pbt_start_mutation=0",
+        ],
+        tensors: &["action_head.", "value_head."],
+    },
+];
+
+/// The first progress line whose policy version is past 0, or the first `saved` line: what the signal waits for.
+enum Ready {
+    Trained,
+    Saved,
+}
+
+/// Runs `train` with the case's flags in `dir` until `ready`, waits `delay`, sends `signal` to the main process,
+/// and checks how the run ends: the status and the log.
+fn stop(
+    case: &Case,
+    dir: &Path,
+    ready: Ready,
+    delay: Duration,
+    signal: &str,
+) -> (std::process::ExitStatus, String) {
+    let tag = format!("RLF_FAULT_MATRIX={}-{}-{signal}", std::process::id(), case.name);
+    let (name, value) = tag.split_once('=').expect("NAME=value");
+    let run = spawn(
+        Command::new(BIN)
+            .args([
+                "train",
+                "--experiment=exp",
+                "--seed=1",
+                "--report_interval_sec=0.2",
+                "--save_every_sec=1",
+            ])
+            .args(case.flags)
+            .arg("--train_for_env_steps=100000000")
+            .arg(format!("--train_dir={}", dir.display()))
+            .args(common::extra_train_flags())
+            .env(name, value),
+    );
+    let mut log = Vec::new();
+    loop {
+        let line = run
+            .lines
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("{}: not ready ({e}):\n{}", case.name, log.join("\n")));
+        let trained = line
+            .split("| version ")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|v| v > 0);
+        let saved = line.contains("[rlfactory] saved ");
+        log.push(line);
+        match ready {
+            Ready::Trained if trained => break,
+            Ready::Saved if saved => break,
+            _ => {}
+        }
+    }
+    std::thread::sleep(delay);
+    let pids: Vec<u32> = common::processes_with(&tag)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect();
+    let kill = Command::new("kill")
+        .args([&format!("-{signal}"), &run.pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let status = run
+        .exited
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{}: the run does not exit after SIG{signal}", case.name));
+    // The workers and the reaper go after the main process, however it ended; the reaper removes the segments.
+    common::wait_gone(&pids, Duration::from_secs(30));
+    for pid in pids {
+        assert_no_segments(pid);
+    }
+    log.extend(run.lines.try_iter());
+    (status, log.join("\n"))
+}
+
+/// The newest checkpoint of policy 0: its sidecar, env frames and policy version, after checking it loads and holds
+/// Adam's moments and a tensor of each of the case's prefixes.
+fn newest_checkpoint(case: &Case, dir: &Path) -> (std::path::PathBuf, u64, u64) {
+    let newest = common::checkpoint_sidecars(dir)
+        .pop()
+        .unwrap_or_else(|| panic!("{}: no checkpoint", case.name));
+    let ckpt = rlf_experiment::load_checkpoint(&newest)
+        .unwrap_or_else(|e| panic!("{}: {} does not load: {e}", case.name, newest.display()));
+    for prefix in case.tensors.iter().chain(&["adam."]) {
+        assert!(
+            ckpt.tensors.keys().any(|n| n.starts_with(prefix)),
+            "{}: no {prefix}* in {}",
+            case.name,
+            newest.display()
+        );
+    }
+    (newest, ckpt.meta.env_steps, ckpt.meta.policy_version)
+}
+
+/// Resumes the case's run in `dir` for `more` frames past `frames`: it must load the checkpoint whole, count on
+/// and end normally.
+fn resume(case: &Case, dir: &Path, (sidecar, frames, version): (std::path::PathBuf, u64, u64), more: u64) {
+    let out = dir.join("resumed.json");
+    let output = Command::new(BIN)
+        .args(["train", "--experiment=exp", "--seed=1", "--report_interval_sec=0"])
+        .args(case.flags)
+        .arg(format!("--train_for_env_steps={}", frames + more))
+        .arg(format!("--train_dir={}", dir.display()))
+        .arg(format!("--summary_json={}", out.display()))
+        .args(common::extra_train_flags())
+        .output()
+        .expect("resume");
+    let log = text(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{}: the resumed run failed:\n{log}",
+        case.name
+    );
+    let from = format!("resuming from {}", sidecar.display());
+    assert!(log.contains(&from), "{}: not {from}:\n{log}", case.name);
+    assert!(
+        !log.contains("restart afresh"),
+        "{}: part of the state was lost:\n{log}",
+        case.name
+    );
+    let s = summary(&out);
+    let resumed_frames = s["env_frames"].as_u64().expect("frames");
+    assert!(
+        resumed_frames >= frames + more,
+        "{}: {resumed_frames} frames after {frames}",
+        case.name
+    );
+    let resumed_version = s["policies"][0]["policy_version"]
+        .as_u64()
+        .or_else(|| s["policy_version"].as_u64())
+        .expect("a policy version");
+    assert!(
+        resumed_version > version,
+        "{}: version {resumed_version} after {version}",
+        case.name
+    );
+}
+
+/// SIGINT at an instant after the learner trained: exit 130, then a resume.
+#[test]
+fn sigint_at_any_instant_of_any_run_saves_what_a_resume_needs() {
+    common::each_seed(&(0..CASES.len() as u64).collect::<Vec<_>>(), 2, |i| {
+        let case = &CASES[i as usize];
+        let dir = temp_dir(&format!("fault-int-{}", case.name));
+        let delay = Duration::from_millis(137 * i % 1000);
+        let (status, log) = stop(case, dir.path(), Ready::Trained, delay, "INT");
+        assert_eq!(status.code(), Some(130), "{}: {status}\n{log}", case.name);
+        let newest = newest_checkpoint(case, dir.path());
+        if case.flags.iter().any(|f| f.starts_with("--algo=")) {
+            let replay = dir.path().join("exp/checkpoint_p0/replay_buffer");
+            assert!(
+                replay.join(newest.0.file_name().expect("name")).is_file(),
+                "{}: no replay buffer",
+                case.name
+            );
+        }
+        resume(case, dir.path(), newest, 3000);
+    });
+}
+
+/// SIGKILL of the main process at an instant after its first checkpoint: nothing left behind, and a resume from the
+/// newest intact checkpoint.
+#[test]
+fn sigkill_at_any_instant_of_any_run_resumes_from_the_newest_intact_checkpoint() {
+    common::each_seed(&(0..CASES.len() as u64).collect::<Vec<_>>(), 2, |i| {
+        let case = &CASES[i as usize];
+        let dir = temp_dir(&format!("fault-kill-{}", case.name));
+        let delay = Duration::from_millis(211 * i % 1500);
+        let (status, log) = stop(case, dir.path(), Ready::Saved, delay, "KILL");
+        assert_eq!(status.code(), None, "{}: {status}\n{log}", case.name);
+        let newest = newest_checkpoint(case, dir.path());
+        resume(case, dir.path(), newest, 3000);
+    });
+}
