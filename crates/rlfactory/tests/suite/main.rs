@@ -1,7 +1,8 @@
 //! The `rlfactory` crate's integration tests, one module per subject, in one binary: the crate and libtorch are
 //! linked once, and the harness's threads take the next test of any module as soon as one is free. The modules of
 //! Gymnasium and PettingZoo envs need the `python` feature, those of MPI jobs the `mpi` feature (the README's test
-//! command builds both). `native_faults` is apart: it is its own training program (`harness = false`).
+//! command builds both). Apart: `native_faults`, its own training program (`harness = false`), and `vizdoom`, whose
+//! game crashes a process that ran ALE (`pixels`).
 //!
 //! Tests that run libtorch in this process and seed its one random generator take turns
 //! ([`common::torch_rng`]); the others start the `rlfactory` binary.
@@ -34,5 +35,3 @@ mod sac;
 mod several_learners;
 #[cfg(feature = "python")]
 mod true_objective;
-#[cfg(feature = "python")]
-mod vizdoom;

@@ -1,9 +1,10 @@
 //! VizDoom through the Gymnasium bridge (feature `python`; `scripts/setup_python.sh` installs it): built-in
 //! scenarios start and step with a Dict of the screen and the game variables, and `doom_basic` trains a thousand
 //! frames through the real binary with a convolutional encoder for the screen and an MLP for the variables. A test
-//! binary of its own: VizDoom's game crashes a process that ran ALE (`pixels.rs`) before it.
+//! binary of its own, apart from the suite: VizDoom's game crashes a process that ran ALE (`suite/pixels.rs`) before
+//! it (a segfault in libpython when the two shared the suite's process).
 
-use crate::common;
+mod common;
 
 use common::train_summary;
 use rlf_env::{Action, EnvRegistry, Space};
