@@ -450,14 +450,7 @@ impl ReplayRing {
                 .map_or(wanted, |l| l.allowed(k, h.sampled.load(Ordering::SeqCst), wanted));
             let (now, later) = rest.split_at(n as usize * w);
             for row in now.chunks_exact(w) {
-                let r = (k % (self.capacity as u64 + 1)) as usize;
-                let stamp = self.stamp(r);
-                stamp.store(2 * k + 1, Ordering::Relaxed);
-                fence(Ordering::Release);
-                for (dst, &v) in self.words(r).iter().zip(row) {
-                    dst.store(v.to_bits(), Ordering::Relaxed);
-                }
-                stamp.store(2 * k + 2, Ordering::Release);
+                self.write_row(k, row);
                 k += 1;
                 h.inserted.store(k, Ordering::SeqCst);
             }
@@ -469,6 +462,18 @@ impl ReplayRing {
             }
         }
         Ok(k)
+    }
+
+    /// Writes insert `k` into its row (the caller holds the lock): the odd stamp, the words, the even stamp.
+    fn write_row(&self, k: u64, row: &[f32]) {
+        let r = (k % (self.capacity as u64 + 1)) as usize;
+        let stamp = self.stamp(r);
+        stamp.store(2 * k + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (dst, &v) in self.words(r).iter().zip(row) {
+            dst.store(v.to_bits(), Ordering::Relaxed);
+        }
+        stamp.store(2 * k + 2, Ordering::Release);
     }
 
     /// The visible rows, oldest first, as `(first, rows)`: inserts `first ..< first + rows.len() / row_words`. A
@@ -514,14 +519,7 @@ impl ReplayRing {
         let skipped = (n - kept) as usize;
         let mut k = first + skipped as u64;
         for row in rows.chunks_exact(w).skip(skipped) {
-            let r = (k % (self.capacity as u64 + 1)) as usize;
-            let stamp = self.stamp(r);
-            stamp.store(2 * k + 1, Ordering::Relaxed);
-            fence(Ordering::Release);
-            for (dst, &v) in self.words(r).iter().zip(row) {
-                dst.store(v.to_bits(), Ordering::Relaxed);
-            }
-            stamp.store(2 * k + 2, Ordering::Release);
+            self.write_row(k, row);
             k += 1;
         }
         h.sampled.store(sampled, Ordering::SeqCst);
