@@ -224,8 +224,8 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 }
 
 /// Whether a segment name (without the leading `/`) was made by a process that is gone: its pid does not exist,
-/// belongs to a process started at another time, or to a zombie (a process that exited and that its parent has not
-/// waited for yet). Names not made by this crate are never stale.
+/// belongs to a process started at another time, or to a process that is exiting or has exited and waits for its
+/// parent to collect its status (a zombie). Names not made by this crate are never stale.
 pub fn is_stale(name: &str) -> bool {
     let Some(rest) = name.strip_prefix(NAME_PREFIX) else {
         return false;
@@ -237,15 +237,25 @@ pub fn is_stale(name: &str) -> bool {
     let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
         return false;
     };
-    process_start_time(pid) != Some(start) || is_zombie(pid)
+    process_start_time(pid) != Some(start) || is_exiting(pid)
 }
 
-/// Whether process `pid` exited and waits for its parent to collect its status (state `Z`, or `X` while it goes).
-fn is_zombie(pid: u32) -> bool {
+/// The kernel's `PF_EXITING` task flag: set first thing in `do_exit`, before the process releases its memory and
+/// closes its files.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether process `pid` is exiting (its flags, field 9 of `/proc/<pid>/stat`, hold `PF_EXITING`) or exited and
+/// waits for its parent to collect its status (state `Z`, or `X` while it goes). An exiting process has closed its
+/// files a moment before it turns into a zombie: a reaper woken by the last of them closing must not see it alive.
+fn is_exiting(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rfind(')')
-            .and_then(|end| stat[end + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X")
+        let Some(end) = stat.rfind(')') else {
+            return false;
+        };
+        let mut fields = stat[end + 1..].split_whitespace();
+        let state = fields.next();
+        let flags = fields.nth(5).and_then(|f| f.parse::<u64>().ok());
+        matches!(state, Some("Z" | "X")) || flags.is_some_and(|f| f & PF_EXITING != 0)
     })
 }
 
