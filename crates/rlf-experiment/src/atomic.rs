@@ -23,20 +23,32 @@ pub(crate) fn parent_dir(path: &Path) -> &Path {
     }
 }
 
-/// Replaces `path` with `bytes` atomically and durably.
+/// Replaces `path` with `bytes` atomically and durably. A write that fails (a full disk) leaves `path` as it was and
+/// no temporary file.
 pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(path);
-    let mut f = File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(bytes).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
+    let written = File::create(&tmp).map_err(io(&tmp)).and_then(|mut f| {
+        f.write_all(bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))
+    });
+    discard_on_error(&tmp, written)?;
     rename(&tmp, path)
 }
 
 /// Makes the already written temporary file `tmp` durable and renames it to `path`.
 pub(crate) fn commit(tmp: &Path, path: &Path) -> Result<()> {
-    File::open(tmp).and_then(|f| f.sync_all()).map_err(io(tmp))?;
+    let synced = File::open(tmp).and_then(|f| f.sync_all()).map_err(io(tmp));
+    discard_on_error(tmp, synced)?;
     rename(tmp, path)
+}
+
+/// `result`, after removing the temporary file `tmp` when it is an error: a write cut short by a full disk must not
+/// hold on to the space it took.
+pub(crate) fn discard_on_error<T>(tmp: &Path, result: Result<T>) -> Result<T> {
+    if result.is_err() {
+        let _ = fs::remove_file(tmp);
+    }
+    result
 }
 
 fn rename(tmp: &Path, path: &Path) -> Result<()> {

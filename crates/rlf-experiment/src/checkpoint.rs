@@ -600,7 +600,8 @@ fn write_pair(dir: &Path, kind: Kind, meta: &CheckpointMeta, weights: &[u8]) -> 
         path: sidecar_path.clone(),
         source,
     })?;
-    atomic::write(&sidecar_path, &json)?;
+    // Weights without a sidecar are not a checkpoint: a sidecar that does not fit (a full disk) takes them along.
+    atomic::discard_on_error(&dir.join(&sidecar.weights), atomic::write(&sidecar_path, &json))?;
     Ok(sidecar_path)
 }
 

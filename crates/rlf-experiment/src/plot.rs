@@ -38,7 +38,7 @@ pub fn plot_curves(path: impl AsRef<Path>, curves: &[(&str, &[(u64, f64)])], tit
         reason,
     };
     font_registered().map_err(failed)?;
-    draw(&tmp, curves, title).map_err(failed)?;
+    atomic::discard_on_error(&tmp, draw(&tmp, curves, title).map_err(failed))?;
     atomic::commit(&tmp, path)
 }
 

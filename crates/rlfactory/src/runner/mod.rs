@@ -122,6 +122,51 @@ fn faults_line(faults: &[String]) -> String {
         .join("; ")
 }
 
+/// The one line of a run that stopped because a file did not fit its disk (no space left, or a quota), `None` for
+/// other faults: what did not fit, and the checkpoint each policy resumes from (the saves that failed kept it).
+fn disk_full_line(cfg: &Config, faults: &[String]) -> Option<String> {
+    let full = [rustix::io::Errno::NOSPC, rustix::io::Errno::DQUOT]
+        .map(|e| std::io::Error::from_raw_os_error(e.raw_os_error()).to_string());
+    let is = |f: &&String, end: bool| {
+        full.iter().any(|m| {
+            if end {
+                f.ends_with(m.as_str())
+            } else {
+                f.contains(m.as_str())
+            }
+        })
+    };
+    // A write's own error ("loop <name>: object <name>: <path>: <reason>") rather than one a library wrapped.
+    let fault = faults
+        .iter()
+        .find(|f| is(f, true))
+        .or_else(|| faults.iter().find(|f| is(f, false)))?;
+    let what = fault.rsplitn(3, ": ").take(2).collect::<Vec<_>>();
+    let what = match what.as_slice() {
+        [reason, path] => format!("{}: {reason}", path.replace("/.tmp.", "/")),
+        _ => fault.clone(),
+    };
+    let experiment = cfg.run.train_dir.join(&cfg.run.experiment);
+    let kept: Vec<String> = (0..cfg.sampling.num_policies)
+        .map(|policy| {
+            let dir = crate::experiment::checkpoint_dir(&experiment, policy);
+            match rlf_experiment::CheckpointStore::open_read_only(&dir).and_then(|s| s.load_latest()) {
+                Ok(Some(newest)) => format!(
+                    "{} ({} frames)",
+                    newest.path.display(),
+                    newest.checkpoint.meta.env_steps
+                ),
+                _ => format!("no checkpoint in {}", dir.display()),
+            }
+        })
+        .collect();
+    Some(format!(
+        "the disk is full ({what}): the run stopped; it resumes from {} when space is freed and the same command \
+         runs again",
+        kept.join(", ")
+    ))
+}
+
 /// Refuses a run of `cfg` on one machine whose trajectory slots and replay buffers would not fit the shared memory
 /// (`/dev/shm`) left free.
 pub fn check_shared_memory(cfg: &Config, registry: &EnvRegistry) -> Result<()> {
@@ -220,6 +265,9 @@ fn run_part(
     let summary = summary_slot.lock().ok().and_then(|mut s| s.take());
     if !outcome.faults.is_empty() {
         let faults: Vec<String> = outcome.faults.iter().map(ToString::to_string).collect();
+        if let Some(line) = disk_full_line(cfg, &faults) {
+            return Err(RlfError::Component(line));
+        }
         let mut message = faults_line(&faults);
         if let (true, Some(summary)) = (cfg.run.save_experiment, &summary) {
             let num_policies = cfg.sampling.num_policies;

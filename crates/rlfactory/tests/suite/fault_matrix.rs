@@ -268,3 +268,83 @@ fn sigkill_at_any_instant_of_any_run_resumes_from_the_newest_intact_checkpoint()
         resume(case, dir.path(), newest, 3000);
     });
 }
+
+/// The disk fills up under a running experiment (a 4-MiB tmpfs of its own, mounted in a user and mount namespace,
+/// filled once the first checkpoint is saved): the run stops with one line that says the disk is full and names the
+/// checkpoint it resumes from; no temporary file is left; that checkpoint loads, and once the space is back the same
+/// command resumes from it.
+#[test]
+fn a_full_disk_keeps_the_previous_checkpoint_and_says_so_in_one_line() {
+    let dir = temp_dir("fault-disk-full");
+    let (disk, out) = (dir.path().join("disk"), dir.path().join("out"));
+    std::fs::create_dir_all(&disk).expect("mount point");
+    std::fs::create_dir_all(&out).expect("out");
+    // The run's stderr goes through `tee` to the log and to `grep`, which returns at the first save; then the disk
+    // is filled, the rest of the output drained, and the experiment copied out of the namespace before it goes.
+    let script = r#"
+        set -u
+        mount -t tmpfs -o size=4m tmpfs "$DISK" || exit 90
+        "$BIN" train --env=CartPole-v1 --experiment=exp --seed=1 --train_dir="$DISK" --save_every_sec=0.5 \
+            --report_interval_sec=0.5 --train_for_env_steps=100000000 2>&1 >/dev/null | tee "$OUT/log" \
+            | { grep -m1 -q 'rlfactory\] saved '; dd if=/dev/zero of="$DISK/fill" bs=64k 2>/dev/null; cat >/dev/null; }
+        echo "${PIPESTATUS[0]}" >"$OUT/status"
+        rm -f "$DISK/fill"
+        cp -a "$DISK/exp" "$OUT/exp"
+    "#;
+    let output = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "bash", "-c", script])
+        .env("DISK", &disk)
+        .env("OUT", &out)
+        .env("BIN", BIN)
+        .output()
+        .expect("unshare");
+    assert!(
+        output.status.code() != Some(90) && output.status.success(),
+        "this test mounts a small tmpfs in a user namespace of its own (unshare --user --map-root-user --mount), \
+         which this machine refused: {}\n{}",
+        output.status,
+        text(&output.stderr)
+    );
+    let log = std::fs::read_to_string(out.join("log")).expect("log");
+    let status = std::fs::read_to_string(out.join("status")).expect("status");
+    assert_eq!(status.trim(), "1", "the run's exit status:\n{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line:\n{log}");
+    let line = errors[0];
+    assert!(
+        line.starts_with("error: the disk is full (") && line.contains("No space left on device"),
+        "{line}"
+    );
+    let experiment = out.join("exp");
+    let mut debris = Vec::new();
+    for sub in [experiment.clone(), experiment.join("checkpoint_p0")] {
+        for entry in std::fs::read_dir(&sub).expect("experiment folder").flatten() {
+            if entry.file_name().to_string_lossy().starts_with(".tmp.") {
+                debris.push(entry.path());
+            }
+        }
+    }
+    assert!(debris.is_empty(), "temporary files left: {debris:?}");
+    // The line names the checkpoint in the namespace's folder; its copy is here.
+    let named = line
+        .split("resumes from ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (").next())
+        .expect("the checkpoint it resumes from");
+    let newest = experiment
+        .join("checkpoint_p0")
+        .join(Path::new(named).file_name().expect("a checkpoint file name"));
+    assert_eq!(
+        common::checkpoint_sidecars(&out).pop().as_deref(),
+        Some(newest.as_path()),
+        "{line}"
+    );
+    let ckpt = rlf_experiment::load_checkpoint(&newest).expect("the kept checkpoint loads");
+    let case = &CASES[1];
+    resume(
+        case,
+        &out,
+        (newest, ckpt.meta.env_steps, ckpt.meta.policy_version),
+        3000,
+    );
+}
