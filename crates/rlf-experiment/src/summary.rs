@@ -90,7 +90,9 @@ impl SummaryWriter {
 }
 
 /// Reads every scalar of an event file as `(tag, step, value)`, in file order, verifying both CRCs of every record.
-/// A truncated or corrupt record is an error naming the file and the record's offset.
+/// A corrupt record is an error naming the file and the record's offset. A last record cut short (a run killed,
+/// or stopped by a full disk, in the middle of a write) ends the file, as TensorBoard reads it: the records before
+/// it are read.
 pub fn read_scalars(path: impl AsRef<Path>) -> Result<Vec<(String, i64, f32)>> {
     let path = path.as_ref();
     let bytes = fs::read(path).map_err(io(path))?;
@@ -102,7 +104,11 @@ pub fn read_scalars(path: impl AsRef<Path>) -> Result<Vec<(String, i64, f32)>> {
     let mut scalars = Vec::new();
     let mut pos = 0;
     while pos < bytes.len() {
-        let data = unframe_record(&bytes[pos..]).map_err(|r| bad(pos, r))?;
+        let data = match unframe_record(&bytes[pos..]) {
+            Ok(data) => data,
+            Err(Unframed::Truncated) => break,
+            Err(Unframed::Corrupt(r)) => return Err(bad(pos, r)),
+        };
         let event = decode_event(data).map_err(|r| bad(pos, format!("bad Event protobuf: {r}")))?;
         scalars.extend(
             event
@@ -129,15 +135,24 @@ fn frame_record(data: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&masked_crc(data).to_le_bytes());
 }
 
+/// Why the bytes at an offset are not a record.
+#[derive(Debug)]
+enum Unframed {
+    /// The buffer ends before the record does.
+    Truncated,
+    /// A CRC does not match.
+    Corrupt(String),
+}
+
 /// The data of the record at the start of `buf`, both CRCs checked.
-fn unframe_record(buf: &[u8]) -> Result<&[u8], String> {
+fn unframe_record(buf: &[u8]) -> Result<&[u8], Unframed> {
     let le_u32 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     if buf.len() < 12 {
-        return Err(format!("truncated record header ({} of 12 bytes)", buf.len()));
+        return Err(Unframed::Truncated);
     }
     let (len_bytes, rest) = buf.split_at(8);
     if le_u32(rest) != masked_crc(len_bytes) {
-        return Err("length CRC mismatch".into());
+        return Err(Unframed::Corrupt("length CRC mismatch".into()));
     }
     let len = u64::from_le_bytes([
         len_bytes[0],
@@ -153,15 +168,10 @@ fn unframe_record(buf: &[u8]) -> Result<&[u8], String> {
     let len = usize::try_from(len)
         .ok()
         .filter(|&l| l.checked_add(4).is_some_and(|n| n <= rest.len()))
-        .ok_or_else(|| {
-            format!(
-                "truncated record: {len} data bytes announced, {} left",
-                rest.len()
-            )
-        })?;
+        .ok_or(Unframed::Truncated)?;
     let (data, crc) = rest.split_at(len);
     if le_u32(crc) != masked_crc(data) {
-        return Err("data CRC mismatch".into());
+        return Err(Unframed::Corrupt("data CRC mismatch".into()));
     }
     Ok(data)
 }
@@ -323,6 +333,12 @@ fn decode_event(buf: &[u8]) -> Result<Event, String> {
 mod tests {
     use super::*;
 
+    /// The bytes of the first record of an event file: its data, its length and the two CRCs.
+    fn first_record_len(bytes: &[u8]) -> usize {
+        let len: [u8; 8] = bytes[..8].try_into().unwrap();
+        u64::from_le_bytes(len) as usize + 16
+    }
+
     fn only_file(dir: &Path) -> PathBuf {
         let mut files: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
         assert_eq!(files.len(), 1);
@@ -385,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn corruption_and_truncation_are_errors_naming_the_file() {
+    fn corruption_is_an_error_naming_the_file_and_a_last_record_cut_short_ends_it() {
         let dir = tempfile::tempdir().unwrap();
         let mut w = SummaryWriter::create(dir.path()).unwrap();
         w.add_scalar("x", 3.0, 1).unwrap();
@@ -403,9 +419,12 @@ mod tests {
             "{err}"
         );
 
-        fs::write(&path, &good[..good.len() - 3]).unwrap();
-        let err = read_scalars(&path).unwrap_err().to_string();
-        assert!(err.contains("truncated record"), "{err}");
+        for cut in [3, good.len() - first_record_len(&good) - 5] {
+            fs::write(&path, &good[..good.len() - cut]).unwrap();
+            assert_eq!(read_scalars(&path).unwrap(), Vec::new(), "{cut} bytes cut");
+        }
+        fs::write(&path, &good).unwrap();
+        assert_eq!(read_scalars(&path).unwrap(), vec![("x".to_owned(), 1, 3.0)]);
 
         let mut bad_len = good.clone();
         bad_len[0] ^= 0x40;

@@ -63,6 +63,8 @@ struct Header {
     /// Bumped when a writer held back by the rate limit may go on (samples recorded, an interrupt, the close).
     sample_wake: Futex,
     insert_waiters: AtomicU32,
+    /// Writers that put in their last rows ([`ReplayRing::finish_writer`]); waited for on `wake`.
+    writers_finished: AtomicU32,
 }
 
 /// DeepMind Reverb's samples-per-insert rate limiter (`SampleToInsertRatio`): the learners' samples and the
@@ -158,12 +160,19 @@ pub enum InsertError {
         /// Rows of the call inserted before the deadline.
         inserted: usize,
     },
-    /// The ring was closed.
-    #[error("the replay ring is closed")]
-    Closed,
-    /// [`ReplayRing::interrupt`] was called while the insert waited for the learners (rate limit).
-    #[error("the insert was interrupted")]
-    Interrupted,
+    /// The ring was closed: the first `inserted` rows of the call went in before, the rest did not.
+    #[error("the replay ring is closed ({inserted} rows went in)")]
+    Closed {
+        /// Rows of the call inserted before the close.
+        inserted: usize,
+    },
+    /// [`ReplayRing::interrupt`] was called while the insert waited for the learners (rate limit): the first
+    /// `inserted` rows of the call went in, the rest did not.
+    #[error("the insert was interrupted ({inserted} rows went in)")]
+    Interrupted {
+        /// Rows of the call inserted before the interrupt.
+        inserted: usize,
+    },
     /// [`ReplayRing::restore`] on a ring that was already inserted into or sampled from.
     #[error("only an untouched replay ring can be restored, this one holds {inserted} inserts")]
     NotEmpty {
@@ -413,6 +422,18 @@ impl ReplayRing {
     /// limit allows go in at a time, and the call waits (until `deadline` at most) for the learners to sample before
     /// the rest; an [`interrupt`](Self::interrupt) during the call or the close ends the wait (rows already in stay).
     pub fn insert(&self, rows: &[f32], deadline: Option<Instant>) -> Result<u64, InsertError> {
+        self.put(rows, deadline, false)
+    }
+
+    /// A stopping writer's last rows: in under one lock (waiting for it until `deadline`), past the rate limit and
+    /// the close (a stopping run closes its rings to end every wait, and what its writers still hold must be in the
+    /// learners' last save). Then call [`finish_writer`](Self::finish_writer).
+    pub fn insert_last(&self, rows: &[f32], deadline: Option<Instant>) -> Result<u64, InsertError> {
+        self.put(rows, deadline, true)
+    }
+
+    /// Appends `rows`: as [`insert`](Self::insert), or with `last` as [`insert_last`](Self::insert_last).
+    fn put(&self, rows: &[f32], deadline: Option<Instant>, last: bool) -> Result<u64, InsertError> {
         let w = self.row_words;
         if rows.len() % w != 0 || rows.is_empty() {
             return Err(InsertError::RowSize {
@@ -424,16 +445,18 @@ impl ReplayRing {
         let interrupts = h.interrupts.load(Ordering::SeqCst);
         let mut rest = rows;
         let mut k = 0;
+        let limit = self.limit.filter(|_| !last);
         while !rest.is_empty() {
-            if h.closed.load(Ordering::SeqCst) != 0 {
-                return Err(InsertError::Closed);
+            let inserted = (rows.len() - rest.len()) / w;
+            if !last && h.closed.load(Ordering::SeqCst) != 0 {
+                return Err(InsertError::Closed { inserted });
             }
-            if let Some(limit) = self.limit {
+            if let Some(limit) = limit {
                 self.wait_to_insert(limit, 1, deadline, interrupts)
                     .map_err(|e| match e {
-                        InsertError::Timeout => InsertError::HeldBack {
-                            inserted: (rows.len() - rest.len()) / w,
-                        },
+                        InsertError::Timeout => InsertError::HeldBack { inserted },
+                        InsertError::Closed { .. } => InsertError::Closed { inserted },
+                        InsertError::Interrupted { .. } => InsertError::Interrupted { inserted },
                         other => other,
                     })?;
             }
@@ -445,9 +468,7 @@ impl ReplayRing {
             k = h.inserted.load(Ordering::Relaxed);
             let wanted = (rest.len() / w) as u64;
             // Another writer may have used up the allowance since the wait.
-            let n = self
-                .limit
-                .map_or(wanted, |l| l.allowed(k, h.sampled.load(Ordering::SeqCst), wanted));
+            let n = limit.map_or(wanted, |l| l.allowed(k, h.sampled.load(Ordering::SeqCst), wanted));
             let (now, later) = rest.split_at(n as usize * w);
             for row in now.chunks_exact(w) {
                 self.write_row(k, row);
@@ -549,9 +570,9 @@ impl ReplayRing {
             ) {
                 Some(Ok(()))
             } else if h.closed.load(Ordering::SeqCst) != 0 {
-                Some(Err(InsertError::Closed))
+                Some(Err(InsertError::Closed { inserted: 0 }))
             } else if h.interrupts.load(Ordering::SeqCst) != interrupts {
-                Some(Err(InsertError::Interrupted))
+                Some(Err(InsertError::Interrupted { inserted: 0 }))
             } else {
                 match remaining(deadline) {
                     Err(()) => Some(Err(InsertError::Timeout)),
@@ -696,6 +717,40 @@ impl ReplayRing {
             h.waiters.fetch_sub(1, Ordering::SeqCst);
             if let Some(outcome) = outcome {
                 return outcome;
+            }
+        }
+    }
+
+    /// A writer put in its last rows ([`insert_last`](Self::insert_last)) and stops: counted for
+    /// [`wait_for_writers`](Self::wait_for_writers), whose waiters are woken.
+    pub fn finish_writer(&self) {
+        let h = self.header();
+        h.writers_finished.fetch_add(1, Ordering::SeqCst);
+        if h.waiters.load(Ordering::SeqCst) > 0 {
+            h.wake.bump();
+            h.wake.wake(u32::MAX);
+        }
+    }
+
+    /// Sleeps until `writers` writers have [finished](Self::finish_writer) (`true`) or the deadline passes
+    /// (`false`): a learner's last save waits so for the rows its writers still held. The same protocol as
+    /// [`wait_for`](Self::wait_for), on the writers' count; the close and interrupts do not end it.
+    pub fn wait_for_writers(&self, writers: u32, deadline: Instant) -> bool {
+        let h = self.header();
+        loop {
+            h.waiters.fetch_add(1, Ordering::SeqCst);
+            let seen = h.wake.load();
+            let done = h.writers_finished.load(Ordering::SeqCst) >= writers;
+            let timeout = remaining(Some(deadline));
+            if let (false, Ok(timeout)) = (done, timeout) {
+                h.wake.wait(seen, timeout);
+            }
+            h.waiters.fetch_sub(1, Ordering::SeqCst);
+            if done {
+                return true;
+            }
+            if timeout.is_err() {
+                return false;
             }
         }
     }
@@ -1047,6 +1102,48 @@ mod tests {
         }
     }
 
+    /// A stopping writer's rows go in past the rate limit and the close, and a learner waiting for its writers
+    /// wakes when the last one finishes (another thread here), or gives up at its deadline.
+    #[test]
+    fn last_rows_pass_the_limit_and_the_close_and_finished_writers_wake_the_learner() {
+        let limit = RateLimit {
+            samples_per_insert: 1.0,
+            min_size_to_sample: 4,
+            error_buffer: 2.0,
+        };
+        let ring = &ReplayRing::create(64, 1, Some(limit)).unwrap();
+        let rows: Vec<f32> = (0..10).map(|i| i as f32).collect();
+        let soon = || Some(Instant::now() + Duration::from_millis(50));
+        assert_eq!(
+            ring.insert(&rows, soon()),
+            Err(InsertError::HeldBack { inserted: 6 })
+        );
+        ring.close();
+        assert_eq!(
+            ring.insert(&rows[6..], soon()),
+            Err(InsertError::Closed { inserted: 0 })
+        );
+        assert_eq!(ring.insert_last(&rows[6..], soon()), Ok(10));
+        let (mut indices, mut out) = (Vec::new(), vec![0.0; 1]);
+        let mut draw = |m: u64| m - 1;
+        assert!(ring.sample_uniform(1, &mut draw, &mut indices, &mut out));
+        assert_eq!(out[0], 9.0, "the last row is in");
+
+        let started = Instant::now();
+        assert!(!ring.wait_for_writers(1, started + Duration::from_millis(100)));
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                ring.finish_writer();
+                std::thread::sleep(Duration::from_millis(20));
+                ring.finish_writer();
+            });
+            assert!(ring.wait_for_writers(2, Instant::now() + Duration::from_secs(10)));
+        });
+        assert!(ring.wait_for_writers(2, Instant::now()));
+    }
+
     #[test]
     fn an_insert_held_back_by_the_rate_limit_ends_on_interrupt_close_or_deadline() {
         let limit = RateLimit {
@@ -1077,11 +1174,14 @@ mod tests {
             let writer = s.spawn(move || ring.insert(&[4.0], None));
             std::thread::sleep(Duration::from_millis(20));
             ring.interrupt();
-            assert_eq!(writer.join().unwrap(), Err(InsertError::Interrupted));
+            assert_eq!(
+                writer.join().unwrap(),
+                Err(InsertError::Interrupted { inserted: 0 })
+            );
             let writer = s.spawn(move || ring.insert(&[4.0], None));
             std::thread::sleep(Duration::from_millis(20));
             ring.close();
-            assert_eq!(writer.join().unwrap(), Err(InsertError::Closed));
+            assert_eq!(writer.join().unwrap(), Err(InsertError::Closed { inserted: 0 }));
         });
     }
 
@@ -1102,6 +1202,9 @@ mod tests {
             ring.close();
             assert_eq!(waiter.join().unwrap(), Wait::Closed);
         });
-        assert_eq!(ring.insert(&[1.0], None), Err(InsertError::Closed));
+        assert_eq!(
+            ring.insert(&[1.0], None),
+            Err(InsertError::Closed { inserted: 0 })
+        );
     }
 }

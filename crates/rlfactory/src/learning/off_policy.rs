@@ -327,6 +327,12 @@ impl OffPolicyLearner {
         Ok((tensors, state))
     }
 
+    /// Waits until `writers` rollout workers have put their last rows into the replay buffer as the run stops
+    /// (`false`: the deadline came first, a writer died or is slow).
+    pub fn wait_for_writers(&self, writers: u32, deadline: Instant) -> bool {
+        self.replay.wait_for_writers(writers, deadline)
+    }
+
     /// A copy of the replay buffer's visible rows, its samples counter and (prioritised replay) their priorities.
     pub fn replay_snapshot(&self) -> ReplaySnapshot {
         let (first, rows) = self.replay.snapshot();

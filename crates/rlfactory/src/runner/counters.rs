@@ -72,5 +72,6 @@ impl CounterLayout {
         summary.trajectories_dropped = c(Self::DROPPED);
         summary.trajectories_in_flight = unread + c(Self::PENDING) + untrained;
         summary.env_frames_lost = total.lost_frames;
+        summary.env_frames_stepped = total.stepped_frames;
     }
 }

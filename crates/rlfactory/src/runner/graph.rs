@@ -502,11 +502,13 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     app.construct(batcher, move || {
         BatcherNode::new(assembler, num_networks, &batcher_plane, layout, batcher_signals)
     });
+    // The rollout workers beside the learners write into their replay buffers (an MPI learner rank's link does).
+    let replay_writers = if samples { workers.len() } else { 0 };
     for (p, (&learner, signals)) in learners.iter().zip(learner_signals).enumerate() {
         let (cfg, registry, plane, sync) =
             (cfg.clone(), registry.clone(), plane.clone(), learner_sync.clone());
         app.construct(learner, move || {
-            LearnerNode::new(p, &cfg, &registry, &plane, signals, sync)
+            LearnerNode::new(p, &cfg, &registry, &plane, signals, sync).with_replay_writers(replay_writers)
         });
     }
     let mut stats = Runner::new(&cfg, process_start);

@@ -777,6 +777,7 @@ impl Runner {
             trajectories_dropped: 0,
             trajectories_in_flight: 0,
             env_frames_lost: 0,
+            env_frames_stepped: 0,
             replay: Vec::new(),
             worker_restarts: 0,
             cpu_seconds: BTreeMap::new(),

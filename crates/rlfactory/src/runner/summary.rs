@@ -170,6 +170,9 @@ pub struct Summary {
     pub replay: Vec<ReplaySummary>,
     /// Env frames of unfinished trajectories of rollout-worker processes that died or hung.
     pub env_frames_lost: u64,
+    /// Env frames the rollout workers stepped, in their finished trajectories and in those a stop cut short (on one
+    /// machine; `env_frames` counts the finished ones).
+    pub env_frames_stepped: u64,
     /// Rollout-worker processes replaced after they died or hung.
     pub worker_restarts: u64,
     /// CPU seconds of each event loop: a component's process (rollout and inference workers, the

@@ -162,6 +162,24 @@ impl Split {
         }
     }
 
+    /// Off-policy, as the run stops: each column's n-step windows go to its policy's rows as those of a truncated
+    /// episode, bootstrapping from the observation its agent acts on next. A column whose agent does not act next
+    /// (its turn has not come) has no such observation: its windows are dropped.
+    fn end_windows(&mut self, writer: &mut ReplayWriter, num_policies: usize) {
+        let width = self.envs.obs_dim();
+        for (c, adder) in self.adders.iter_mut().enumerate() {
+            let p = self.policies[c] as usize;
+            if p >= num_policies {
+                continue;
+            }
+            let next = self
+                .envs
+                .acts_next(c)
+                .then(|| &self.buf.obs[c * width..c * width + adder.obs_dim()]);
+            adder.end_episode(false, next, &mut writer.rows[p]);
+        }
+    }
+
     /// Records the episode ends of the last step. An env whose agents have all ended reset: its
     /// self-play games are scored (the protagonist's return against each snapshot's), and its
     /// agents' networks for the next episode set.
@@ -330,9 +348,10 @@ impl ReplayWriter {
     }
 
     /// Inserts the waiting rows, waiting while a rate limit holds them back; `false` when the buffers were
-    /// interrupted or closed, or this process was told to stop while it waited (the run is stopping: the rows are
-    /// dropped). The wait goes in steps of [`INSERT_WAIT`]: when the run's main process dies, its learner goes with
-    /// it and no sample will let the rows in, so this worker's stop (the SIGTERM of its parent's death) must end it.
+    /// interrupted or closed, or this process was told to stop while it waited (the run is stopping: the rows wait
+    /// for [`finish`](Self::finish)). The wait goes in steps of [`INSERT_WAIT`]: when the run's main process dies,
+    /// its learner goes with it and no sample will let the rows in, so this worker's stop (the SIGTERM of its
+    /// parent's death) must end it.
     fn flush(&mut self) -> Result<bool> {
         for (ring, rows) in self.rings.iter().zip(&mut self.rows) {
             let w = ring.row_words();
@@ -342,24 +361,42 @@ impl ReplayWriter {
                     Err(InsertError::HeldBack { inserted }) => {
                         rows.drain(..inserted * w);
                         if rlf_signal::stop_requested() {
-                            rows.clear();
                             return Ok(false);
                         }
                     }
-                    Err(InsertError::Interrupted | InsertError::Closed) => {
-                        rows.clear();
+                    Err(InsertError::Interrupted { inserted } | InsertError::Closed { inserted }) => {
+                        rows.drain(..inserted * w);
                         return Ok(false);
                     }
-                    Err(e) => {
-                        return Err(RlfError::Protocol {
-                            component: "rollout worker",
-                            message: format!("replay buffer: {e}"),
-                        })
-                    }
+                    Err(e) => return Err(replay_error(e)),
                 }
             }
         }
         Ok(true)
+    }
+
+    /// As the run stops: the rows still waiting go in past the rate limit and the close, and each buffer counts this
+    /// writer finished, so that its learner's last save holds them (the learner waits for its writers).
+    fn finish(&mut self) -> Result<()> {
+        let deadline = Instant::now() + INSERT_WAIT;
+        let mut failed = None;
+        for (ring, rows) in self.rings.iter().zip(&mut self.rows) {
+            if !rows.is_empty() {
+                if let Err(e) = ring.insert_last(rows, Some(deadline)) {
+                    failed.get_or_insert(replay_error(e));
+                }
+                rows.clear();
+            }
+            ring.finish_writer();
+        }
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+fn replay_error(e: InsertError) -> RlfError {
+    RlfError::Protocol {
+        component: "rollout worker",
+        message: format!("replay buffer: {e}"),
     }
 }
 
@@ -573,6 +610,19 @@ impl RolloutWorker {
         }
         self.replay = Some(writer);
         self
+    }
+
+    /// Off-policy, as the run stops: every transition this worker holds (the rows of its current trajectories and
+    /// its n-step windows, ended as truncated) goes into the replay buffers, which count it finished. Nothing
+    /// on-policy.
+    pub fn finish_replay(&mut self) -> Result<()> {
+        let Some(writer) = &mut self.replay else {
+            return Ok(());
+        };
+        for split in &mut self.splits {
+            split.end_windows(writer, self.num_policies);
+        }
+        writer.finish()
     }
 
     /// This worker's counts so far.

@@ -224,16 +224,13 @@ fn serial_dqn_keeps_the_replay_ratio_on_one_loop() {
         (other / steps - 1.0).abs() < 0.02,
         "parallel {other}, serial {steps}"
     );
-    // The summary's replay counts: every transition but each env's last inserted, 32 samples per insert past the
-    // first 1,000 in both modes, and no trajectory reported as stuck in flight.
+    // The summary's replay counts: every transition inserted (each env's last ones as the run stops), 32 samples per
+    // insert past the first 1,000 in both modes, and no trajectory reported as stuck in flight.
     for run in [&serial, &parallel] {
         let replay = &run["replay"][0];
         let inserted = replay["inserted"].as_u64().expect("inserted");
-        let frames = run["env_frames"].as_u64().expect("frames");
-        assert!(
-            inserted <= frames && inserted + 64 >= frames,
-            "{replay} for {frames} frames"
-        );
+        let stepped = run["env_frames_stepped"].as_u64().expect("frames stepped");
+        assert_eq!(inserted, stepped, "{replay} for {stepped} frames stepped");
         let ratio = replay["samples_per_insert"].as_f64().expect("a ratio");
         assert!((ratio / 32.0 - 1.0).abs() < 0.05, "{replay}");
         assert_eq!(
@@ -278,7 +275,12 @@ fn a_resumed_dqn_run_goes_on_with_its_replay_buffer() {
         let count = |key: &str| replay[key].as_u64().unwrap_or_else(|| panic!("{key}: {s}"));
         (count("inserted"), count("sampled"), s, stderr)
     };
-    let (inserted, sampled, _, _) = train("kept", 6000, &[]);
+    let (inserted, sampled, first_run, _) = train("kept", 6000, &[]);
+    assert_eq!(
+        Some(inserted),
+        first_run["env_frames_stepped"].as_u64(),
+        "one transition per frame stepped"
+    );
     let saved = dir.path().join("kept/checkpoint_p0/replay_buffer");
     let files = std::fs::read_dir(&saved).expect("replay_buffer/").count();
     assert_eq!(
@@ -289,11 +291,12 @@ fn a_resumed_dqn_run_goes_on_with_its_replay_buffer() {
     );
     let (inserted2, sampled2, resumed, stderr) = train("kept", 12000, &[]);
     assert!(stderr.contains("replay buffer goes on from"), "{stderr}");
-    let frames = resumed["env_frames"].as_u64().expect("frames");
-    // Each run ends with each of its 8 envs' last 3 steps in their 3-step windows, not inserted.
-    assert!(
-        inserted2 + 48 >= frames && inserted2 <= frames && inserted2 > inserted,
-        "{inserted} then {inserted2} inserted for {frames} frames"
+    // Each run ends with its 8 envs' 3-step windows inserted as truncated: a transition per frame stepped.
+    let stepped = |s: &serde_json::Value| s["env_frames_stepped"].as_u64().expect("frames stepped");
+    assert_eq!(
+        inserted2,
+        inserted + stepped(&resumed),
+        "{inserted} then {inserted2} inserted"
     );
     assert!(sampled2 > sampled, "{sampled} then {sampled2} sampled");
     assert_eq!(Some(sampled2), resumed["policy_version"].as_u64().map(|v| v * 64));
@@ -306,11 +309,12 @@ fn a_resumed_dqn_run_goes_on_with_its_replay_buffer() {
     let off = ["--save_replay_buffer=false"];
     let (first, _, _, _) = train("dropped", 6000, &off);
     assert!(!dir.path().join("dropped/checkpoint_p0/replay_buffer").exists());
-    let (again, _, _, stderr) = train("dropped", 12000, &off);
+    let (again, _, second, stderr) = train("dropped", 12000, &off);
     assert!(!stderr.contains("replay buffer goes on from"), "{stderr}");
-    assert!(
-        again + 24 >= 6000 && again <= first + 24,
-        "{first} then {again} inserted"
+    assert_eq!(
+        again,
+        stepped(&second),
+        "{first} then {again} inserted: only the second run's"
     );
 }
 
@@ -387,6 +391,50 @@ fn sigint_on_a_parallel_dqn_run_saves_both_networks_and_adams_moments() {
         130,
         &["encoder.", "q_head.", "target.encoder.", "target.q_head."],
     );
+}
+
+/// SIGINT on a DQN run with 3-step returns, serial and parallel: every transition its envs stepped is in the
+/// replay buffer at the end and in the copy its last checkpoint saved, the rows of the trajectories the stop cut
+/// short and the windows of the last 3 steps (ended as truncated episodes) included. Before, each of the 8 envs'
+/// current trajectory (up to 32 steps) and its windows were lost.
+#[test]
+fn a_stopped_dqn_run_saves_every_transition_it_stepped() {
+    for (mode, flags) in [("serial", &["--serial_mode"][..]), ("parallel", &[][..])] {
+        let dir = temp_dir(&format!("dqn-stop-windows-{mode}"));
+        let out = dir.path().join("summary.json");
+        let mut args: Vec<String> = [
+            "train",
+            "--env=CartPole-v1",
+            "--algo=dqn",
+            "--seed=1",
+            "--n_step=3",
+            "--replay_buffer_size=1000000",
+            "--experiment=exp",
+            "--report_interval_sec=0.2",
+            "--train_for_env_steps=100000000",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain(flags.iter().map(|f| f.to_string()))
+        .collect();
+        args.push(format!("--train_dir={}", dir.path().display()));
+        args.push(format!("--summary_json={}", out.display()));
+        let (status, _) = common::interrupt_when_trained(&args, "INT");
+        assert_eq!(status.code(), Some(130), "{mode}");
+        let s = summary(&out);
+        let stepped = s["env_frames_stepped"].as_u64().expect("stepped frames");
+        let inserted = s["replay"][0]["inserted"].as_u64().expect("inserted");
+        assert_eq!(inserted, stepped, "{mode}: transitions inserted, frames stepped");
+        let saved = std::fs::read_dir(dir.path().join("exp/checkpoint_p0/replay_buffer"))
+            .expect("replay_buffer/")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "json"))
+            .expect("a saved replay buffer");
+        let ckpt = rlf_experiment::load_checkpoint(&saved).expect("the saved buffer loads");
+        let rows = ckpt.tensors["rows"].shape[0] as u64;
+        assert_eq!(rows, stepped, "{mode}: rows saved, frames stepped");
+    }
 }
 
 /// A learner killed while the rollout worker waits on the rate limit: the run stops with one line naming it, the

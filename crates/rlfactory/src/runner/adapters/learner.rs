@@ -80,7 +80,13 @@ pub(in crate::runner) struct LearnerNode {
     keep_first: bool,
     /// `--save_replay_buffer` (off-policy).
     save_replay: bool,
+    /// The rollout workers of this process group that write into the policy's replay buffer: the last save waits
+    /// for their last rows.
+    replay_writers: u32,
 }
+
+/// How long an off-policy learner's last save waits for the rollout workers' last rows.
+const WRITERS_WAIT: Duration = Duration::from_secs(1);
 
 impl LearnerNode {
     /// The learner of policy `policy`, in its loop's process; with an experiment folder it
@@ -111,6 +117,15 @@ impl LearnerNode {
             pool_snapshots: Vec::new(),
             keep_first: cfg.sampling.self_play_keep_first,
             save_replay: cfg.off_policy.save_replay_buffer,
+            replay_writers: 0,
+        }
+    }
+
+    /// Off-policy: `writers` rollout workers of this process group write into the policy's replay buffer.
+    pub fn with_replay_writers(self, writers: usize) -> Self {
+        Self {
+            replay_writers: writers as u32,
+            ..self
         }
     }
 }
@@ -592,6 +607,10 @@ impl Component for LearnerNode {
     /// The last checkpoint, whatever stopped the run (the stop conditions, a fault elsewhere,
     /// SIGINT, SIGTERM).
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
+        if let (Some(learner), true, Some(_)) = (&self.off_policy, self.save_replay, &self.checkpointer) {
+            // The rows and n-step windows the writers held as they stopped go into the saved buffer.
+            learner.wait_for_writers(self.replay_writers, Instant::now() + WRITERS_WAIT);
+        }
         let saved = self.save_checkpoint().map(drop);
         or_fail(ctx, saved);
         // After the checkpoint: with several learners this waits for the others' next collective.

@@ -238,7 +238,11 @@ impl Component for RolloutNode {
         or_fail(ctx, started);
     }
 
-    fn on_stop(&mut self, _ctx: &mut Ctx<'_, Self>) {
+    fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.store_counts();
+        if let Some(worker) = &mut self.worker {
+            let finished = worker.finish_replay();
+            or_fail(ctx, finished);
+        }
     }
 }
