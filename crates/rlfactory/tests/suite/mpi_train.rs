@@ -454,6 +454,78 @@ fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal, ex
     Ended { took, status, log }
 }
 
+/// Ctrl-C on an APPO job: SIGINT to `mpirun`, which forwards it to the ranks and SIGKILLs those still running a
+/// moment later (OpenMPI's `odls_base_sigkill_timeout`, 1 s). The learner rank stops and saves before that: its last
+/// checkpoint is of the policy version the run stopped at and holds Adam's moments; the job ends within a few
+/// seconds, leaving no process and no shared memory.
+#[test]
+fn sigint_to_mpirun_saves_the_learners_last_checkpoint_with_adams_moments() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let tag = "mpi-sigint";
+    let dir = temp_dir(tag);
+    let args = flags(
+        dir.path(),
+        &["--train_for_env_steps=100000000", "--report_interval_sec=0.2"],
+    );
+    let run = spawn(&mut mpirun(3, tag, &args));
+    let mut log = Vec::new();
+    loop {
+        let line = run
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no trained version within 60 s:\n{}", log.join("\n")));
+        let trained = line
+            .split("| version ")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|v| v > 0);
+        log.push(line);
+        if trained {
+            break;
+        }
+    }
+    let pids: Vec<u32> = tagged(tag).iter().map(|(p, _)| *p).collect();
+    let signalled = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(run.pid as i32).expect("a pid"),
+        rustix::process::Signal::INT,
+    )
+    .expect("signal mpirun");
+    let status = run
+        .exited
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("mpirun did not exit within 60 s of SIGINT:\n{}", log.join("\n")));
+    let took = signalled.elapsed();
+    log.extend(run.lines.try_iter());
+    let log = log.join("\n");
+    assert!(!status.success(), "{status}\n{log}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the job took {took:?} to stop:\n{log}"
+    );
+    let version: u64 = log
+        .split("stopped after ")
+        .nth(1)
+        .and_then(|rest| rest.split("policy version ").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("the learner rank says where it stopped:\n{log}"));
+    let newest = common::checkpoint_sidecars(dir.path())
+        .pop()
+        .unwrap_or_else(|| panic!("no checkpoint:\n{log}"));
+    let ckpt = rlf_experiment::load_checkpoint(&newest).expect("the last checkpoint loads");
+    assert_eq!(ckpt.meta.policy_version, version, "{}\n{log}", newest.display());
+    assert!(
+        ckpt.tensors.keys().any(|n| n.starts_with("adam.")),
+        "no Adam moments in {}",
+        newest.display()
+    );
+    wait_gone(&pids, Duration::from_secs(30));
+    assert!(tagged(tag).is_empty(), "no process of the job is left");
+    assert_no_segments(&pids);
+}
+
 #[test]
 fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
