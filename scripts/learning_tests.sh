@@ -1,0 +1,19 @@
+# The learning tests (a reward within a budget), for `scripts/test_portability`, which runs them under CPU variations,
+# and `scripts/test --quick`, which leaves them out. Sourced, not run.
+# The learning tests: module of the rlfactory crate's integration tests (`tests/suite/`; `lib` for its unit tests),
+# then the tests in it.
+learning_tests=(
+    "lib algo::dqn::tests::dqn_learns_a_two_step_chain algo::sac::tests::sac_learns_a_continuous_bandit"
+    "appo_math a_dict_of_an_image_a_vector_and_a_mask_trains"
+    "ppo_cartpole cartpole_reaches_475_within_150k_frames_on_five_seeds"
+    "memory a_gru_balances_velocity_masked_cartpole_and_an_mlp_cannot"
+    "learning each_shipped_config_reaches_its_target_within_its_budget"
+    "parallel the_default_parallel_configuration_learns_cartpole dead_and_hung_rollout_workers_are_replaced_and_training_reaches_its_target"
+    "dqn dqn_learns_acrobot_within_100k_steps dqn_learns_mountain_car_within_120k_steps dqn_learns_cartpole_within_50k_steps prioritized_dqn_learns_cartpole treasurehunt_with_five_dqn_learners_doubles_a_random_policys_return"
+    "sac sac_learns_pendulum_within_20k_steps"
+    "multi_agent treasurehunt_with_one_shared_policy_doubles_a_random_policys_return treasurehunt_with_five_separate_policies_doubles_a_random_policys_return two_policies_learn_side_by_side_with_their_own_checkpoints_and_summaries connect_four_self_play_beats_the_random_player_nine_times_in_ten connect_four_team_self_play_beats_the_random_player_nine_times_in_ten connect_four_trained_against_the_heuristic_too_beats_the_random_player_nine_times_in_ten"
+    "pbt a_diverging_policy_takes_a_better_ones_weights_and_a_resumed_run_keeps_the_population"
+    "pettingzoo simple_spread_return_improves_over_random_play simple_adversary_trains_a_policy_per_kind_of_agent agents_whose_action_spaces_differ_in_kind_train_side_by_side"
+    "pixels minatar_breakout_reaches_a_mean_return_of_10_within_2m_frames"
+    "mpi_train async_three_ranks_learn_cartpole_and_count_their_traffic an_env_group_of_two_ranks_steps_in_lockstep_and_learns two_learners_with_env_groups_of_two_learn sync_workflow_learns_cartpole_in_lockstep_rounds two_learners_fed_by_two_actor_ranks_each_learn_with_bit_identical_weights"
+)
