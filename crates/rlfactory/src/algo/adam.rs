@@ -40,11 +40,36 @@ pub trait GradientSync {
     fn finish(&mut self, parameters: usize) -> Result<()>;
 }
 
+/// Scales the gradients of `params` so that their global L2 norm is at most `max_norm`; returns
+/// the norm before clipping.
+pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> f64 {
+    let grads: Vec<Tensor> = params.iter().map(Tensor::grad).filter(Tensor::defined).collect();
+    clip_grad_norm_of(&grads, max_norm)
+}
+
+/// [`clip_grad_norm`] of the gradients `grads` themselves (scaled in place).
+pub(crate) fn clip_grad_norm_of(grads: &[Tensor], max_norm: f64) -> f64 {
+    tch::no_grad(|| {
+        if grads.is_empty() {
+            return 0.0;
+        }
+        let norms: Vec<Tensor> = grads.iter().map(|g| g.norm()).collect();
+        let total = f64::try_from(Tensor::stack(&norms, 0).norm()).unwrap_or(f64::NAN);
+        let coef = max_norm / (total + 1e-6);
+        if coef < 1.0 {
+            for g in grads {
+                let _ = g.shallow_clone().f_mul_scalar_(coef);
+            }
+        }
+        total
+    })
+}
+
 /// Clips `grads` to a global L2 norm of `max_norm` (not when it is 0); returns the norm before clipping (0 when not
 /// clipping).
 fn clip(grads: &[Tensor], max_norm: f64) -> f64 {
     if max_norm > 0.0 {
-        super::appo::clip_grad_norm_of(grads, max_norm)
+        clip_grad_norm_of(grads, max_norm)
     } else {
         0.0
     }

@@ -31,7 +31,7 @@
 //!     `--ppo_clip_value` of the behaviour value (unclipped when that is 0), times
 //!     `--value_loss_coeff`.
 //! 11. Entropy bonus: `− --exploration_loss_coeff × entropy`.
-//! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`]), then one
+//! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`](super::adam::clip_grad_norm)), then one
 //!     Adam step ([`Adam`], whose moments go into checkpoints); the policy version increases by one
 //!     per step.
 //! 13. The learning rate follows `--lr_schedule` ([`LrSchedule`]): constant, linear decay to 0 at
@@ -396,31 +396,6 @@ pub fn losses(inp: &LossInputs<'_>, cfg: &AppoConfig, value_clip: f64) -> Losses
 
 // ---------------------------------------------------------------------------------------------
 // 4. Gradient clipping and the learning-rate schedule
-
-/// Scales the gradients of `params` so that their global L2 norm is at most `max_norm`; returns
-/// the norm before clipping.
-pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> f64 {
-    let grads: Vec<Tensor> = params.iter().map(Tensor::grad).filter(Tensor::defined).collect();
-    clip_grad_norm_of(&grads, max_norm)
-}
-
-/// [`clip_grad_norm`] of the gradients `grads` themselves (scaled in place).
-pub(crate) fn clip_grad_norm_of(grads: &[Tensor], max_norm: f64) -> f64 {
-    tch::no_grad(|| {
-        if grads.is_empty() {
-            return 0.0;
-        }
-        let norms: Vec<Tensor> = grads.iter().map(|g| g.norm()).collect();
-        let total = f64::try_from(Tensor::stack(&norms, 0).norm()).unwrap_or(f64::NAN);
-        let coef = max_norm / (total + 1e-6);
-        if coef < 1.0 {
-            for g in grads {
-                let _ = g.shallow_clone().f_mul_scalar_(coef);
-            }
-        }
-        total
-    })
-}
 
 /// The learning rate over training.
 #[derive(Debug, Clone)]

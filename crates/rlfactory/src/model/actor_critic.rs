@@ -1,16 +1,20 @@
-//! The actor-critic MLP.
+//! The actor-critic: an encoder of the observation (the MLP here, images and a Dict's parts through
+//! [`super::encoder`]), an optional recurrent core, the action head and the value head, shared or separate, with
+//! running normalisation of observations and returns. The Q-network and SAC's networks reuse its [`Encoder`].
 
 use std::path::Path;
 
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
-use super::encoder::{activate, conv2d, PartEncoders};
+use super::encoder::{activate, conv2d, linear, PartEncoders};
 use super::recurrent::Core;
-use super::{ActOutput, Distribution, Policy, PolicyWeights, RunningMeanStd};
-use crate::config::{
-    ConvArchitecture, DeviceKind, MatmulPrecision, ModelConfig, Nonlinearity, PolicyInitialization,
+use super::weights::{
+    flat_weights, load_flat_weights, load_named_tensors, load_vars, named_tensors, rows_tensor, save_vars,
+    to_vec, NamedTensor,
 };
+use super::{ActOutput, Distribution, Policy, PolicyWeights, RunningMeanStd};
+use crate::config::{ConvArchitecture, DeviceKind, MatmulPrecision, ModelConfig, Nonlinearity};
 use crate::error::{Result, RlfError};
 
 /// Observations are clipped to this many standard deviations after normalisation.
@@ -124,14 +128,6 @@ pub(super) struct Mlp {
     nonlinearity: Nonlinearity,
     /// `--matmul_precision medium`: each layer multiplies in bfloat16.
     bf16: bool,
-}
-
-/// tanh(z) as 2σ(2z) − 1. ATen's `tanh` on CPU calls MKL's high-accuracy vector tanh, which
-/// on this AMD EPYC takes ~2 ns per element (a fifth of a CartPole PPO step); ATen's own
-/// vectorised sigmoid and three element-wise ops cost about half as much (a PPO step at batch
-/// 1024: 2.45 ms -> 2.23 ms). Same function, within 1e-6.
-pub(super) fn tanh(z: &Tensor) -> Tensor {
-    (z * 2.0).sigmoid() * 2.0 - 1.0
 }
 
 impl Mlp {
@@ -318,24 +314,6 @@ impl Mlp {
     pub(super) fn parameters(&self) -> impl Iterator<Item = &nn::Linear> {
         self.layers.iter()
     }
-}
-
-pub(super) fn linear(
-    path: nn::Path<'_>,
-    inputs: i64,
-    outputs: i64,
-    init: PolicyInitialization,
-    gain: f64,
-) -> nn::Linear {
-    let config = match init {
-        PolicyInitialization::Orthogonal => nn::LinearConfig {
-            ws_init: nn::Init::Orthogonal { gain },
-            bs_init: Some(nn::Init::Const(0.0)),
-            bias: true,
-        },
-        PolicyInitialization::TorchDefault => nn::LinearConfig::default(),
-    };
-    nn::linear(path, inputs, outputs, config)
 }
 
 /// Where the image of an observation lies in its flat form: a Box of shape `(H, W, C)`, the
@@ -910,199 +888,6 @@ impl ActorCritic {
     }
 }
 
-/// A `[n, dim]` tensor on `device` from `values`, `n` rows of `dim` observation values.
-pub(super) fn rows_tensor(values: &[f32], dim: i64, device: tch::Device) -> Result<Tensor> {
-    let d = dim as usize;
-    if d == 0 || values.len() % d != 0 {
-        return Err(RlfError::Protocol {
-            component: "policy",
-            message: format!(
-                "{} observation values are not a whole number of {d}-value observations",
-                values.len()
-            ),
-        });
-    }
-    Ok(Tensor::f_from_slice(values)?
-        .f_view([(values.len() / d) as i64, dim])?
-        .f_to_device(device)?)
-}
-
-/// `named`'s variables as [`NamedTensor`]s.
-pub(super) fn named_tensors(named: &[(String, Tensor)]) -> Result<Vec<NamedTensor>> {
-    named
-        .iter()
-        .map(|(name, t)| {
-            Ok(NamedTensor {
-                name: name.clone(),
-                shape: t.size().iter().map(|&d| d as usize).collect(),
-                values: to_vec(&t.detach())?,
-            })
-        })
-        .collect()
-}
-
-/// Replaces each of `named`'s variables (on `device`) with the tensor of the same name in `tensors`; a missing
-/// name or a wrong shape is an error naming the variable, and nothing is changed then.
-pub(super) fn load_named_tensors(
-    named: &mut [(String, Tensor)],
-    tensors: &[NamedTensor],
-    device: tch::Device,
-) -> Result<()> {
-    let mut sources = Vec::with_capacity(named.len());
-    for (name, t) in named.iter() {
-        let src = tensors
-            .iter()
-            .find(|n| &n.name == name)
-            .ok_or_else(|| RlfError::WeightMismatch(format!("no tensor `{name}`")))?;
-        let shape: Vec<i64> = src.shape.iter().map(|&d| d as i64).collect();
-        let numel: usize = src.shape.iter().product();
-        if shape != t.size() || numel != src.values.len() {
-            return Err(RlfError::WeightMismatch(format!(
-                "`{name}` has shape {:?} ({} values), the model's is {:?}",
-                src.shape,
-                src.values.len(),
-                t.size()
-            )));
-        }
-        sources.push(Tensor::f_from_slice(&src.values)?.f_view(shape.as_slice())?);
-    }
-    tch::no_grad(|| {
-        for ((_, t), src) in named.iter_mut().zip(sources) {
-            t.f_copy_(&src.f_to_device(device)?)?;
-        }
-        Ok(())
-    })
-}
-
-/// Copies every variable of `theirs` (a network of the same architecture) into `mine`, or moves each `tau` of the
-/// way towards it (Polyak averaging; 1 copies).
-pub(super) fn follow_named(
-    mine: &mut [(String, Tensor)],
-    theirs: &[(String, Tensor)],
-    tau: f64,
-) -> Result<()> {
-    tch::no_grad(|| {
-        for ((name, mine), (theirs_name, theirs)) in mine.iter_mut().zip(theirs) {
-            if name != theirs_name || mine.size() != theirs.size() {
-                return Err(RlfError::WeightMismatch(format!(
-                    "`{name}` cannot follow `{theirs_name}`"
-                )));
-            }
-            if tau >= 1.0 {
-                mine.f_copy_(theirs)?;
-            } else {
-                // In place, rounded as `mine * (1 − τ) + theirs * τ` (not `lerp_`, which rounds otherwise).
-                let part = theirs.f_mul_scalar(tau)?;
-                let _ = mine.f_mul_scalar_(1.0 - tau)?;
-                let _ = mine.f_add_(&part)?;
-            }
-        }
-        Ok(())
-    })
-}
-
-/// Saves `vs` to `path` (safetensors).
-pub(super) fn save_vars(vs: &nn::VarStore, path: &Path) -> Result<()> {
-    vs.save(path).map_err(|e| RlfError::Io {
-        what: "saving weights to",
-        path: path.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    })
-}
-
-/// Loads `vs` from `path`, saved by [`save_vars`].
-pub(super) fn load_vars(vs: &mut nn::VarStore, path: &Path) -> Result<()> {
-    vs.load(path).map_err(|e| RlfError::Io {
-        what: "loading weights from",
-        path: path.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    })
-}
-
-/// All of `named`'s values, flat, variable after variable.
-pub(super) fn flat_weights(named: &[(String, Tensor)]) -> Result<PolicyWeights> {
-    let flat: Vec<Tensor> = named.iter().map(|(_, t)| t.detach().flatten(0, -1)).collect();
-    Ok(PolicyWeights {
-        values: to_vec(&Tensor::f_cat(&flat, 0)?)?,
-    })
-}
-
-/// Copies `weights` (from [`flat_weights`] of the same architecture) into `named`, on `device`.
-pub(super) fn load_flat_weights(
-    named: &mut [(String, Tensor)],
-    weights: &PolicyWeights,
-    device: tch::Device,
-) -> Result<()> {
-    let total: usize = named.iter().map(|(_, t)| t.numel()).sum();
-    if weights.values.len() != total {
-        return Err(RlfError::WeightMismatch(format!(
-            "{} values for a model of {total} values",
-            weights.values.len()
-        )));
-    }
-    tch::no_grad(|| {
-        let mut offset = 0;
-        for (_, t) in named.iter_mut() {
-            let n = t.numel();
-            let src = Tensor::f_from_slice(&weights.values[offset..offset + n])?
-                .f_view(t.size().as_slice())?
-                .f_to_device(device)?;
-            t.f_copy_(&src)?;
-            offset += n;
-        }
-        Ok(())
-    })
-}
-
-/// One variable of a model: PyTorch-style name, shape and row-major values.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NamedTensor {
-    /// The name (`actor_encoder.fc0.weight`).
-    pub name: String,
-    /// The shape (`[out, in]` for linear weights, as PyTorch's `nn.Linear`).
-    pub shape: Vec<usize>,
-    /// The values, row-major.
-    pub values: Vec<f32>,
-}
-
-impl NamedTensor {
-    /// The prefix a learner's target network is saved under (`target.` and the network's own names), beside the
-    /// network it follows.
-    pub const TARGET_PREFIX: &'static str = "target.";
-
-    /// `tensors`, each renamed `<prefix><name>`.
-    pub fn prefixed(prefix: &str, tensors: Vec<NamedTensor>) -> Vec<NamedTensor> {
-        tensors
-            .into_iter()
-            .map(|t| NamedTensor {
-                name: format!("{prefix}{}", t.name),
-                ..t
-            })
-            .collect()
-    }
-
-    /// The tensors of `tensors` named `<prefix>...`, with the prefix taken off; none when there are none.
-    pub fn unprefixed(prefix: &str, tensors: &[NamedTensor]) -> Vec<NamedTensor> {
-        tensors
-            .iter()
-            .filter_map(|t| {
-                t.name.strip_prefix(prefix).map(|name| NamedTensor {
-                    name: name.to_owned(),
-                    ..t.clone()
-                })
-            })
-            .collect()
-    }
-}
-
-pub(super) fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(Vec::<f32>::try_from(
-        t.f_to_kind(Kind::Float)?
-            .f_flatten(0, -1)?
-            .f_to_device(tch::Device::Cpu)?,
-    )?)
-}
-
 impl Policy for ActorCritic {
     fn act(&mut self, obs: &[f32], deterministic: bool) -> Result<ActOutput> {
         if self.actor_core.is_some() {
@@ -1602,12 +1387,5 @@ mod tests {
                 .contains("action_mask of 4 values needs a Discrete(4)"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn tanh_through_sigmoid_is_tanh() {
-        let z = Tensor::linspace(-20.0, 20.0, 100_001, (Kind::Float, tch::Device::Cpu));
-        let err = (super::tanh(&z) - z.tanh()).abs().max().double_value(&[]);
-        assert!(err < 1e-6, "max error {err}");
     }
 }

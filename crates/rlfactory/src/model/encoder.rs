@@ -22,12 +22,38 @@ use rlf_env::Space;
 use crate::config::{ConvArchitecture, ModelConfig, Nonlinearity, PolicyInitialization};
 use crate::error::{Result, RlfError};
 
+/// tanh(z) as 2σ(2z) − 1. ATen's `tanh` on CPU calls MKL's high-accuracy vector tanh, which
+/// on this AMD EPYC takes ~2 ns per element (a fifth of a CartPole PPO step); ATen's own
+/// vectorised sigmoid and three element-wise ops cost about half as much (a PPO step at batch
+/// 1024: 2.45 ms -> 2.23 ms). Same function, within 1e-6.
+pub(super) fn tanh(z: &Tensor) -> Tensor {
+    (z * 2.0).sigmoid() * 2.0 - 1.0
+}
+
+pub(super) fn linear(
+    path: nn::Path<'_>,
+    inputs: i64,
+    outputs: i64,
+    init: PolicyInitialization,
+    gain: f64,
+) -> nn::Linear {
+    let config = match init {
+        PolicyInitialization::Orthogonal => nn::LinearConfig {
+            ws_init: nn::Init::Orthogonal { gain },
+            bs_init: Some(nn::Init::Const(0.0)),
+            bias: true,
+        },
+        PolicyInitialization::TorchDefault => nn::LinearConfig::default(),
+    };
+    nn::linear(path, inputs, outputs, config)
+}
+
 /// `z` through `nonlinearity`.
 pub(super) fn activate(z: &Tensor, nonlinearity: Nonlinearity) -> Tensor {
     match nonlinearity {
         Nonlinearity::Elu => z.elu(),
         Nonlinearity::Relu => z.relu(),
-        Nonlinearity::Tanh => super::actor_critic::tanh(z),
+        Nonlinearity::Tanh => tanh(z),
     }
 }
 
@@ -171,13 +197,7 @@ impl ImageNet {
         let mut size = h * w * c;
         let mut mlp = Vec::new();
         for (i, &out) in cfg.encoder_conv_mlp_layers.0.iter().enumerate() {
-            mlp.push(super::actor_critic::linear(
-                path / format!("fc{i}"),
-                size,
-                out,
-                init,
-                2f64.sqrt(),
-            ));
+            mlp.push(linear(path / format!("fc{i}"), size, out, init, 2f64.sqrt()));
             size = out;
         }
         Ok((
@@ -248,7 +268,7 @@ impl PartEncoders {
                 _ => {
                     let (mut layers, mut size) = (Vec::new(), len);
                     for (i, &out) in cfg.encoder_mlp_layers.0.iter().enumerate() {
-                        layers.push(super::actor_critic::linear(
+                        layers.push(linear(
                             &path / format!("fc{i}"),
                             size,
                             out,
@@ -305,7 +325,14 @@ mod tests {
     use rlf_env::{BoxSpace, Space};
     use tch::{nn, Kind, Tensor};
 
-    use super::{ImageNet, PartEncoders, PartNet};
+    use super::{tanh, ImageNet, PartEncoders, PartNet};
+
+    #[test]
+    fn tanh_through_sigmoid_is_tanh() {
+        let z = Tensor::linspace(-20.0, 20.0, 100_001, (Kind::Float, tch::Device::Cpu));
+        let err = (tanh(&z) - z.tanh()).abs().max().double_value(&[]);
+        assert!(err < 1e-6, "max error {err}");
+    }
     use crate::config::{Config, ConvArchitecture, ModelConfig};
 
     fn image(shape: &[usize]) -> Space {

@@ -8,7 +8,7 @@
 //! - [`QNetwork`]: the same encoders with one Q-value per action (or a dueling head), acting ε-greedily, for DQN.
 //! - [`SacActor`] and [`TwinQ`]: soft actor-critic's squashed-Gaussian actor and its twin Q-networks (`Box` actions).
 //! - [`Policy`]: what inference needs: act on a batch of observations, export and import weights,
-//!   save and load.
+//!   save and load; every network's variables go through one set of functions by name ([`NamedTensor`]).
 
 mod actor_critic;
 mod distribution;
@@ -17,16 +17,18 @@ mod normalize;
 mod q_network;
 mod recurrent;
 mod sac;
+mod weights;
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub use actor_critic::{ActionHead, ActorCritic, NamedTensor, ACTION_MASK_KEY};
+pub use actor_critic::{ActionHead, ActorCritic, ACTION_MASK_KEY};
 pub use distribution::Distribution;
 pub use normalize::RunningMeanStd;
 pub use q_network::{QActivations, QNetwork};
 pub use sac::{SacActor, TwinQ};
+pub use weights::NamedTensor;
 
 use crate::error::Result;
 

@@ -16,9 +16,11 @@ use rand_pcg::Pcg64Mcg;
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
-use super::actor_critic::{
-    flat_weights, follow_named, linear, load_flat_weights, load_named_tensors, load_vars, named_tensors,
-    rows_tensor, save_vars, to_vec, Encoder,
+use super::actor_critic::Encoder;
+use super::encoder::linear;
+use super::weights::{
+    flat_weights, follow_named, load_flat_weights, load_named_tensors, load_vars, named_tensors, rows_tensor,
+    save_vars, to_vec,
 };
 use super::{ActOutput, NamedTensor, Policy, PolicyWeights};
 use crate::config::{DeviceKind, ModelConfig};

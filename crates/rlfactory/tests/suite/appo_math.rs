@@ -10,9 +10,9 @@ use crate::common;
 
 use common::cartpole_dataset;
 use rlf_env::EnvRegistry;
+use rlfactory::algo::adam::clip_grad_norm;
 use rlfactory::algo::appo::{
-    bootstrap_only, clip_grad_norm, gae, losses, vtrace, ActedSteps, Appo, Dataset, LossInputs, LrSchedule,
-    VtraceParams,
+    bootstrap_only, gae, losses, vtrace, ActedSteps, Appo, Dataset, LossInputs, LrSchedule, VtraceParams,
 };
 use rlfactory::config::{Config, LrScheduleKind};
 use rlfactory::model::{ActorCritic, Policy};
