@@ -259,17 +259,29 @@ fn is_exiting(pid: u32) -> bool {
     })
 }
 
-/// Unlinks every segment in `/dev/shm` left by a dead creator; returns the names removed.
+/// Unlinks every segment in `/dev/shm` left by a dead creator; returns the names removed. The directory is read
+/// whole before anything is unlinked, and read again until a reading finds nothing more to remove: a directory
+/// changed while it is read (this function's unlinks, other runs' segments coming and going) may skip entries.
 pub fn reclaim_stale() -> io::Result<Vec<String>> {
     let mut removed = Vec::new();
-    for entry in std::fs::read_dir("/dev/shm")? {
-        let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if is_stale(name) && rustix::shm::unlink(format!("/{name}").as_str()).is_ok() {
-            removed.push(name.to_string());
+    loop {
+        let mut stale = Vec::new();
+        for entry in std::fs::read_dir("/dev/shm")? {
+            let name = entry?.file_name();
+            if let Some(name) = name.to_str().filter(|n| is_stale(n)) {
+                stale.push(name.to_string());
+            }
+        }
+        let before = removed.len();
+        for name in stale {
+            if rustix::shm::unlink(format!("/{name}").as_str()).is_ok() {
+                removed.push(name);
+            }
+        }
+        if removed.len() == before {
+            return Ok(removed);
         }
     }
-    Ok(removed)
 }
 
 /// The names of the segments in `/dev/shm` created by process `pid` (for tests and leak checks).

@@ -96,11 +96,17 @@ pub fn report(test: &str, seed: u64, outcome: &Outcome) {
 }
 
 /// Runs `attempt` on each of `seeds`, up to `at_once` at a time (2 for runs in their own processes on 2 cores, 1 for
-/// runs inside the test's process, which share libtorch's global state): the results in the order of `seeds`.
+/// runs inside the test's process, which share libtorch's global state), fewer when `RLF_TEST_NUM_THREADS` gives each
+/// run more than one libtorch thread (whose OpenMP threads spin at every barrier for one that is not running): the
+/// results in the order of `seeds`.
 pub fn each_seed<T: Send>(seeds: &[u64], at_once: usize, attempt: impl Fn(u64) -> T + Sync) -> Vec<T> {
     let attempt = &attempt;
+    let threads = std::env::var("RLF_TEST_NUM_THREADS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1);
     seeds
-        .chunks(at_once.max(1))
+        .chunks((at_once / threads.max(1)).max(1))
         .flat_map(|batch| {
             std::thread::scope(|scope| {
                 let runs: Vec<_> = batch
@@ -173,6 +179,14 @@ pub fn train_summary(flags: &[String]) -> serde_json::Value {
     summary(&out)
 }
 
+/// The policy version a progress line reports (`… | version 12`), if it is one.
+pub fn progress_version(line: &str) -> Option<u64> {
+    line.split("| version ")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
 /// Starts `rlfactory args` (a `train` whose `--report_interval_sec` is short), waits until its learner has trained
 /// (a progress line past version 0), sends it `signal` (`INT` or `TERM`, to the main process alone, as a terminal's
 /// Ctrl-C reaches a shell's job) and waits for it to exit: its status and the seconds from the signal to the exit.
@@ -184,12 +198,7 @@ pub fn interrupt_when_trained(args: &[String], signal: &str) -> (ExitStatus, f64
             .lines
             .recv_timeout(std::time::Duration::from_secs(120))
             .expect("a progress line with a trained version");
-        let version = line
-            .split("| version ")
-            .nth(1)
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok());
-        if version.is_some_and(|v| v > 0) {
+        if progress_version(&line).is_some_and(|v| v > 0) {
             break;
         }
     }

@@ -125,12 +125,7 @@ fn stop(
             .lines
             .recv_timeout(Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("{}: not ready ({e}):\n{}", case.name, log.join("\n")));
-        let trained = line
-            .split("| version ")
-            .nth(1)
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|v| v > 0);
+        let trained = common::progress_version(&line).is_some_and(|v| v > 0);
         let saved = line.contains("[rlfactory] saved ");
         log.push(line);
         match ready {

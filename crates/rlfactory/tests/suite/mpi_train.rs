@@ -474,12 +474,7 @@ fn sigint_to_mpirun_saves_the_learners_last_checkpoint_with_adams_moments() {
             .lines
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| panic!("no trained version within 60 s:\n{}", log.join("\n")));
-        let trained = line
-            .split("| version ")
-            .nth(1)
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|v| v > 0);
+        let trained = common::progress_version(&line).is_some_and(|v| v > 0);
         log.push(line);
         if trained {
             break;
