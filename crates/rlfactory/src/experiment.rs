@@ -218,10 +218,31 @@ pub fn load_replay(cfg: &Config, policy: usize) -> Result<Option<SavedReplay>> {
     }))
 }
 
-/// The counts of the checkpoint a run of `cfg` resumes from: `(env frames, episodes, policy
-/// version)` of policy 0's, or `None` for a fresh run.
-pub fn resume_counts(cfg: &Config) -> Result<Option<(u64, u64, u64)>> {
-    Ok(resume_state(cfg, 0)?.map(|s| (s.env_steps, s.episodes, s.training.version)))
+/// The counts a resumed run of `cfg` continues from, or `None` for a fresh run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// Env frames of policy 0's checkpoint (every policy's checkpoint counts the run's frames).
+    pub env_frames: u64,
+    /// Episodes of policy 0's checkpoint.
+    pub episodes: u64,
+    /// Each policy's version (0 for a policy with no checkpoint).
+    pub versions: Vec<u64>,
+}
+
+/// The [`ResumePoint`] of a run of `cfg`: policy 0's checkpoint's counts and every policy's version.
+pub fn resume_counts(cfg: &Config) -> Result<Option<ResumePoint>> {
+    let Some(first) = resume_state(cfg, 0)? else {
+        return Ok(None);
+    };
+    let mut versions = vec![first.training.version];
+    for policy in 1..cfg.sampling.num_policies {
+        versions.push(resume_state(cfg, policy)?.map_or(0, |s| s.training.version));
+    }
+    Ok(Some(ResumePoint {
+        env_frames: first.env_steps,
+        episodes: first.episodes,
+        versions,
+    }))
 }
 
 /// Loads the newest intact checkpoint of `kind` from `store`, falling back to the other kind

@@ -95,7 +95,7 @@ pub(super) struct Parts {
     /// The experiment folder (main process, `--save_experiment`).
     pub experiment: Option<ExperimentRun>,
     /// `(env frames, episodes, policy version)` of the checkpoint the run resumes from.
-    pub resumed: Option<(u64, u64, u64)>,
+    pub resumed: Option<crate::experiment::ResumePoint>,
     /// A multi-agent env's agents, whose statistics the runner keeps (main process).
     pub agent_names: Vec<String>,
     /// Which part of the graph this process's rank runs.
@@ -513,8 +513,8 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     }
     let mut stats = Runner::new(&cfg, process_start);
     stats.track_agents(&agent_names);
-    if let Some((frames, episodes, version)) = resumed {
-        stats.resume_from(frames, episodes, version);
+    if let Some(point) = resumed {
+        stats.resume_from(point.env_frames, point.episodes, &point.versions);
         if let (true, Some(exp)) = (cfg.sampling.self_play, &experiment) {
             resume_self_play(&mut stats, exp, cfg.sampling.num_policies)?;
         }

@@ -433,11 +433,13 @@ impl Runner {
         self.env_frames
     }
 
-    /// Continues the counts of a resumed run: env frames, episodes and policy 0's version.
-    pub fn resume_from(&mut self, env_frames: u64, episodes: u64, version: u64) {
+    /// Continues the counts of a resumed run: env frames, episodes and each policy's version.
+    pub fn resume_from(&mut self, env_frames: u64, episodes: u64, versions: &[u64]) {
         self.env_frames = env_frames;
         self.episodes = episodes;
-        self.policies[0].version = version;
+        for (p, &version) in self.policies.iter_mut().zip(versions) {
+            p.version = version;
+        }
         self.last_line = (Instant::now(), env_frames);
         for p in &mut self.policies {
             p.episode_scalars.from = env_frames;
@@ -915,8 +917,8 @@ mod tests {
 
     #[test]
     fn a_resumed_run_continues_its_counts() {
-        let mut r = runner(&["--train_for_env_steps=5000"]);
-        r.resume_from(4000, 30, 7);
+        let mut r = runner(&["--train_for_env_steps=5000", "--num_policies=2"]);
+        r.resume_from(4000, 30, &[7, 5]);
         assert_eq!(r.checkpoint_request().env_steps, 4000);
         assert_eq!(
             r.on_rollout_reported(&rollout(1000, &[])),
@@ -924,6 +926,8 @@ mod tests {
         );
         let s = r.summary();
         assert_eq!((s.env_frames, s.episodes, s.policy_version), (5000, 30, 7));
+        let versions: Vec<u64> = s.policies.iter().map(|p| p.policy_version).collect();
+        assert_eq!(versions, [7, 5], "every policy's version, trained since or not");
     }
 
     #[test]
@@ -1042,7 +1046,7 @@ mod tests {
         let saved = file.record.clone();
 
         let mut resumed = runner(&args);
-        resumed.resume_from(100, 0, 0);
+        resumed.resume_from(100, 0, &[0]);
         assert!(
             resumed.resume_self_play(0, file.clone()),
             "the record of the resumed frames"
@@ -1086,7 +1090,7 @@ mod tests {
         // Resumed from another checkpoint (an older best one): the latest weights start again, the snapshots
         // keep theirs.
         let mut older = runner(&args);
-        older.resume_from(60, 0, 0);
+        older.resume_from(60, 0, &[0]);
         assert!(!older.resume_self_play(0, file));
         older.on_snapshot_taken(&taken(0, 1, 0));
         let sp = older.summary().policies[0].self_play.clone().expect("stats");

@@ -95,6 +95,15 @@ pub fn report(test: &str, seed: u64, outcome: &Outcome) {
     eprintln!("learning: {test} seed {seed}: {} ({verdict})", outcome.figure);
 }
 
+/// [`report`]s a one-run learning test from its run's summary `s`: the mean return, the frames and why it stopped.
+pub fn report_run(test: &str, seed: u64, passed: bool, s: &serde_json::Value) {
+    let figure = format!(
+        "mean return {} after {} frames (stopped for {})",
+        s["mean_return"], s["env_frames"], s["stop_reason"]
+    );
+    report(test, seed, &Outcome { passed, figure });
+}
+
 /// Runs `attempt` on each of `seeds`, up to `at_once` at a time (2 for runs in their own processes on 2 cores, 1 for
 /// runs inside the test's process, which share libtorch's global state), fewer when `RLF_TEST_NUM_THREADS` gives each
 /// run more than one libtorch thread (whose OpenMP threads spin at every barrier for one that is not running): the

@@ -362,6 +362,7 @@ fn treasurehunt_with_five_dqn_learners_doubles_a_random_policys_return() {
         "--train_for_env_steps=1000000".to_owned(),
     ]);
     eprintln!("treasurehunt, 5 DQN learners: {s}");
+    common::report_run("treasurehunt_five_dqn", 1, s["reached_reward"] == true, &s);
     assert_eq!(
         s["reached_reward"], true,
         "mean return per agent {} after {} agent steps (random {random:.1})",

@@ -27,6 +27,7 @@ fn treasurehunt_with_one_shared_policy_doubles_a_random_policys_return() {
         "--train_for_env_steps=3000000".to_owned(),
     ]);
     eprintln!("treasurehunt: {s}");
+    common::report_run("treasurehunt_one_policy", 1, s["reached_reward"] == true, &s);
     assert_eq!(
         s["reached_reward"], true,
         "mean return per agent {} after {} agent steps (random {random:.1})",
@@ -52,6 +53,7 @@ fn treasurehunt_with_five_separate_policies_doubles_a_random_policys_return() {
         "--train_for_env_steps=1500000".to_owned(),
     ]);
     eprintln!("treasurehunt, 5 policies: {s}");
+    common::report_run("treasurehunt_five_policies", 1, s["reached_reward"] == true, &s);
     assert_eq!(
         s["reached_reward"], true,
         "mean return per agent {} after {} agent steps (random {random:.1})",
@@ -119,6 +121,14 @@ fn two_policies_learn_side_by_side_with_their_own_checkpoints_and_summaries() {
         ],
         "{s}"
     );
+    let returns: Vec<f64> = (0..2)
+        .map(|p| s["policies"][p]["mean_return"].as_f64().unwrap_or(f64::NAN))
+        .collect();
+    let outcome = common::Outcome {
+        passed: returns.iter().all(|&r| r > 75.0),
+        figure: format!("policy returns {returns:?} after {} frames", s["env_frames"]),
+    };
+    common::report("two_policies", 1, &outcome);
     let exp = dir.path().join("exp");
     for policy in 0..2 {
         let p = &s["policies"][policy];

@@ -36,6 +36,14 @@ fn simple_spread_return_improves_over_random_play() {
     ]);
     eprintln!("simple_spread: {s}");
     let ret = s["mean_return"].as_f64().expect("a mean return");
+    let outcome = common::Outcome {
+        passed: ret >= random + 3.0,
+        figure: format!(
+            "mean return {ret:.2} (random {random:.2}) after {} agent steps",
+            s["env_frames"]
+        ),
+    };
+    common::report("simple_spread", 1, &outcome);
     assert!(
         ret >= random + 3.0,
         "mean return per agent {ret} after {} agent steps (random {random:.1})",
@@ -81,6 +89,15 @@ fn simple_adversary_trains_a_policy_per_kind_of_agent() {
     assert!(train.status.success(), "{}", text(&train.stderr));
     let s = common::summary(&out);
     let ret = |p: usize| s["policies"][p]["mean_return"].as_f64().expect("a mean return");
+    let outcome = common::Outcome {
+        passed: ret(0) >= random_adversary + 5.0,
+        figure: format!(
+            "adversary {:.2} (random {random_adversary:.2}), good agents {:.2}",
+            ret(0),
+            ret(1)
+        ),
+    };
+    common::report("simple_adversary", 1, &outcome);
     assert!(
         ret(0) >= random_adversary + 5.0,
         "adversary {} (random {random_adversary:.1}): {s}",
@@ -230,6 +247,11 @@ fn agents_whose_action_spaces_differ_in_kind_train_side_by_side() {
             .and_then(|a| a["mean_return"].as_f64())
             .unwrap_or_else(|| panic!("{name}'s mean return in {s}"))
     };
+    let outcome = common::Outcome {
+        passed: agent("chooser") >= 6.5 && agent("mover") >= -9.0,
+        figure: format!("chooser {:.2}, mover {:.2}", agent("chooser"), agent("mover")),
+    };
+    common::report("mixed_action_spaces", 1, &outcome);
     assert!(agent("chooser") >= 6.5, "the chooser's return: {s}");
     assert!(agent("mover") >= -9.0, "the mover's return: {s}");
 }
