@@ -56,7 +56,7 @@ use super::adam::{Adam, AdamConfig};
 
 use crate::config::{AppoConfig, LrScheduleKind};
 use crate::error::{Result, RlfError};
-use crate::model::{ActorCritic, NamedTensor};
+use crate::model::{ActorCritic, NamedTensor, Policy};
 use crate::pbt::Hyper;
 
 // ---------------------------------------------------------------------------------------------
@@ -567,7 +567,7 @@ impl Appo {
             beta2: cfg.adam_beta2,
             eps: cfg.adam_eps,
         };
-        let optimizer = Adam::new(model.trainable_named(), adam, cfg.learning_rate)?;
+        let optimizer = Adam::new(model.variables().trainable(), adam, cfg.learning_rate)?;
         Ok(Self {
             schedule: LrSchedule::new(
                 cfg.lr_schedule,

@@ -56,7 +56,7 @@ impl Dqn {
             beta2: appo.adam_beta2,
             eps: appo.adam_eps,
         };
-        let optimizer = Adam::new(online.trainable_named(), adam, appo.learning_rate)?;
+        let optimizer = Adam::new(online.variables().trainable(), adam, appo.learning_rate)?;
         Ok(Self {
             online,
             target,

@@ -68,8 +68,8 @@ impl Sac {
         let alpha_optimizer = Adam::new(vec![(LOG_ALPHA.to_owned(), log_alpha.shallow_clone())], adam, lr)?;
         Ok(Self {
             target_entropy: -(actor.action_dim() as f64),
-            actor_optimizer: Adam::new(actor.trainable_named(), adam, lr)?,
-            critic_optimizer: Adam::new(critic.trainable_named(), adam, lr)?,
+            actor_optimizer: Adam::new(actor.variables().trainable(), adam, lr)?,
+            critic_optimizer: Adam::new(critic.variables().trainable(), adam, lr)?,
             alpha_optimizer,
             actor,
             critic,
@@ -215,10 +215,10 @@ impl OffPolicyAlgo for Sac {
     /// the three optimisers' moments.
     fn state_tensors(&self) -> Result<Vec<NamedTensor>> {
         let mut tensors = self.actor.named_tensors()?;
-        tensors.extend(self.critic.named_tensors()?);
+        tensors.extend(self.critic.variables().named_tensors()?);
         tensors.extend(NamedTensor::prefixed(
             NamedTensor::TARGET_PREFIX,
-            self.target.named_tensors()?,
+            self.target.variables().named_tensors()?,
         ));
         tensors.push(NamedTensor {
             name: LOG_ALPHA.to_owned(),
@@ -243,11 +243,11 @@ impl OffPolicyAlgo for Sac {
         self.version = version;
         let critics = tensors.iter().any(|t| t.name.starts_with("critic."));
         if critics {
-            self.critic.load_named_tensors(tensors)?;
+            self.critic.variables_mut().load_named_tensors(tensors)?;
         }
         let target = NamedTensor::unprefixed(NamedTensor::TARGET_PREFIX, tensors);
         if critics && !target.is_empty() {
-            self.target.load_named_tensors(&target)?;
+            self.target.variables_mut().load_named_tensors(&target)?;
         } else {
             self.target.follow(&self.critic, 1.0)?;
         }
@@ -346,7 +346,7 @@ mod tests {
         }
         let saved = sac.state_tensors().expect("state");
         let target = NamedTensor::unprefixed(NamedTensor::TARGET_PREFIX, &saved);
-        assert!(!target.is_empty() && target != sac.critic().named_tensors().expect("critics"));
+        assert!(!target.is_empty() && target != sac.critic().variables().named_tensors().expect("critics"));
         let mut other = learner(&["--encoder_mlp_layers=16"]);
         assert!(other.restore(&saved, 5).expect("restore"));
         assert_eq!(other.state_tensors().expect("state"), saved);

@@ -1,20 +1,14 @@
-//! The actor-critic: an encoder of the observation (the MLP here, images and a Dict's parts through
-//! [`super::encoder`]), an optional recurrent core, the action head and the value head, shared or separate, with
-//! running normalisation of observations and returns. The Q-network and SAC's networks reuse its [`Encoder`].
-
-use std::path::Path;
+//! The actor-critic: an [`Encoder`] of the observation, an optional recurrent core, the action head and the value
+//! head, shared or separate, with running normalisation of observations and returns.
 
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
-use super::encoder::{activate, conv2d, linear, PartEncoders};
+use super::encoder::{linear, Encoder};
 use super::recurrent::Core;
-use super::weights::{
-    flat_weights, load_flat_weights, load_named_tensors, load_vars, named_tensors, rows_tensor, save_vars,
-    to_vec, NamedTensor,
-};
-use super::{ActOutput, Distribution, Policy, PolicyWeights, RunningMeanStd};
-use crate::config::{ConvArchitecture, DeviceKind, MatmulPrecision, ModelConfig, Nonlinearity};
+use super::weights::{rows_tensor, to_vec, Variables};
+use super::{ActOutput, Distribution, Policy, RunningMeanStd};
+use crate::config::{DeviceKind, ModelConfig};
 use crate::error::{Result, RlfError};
 
 /// Observations are clipped to this many standard deviations after normalisation.
@@ -118,418 +112,9 @@ impl ActionHead {
     }
 }
 
-/// With `--matmul_precision medium`, batches of fewer rows (an inference worker's few envs) still multiply in
-/// float32: casting the weights for each batch would cost more than the bfloat16 product saves. (A Q-network acts
-/// through [`Mlp::forward_acting`], which keeps the casts while the weights do not change.)
-const BF16_MIN_ROWS: i64 = 64;
-
-pub(super) struct Mlp {
-    layers: Vec<nn::Linear>,
-    nonlinearity: Nonlinearity,
-    /// `--matmul_precision medium`: each layer multiplies in bfloat16.
-    bf16: bool,
-}
-
-impl Mlp {
-    fn forward(&self, x: &Tensor) -> Tensor {
-        if self.bf16 && x.size()[0] >= BF16_MIN_ROWS {
-            // Autograd carries the gradients back through the casts to the float32 weights.
-            let half = |t: &Tensor| t.to_kind(Kind::BFloat16);
-            return self.forward_half(
-                x,
-                self.layers.iter().map(|l| (half(&l.ws), l.bs.as_ref().map(half))),
-            );
-        }
-        self.layers.iter().fold(x.shallow_clone(), |h, layer| {
-            activate(&h.apply(layer), self.nonlinearity)
-        })
-    }
-
-    /// The layers multiplying in bfloat16 with `weights` (each layer's weight and bias as cast).
-    fn forward_half(&self, x: &Tensor, weights: impl Iterator<Item = (Tensor, Option<Tensor>)>) -> Tensor {
-        let mut h = x.shallow_clone();
-        let last = self.layers.len().saturating_sub(1);
-        for (i, (w, b)) in weights.enumerate() {
-            let z = h.to_kind(Kind::BFloat16).linear(&w, b.as_ref());
-            h = if i < last && self.nonlinearity == Nonlinearity::Relu {
-                // The next layer multiplies in bfloat16: ReLU there is exact, without the round trip.
-                z.relu()
-            } else {
-                activate(&z.to_kind(Kind::Float), self.nonlinearity)
-            };
-        }
-        h
-    }
-
-    /// [`Mlp::forward`] to act, outside autograd: under `--matmul_precision medium` batches of every size multiply
-    /// in bfloat16, with the weights as cast into `casts` while their version counters are unchanged (every in-place
-    /// write to these tensors moves them, as every load of published weights does; a write through another view of
-    /// their memory, as Adam's flat buffer, does not: its owner clears `casts`), instead of casting them per batch.
-    pub(super) fn forward_acting(&self, x: &Tensor, casts: &mut Option<ActingCasts>) -> Result<Tensor> {
-        if !self.bf16 {
-            return Ok(self.forward(x));
-        }
-        let mut versions = Vec::with_capacity(2 * self.layers.len());
-        for layer in &self.layers {
-            versions.push(layer.ws.f_internal_version()?);
-            if let Some(b) = &layer.bs {
-                versions.push(b.f_internal_version()?);
-            }
-        }
-        if casts.as_ref().is_none_or(|c| c.versions != versions) {
-            let half = |t: &Tensor| t.f_detach()?.f_to_kind(Kind::BFloat16);
-            let weights = self
-                .layers
-                .iter()
-                .map(|l| Ok((half(&l.ws)?, l.bs.as_ref().map(half).transpose()?)))
-                .collect::<Result<Vec<_>>>()?;
-            *casts = Some(ActingCasts { versions, weights });
-        }
-        let weights = casts
-            .iter()
-            .flat_map(|c| &c.weights)
-            .map(|(w, b)| (w.shallow_clone(), b.as_ref().map(Tensor::shallow_clone)));
-        Ok(self.forward_half(x, weights))
-    }
-}
-
-/// An MLP's weights and biases cast to bfloat16 for acting ([`Mlp::forward_acting`]), with the version counters of
-/// the float32 tensors they were cast from.
-#[derive(Debug, Default)]
-pub(super) struct ActingCasts {
-    versions: Vec<i64>,
-    weights: Vec<(Tensor, Option<Tensor>)>,
-}
-
-/// What [`Mlp::forward_saved`] keeps for [`Mlp::backward`], per layer: its input and weights as they were
-/// multiplied (bfloat16 casts or the float32 tensors), and its pre-activation (bfloat16 between bfloat16 layers,
-/// else float32).
-pub(super) struct MlpActivations {
-    inputs: Vec<Tensor>,
-    weights: Vec<Tensor>,
-    biases: Vec<Option<Tensor>>,
-    pre: Vec<Tensor>,
-    half: bool,
-}
-
-impl Mlp {
-    /// Whether [`Mlp::backward`] differentiates this MLP (ReLU layers; others go through autograd).
-    pub(super) fn differentiable_by_hand(&self) -> bool {
-        self.nonlinearity == Nonlinearity::Relu
-    }
-
-    /// [`Mlp::forward`] of an MLP of ReLU layers (see [`Mlp::differentiable_by_hand`]), with the same products and
-    /// casts, keeping what [`Mlp::backward`] needs; called under `no_grad`.
-    pub(super) fn forward_saved(&self, x: &Tensor) -> Result<(Tensor, MlpActivations)> {
-        let half = self.bf16 && x.size()[0] >= BF16_MIN_ROWS;
-        let cast = |t: &Tensor| -> Result<Tensor> {
-            Ok(if half {
-                t.f_to_kind(Kind::BFloat16)?
-            } else {
-                t.shallow_clone()
-            })
-        };
-        let mut saved = MlpActivations {
-            inputs: Vec::with_capacity(self.layers.len()),
-            weights: Vec::with_capacity(self.layers.len()),
-            biases: Vec::with_capacity(self.layers.len()),
-            pre: Vec::with_capacity(self.layers.len()),
-            half,
-        };
-        let mut h = x.shallow_clone();
-        let last = self.layers.len().saturating_sub(1);
-        for (i, layer) in self.layers.iter().enumerate() {
-            let (input, weight) = (cast(&h)?, cast(&layer.ws)?);
-            let bias = layer.bs.as_ref().map(cast).transpose()?;
-            let mut z = input.f_linear(&weight, bias.as_ref())?;
-            if i == last {
-                z = z.f_to_kind(Kind::Float)?;
-            }
-            h = z.f_relu()?;
-            saved.inputs.push(input);
-            saved.weights.push(weight);
-            saved.biases.push(bias);
-            saved.pre.push(z);
-        }
-        Ok((h, saved))
-    }
-
-    /// [`Mlp::forward`] of `x` (ReLU layers) with the weights as the [`Mlp::forward_saved`] that kept `saved`
-    /// multiplied them, not cast again: the same products for a batch of as many rows.
-    pub(super) fn forward_like(&self, saved: &MlpActivations, x: &Tensor) -> Result<Tensor> {
-        if saved.half != (self.bf16 && x.size()[0] >= BF16_MIN_ROWS) {
-            return Ok(self.forward(x));
-        }
-        let mut h = x.shallow_clone();
-        let last = saved.weights.len().saturating_sub(1);
-        for (i, (weight, bias)) in saved.weights.iter().zip(&saved.biases).enumerate() {
-            let input = if saved.half {
-                h.f_to_kind(Kind::BFloat16)?
-            } else {
-                h
-            };
-            let z = input.f_linear(weight, bias.as_ref())?;
-            h = if i == last { z.f_to_kind(Kind::Float)? } else { z }.f_relu()?;
-        }
-        Ok(h)
-    }
-
-    /// The gradients of the layers' weights and biases (float32, layer by layer) from `grad`, the gradient of the
-    /// output of the [`Mlp::forward_saved`] that kept `saved`. Products and their casts are autograd's for
-    /// [`Mlp::forward`]; bias gradients are summed in float32.
-    pub(super) fn backward(
-        &self,
-        saved: &MlpActivations,
-        grad: &Tensor,
-    ) -> Result<Vec<(Tensor, Option<Tensor>)>> {
-        let mut grads = Vec::with_capacity(self.layers.len());
-        let mut dh = grad.shallow_clone();
-        for (i, layer) in self.layers.iter().enumerate().rev() {
-            // ReLU's derivative: the gradient where the pre-activation is positive (in bfloat16 below the last
-            // layer of a bfloat16 MLP, where `dh` came out of a bfloat16 product: exact).
-            let dz = saved.pre[i].f_threshold_backward(&dh, 0.0)?;
-            let dz_product = if saved.half {
-                dz.f_to_kind(Kind::BFloat16)?
-            } else {
-                dz.shallow_clone()
-            };
-            let dw = dz_product
-                .f_tr()?
-                .f_mm(&saved.inputs[i])?
-                .f_to_kind(Kind::Float)?;
-            let db = match layer.bs {
-                Some(_) => Some(dz.f_sum_dim_intlist(0, false, Kind::Float)?),
-                None => None,
-            };
-            if i > 0 {
-                dh = dz_product.f_mm(&saved.weights[i])?;
-            }
-            grads.push((dw, db));
-        }
-        grads.reverse();
-        Ok(grads)
-    }
-
-    /// Each layer's weight and bias, in layer order.
-    pub(super) fn parameters(&self) -> impl Iterator<Item = &nn::Linear> {
-        self.layers.iter()
-    }
-}
-
-/// Where the image of an observation lies in its flat form: a Box of shape `(H, W, C)`, the
-/// whole observation or one part of a Dict, and the ranges `(offset, length)` of the other parts.
-#[derive(Debug, Clone, PartialEq)]
-struct ImagePart {
-    offset: i64,
-    shape: [i64; 3],
-    rest: Vec<(i64, i64)>,
-}
-
-impl ImagePart {
-    /// The image part of `space`, for `--encoder_conv_layers`; an observation without exactly one
-    /// is an error.
-    fn of(space: &Space) -> Result<Self> {
-        let parts: Vec<(&Space, i64)> = match space {
-            Space::Dict(parts) => {
-                let mut offset = 0;
-                parts
-                    .iter()
-                    .map(|(_, part)| {
-                        let at = offset;
-                        offset += part.flat_dim() as i64;
-                        (part, at)
-                    })
-                    .collect()
-            }
-            other => vec![(other, 0)],
-        };
-        let image = |s: &Space| match s {
-            Space::Box(b) => <[usize; 3]>::try_from(b.shape()).ok(),
-            _ => None,
-        };
-        let images: Vec<usize> = (0..parts.len())
-            .filter(|&i| image(parts[i].0).is_some())
-            .collect();
-        let [k] = images[..] else {
-            return Err(RlfError::UnsupportedSpace(format!(
-                "--encoder_conv_layers needs one image in the observation (a Box of shape (H, W, C)); \
-                 {space} has {}",
-                images.len()
-            )));
-        };
-        let shape = image(parts[k].0).map_or([0; 3], |d| d.map(|v| v as i64));
-        Ok(Self {
-            offset: parts[k].1,
-            shape,
-            rest: parts
-                .iter()
-                .enumerate()
-                .filter(|&(i, _)| i != k)
-                .map(|(_, &(part, at))| (at, part.flat_dim() as i64))
-                .filter(|&(_, len)| len > 0)
-                .collect(),
-        })
-    }
-}
-
-/// The convolutions of an encoder over the image part of the observation, each followed by a
-/// ReLU; their flattened output is concatenated with the observation's other parts.
-pub(super) struct Convs {
-    layers: Vec<nn::Conv2D>,
-    image: ImagePart,
-}
-
-impl Convs {
-    /// The convolutions `cfg` asks for over `image`, and their output size (with the other parts).
-    fn new(path: &nn::Path<'_>, image: ImagePart, cfg: &ModelConfig) -> Result<(Self, i64)> {
-        let [mut h, mut w, mut c] = image.shape;
-        let mut layers = Vec::with_capacity(cfg.encoder_conv_layers.0.len());
-        for (i, l) in cfg.encoder_conv_layers.0.iter().enumerate() {
-            let padding = if l.stride == 1 { l.kernel / 2 } else { 0 };
-            let conv = conv2d(
-                path / format!("conv{i}"),
-                c,
-                l.channels,
-                l.kernel,
-                l.stride,
-                padding,
-                cfg.policy_initialization,
-            )?;
-            layers.push(conv);
-            h = (h + 2 * padding - l.kernel) / l.stride + 1;
-            w = (w + 2 * padding - l.kernel) / l.stride + 1;
-            c = l.channels;
-            if h < 1 || w < 1 {
-                return Err(RlfError::UnsupportedSpace(format!(
-                    "--encoder_conv_layers {}: convolution {i} leaves nothing of the {}x{} image",
-                    cfg.encoder_conv_layers, image.shape[0], image.shape[1]
-                )));
-            }
-        }
-        let rest: i64 = image.rest.iter().map(|&(_, len)| len).sum();
-        Ok((Self { layers, image }, h * w * c + rest))
-    }
-
-    fn forward(&self, x: &Tensor) -> Tensor {
-        let [h, w, c] = self.image.shape;
-        let mut y = x
-            .narrow(-1, self.image.offset, h * w * c)
-            .reshape([-1, h, w, c])
-            .permute([0, 3, 1, 2]);
-        for layer in &self.layers {
-            y = y.apply(layer).relu();
-        }
-        let mut parts = vec![y.flatten(1, -1)];
-        parts.extend(self.image.rest.iter().map(|&(at, len)| x.narrow(-1, at, len)));
-        Tensor::cat(&parts, -1)
-    }
-}
-
-/// An encoder: an MLP over the flat observation; convolutions over its image part (`--encoder_conv_layers`), then
-/// the MLP; or one encoder per part of the observation (`--encoder_conv_architecture`, [`PartEncoders`]). Its
-/// input is divided by `--obs_scale` first.
-pub(super) struct Encoder {
-    body: Body,
-    scale: f64,
-}
-
-enum Body {
-    Mlp(Mlp),
-    Convs(Convs, Mlp),
-    Parts(PartEncoders),
-}
-
-impl Encoder {
-    /// The encoder of an observation of `space` (`obs_dim` values), and its output size.
-    pub(super) fn new(
-        path: &nn::Path<'_>,
-        space: &Space,
-        obs_dim: i64,
-        cfg: &ModelConfig,
-    ) -> Result<(Self, i64)> {
-        let (body, size) = if cfg.encoder_conv_architecture != ConvArchitecture::None {
-            let (parts, size) = PartEncoders::new(path, space, cfg)?;
-            (Body::Parts(parts), size)
-        } else if cfg.encoder_conv_layers.0.is_empty() {
-            let (mlp, hidden) = mlp(path, obs_dim, cfg);
-            (Body::Mlp(mlp), hidden)
-        } else {
-            let (convs, size) = Convs::new(path, ImagePart::of(space)?, cfg)?;
-            let (mlp, hidden) = mlp(path, size, cfg);
-            (Body::Convs(convs, mlp), hidden)
-        };
-        Ok((
-            Self {
-                body,
-                scale: cfg.obs_scale,
-            },
-            size,
-        ))
-    }
-
-    /// An MLP alone over `inputs` values (no image part, no scaling), and its output size.
-    pub(super) fn mlp_only(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Self, i64) {
-        let (mlp, hidden) = mlp(path, inputs, cfg);
-        (
-            Self {
-                body: Body::Mlp(mlp),
-                scale: 1.0,
-            },
-            hidden,
-        )
-    }
-
-    /// The MLP of an encoder that is an MLP alone over the unscaled observation (what the hand-written gradients
-    /// of [`Mlp::backward`] cover), if this is one.
-    pub(super) fn plain_mlp(&self) -> Option<&Mlp> {
-        match &self.body {
-            Body::Mlp(mlp) if self.scale == 1.0 => Some(mlp),
-            _ => None,
-        }
-    }
-
-    pub(super) fn forward(&self, x: &Tensor) -> Tensor {
-        let scaled;
-        let x = if self.scale == 1.0 {
-            x
-        } else {
-            scaled = x / self.scale;
-            &scaled
-        };
-        match &self.body {
-            Body::Mlp(mlp) => mlp.forward(x),
-            Body::Convs(convs, mlp) => mlp.forward(&convs.forward(x)),
-            Body::Parts(parts) => parts.forward(x),
-        }
-    }
-}
-
-fn mlp(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Mlp, i64) {
-    let mut size = inputs;
-    let mut layers = Vec::with_capacity(cfg.encoder_mlp_layers.0.len());
-    for (i, &out) in cfg.encoder_mlp_layers.0.iter().enumerate() {
-        layers.push(linear(
-            path / format!("fc{i}"),
-            size,
-            out,
-            cfg.policy_initialization,
-            2f64.sqrt(),
-        ));
-        size = out;
-    }
-    (
-        Mlp {
-            layers,
-            nonlinearity: cfg.nonlinearity,
-            bf16: cfg.matmul_precision == MatmulPrecision::Medium,
-        },
-        size,
-    )
-}
-
 /// An actor-critic network for an observation and an action space.
 pub struct ActorCritic {
-    vs: nn::VarStore,
+    vars: Variables,
     head: ActionHead,
     obs_dim: i64,
     /// `(offset, length)` of the action mask in the flat observation.
@@ -545,7 +130,6 @@ pub struct ActorCritic {
     log_std_offset: f64,
     obs_rms: Option<RunningMeanStd>,
     ret_rms: Option<RunningMeanStd>,
-    named: Vec<(String, Tensor)>,
 }
 
 impl std::fmt::Debug for ActorCritic {
@@ -553,10 +137,7 @@ impl std::fmt::Debug for ActorCritic {
         f.debug_struct("ActorCritic")
             .field("obs_dim", &self.obs_dim)
             .field("head", &self.head)
-            .field(
-                "variables",
-                &self.named.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-            )
+            .field("variables", &self.vars)
             .finish_non_exhaustive()
     }
 }
@@ -621,10 +202,8 @@ impl ActorCritic {
         let ret_rms = cfg
             .normalize_returns
             .then(|| RunningMeanStd::new(&(&root / "returns_normalizer"), 1));
-        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Self {
-            vs,
+            vars: Variables::of(vs),
             head,
             obs_dim,
             action_mask,
@@ -638,7 +217,6 @@ impl ActorCritic {
             log_std_offset,
             obs_rms,
             ret_rms,
-            named,
         })
     }
 
@@ -652,18 +230,9 @@ impl ActorCritic {
         &self.head
     }
 
-    /// The trainable parameters with their names, in name order.
-    pub fn trainable_named(&self) -> Vec<(String, Tensor)> {
-        self.named
-            .iter()
-            .filter(|(_, t)| t.requires_grad())
-            .map(|(n, t)| (n.clone(), t.shallow_clone()))
-            .collect()
-    }
-
     /// The device the parameters live on.
     pub fn device(&self) -> tch::Device {
-        self.vs.device()
+        self.vars.device()
     }
 
     /// Values of recurrent state per observation (0 without `--use_rnn`): the actor core's, then
@@ -873,19 +442,6 @@ impl ActorCritic {
     pub fn obs_tensor(&self, obs: &[f32]) -> Result<Tensor> {
         rows_tensor(obs, self.obs_dim, self.device())
     }
-
-    /// Every variable (weights and normalisation statistics) by its PyTorch-style name
-    /// (`actor_encoder.fc0.weight`, `obs_normalizer.mean`, ...), with its shape, in name order.
-    pub fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
-        named_tensors(&self.named)
-    }
-
-    /// Replaces every variable with the tensor of the same name in `tensors`; a missing name or
-    /// a wrong shape is an error naming the variable, and nothing is changed then.
-    pub fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
-        let device = self.device();
-        load_named_tensors(&mut self.named, tensors, device)
-    }
 }
 
 impl Policy for ActorCritic {
@@ -942,111 +498,26 @@ impl Policy for ActorCritic {
         self.head.action_dim()
     }
 
-    fn weights(&self) -> Result<PolicyWeights> {
-        flat_weights(&self.named)
+    fn variables(&self) -> &Variables {
+        &self.vars
     }
 
-    fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()> {
-        let device = self.device();
-        load_flat_weights(&mut self.named, weights, device)
-    }
-
-    fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
-        ActorCritic::named_tensors(self)
-    }
-
-    fn save(&self, path: &Path) -> Result<()> {
-        save_vars(&self.vs, path)
-    }
-
-    fn load(&mut self, path: &Path) -> Result<()> {
-        load_vars(&mut self.vs, path)
+    fn variables_mut(&mut self) -> &mut Variables {
+        &mut self.vars
     }
 }
 
 #[cfg(test)]
 mod tests {
     use rlf_env::{BoxSpace, Space};
-    use tch::{nn, Kind, Tensor};
+    use tch::{Kind, Tensor};
 
-    use super::{mlp, ActorCritic, ACTION_MASK_KEY};
-    use crate::config::{Config, DeviceKind, MatmulPrecision, ModelConfig, RnnType};
+    use super::{ActorCritic, ACTION_MASK_KEY};
+    use crate::config::{Config, DeviceKind, ModelConfig, RnnType};
     use crate::model::Policy;
 
     fn unit_box(size: usize) -> Space {
         Space::Box(BoxSpace::uniform(0.0, 1.0, vec![size]).expect("box"))
-    }
-
-    /// `--matmul_precision medium`: a batch of 256 rows goes through bfloat16 products, close to the float32
-    /// network with the same weights but not equal, and its gradients reach the float32 weights; a batch of fewer
-    /// than 64 rows multiplies in float32, exactly as `highest` does.
-    #[test]
-    fn bfloat16_products_follow_the_float32_network() {
-        tch::manual_seed(0);
-        let mut cfg = Config::default().model;
-        cfg.encoder_mlp_layers = "250,250".parse().expect("layers");
-        let (vs_a, mut vs_b) = (
-            nn::VarStore::new(tch::Device::Cpu),
-            nn::VarStore::new(tch::Device::Cpu),
-        );
-        let (exact, _) = mlp(&vs_a.root(), 625, &cfg);
-        cfg.matmul_precision = MatmulPrecision::Medium;
-        let (half, _) = mlp(&vs_b.root(), 625, &cfg);
-        vs_b.copy(&vs_a).expect("the same variables");
-        let x = Tensor::rand([256, 625], (Kind::Float, tch::Device::Cpu));
-        let (a, b) = (exact.forward(&x), half.forward(&x));
-        assert_eq!(b.kind(), Kind::Float);
-        let scale = f64::try_from(a.abs().max()).expect("max");
-        let diff = f64::try_from((&a - &b).abs().max()).expect("diff");
-        assert!(diff > 0.0 && diff < 0.02 * scale, "{diff} of {scale}");
-        let loss = b.sum(Kind::Float);
-        loss.backward();
-        let grad = half.layers[0].ws.grad();
-        assert_eq!(grad.kind(), Kind::Float);
-        assert!(f64::try_from(grad.abs().sum(Kind::Float)).expect("sum") > 0.0);
-        let few = x.narrow(0, 0, 8);
-        assert!(exact.forward(&few).equal(&half.forward(&few)));
-    }
-
-    /// Hidden ReLU layers of a bfloat16 MLP stay in bfloat16 between products: the same outputs and gradients,
-    /// bit for bit, as casting each product to float32, applying ReLU and casting back (both casts are exact).
-    #[test]
-    fn bfloat16_relu_layers_equal_the_float32_round_trip() {
-        tch::manual_seed(5);
-        let mut cfg = Config::default().model;
-        cfg.encoder_mlp_layers = "48,32,16".parse().expect("layers");
-        cfg.nonlinearity = crate::config::Nonlinearity::Relu;
-        cfg.matmul_precision = MatmulPrecision::Medium;
-        let vs = nn::VarStore::new(tch::Device::Cpu);
-        let (half, _) = mlp(&vs.root(), 20, &cfg);
-        let x = Tensor::randn([96, 20], (Kind::Float, tch::Device::Cpu));
-        let weights = Tensor::randn([96, 16], (Kind::Float, tch::Device::Cpu));
-        let grads = |out: Tensor| -> Vec<Tensor> {
-            for p in vs.trainable_variables() {
-                let mut g = p.grad();
-                if g.defined() {
-                    let _ = g.zero_();
-                }
-            }
-            (out * &weights).sum(Kind::Float).backward();
-            vs.trainable_variables().iter().map(|p| p.grad().copy()).collect()
-        };
-        let round_trip = || {
-            let bf16 = |t: &Tensor| t.to_kind(Kind::BFloat16);
-            half.layers.iter().fold(x.shallow_clone(), |h, layer| {
-                bf16(&h)
-                    .linear(&bf16(&layer.ws), layer.bs.as_ref().map(bf16))
-                    .to_kind(Kind::Float)
-                    .relu()
-            })
-        };
-        let (want, got) = (round_trip(), half.forward(&x));
-        assert!(want.equal(&got));
-        for (a, b) in grads(want).iter().zip(grads(got)) {
-            assert!(a.equal(&b));
-        }
-        let saved = tch::no_grad(|| half.forward_saved(&x)).expect("forward");
-        assert!(saved.0.equal(&half.forward(&x)));
     }
 
     /// A Connect Four-like Dict observation (a 7-value mask, then a 6×7×2 board) through
@@ -1091,7 +562,7 @@ mod tests {
 
     /// The variable `name` of `model`.
     fn var(model: &ActorCritic, name: &str) -> Tensor {
-        let found = model.named.iter().find(|(n, _)| n == name);
+        let found = model.vars.named().iter().find(|(n, _)| n == name);
         found
             .unwrap_or_else(|| panic!("no variable {name}"))
             .1
@@ -1205,7 +676,7 @@ mod tests {
 
     /// The gradient of `loss` with respect to each trainable variable of `model`.
     fn gradients(model: &ActorCritic, loss: &Tensor) -> Vec<Tensor> {
-        for (_, t) in model.trainable_named() {
+        for (_, t) in model.variables().trainable() {
             let mut g = t.grad();
             if g.defined() {
                 let _ = g.zero_();
@@ -1213,7 +684,8 @@ mod tests {
         }
         loss.backward();
         model
-            .trainable_named()
+            .variables()
+            .trainable()
             .iter()
             .map(|(_, t)| t.grad().copy())
             .collect()
@@ -1259,11 +731,17 @@ mod tests {
             let grads = gradients(&model, &loss);
             let ref_grads = gradients(&model, &ref_loss);
             assert!(!grads.is_empty());
-            for ((name, _), (g, r)) in model.trainable_named().iter().zip(grads.iter().zip(&ref_grads)) {
+            for ((name, _), (g, r)) in model
+                .variables()
+                .trainable()
+                .iter()
+                .zip(grads.iter().zip(&ref_grads))
+            {
                 assert!(close(g, r), "{rnn_type:?}: the gradient of {name}");
             }
             let core_grad = &grads[model
-                .trainable_named()
+                .variables()
+                .trainable()
                 .iter()
                 .position(|(n, _)| n == "actor_core.weight_hh_l0")
                 .expect("core")];
@@ -1364,7 +842,8 @@ mod tests {
             - dist.entropy().sum(Kind::Float);
         loss.backward();
         let head = model
-            .trainable_named()
+            .variables()
+            .trainable()
             .into_iter()
             .find(|(n, _)| n == "action_head.bias")
             .expect("action head bias")

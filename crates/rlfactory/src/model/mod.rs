@@ -1,5 +1,6 @@
-//! Networks, behind our own small [`Policy`] trait: the rest of the framework never names the
-//! deep-learning crate's types.
+//! Networks, behind our own small [`Policy`] trait. They and the learners of [`crate::algo`] compute with tch's
+//! tensors; elsewhere the crate names tch only to set its thread count and seed, to ask for a GPU, to wrap its
+//! errors, and where a batch of samples becomes a tensor (`sampling::buffers`, `distributed`).
 //!
 //! - [`ActorCritic`]: an MLP encoder built from the observation space, an action head built from
 //!   the action space ([`ActionHead`]), a value head; shared or separate actor and critic;
@@ -8,7 +9,8 @@
 //! - [`QNetwork`]: the same encoders with one Q-value per action (or a dueling head), acting ε-greedily, for DQN.
 //! - [`SacActor`] and [`TwinQ`]: soft actor-critic's squashed-Gaussian actor and its twin Q-networks (`Box` actions).
 //! - [`Policy`]: what inference needs: act on a batch of observations, export and import weights,
-//!   save and load; every network's variables go through one set of functions by name ([`NamedTensor`]).
+//!   save and load; every network keeps its variables in one [`Variables`], which saves, loads, publishes and
+//!   follows them by name ([`NamedTensor`]).
 
 mod actor_critic;
 mod distribution;
@@ -28,7 +30,7 @@ pub use distribution::Distribution;
 pub use normalize::RunningMeanStd;
 pub use q_network::{QActivations, QNetwork};
 pub use sac::{SacActor, TwinQ};
-pub use weights::NamedTensor;
+pub use weights::{NamedTensor, Variables};
 
 use crate::error::Result;
 
@@ -83,20 +85,42 @@ pub trait Policy {
     /// Values per raw action.
     fn action_dim(&self) -> usize;
 
+    /// Its weights and statistics.
+    fn variables(&self) -> &Variables;
+
+    /// Its weights and statistics, to replace.
+    fn variables_mut(&mut self) -> &mut Variables;
+
     /// The current weights and statistics.
-    fn weights(&self) -> Result<PolicyWeights>;
+    fn weights(&self) -> Result<PolicyWeights> {
+        self.variables().weights()
+    }
 
     /// Replaces weights and statistics with `weights` (from a policy of the same architecture).
-    fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()>;
+    fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()> {
+        self.variables_mut().load_weights(weights)
+    }
 
     /// Saves weights and statistics to `path` (safetensors).
-    fn save(&self, path: &Path) -> Result<()>;
+    fn save(&self, path: &Path) -> Result<()> {
+        self.variables().save(path)
+    }
 
     /// Loads weights and statistics saved by [`save`](Policy::save).
-    fn load(&mut self, path: &Path) -> Result<()>;
+    fn load(&mut self, path: &Path) -> Result<()> {
+        self.variables_mut().load(path)
+    }
 
     /// Every variable by its PyTorch-style name, with its shape, in name order (what checkpoints hold).
-    fn named_tensors(&self) -> Result<Vec<NamedTensor>>;
+    fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
+        self.variables().named_tensors()
+    }
+
+    /// Replaces every variable with the tensor of the same name in `tensors` (others there are ignored); a missing
+    /// name or a wrong shape is an error naming the variable, and nothing is changed then.
+    fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
+        self.variables_mut().load_named_tensors(tensors)
+    }
 
     /// Sets ε, the exploration of an ε-greedy policy ([`QNetwork`]); a policy that samples from its
     /// distribution ignores it.

@@ -7,20 +7,15 @@
 //! legal one; `deterministic` is greedy. Its `values` are `max_a Q`, its `log_probs` the log-probability of the
 //! action under the ε-greedy distribution.
 
-use std::path::Path;
-
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
-use super::actor_critic::{action_mask_range, ActingCasts, Encoder, MlpActivations};
-use super::encoder::linear;
-use super::weights::{
-    flat_weights, follow_named, load_flat_weights, load_named_tensors, load_vars, named_tensors, rows_tensor,
-    save_vars, to_vec,
-};
-use super::{ActOutput, ActionHead, Durations, Hold, NamedTensor, Policy, PolicyWeights};
+use super::actor_critic::action_mask_range;
+use super::encoder::{linear, ActingCasts, Encoder, MlpActivations};
+use super::weights::{rows_tensor, to_vec, Variables};
+use super::{ActOutput, ActionHead, Durations, Hold, Policy};
 use crate::config::{DeviceKind, ModelConfig};
 use crate::error::{Result, RlfError};
 
@@ -59,13 +54,12 @@ impl QActivations {
 
 /// A Q-network for an observation space and a `Discrete` action space.
 pub struct QNetwork {
-    vs: nn::VarStore,
+    vars: Variables,
     obs_dim: i64,
     num_actions: i64,
     action_mask: Option<(i64, i64)>,
     encoder: Encoder,
     head: Head,
-    named: Vec<(String, Tensor)>,
     /// With an MLP encoder of ReLU layers over the raw observation, where its hand-written gradients go.
     slots: Option<GradientSlots>,
     /// The encoder's weights as cast for acting in bfloat16 (`--matmul_precision medium`), until they change (a load
@@ -123,17 +117,15 @@ impl QNetwork {
         } else {
             Head::Plain(linear(&root / "q_head", hidden, num_actions, init, 1.0))
         };
-        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
-        let slots = gradient_slots(&encoder, &head, &named);
+        let vars = Variables::of(vs);
+        let slots = gradient_slots(&encoder, &head, vars.named());
         Ok(Self {
-            vs,
+            vars,
             obs_dim,
             num_actions,
             action_mask,
             encoder,
             head,
-            named,
             slots,
             acting: None,
             epsilon: 0.0,
@@ -146,29 +138,9 @@ impl QNetwork {
         self.num_actions
     }
 
-    /// The trainable parameters with their names, in name order.
-    pub fn trainable_named(&self) -> Vec<(String, Tensor)> {
-        self.named
-            .iter()
-            .map(|(n, t)| (n.clone(), t.shallow_clone()))
-            .collect()
-    }
-
     /// The device the network lives on.
     pub fn device(&self) -> tch::Device {
-        self.vs.device()
-    }
-
-    /// Every variable by its PyTorch-style name (`encoder.fc0.weight`, `q_head.bias`, ...), in name order.
-    pub fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
-        named_tensors(&self.named)
-    }
-
-    /// Replaces every variable with the tensor of the same name in `tensors` (see
-    /// [`ActorCritic::load_named_tensors`](super::ActorCritic::load_named_tensors)).
-    pub fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
-        let device = self.device();
-        load_named_tensors(&mut self.named, tensors, device)
+        self.vars.device()
     }
 
     /// Forgets the weights as cast for acting (`--matmul_precision medium`), for a write to the weights that their
@@ -226,14 +198,14 @@ impl QNetwork {
         tch::no_grad(|| Ok(self.head_q(&mlp.forward_like(&saved.mlp, obs)?)))
     }
 
-    /// The gradient of every trainable tensor, in the order of [`QNetwork::trainable_named`], from `dq`, the
+    /// The gradient of every variable (all are trainable), in name order, from `dq`, the
     /// gradient of a loss with respect to the Q-values of the [`QNetwork::forward_saved`] that kept `saved`.
     pub fn gradients(&self, saved: &QActivations, dq: &Tensor) -> Result<Vec<Tensor>> {
         let (Some(slots), Some(mlp)) = (&self.slots, self.encoder.plain_mlp()) else {
             return Err(not_by_hand());
         };
         tch::no_grad(|| {
-            let mut grads: Vec<Option<Tensor>> = (0..self.named.len()).map(|_| None).collect();
+            let mut grads: Vec<Option<Tensor>> = (0..self.vars.named().len()).map(|_| None).collect();
             let h = &saved.hidden;
             let linear_grads = |dy: &Tensor| -> Result<(Tensor, Tensor)> {
                 Ok((dy.f_tr()?.f_mm(h)?, dy.f_sum_dim_intlist(0, false, Kind::Float)?))
@@ -262,7 +234,7 @@ impl QNetwork {
             }
             grads
                 .into_iter()
-                .zip(&self.named)
+                .zip(self.vars.named())
                 .map(|(g, (name, _))| {
                     g.ok_or_else(|| RlfError::Protocol {
                         component: "learner",
@@ -289,7 +261,7 @@ impl QNetwork {
     /// Copies every variable of `other` (a network of the same architecture) into this one, or moves each
     /// `tau` of the way towards it (Polyak averaging; 1 copies).
     pub fn follow(&mut self, other: &QNetwork, tau: f64) -> Result<()> {
-        follow_named(&mut self.named, &other.named, tau)
+        self.vars.follow(&other.vars, tau)
     }
 }
 
@@ -432,25 +404,12 @@ impl Policy for QNetwork {
         1
     }
 
-    fn weights(&self) -> Result<PolicyWeights> {
-        flat_weights(&self.named)
+    fn variables(&self) -> &Variables {
+        &self.vars
     }
 
-    fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()> {
-        let device = self.device();
-        load_flat_weights(&mut self.named, weights, device)
-    }
-
-    fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
-        QNetwork::named_tensors(self)
-    }
-
-    fn save(&self, path: &Path) -> Result<()> {
-        save_vars(&self.vs, path)
-    }
-
-    fn load(&mut self, path: &Path) -> Result<()> {
-        load_vars(&mut self.vs, path)
+    fn variables_mut(&mut self) -> &mut Variables {
+        &mut self.vars
     }
 
     fn set_exploration(&mut self, epsilon: f64) {
@@ -500,7 +459,7 @@ mod tests {
         assert_eq!(values(&mut a), vb);
 
         tch::no_grad(|| {
-            for (_, mut t) in a.trainable_named() {
+            for (_, mut t) in a.variables().trainable() {
                 let _ = t.f_mul_scalar_(0.5).expect("step");
             }
         });
@@ -541,7 +500,7 @@ mod tests {
             let weights = Tensor::arange(96 * 3, (Kind::Float, tch::Device::Cpu))
                 .view([96, 3])
                 .sin();
-            let params = q.trainable_named();
+            let params = q.variables().trainable();
             for (_, p) in &params {
                 let mut g = p.grad();
                 if g.defined() {

@@ -9,20 +9,15 @@
 //! inference worker sets its exploration to 1 and it acts uniformly at random in [−1, 1], as Stable-Baselines3 does.
 
 use std::f64::consts::{LN_2, PI};
-use std::path::Path;
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
-use super::actor_critic::Encoder;
-use super::encoder::linear;
-use super::weights::{
-    flat_weights, follow_named, load_flat_weights, load_named_tensors, load_vars, named_tensors, rows_tensor,
-    save_vars, to_vec,
-};
-use super::{ActOutput, NamedTensor, Policy, PolicyWeights};
+use super::encoder::{linear, Encoder};
+use super::weights::{rows_tensor, to_vec, Variables};
+use super::{ActOutput, Policy};
 use crate::config::{DeviceKind, ModelConfig};
 use crate::error::{Result, RlfError};
 
@@ -37,21 +32,14 @@ fn torch_device(device: DeviceKind) -> tch::Device {
     }
 }
 
-fn sorted_variables(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
-    let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    named
-}
-
 /// The squashed-Gaussian actor of SAC.
 pub struct SacActor {
-    vs: nn::VarStore,
+    vars: Variables,
     obs_dim: i64,
     action_dim: i64,
     encoder: Encoder,
     mean: nn::Linear,
     log_std: nn::Linear,
-    named: Vec<(String, Tensor)>,
     /// The probability of a uniformly random action instead of a sample ([`Policy::set_exploration`]).
     uniform: f64,
     rng: Pcg64Mcg,
@@ -93,31 +81,21 @@ impl SacActor {
         let init = cfg.policy_initialization;
         let mean = linear(&root / "mean", hidden, action_dim, init, 0.01);
         let log_std = linear(&root / "log_std", hidden, action_dim, init, 0.01);
-        let named = sorted_variables(&vs);
         Ok(Self {
-            vs,
+            vars: Variables::of(vs),
             obs_dim,
             action_dim,
             encoder,
             mean,
             log_std,
-            named,
             uniform: 0.0,
             rng: Pcg64Mcg::seed_from_u64(0x5ac0_ac70_2eed_0001),
         })
     }
 
-    /// The trainable parameters with their names, in name order.
-    pub fn trainable_named(&self) -> Vec<(String, Tensor)> {
-        self.named
-            .iter()
-            .map(|(n, t)| (n.clone(), t.shallow_clone()))
-            .collect()
-    }
-
     /// The device the network lives on.
     pub fn device(&self) -> tch::Device {
-        self.vs.device()
+        self.vars.device()
     }
 
     /// Values per action.
@@ -146,17 +124,6 @@ impl SacActor {
         );
         let squash = ((-&u - (&u * -2.0).softplus() + LN_2) * 2.0).sum_dim_intlist(-1, false, Kind::Float);
         (u.tanh(), gaussian - squash)
-    }
-
-    /// Every variable by its PyTorch-style name (`actor.encoder.fc0.weight`, `actor.mean.bias`, ...), in name order.
-    pub fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
-        named_tensors(&self.named)
-    }
-
-    /// Replaces every variable with the tensor of the same name in `tensors` (others are ignored).
-    pub fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
-        let device = self.device();
-        load_named_tensors(&mut self.named, tensors, device)
     }
 }
 
@@ -202,25 +169,12 @@ impl Policy for SacActor {
         self.action_dim as usize
     }
 
-    fn weights(&self) -> Result<PolicyWeights> {
-        flat_weights(&self.named)
+    fn variables(&self) -> &Variables {
+        &self.vars
     }
 
-    fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()> {
-        let device = self.device();
-        load_flat_weights(&mut self.named, weights, device)
-    }
-
-    fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
-        SacActor::named_tensors(self)
-    }
-
-    fn save(&self, path: &Path) -> Result<()> {
-        save_vars(&self.vs, path)
-    }
-
-    fn load(&mut self, path: &Path) -> Result<()> {
-        load_vars(&mut self.vs, path)
+    fn variables_mut(&mut self) -> &mut Variables {
+        &mut self.vars
     }
 
     fn set_exploration(&mut self, epsilon: f64) {
@@ -230,15 +184,14 @@ impl Policy for SacActor {
 
 /// Twin Q-networks `Q₁, Q₂ : (observation, action) → ℝ`, each an MLP over the two side by side.
 pub struct TwinQ {
-    vs: nn::VarStore,
+    vars: Variables,
     q: [(Encoder, nn::Linear); 2],
-    named: Vec<(String, Tensor)>,
 }
 
 impl std::fmt::Debug for TwinQ {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TwinQ")
-            .field("variables", &self.named.len())
+            .field("variables", &self.vars)
             .finish_non_exhaustive()
     }
 }
@@ -256,8 +209,10 @@ impl TwinQ {
             (encoder, head)
         };
         let q = [one("q1"), one("q2")];
-        let named = sorted_variables(&vs);
-        Ok(Self { vs, q, named })
+        Ok(Self {
+            vars: Variables::of(vs),
+            q,
+        })
     }
 
     /// `Q₁(s, a)` and `Q₂(s, a)`, `[n]` each, for observations `[n, obs_dim]` and actions `[n, action_dim]`.
@@ -268,28 +223,19 @@ impl TwinQ {
         (value(q1), value(q2))
     }
 
-    /// The trainable parameters with their names, in name order.
-    pub fn trainable_named(&self) -> Vec<(String, Tensor)> {
-        self.named
-            .iter()
-            .map(|(n, t)| (n.clone(), t.shallow_clone()))
-            .collect()
+    /// Its variables (`critic.q1.…`, `critic.q2.…`).
+    pub fn variables(&self) -> &Variables {
+        &self.vars
     }
 
-    /// Every variable by its name, in name order.
-    pub fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
-        named_tensors(&self.named)
-    }
-
-    /// Replaces every variable with the tensor of the same name in `tensors`.
-    pub fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
-        let device = self.vs.device();
-        load_named_tensors(&mut self.named, tensors, device)
+    /// Its variables, to replace.
+    pub fn variables_mut(&mut self) -> &mut Variables {
+        &mut self.vars
     }
 
     /// Copies `other` (of the same architecture) into this one, or moves `tau` of the way towards it.
     pub fn follow(&mut self, other: &TwinQ, tau: f64) -> Result<()> {
-        follow_named(&mut self.named, &other.named, tau)
+        self.vars.follow(&other.vars, tau)
     }
 }
 

@@ -26,131 +26,167 @@ pub(super) fn rows_tensor(values: &[f32], dim: i64, device: tch::Device) -> Resu
         .f_to_device(device)?)
 }
 
-/// `named`'s variables as [`NamedTensor`]s.
-pub(super) fn named_tensors(named: &[(String, Tensor)]) -> Result<Vec<NamedTensor>> {
-    named
-        .iter()
-        .map(|(name, t)| {
-            Ok(NamedTensor {
-                name: name.clone(),
-                shape: t.size().iter().map(|&d| d as usize).collect(),
-                values: to_vec(&t.detach())?,
-            })
-        })
-        .collect()
+/// A network's variables: the store that owns them, and each by its PyTorch-style name, in name order (the order
+/// of its flat weights, its checkpoints and its optimizer's state). Every network (the actor-critic, the Q-network,
+/// SAC's actor and critics) keeps its variables in one, and saves, loads, publishes and follows through it.
+pub struct Variables {
+    vs: nn::VarStore,
+    named: Vec<(String, Tensor)>,
 }
 
-/// Replaces each of `named`'s variables (on `device`) with the tensor of the same name in `tensors`; a missing
-/// name or a wrong shape is an error naming the variable, and nothing is changed then.
-pub(super) fn load_named_tensors(
-    named: &mut [(String, Tensor)],
-    tensors: &[NamedTensor],
-    device: tch::Device,
-) -> Result<()> {
-    let mut sources = Vec::with_capacity(named.len());
-    for (name, t) in named.iter() {
-        let src = tensors
-            .iter()
-            .find(|n| &n.name == name)
-            .ok_or_else(|| RlfError::WeightMismatch(format!("no tensor `{name}`")))?;
-        let shape: Vec<i64> = src.shape.iter().map(|&d| d as i64).collect();
-        let numel: usize = src.shape.iter().product();
-        if shape != t.size() || numel != src.values.len() {
-            return Err(RlfError::WeightMismatch(format!(
-                "`{name}` has shape {:?} ({} values), the model's is {:?}",
-                src.shape,
-                src.values.len(),
-                t.size()
-            )));
-        }
-        sources.push(Tensor::f_from_slice(&src.values)?.f_view(shape.as_slice())?);
+impl std::fmt::Debug for Variables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.named.iter().map(|(n, _)| n)).finish()
     }
-    tch::no_grad(|| {
-        for ((_, t), src) in named.iter_mut().zip(sources) {
-            t.f_copy_(&src.f_to_device(device)?)?;
-        }
-        Ok(())
-    })
 }
 
-/// Copies every variable of `theirs` (a network of the same architecture) into `mine`, or moves each `tau` of the
-/// way towards it (Polyak averaging; 1 copies).
-pub(super) fn follow_named(
-    mine: &mut [(String, Tensor)],
-    theirs: &[(String, Tensor)],
-    tau: f64,
-) -> Result<()> {
-    tch::no_grad(|| {
-        for ((name, mine), (theirs_name, theirs)) in mine.iter_mut().zip(theirs) {
-            if name != theirs_name || mine.size() != theirs.size() {
+impl Variables {
+    /// The variables of `vs`, once the network has created them all in it.
+    pub(super) fn of(vs: nn::VarStore) -> Self {
+        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        Self { vs, named }
+    }
+
+    /// The device they live on.
+    pub fn device(&self) -> tch::Device {
+        self.vs.device()
+    }
+
+    /// Every variable by name, in name order.
+    pub fn named(&self) -> &[(String, Tensor)] {
+        &self.named
+    }
+
+    /// The trainable ones (what an optimizer steps), by name, in name order.
+    pub fn trainable(&self) -> Vec<(String, Tensor)> {
+        self.named
+            .iter()
+            .filter(|(_, t)| t.requires_grad())
+            .map(|(n, t)| (n.clone(), t.shallow_clone()))
+            .collect()
+    }
+
+    /// Every variable as a [`NamedTensor`].
+    pub fn named_tensors(&self) -> Result<Vec<NamedTensor>> {
+        self.named
+            .iter()
+            .map(|(name, t)| {
+                Ok(NamedTensor {
+                    name: name.clone(),
+                    shape: t.size().iter().map(|&d| d as usize).collect(),
+                    values: to_vec(&t.detach())?,
+                })
+            })
+            .collect()
+    }
+
+    /// Replaces each variable with the tensor of the same name in `tensors` (others there are ignored); a missing
+    /// name or a wrong shape is an error naming the variable, and nothing is changed then.
+    pub fn load_named_tensors(&mut self, tensors: &[NamedTensor]) -> Result<()> {
+        let mut sources = Vec::with_capacity(self.named.len());
+        for (name, t) in &self.named {
+            let src = tensors
+                .iter()
+                .find(|n| &n.name == name)
+                .ok_or_else(|| RlfError::WeightMismatch(format!("no tensor `{name}`")))?;
+            let shape: Vec<i64> = src.shape.iter().map(|&d| d as i64).collect();
+            let numel: usize = src.shape.iter().product();
+            if shape != t.size() || numel != src.values.len() {
                 return Err(RlfError::WeightMismatch(format!(
-                    "`{name}` cannot follow `{theirs_name}`"
+                    "`{name}` has shape {:?} ({} values), the model's is {:?}",
+                    src.shape,
+                    src.values.len(),
+                    t.size()
                 )));
             }
-            if tau >= 1.0 {
-                mine.f_copy_(theirs)?;
-            } else {
-                // In place, rounded as `mine * (1 − τ) + theirs * τ` (not `lerp_`, which rounds otherwise).
-                let part = theirs.f_mul_scalar(tau)?;
-                let _ = mine.f_mul_scalar_(1.0 - tau)?;
-                let _ = mine.f_add_(&part)?;
+            sources.push(Tensor::f_from_slice(&src.values)?.f_view(shape.as_slice())?);
+        }
+        let device = self.device();
+        tch::no_grad(|| {
+            for ((_, t), src) in self.named.iter_mut().zip(sources) {
+                t.f_copy_(&src.f_to_device(device)?)?;
             }
-        }
-        Ok(())
-    })
-}
-
-/// Saves `vs` to `path` (safetensors).
-pub(super) fn save_vars(vs: &nn::VarStore, path: &Path) -> Result<()> {
-    vs.save(path).map_err(|e| RlfError::Io {
-        what: "saving weights to",
-        path: path.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    })
-}
-
-/// Loads `vs` from `path`, saved by [`save_vars`].
-pub(super) fn load_vars(vs: &mut nn::VarStore, path: &Path) -> Result<()> {
-    vs.load(path).map_err(|e| RlfError::Io {
-        what: "loading weights from",
-        path: path.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    })
-}
-
-/// All of `named`'s values, flat, variable after variable.
-pub(super) fn flat_weights(named: &[(String, Tensor)]) -> Result<PolicyWeights> {
-    let flat: Vec<Tensor> = named.iter().map(|(_, t)| t.detach().flatten(0, -1)).collect();
-    Ok(PolicyWeights {
-        values: to_vec(&Tensor::f_cat(&flat, 0)?)?,
-    })
-}
-
-/// Copies `weights` (from [`flat_weights`] of the same architecture) into `named`, on `device`.
-pub(super) fn load_flat_weights(
-    named: &mut [(String, Tensor)],
-    weights: &PolicyWeights,
-    device: tch::Device,
-) -> Result<()> {
-    let total: usize = named.iter().map(|(_, t)| t.numel()).sum();
-    if weights.values.len() != total {
-        return Err(RlfError::WeightMismatch(format!(
-            "{} values for a model of {total} values",
-            weights.values.len()
-        )));
+            Ok(())
+        })
     }
-    tch::no_grad(|| {
-        let mut offset = 0;
-        for (_, t) in named.iter_mut() {
-            let n = t.numel();
-            let src = Tensor::f_from_slice(&weights.values[offset..offset + n])?
-                .f_view(t.size().as_slice())?
-                .f_to_device(device)?;
-            t.f_copy_(&src)?;
-            offset += n;
+
+    /// Copies every variable of `theirs` (a network of the same architecture), or moves each `tau` of the way
+    /// towards it (Polyak averaging; 1 copies).
+    pub fn follow(&mut self, theirs: &Variables, tau: f64) -> Result<()> {
+        tch::no_grad(|| {
+            for ((name, mine), (theirs_name, theirs)) in self.named.iter_mut().zip(&theirs.named) {
+                if name != theirs_name || mine.size() != theirs.size() {
+                    return Err(RlfError::WeightMismatch(format!(
+                        "`{name}` cannot follow `{theirs_name}`"
+                    )));
+                }
+                if tau >= 1.0 {
+                    mine.f_copy_(theirs)?;
+                } else {
+                    // In place, rounded as `mine * (1 − τ) + theirs * τ` (not `lerp_`, which rounds otherwise).
+                    let part = theirs.f_mul_scalar(tau)?;
+                    let _ = mine.f_mul_scalar_(1.0 - tau)?;
+                    let _ = mine.f_add_(&part)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Saves them to `path` (safetensors).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.vs.save(path).map_err(|e| RlfError::Io {
+            what: "saving weights to",
+            path: path.to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+
+    /// Loads them from `path`, saved by [`save`](Self::save).
+    pub fn load(&mut self, path: &Path) -> Result<()> {
+        self.vs.load(path).map_err(|e| RlfError::Io {
+            what: "loading weights from",
+            path: path.to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+
+    /// All their values, flat, variable after variable: what a learner publishes.
+    pub fn weights(&self) -> Result<PolicyWeights> {
+        let flat: Vec<Tensor> = self
+            .named
+            .iter()
+            .map(|(_, t)| t.detach().flatten(0, -1))
+            .collect();
+        Ok(PolicyWeights {
+            values: to_vec(&Tensor::f_cat(&flat, 0)?)?,
+        })
+    }
+
+    /// Copies `weights` (from [`weights`](Self::weights) of the same architecture) into them.
+    pub fn load_weights(&mut self, weights: &PolicyWeights) -> Result<()> {
+        let total: usize = self.named.iter().map(|(_, t)| t.numel()).sum();
+        if weights.values.len() != total {
+            return Err(RlfError::WeightMismatch(format!(
+                "{} values for a model of {total} values",
+                weights.values.len()
+            )));
         }
-        Ok(())
-    })
+        let device = self.device();
+        tch::no_grad(|| {
+            let mut offset = 0;
+            for (_, t) in self.named.iter_mut() {
+                let n = t.numel();
+                let src = Tensor::f_from_slice(&weights.values[offset..offset + n])?
+                    .f_view(t.size().as_slice())?
+                    .f_to_device(device)?;
+                t.f_copy_(&src)?;
+                offset += n;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// One variable of a model: PyTorch-style name, shape and row-major values.

@@ -177,7 +177,8 @@ fn on_policy_setup(
             // The network's size, for the collective the others wait in (a model that cannot be built fails on
             // every learner alike).
             let parameters = new_model(cfg, registry, policy)?
-                .trainable_named()
+                .variables()
+                .trainable()
                 .iter()
                 .map(|(_, t)| t.numel())
                 .sum();
