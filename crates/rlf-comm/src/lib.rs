@@ -232,3 +232,13 @@ fn check_rank(rank: usize, size: usize) -> Result<()> {
         Err(CommError::NoSuchRank { rank, size })
     }
 }
+
+/// Makes, on the thread that calls it, that thread's own handle on the world communicator (MPI's, started for
+/// several threads).
+pub trait WorldMaker: Send + Sync {
+    /// The world communicator, for this thread.
+    fn world(&self) -> Box<dyn Comm>;
+
+    /// Ends every rank of the job with `code` (`MPI_Abort`): what a rank does when a peer neither answers nor dies.
+    fn abort(&self, code: i32) -> !;
+}

@@ -12,6 +12,7 @@ use crate::config::{read_settings, Algo, Config, Workflow, BENCHMARK_SECONDS, UN
 use crate::enjoy::{EnjoyArgs, EvalArgs, ExportArgs};
 use crate::env::EnvRegistry;
 use crate::error::RlfError;
+use crate::plan::RunPlan;
 use crate::runner;
 
 /// The `rlfactory` command line.
@@ -174,7 +175,7 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
     if config.distributed.mpi && config.distributed.workflow == Workflow::Sync {
         config.run.async_rl = false;
     }
-    config.validate_for(registry)?;
+    RunPlan::resolve(&config, registry)?;
     config.check_train_usage()?;
     Ok(Invocation::Train(Box::new(config)))
 }

@@ -21,7 +21,6 @@ use std::str::FromStr;
 use clap::{ArgAction, Args, ValueEnum};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 use crate::sampling::{parse_agent_policy_map, parse_agent_team_map, Mapping};
 
@@ -1371,8 +1370,9 @@ impl Config {
         Ok(())
     }
 
-    /// The checks of `--algo dqn`: what it supports so far, and settings in range.
-    fn validate_off_policy(&self, spec: &EnvSpec) -> Result<()> {
+    /// The checks of `--algo dqn` and `--algo sac` that need no env: what they support so far, and settings in
+    /// range (the env's action spaces are checked by [`crate::plan::RunPlan::resolve`]).
+    fn validate_off_policy(&self) -> Result<()> {
         let err = |m: String| Err(RlfError::Config(m));
         let o = &self.off_policy;
         let algo = o.algo.name();
@@ -1385,16 +1385,6 @@ impl Config {
                 return err(format!("{flag} is not supported with --algo {algo} yet"));
             }
         }
-        let (fits, needs): (fn(&rlf_env::Space) -> bool, _) = match o.algo {
-            Algo::Sac => (|s| matches!(s, rlf_env::Space::Box(_)), "Box"),
-            _ => (|s| matches!(s, rlf_env::Space::Discrete { .. }), "Discrete"),
-        };
-        if let Some(space) = spec.action_spaces.iter().find(|s| !fits(s)) {
-            return err(format!(
-                "--algo {algo} needs {needs} actions; {} has {space}",
-                self.env.env
-            ));
-        }
         if o.algo == Algo::Sac
             && (!self.model.encoder_conv_layers.0.is_empty()
                 || self.model.encoder_conv_architecture != ConvArchitecture::None
@@ -1405,16 +1395,6 @@ impl Config {
                  --encoder_conv_architecture and --obs_scale"
                     .into(),
             );
-        }
-        let unbounded = spec.action_spaces.iter().find(|s| match s {
-            rlf_env::Space::Box(b) => b.low().iter().chain(b.high()).any(|v| !v.is_finite()),
-            _ => false,
-        });
-        if let (Algo::Sac, Some(space)) = (o.algo, unbounded) {
-            return err(format!(
-                "--algo sac scales its actions in [-1, 1] to the env's bounds; {} has {space}, with a bound that is not finite",
-                self.env.env
-            ));
         }
         if o.n_step == 0 || o.publish_interval == 0 || o.target_update_interval == 0 {
             return err(
@@ -1544,14 +1524,9 @@ impl Config {
         self.sampling.num_workers * self.sampling.num_envs_per_worker
     }
 
-    /// Rejects impossible values and combinations, with a message naming the flags; the env
-    /// must be a built-in one (or `gym:`).
+    /// Rejects impossible values and combinations, with a message naming the flags: every check that needs no env
+    /// (those that do are [`crate::plan::RunPlan::resolve`]'s, which runs this one first).
     pub fn validate(&self) -> Result<()> {
-        self.validate_for(&EnvRegistry::with_builtin())
-    }
-
-    /// As [`validate`](Self::validate), with the envs of `registry`.
-    pub fn validate_for(&self, registry: &EnvRegistry) -> Result<()> {
         let err = |m: String| Err(RlfError::Config(m));
         let s = &self.sampling;
         let a = &self.appo;
@@ -1591,41 +1566,18 @@ impl Config {
                 a.batch_size, s.rollout
             ));
         }
-        let spec = match EnvSpec::of(registry, &self.env) {
-            Ok(spec) => spec,
-            Err(RlfError::Config(m)) => return err(m),
-            Err(e) => return err(format!("--env: {e}")),
-        };
         if s.num_policies > MAX_POLICIES {
             return err(format!(
                 "--num_policies must be at most {MAX_POLICIES}, got {}",
                 s.num_policies
             ));
         }
-        let mapping = self.policy_mapping(&spec.agent_names)?;
-        for policy in 0..s.num_policies {
-            spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
-        }
-        let teams = self.agent_teams(&spec.agent_names, spec.teams.clone())?;
         if !s.agent_team_map.trim().is_empty() && !s.self_play {
             return err(
                 "--agent_team_map sets the teams self-play draws opponents by: it needs --self_play".into(),
             );
         }
         if s.self_play {
-            if spec.num_agents < 2 {
-                return err(format!(
-                    "--self_play needs a multi-agent env; {} has one agent",
-                    self.env.env
-                ));
-            }
-            if teams.iter().all(|&t| t == teams[0]) {
-                return err(format!(
-                    "--self_play needs agents on at least two teams; every agent of {} is on team {} (see \
-                     --agent_team_map)",
-                    self.env.env, teams[0]
-                ));
-            }
             if !r.async_rl {
                 // A snapshot's columns fill no dataset: sync mode's rounds could wait for ever.
                 return err("--self_play needs --async_rl=true: sync mode cannot count the rounds a snapshot's columns leave unfilled".into());
@@ -1665,7 +1617,7 @@ impl Config {
             );
         }
         if self.off_policy.algo.is_off_policy() {
-            self.validate_off_policy(&spec)?;
+            self.validate_off_policy()?;
         } else if self.off_policy.prioritized_replay {
             return err("--prioritized_replay needs a replay buffer: --algo dqn or --algo sac".into());
         }
@@ -1690,29 +1642,6 @@ impl Config {
         }
         if !builtin.is_empty() && !s.self_play {
             return err("--self_play_builtin_opponents needs --self_play".into());
-        }
-        if let Some(unknown) = builtin
-            .iter()
-            .find(|b| !spec.builtin_players.iter().any(|p| p == *b))
-        {
-            return err(format!(
-                "--self_play_builtin_opponents: {} has no built-in player `{unknown}` (it has: {})",
-                self.env.env,
-                if spec.builtin_players.is_empty() {
-                    "none".to_owned()
-                } else {
-                    spec.builtin_players.join(", ")
-                }
-            ));
-        }
-        // Under MPI the whole run's envs are known once the ranks are (see `runner::train_rank`).
-        let sampled = self.total_envs() * spec.num_agents * s.rollout;
-        if !r.async_rl && !self.distributed.mpi && self.dataset_size() % sampled != 0 {
-            return err(format!(
-                "with --async_rl=false, --batch_size * --num_batches_per_epoch ({}) must be a multiple of \
-                 --num_workers * --num_envs_per_worker * agents per env * --rollout ({sampled})",
-                self.dataset_size()
-            ));
         }
         let unit = [
             ("--gamma", a.gamma),

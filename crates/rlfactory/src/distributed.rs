@@ -38,7 +38,7 @@ pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -
 
     use rlf_comm::{MpiThreadWorld, MpiUniverse};
 
-    use crate::runner::WorldMaker;
+    use rlf_comm::WorldMaker;
 
     struct Threads(MpiThreadWorld);
     impl WorldMaker for Threads {

@@ -65,10 +65,11 @@ use clap::{ArgAction, Args};
 use crate::config::{parse_bool, Algo, CheckpointKind, Config};
 use rlf_env::connect_four::{self, play_game, ConnectFour, HeuristicPlayer, Player, RandomPlayer, Side};
 
-use crate::env::{ActionMapper, EnvRegistry, EnvSpec, Envs, VecBuffers};
+use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
 use crate::experiment::{self, RestoredState};
 use crate::model::{ActOutput, ActorCritic, Policy, QNetwork, SacActor};
+use crate::plan::RunPlan;
 
 /// Which experiment and checkpoint to load.
 #[derive(Debug, Clone, Args)]
@@ -222,8 +223,8 @@ impl CheckpointSource {
         }
     }
 
-    /// The experiment's saved config (`config.json`), validated; it must be for `--env`.
-    pub fn config(&self, registry: &EnvRegistry) -> Result<Config> {
+    /// The experiment's saved config (`config.json`), resolved against its env; it must be for `--env`.
+    pub fn plan(&self, registry: &EnvRegistry) -> Result<(Config, RunPlan)> {
         let cfg = Config::from_file(&self.dir().join("config.json"))?;
         if cfg.env.env != self.env {
             return Err(RlfError::Config(format!(
@@ -231,14 +232,21 @@ impl CheckpointSource {
                 self.env, self.experiment, cfg.env.env
             )));
         }
-        cfg.validate_for(registry)?;
-        Ok(cfg)
+        let plan = RunPlan::resolve(&cfg, registry)?;
+        Ok((cfg, plan))
     }
 
     /// The trained network with the checkpoint's weights and statistics (an actor-critic, or a Q-network
-    /// acting greedily for `--algo dqn`), and its config.
-    pub fn load(&self, registry: &EnvRegistry) -> Result<(Config, Box<dyn Policy>)> {
-        let cfg = self.config(registry)?;
+    /// acting greedily for `--algo dqn`), with its config and plan.
+    pub fn load(&self, registry: &EnvRegistry) -> Result<(Config, RunPlan, Box<dyn Policy>)> {
+        let (cfg, plan) = self.plan(registry)?;
+        let model = self.network(&cfg, &plan)?;
+        Ok((cfg, plan, model))
+    }
+
+    /// As [`load`](Self::load), the network of policy `policy_index` of an experiment whose config and plan are
+    /// `cfg` and `plan`.
+    fn network(&self, cfg: &Config, plan: &RunPlan) -> Result<Box<dyn Policy>> {
         if self.policy_index >= cfg.sampling.num_policies {
             return Err(RlfError::Config(format!(
                 "--policy_index {}: experiment {} trained {} policies",
@@ -259,10 +267,9 @@ impl CheckpointSource {
         for skipped in &state.skipped {
             eprintln!("[rlfactory] skipped a broken checkpoint: {skipped}");
         }
-        let spec = EnvSpec::of(registry, &cfg.env)?;
-        let mapping = cfg.policy_mapping(&spec.agent_names)?;
-        let (observation_space, action_space) =
-            spec.policy_spaces(self.policy_index, mapping.by_agent.as_deref())?;
+        let (observation_space, action_space) = plan
+            .env
+            .policy_spaces(self.policy_index, plan.mapping.by_agent.as_deref())?;
         let model: Box<dyn Policy> = match cfg.off_policy.algo {
             Algo::Appo => {
                 let mut model =
@@ -295,7 +302,7 @@ impl CheckpointSource {
             state.env_steps,
             state.training.version
         );
-        Ok((cfg, model))
+        Ok(model)
     }
 }
 
@@ -334,10 +341,10 @@ impl Lineup {
     /// `model` playing every agent of `source`'s env; for agents that differ, every policy of the
     /// experiment loaded from `source`'s checkpoints, each playing its agents.
     pub fn load(source: &CheckpointSource, registry: &EnvRegistry) -> Result<(Config, Self)> {
-        let (cfg, model) = source.load(registry)?;
-        let spec = EnvSpec::of(registry, &cfg.env)?;
+        let (cfg, plan, model) = source.load(registry)?;
+        let spec = &plan.env;
         let n = spec.num_agents;
-        let by_agent = cfg.policy_mapping(&spec.agent_names)?.by_agent;
+        let by_agent = plan.mapping.by_agent.clone();
         let lineup = match by_agent.filter(|_| !spec.agents_alike()) {
             None => Self {
                 models: vec![model],
@@ -359,7 +366,7 @@ impl Lineup {
                                 policy_index: policy,
                                 ..source.clone()
                             };
-                            other.load(registry)?.1
+                            other.network(&cfg, &plan)?
                         }
                     });
                 }
@@ -606,7 +613,7 @@ pub fn duel(
 /// `rlfactory eval --opponent`: a trained Connect Four policy against a built-in player or
 /// another trained policy.
 fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> Result<Record> {
-    let (_, mut model) = args.enjoy.source.load(registry)?;
+    let (_, _, mut model) = args.enjoy.source.load(registry)?;
     let e = &args.enjoy;
     let mut rival_model = None;
     let name = match opponent {
@@ -619,7 +626,7 @@ fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> 
                 policy_index: args.opponent_policy_index,
                 ..e.source.clone()
             };
-            rival_model = Some(source.load(registry)?.1);
+            rival_model = Some(source.load(registry)?.2);
             format!("{} policy {}", source.experiment, source.policy_index)
         }
         other => format!("{other:?}"),
@@ -659,7 +666,7 @@ fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> 
 
 /// `rlfactory export`: writes the policy's state dict (see the module doc).
 pub fn export(args: &ExportArgs, registry: &EnvRegistry) -> Result<()> {
-    let (_, model) = args.source.load(registry)?;
+    let (_, _, model) = args.source.load(registry)?;
     model.save(&args.out)?;
     eprintln!("[rlfactory] wrote {}", args.out.display());
     Ok(())

@@ -17,12 +17,11 @@
 
 use std::sync::Arc;
 
-use rlf_comm::{Comm, Tag};
+use rlf_comm::{Comm, Tag, WorldMaker};
 use rlf_env::{ActionBatch, EpisodeStats, Info, Space, StepBuffers, VecBuffers, VecEnv};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlfError};
-use crate::runner::WorldMaker;
 
 /// The subgroup tags of the splits' communicators start here (the link's tags are below it).
 const GROUP_TAGS: Tag = 0x100;

@@ -26,6 +26,7 @@ pub mod experiment;
 pub mod learning;
 pub mod model;
 pub mod pbt;
+pub mod plan;
 pub mod runner;
 pub mod sampling;
 

@@ -38,7 +38,7 @@ use crate::env_group::EnvGroup;
 use crate::error::{Result, RlfError};
 use crate::experiment::ExperimentRun;
 
-pub use self::mpi::{train_rank, WorldMaker};
+pub use self::mpi::train_rank;
 pub use self::stats::{warm_up, Report, Runner, Scalars};
 pub use self::summary::{
     PolicySummary, ReplaySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary,

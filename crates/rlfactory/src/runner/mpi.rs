@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rlf_comm::{Comm, Layout, Role, Source};
+use rlf_comm::{Comm, Layout, Role, Source, WorldMaker};
 use rlf_shm::ShmArray;
 use rlf_signal::{EmitError, Inlet};
 
@@ -33,16 +33,6 @@ use crate::env_group::{serve_share, EnvGroup, Shares, MAX_CHANNELS};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
 use crate::sampling::{BufferReleased, WorkerCounts};
-
-/// Makes, on the thread that calls it, that thread's own handle on the world communicator (MPI's, started for
-/// several threads).
-pub trait WorldMaker: Send + Sync {
-    /// The world communicator, for this thread.
-    fn world(&self) -> Box<dyn Comm>;
-
-    /// Ends every rank of the job with `code` (`MPI_Abort`): what a rank does when a peer neither answers nor dies.
-    fn abort(&self, code: i32) -> !;
-}
 
 /// What the learner of a rank with several learner ranks averages its gradients with: its own handle on the world
 /// communicator (it runs on a thread of the rank's main process), from which it splits the learner communicator.

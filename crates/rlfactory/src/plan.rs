@@ -1,0 +1,111 @@
+//! The run plan: a [`Config`] held against the env it names. [`RunPlan::resolve`] runs the config's own checks
+//! ([`Config::validate`], which need no env), builds the env's description once ([`EnvSpec::of`]) and checks what
+//! only the env can say: each policy's spaces under `--agent_policy_map`, the teams self-play draws opponents by,
+//! the action spaces an off-policy algorithm takes, the built-in players, and sync mode's rounds. A config that
+//! resolves trains; every error names the flag.
+
+use rlf_env::Space;
+
+use crate::config::{Algo, Config};
+use crate::env::{EnvRegistry, EnvSpec};
+use crate::error::{Result, RlfError};
+use crate::sampling::Mapping;
+
+/// A config checked against its env, with what the env says about it.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    /// The env's spaces, agents and teams.
+    pub env: EnvSpec,
+    /// How the env's agents map to policies.
+    pub mapping: Mapping,
+    /// The team of each agent (`--agent_team_map`'s, else the env's).
+    pub teams: Vec<usize>,
+}
+
+impl RunPlan {
+    /// Checks `cfg` (see the module's documentation) with the envs of `registry`.
+    pub fn resolve(cfg: &Config, registry: &EnvRegistry) -> Result<RunPlan> {
+        cfg.validate()?;
+        let err = |m: String| Err(RlfError::Config(m));
+        let env = match EnvSpec::of(registry, &cfg.env) {
+            Ok(spec) => spec,
+            Err(RlfError::Config(m)) => return err(m),
+            Err(e) => return err(format!("--env: {e}")),
+        };
+        let s = &cfg.sampling;
+        let mapping = cfg.policy_mapping(&env.agent_names)?;
+        for policy in 0..s.num_policies {
+            env.policy_spaces(policy, mapping.by_agent.as_deref())?;
+        }
+        let teams = cfg.agent_teams(&env.agent_names, env.teams.clone())?;
+        let name = &cfg.env.env;
+        if s.self_play {
+            if env.num_agents < 2 {
+                return err(format!(
+                    "--self_play needs a multi-agent env; {name} has one agent"
+                ));
+            }
+            if teams.iter().all(|&t| t == teams[0]) {
+                return err(format!(
+                    "--self_play needs agents on at least two teams; every agent of {name} is on team {} (see \
+                     --agent_team_map)",
+                    teams[0]
+                ));
+            }
+        }
+        if cfg.off_policy.algo.is_off_policy() {
+            check_off_policy_actions(cfg, &env)?;
+        }
+        if let Some(unknown) = cfg
+            .builtin_opponents()
+            .into_iter()
+            .find(|b| !env.builtin_players.iter().any(|p| p == b))
+        {
+            return err(format!(
+                "--self_play_builtin_opponents: {name} has no built-in player `{unknown}` (it has: {})",
+                if env.builtin_players.is_empty() {
+                    "none".to_owned()
+                } else {
+                    env.builtin_players.join(", ")
+                }
+            ));
+        }
+        // Under MPI the whole run's envs are known once the ranks are (see `runner::train_rank`).
+        let sampled = cfg.total_envs() * env.num_agents * s.rollout;
+        if !cfg.run.async_rl && !cfg.distributed.mpi && cfg.dataset_size() % sampled != 0 {
+            return err(format!(
+                "with --async_rl=false, --batch_size * --num_batches_per_epoch ({}) must be a multiple of \
+                 --num_workers * --num_envs_per_worker * agents per env * --rollout ({sampled})",
+                cfg.dataset_size()
+            ));
+        }
+        Ok(RunPlan { env, mapping, teams })
+    }
+}
+
+/// The env's action spaces are those `--algo dqn` (`Discrete`) or `--algo sac` (`Box`, with finite bounds) takes.
+fn check_off_policy_actions(cfg: &Config, env: &EnvSpec) -> Result<()> {
+    let algo = cfg.off_policy.algo;
+    let (fits, needs): (fn(&Space) -> bool, _) = match algo {
+        Algo::Sac => (|s| matches!(s, Space::Box(_)), "Box"),
+        _ => (|s| matches!(s, Space::Discrete { .. }), "Discrete"),
+    };
+    let name = &cfg.env.env;
+    if let Some(space) = env.action_spaces.iter().find(|s| !fits(s)) {
+        return Err(RlfError::Config(format!(
+            "--algo {} needs {needs} actions; {name} has {space}",
+            algo.name()
+        )));
+    }
+    let unbounded = env.action_spaces.iter().find(|s| match s {
+        Space::Box(b) => b.low().iter().chain(b.high()).any(|v| !v.is_finite()),
+        _ => false,
+    });
+    if let (Algo::Sac, Some(space)) = (algo, unbounded) {
+        return Err(RlfError::Config(format!(
+            "--algo sac scales its actions in [-1, 1] to the env's bounds; {name} has {space}, with a bound that is \
+             not finite"
+        )));
+    }
+    Ok(())
+}
