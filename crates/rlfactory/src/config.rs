@@ -1572,11 +1572,6 @@ impl Config {
                 s.num_policies
             ));
         }
-        if !s.agent_team_map.trim().is_empty() && !s.self_play {
-            return err(
-                "--agent_team_map sets the teams self-play draws opponents by: it needs --self_play".into(),
-            );
-        }
         if s.self_play {
             if !r.async_rl {
                 // A snapshot's columns fill no dataset: sync mode's rounds could wait for ever.

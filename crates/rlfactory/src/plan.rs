@@ -38,6 +38,11 @@ impl RunPlan {
             env.policy_spaces(policy, mapping.by_agent.as_deref())?;
         }
         let teams = cfg.agent_teams(&env.agent_names, env.teams.clone())?;
+        if !s.agent_team_map.trim().is_empty() && !s.self_play {
+            return err(
+                "--agent_team_map sets the teams self-play draws opponents by: it needs --self_play".into(),
+            );
+        }
         let name = &cfg.env.env;
         if s.self_play {
             if env.num_agents < 2 {
