@@ -28,6 +28,7 @@
 //! See [`queue`] for the protocol and what happens when a process dies mid-operation.
 
 pub mod array;
+mod header;
 pub mod process;
 pub mod queue;
 pub mod region;

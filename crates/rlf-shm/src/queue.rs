@@ -28,6 +28,7 @@
 //! - A waiter killed while asleep leaves its count incremented: producers then make a wake-up syscall nobody needs.
 //!   That is a cost, never a fault. Deadlines are monotonic (`Instant`, `CLOCK_MONOTONIC`).
 
+use crate::header::{self, ControlBlock};
 use crate::region::{Region, RegionHandle, ShmError};
 use crate::sync::{AtomicU32, AtomicU64, Futex, Ordering, RobustMutex};
 use serde::{Deserialize, Serialize};
@@ -237,6 +238,21 @@ pub(crate) struct Header {
 #[repr(C, align(64))]
 struct Padded<T>(T);
 
+// SAFETY: Header is `#[repr(C)]`, aligned to 64 bytes at most; it holds atomics, numbers and a RobustMutex, all
+// valid when zero.
+unsafe impl ControlBlock for Header {
+    const WHAT: &'static str = "an rlfactory queue";
+    const MAGIC: u64 = MAGIC;
+
+    fn magic(&self) -> &AtomicU64 {
+        &self.magic
+    }
+
+    fn lock(&mut self) -> *mut RobustMutex {
+        &raw mut self.lock
+    }
+}
+
 /// The protocol over a header and a ring, wherever they live.
 struct Raw {
     hdr: *const Header,
@@ -290,21 +306,11 @@ impl Queue {
             return Err(ShmError::Config("max_messages must be at least 1".into()));
         }
         let region = Region::create(ring_offset() + config.max_bytes)?;
-        let hdr = region.as_ptr().cast::<Header>();
-        // SAFETY: the region is fresh (zero-filled, so every atomic in the header is a valid 0) and no other
-        // process has its handle yet; the header fits because the region is ring_offset() + max_bytes long, and
-        // mmap returns page-aligned memory, which satisfies Header's alignment.
-        unsafe {
-            std::ptr::addr_of_mut!((*hdr).layout_version).write(LAYOUT_VERSION);
-            std::ptr::addr_of_mut!((*hdr).capacity).write(config.max_bytes as u64);
-            std::ptr::addr_of_mut!((*hdr).max_messages).write(config.max_messages as u64);
-            RobustMutex::init(std::ptr::addr_of_mut!((*hdr).lock)).map_err(|source| ShmError::Io {
-                name: region.name().to_string(),
-                op: "pthread_mutex_init",
-                source,
-            })?;
-            (*hdr).magic.store(MAGIC, Ordering::Release);
-        }
+        header::publish(&region, |hdr: &mut Header| {
+            hdr.layout_version = LAYOUT_VERSION;
+            hdr.capacity = config.max_bytes as u64;
+            hdr.max_messages = config.max_messages as u64;
+        })?;
         Ok(Self::from_region(region, config.spin))
     }
 
@@ -315,25 +321,11 @@ impl Queue {
             name: handle.region.name.clone(),
             what,
         };
-        if region.len() < ring_offset() {
-            return Err(invalid(format!(
-                "is too small for a queue ({} bytes)",
-                region.len()
-            )));
+        let hdr: &Header = header::open(&region, ring_offset(), &handle.region.name)?;
+        if hdr.layout_version != LAYOUT_VERSION {
+            return Err(invalid(format!("is not {} of this version", Header::WHAT)));
         }
-        let hdr = region.as_ptr().cast::<Header>();
-        // SAFETY: the region is at least a header long and page-aligned; the fields read here are written once by
-        // the creator before the magic is published with Release, and we read the magic with Acquire first.
-        let (magic, version, capacity) = unsafe {
-            (
-                (*hdr).magic.load(Ordering::Acquire),
-                (*hdr).layout_version,
-                (*hdr).capacity,
-            )
-        };
-        if magic != MAGIC || version != LAYOUT_VERSION {
-            return Err(invalid("is not an rlfactory queue of this version".into()));
-        }
+        let capacity = hdr.capacity;
         if ring_offset() as u64 + capacity != region.len() as u64 {
             return Err(invalid(format!(
                 "holds a {capacity}-byte ring but is {} bytes",

@@ -32,10 +32,26 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::header::{self, ControlBlock};
 use crate::region::{Region, RegionHandle, ShmError};
 use crate::sync::{Futex, RobustMutex};
 
 const MAGIC: u64 = 0x726c_662d_7265_706c; // "rlf-repl"
+
+// SAFETY: Header is `#[repr(C)]`, aligned to 64 bytes; it holds atomics, numbers and a RobustMutex, all valid when
+// zero.
+unsafe impl ControlBlock for Header {
+    const WHAT: &'static str = "an rlfactory replay ring";
+    const MAGIC: u64 = MAGIC;
+
+    fn magic(&self) -> &AtomicU64 {
+        &self.magic
+    }
+
+    fn lock(&mut self) -> *mut RobustMutex {
+        &raw mut self.lock
+    }
+}
 
 /// The ring's shared state.
 #[repr(C, align(64))]
@@ -241,25 +257,16 @@ impl ReplayRing {
         }
         let bytes = footprint(capacity, row_words).ok_or_else(too_big)?;
         let region = Region::create(bytes)?;
-        let hdr = region.as_ptr().cast::<Header>();
-        // SAFETY: the region is fresh (zero-filled: every atomic is a valid 0) and no other process has its handle
-        // yet; it is page-aligned and longer than the header, so the writes are in bounds and aligned.
-        unsafe {
-            std::ptr::addr_of_mut!((*hdr).capacity).write(capacity as u64);
-            std::ptr::addr_of_mut!((*hdr).row_words).write(row_words as u64);
+        header::publish(&region, |hdr: &mut Header| {
+            hdr.capacity = capacity as u64;
+            hdr.row_words = row_words as u64;
             if let Some(l) = limit {
-                std::ptr::addr_of_mut!((*hdr).limited).write(1);
-                std::ptr::addr_of_mut!((*hdr).samples_per_insert).write(l.samples_per_insert);
-                std::ptr::addr_of_mut!((*hdr).min_size_to_sample).write(l.min_size_to_sample);
-                std::ptr::addr_of_mut!((*hdr).error_buffer).write(l.error_buffer);
+                hdr.limited = 1;
+                hdr.samples_per_insert = l.samples_per_insert;
+                hdr.min_size_to_sample = l.min_size_to_sample;
+                hdr.error_buffer = l.error_buffer;
             }
-            RobustMutex::init(std::ptr::addr_of_mut!((*hdr).lock)).map_err(|source| ShmError::Io {
-                name: region.name().to_string(),
-                op: "pthread_mutex_init",
-                source,
-            })?;
-            (*hdr).magic.store(MAGIC, Ordering::Release);
-        }
+        })?;
         Ok(Self {
             region,
             capacity,
@@ -275,27 +282,13 @@ impl ReplayRing {
             name: handle.region.name.clone(),
             what,
         };
-        if region.len() < stamps_offset() {
-            return Err(invalid(format!(
-                "is too small for a replay ring ({} bytes)",
-                region.len()
-            )));
-        }
-        let hdr = region.as_ptr().cast::<Header>();
-        // SAFETY: the region is page-aligned and at least a header long; capacity and row_words are written once by
-        // the creator before it publishes the magic with release, which is read here with acquire first.
-        let (magic, capacity, row_words, limit) = unsafe {
-            let magic = (*hdr).magic.load(Ordering::Acquire);
-            let limit = ((*hdr).limited != 0).then(|| RateLimit {
-                samples_per_insert: (*hdr).samples_per_insert,
-                min_size_to_sample: (*hdr).min_size_to_sample,
-                error_buffer: (*hdr).error_buffer,
-            });
-            (magic, (*hdr).capacity as usize, (*hdr).row_words as usize, limit)
-        };
-        if magic != MAGIC {
-            return Err(invalid("is not a replay ring".into()));
-        }
+        let hdr: &Header = header::open(&region, stamps_offset(), &handle.region.name)?;
+        let limit = (hdr.limited != 0).then_some(RateLimit {
+            samples_per_insert: hdr.samples_per_insert,
+            min_size_to_sample: hdr.min_size_to_sample,
+            error_buffer: hdr.error_buffer,
+        });
+        let (capacity, row_words) = (hdr.capacity as usize, hdr.row_words as usize);
         if footprint(capacity, row_words).is_none_or(|n| n > region.len()) {
             return Err(invalid(format!(
                 "{} bytes cannot hold {capacity} rows of {row_words} words",

@@ -13,7 +13,7 @@ use super::adapters::{
 use super::counters::CounterLayout;
 use super::mpi::LearnerSync;
 use super::plane::{DataPlane, RankPart};
-use super::stats::Runner;
+use super::stats::RunStats;
 use super::summary::SavedSelfPlay;
 use crate::config::Config;
 use crate::env::EnvRegistry;
@@ -57,7 +57,11 @@ fn pbt_population(cfg: &Config, experiment: Option<&ExperimentRun>) -> Result<Op
 /// Continues each policy's self-play record (Elo ratings and games) from its `self_play_<i>.json`, if the resumed
 /// run saved one, and logs it. A record that cannot be read is logged and the ratings start afresh: they are
 /// statistics, not what the run trains.
-fn resume_self_play(stats: &mut Runner, exp: &ExperimentRun, num_policies: usize) -> Result<(), BuildError> {
+fn resume_self_play(
+    stats: &mut RunStats,
+    exp: &ExperimentRun,
+    num_policies: usize,
+) -> Result<(), BuildError> {
     let user = |e: crate::RlfError| BuildError::User(e.to_string());
     for p in 0..num_policies {
         let name = crate::experiment::self_play_file(p);
@@ -511,7 +515,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             LearnerNode::new(p, &cfg, &registry, &plane, signals, sync).with_replay_writers(replay_writers)
         });
     }
-    let mut stats = Runner::new(&cfg, process_start);
+    let mut stats = RunStats::new(&cfg, process_start);
     stats.track_agents(&agent_names);
     if let Some(point) = resumed {
         stats.resume_from(point.env_frames, point.episodes, &point.versions);

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `graph` | every loop, object, signal and connection, in one place |
 //! | `adapters` | each component on its loop: signals in, calls, emits out |
-//! | `stats` | [`Runner`]: frames, episodes, metrics, scalars due, progress line, stop rules |
+//! | `stats` | [`RunStats`]: frames, episodes, metrics, scalars due, progress line, stop rules |
 //! | `summary` | [`Summary`] and [`StopReason`] |
 //! | `plane` | the shared-memory regions (weights, trajectory pools, counters) and their handles |
 //! | `counters` | where each trajectory count lives in shared memory |
@@ -39,7 +39,7 @@ use crate::error::{Result, RlfError};
 use crate::experiment::ExperimentRun;
 
 pub use self::mpi::train_rank;
-pub use self::stats::{warm_up, Report, Runner, Scalars};
+pub use self::stats::{warm_up, Report, RunStats, Scalars};
 pub use self::summary::{
     PolicySummary, ReplaySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary,
 };

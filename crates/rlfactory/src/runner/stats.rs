@@ -293,7 +293,7 @@ struct SnapshotSchedule {
 
 /// Statistics and stop conditions.
 #[derive(Debug)]
-pub struct Runner {
+pub struct RunStats {
     process_start: Instant,
     sampling_start: Instant,
     warm_up: Duration,
@@ -317,12 +317,12 @@ pub struct Runner {
     stop: Option<StopReason>,
     snapshots: Option<SnapshotSchedule>,
     best_metric: BestMetric,
-    /// By agent index, for multi-agent envs ([`Runner::track_agents`]).
+    /// By agent index, for multi-agent envs ([`RunStats::track_agents`]).
     agents: Vec<AgentStats>,
     stats_avg: usize,
 }
 
-impl Runner {
+impl RunStats {
     /// A runner for `cfg`; `process_start` is when the process started.
     pub fn new(cfg: &Config, process_start: Instant) -> Self {
         let now = Instant::now();
@@ -787,7 +787,7 @@ impl Runner {
     }
 }
 
-/// One progress report of the [`Runner`].
+/// One progress report of the [`RunStats`].
 #[derive(Debug, Clone)]
 pub struct Report {
     /// The progress line.
@@ -800,9 +800,9 @@ pub struct Report {
 mod tests {
     use super::*;
 
-    fn runner(overrides: &[&str]) -> Runner {
+    fn runner(overrides: &[&str]) -> RunStats {
         let cfg = Config::for_env("CartPole-v1", overrides).expect("config");
-        Runner::new(&cfg, Instant::now())
+        RunStats::new(&cfg, Instant::now())
     }
 
     fn rollout(env_frames: u64, returns: &[f64]) -> RolloutReport {

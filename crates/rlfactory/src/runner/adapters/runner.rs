@@ -1,4 +1,4 @@
-//! [`Runner`] on the main loop: stats, progress, TensorBoard scalars, the learning curve, the
+//! [`RunStats`] on the main loop: stats, progress, TensorBoard scalars, the learning curve, the
 //! checkpoint schedule and the stop.
 
 use rlf_shm::{ReplayRing, ReplayRingHandle};
@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::{PbtUpdate, TrainingReport};
 use crate::pbt::{Decision, Pbt};
-use crate::runner::stats::{Runner, Scalars};
+use crate::runner::stats::{RunStats, Scalars};
 use crate::runner::summary::Summary;
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken, WorkerStarted};
 
@@ -31,7 +31,7 @@ pub(in crate::runner) struct RunnerSignals {
 }
 
 pub(in crate::runner) struct RunnerNode {
-    runner: Runner,
+    runner: RunStats,
     /// The progress line's period (`None`: no line, `--report_interval_sec 0`).
     report_interval: Option<Duration>,
     save_every: Option<Duration>,
@@ -54,7 +54,7 @@ const TICK: Duration = Duration::from_secs(1);
 
 impl RunnerNode {
     pub fn new(
-        runner: Runner,
+        runner: RunStats,
         report_interval: Option<Duration>,
         experiment: Option<ExperimentRun>,
         save_every: Duration,
