@@ -66,7 +66,7 @@ fn main() {
     let obs = Space::Box(BoxSpace::uniform(0.0, 1.0, vec![OBS]).expect("box"));
     let actions = Space::Discrete { n: 4, start: 0 };
     let net = || QNetwork::new(&obs, &actions, &cfg.model, true, DeviceKind::Cpu).expect("network");
-    let mut dqn = Dqn::new(net(), net(), &cfg.appo, &cfg.off_policy).expect("dqn");
+    let mut dqn = Dqn::new(net(), net(), &cfg.optimizer, &cfg.off_policy).expect("dqn");
 
     // A full ring of one-hot-like observations, as a gridworld's planes.
     let layout = TransitionLayout::floats(OBS, 1);

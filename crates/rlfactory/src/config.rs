@@ -509,7 +509,7 @@ pub enum LrScheduleKind {
     KlAdaptiveEpoch,
 }
 
-/// APPO: advantages, losses, optimiser and the epoch / minibatch loop.
+/// APPO: advantages, losses and the epoch / minibatch loop (its optimiser is [`OptimizerConfig`]).
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
 #[serde(default)]
@@ -541,31 +541,9 @@ pub struct AppoConfig {
     /// Weight of the entropy bonus.
     #[arg(long, default_value_t = 0.003)]
     pub exploration_loss_coeff: f64,
-    /// Gradient-norm clipping threshold.
-    #[arg(long, default_value_t = 4.0)]
-    pub max_grad_norm: f64,
     /// Normalise advantages per minibatch.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
     pub normalize_advantage: bool,
-    /// Adam learning rate (the start value of the schedule).
-    #[arg(long, default_value_t = 1e-4)]
-    pub learning_rate: f64,
-    /// Learning-rate schedule. DQN and SAC take `constant` or `linear_decay` (to 0 over the transitions their buffer
-    /// takes in the run); the KL-adaptive ones are APPO's.
-    #[arg(long, value_enum, default_value_t = LrScheduleKind::Constant)]
-    pub lr_schedule: LrScheduleKind,
-    /// KL target of the KL-adaptive schedules.
-    #[arg(long, default_value_t = 0.008)]
-    pub lr_schedule_kl_threshold: f64,
-    /// Adam ε.
-    #[arg(long, default_value_t = 1e-6)]
-    pub adam_eps: f64,
-    /// Adam β1.
-    #[arg(long, default_value_t = 0.9)]
-    pub adam_beta1: f64,
-    /// Adam β2.
-    #[arg(long, default_value_t = 0.999)]
-    pub adam_beta2: f64,
     /// Passes over each training dataset.
     #[arg(long, default_value_t = 1)]
     pub num_epochs: usize,
@@ -602,20 +580,58 @@ impl Default for AppoConfig {
             ppo_clip_value: 1.0,
             value_loss_coeff: 0.5,
             exploration_loss_coeff: 0.003,
-            max_grad_norm: 4.0,
             normalize_advantage: true,
-            learning_rate: 1e-4,
-            lr_schedule: LrScheduleKind::Constant,
-            lr_schedule_kl_threshold: 0.008,
-            adam_eps: 1e-6,
-            adam_beta1: 0.9,
-            adam_beta2: 0.999,
             num_epochs: 1,
             num_batches_per_epoch: 1,
             batch_size: 1024,
             max_policy_lag: 1000,
             num_batches_to_accumulate: 2,
             recurrence: -1,
+        }
+    }
+}
+
+/// The optimiser every algorithm's learners step with: Adam, its learning rate and schedule, and the clipping of the
+/// gradients' global norm (APPO's and DQN's; SAC clips none, as the paper).
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
+#[command(rename_all = "snake_case")]
+#[serde(default)]
+pub struct OptimizerConfig {
+    /// Adam learning rate (the start value of the schedule).
+    #[arg(long, default_value_t = 1e-4)]
+    pub learning_rate: f64,
+    /// Learning-rate schedule. DQN and SAC take `constant` or `linear_decay` (to 0 over the transitions their buffer
+    /// takes in the run); the KL-adaptive ones are APPO's.
+    #[arg(long, value_enum, default_value_t = LrScheduleKind::Constant)]
+    pub lr_schedule: LrScheduleKind,
+    /// KL target of the KL-adaptive schedules.
+    #[arg(long, default_value_t = 0.008)]
+    pub lr_schedule_kl_threshold: f64,
+    /// Adam ε.
+    #[arg(long, default_value_t = 1e-6)]
+    pub adam_eps: f64,
+    /// Adam β1.
+    #[arg(long, default_value_t = 0.9)]
+    pub adam_beta1: f64,
+    /// Adam β2.
+    #[arg(long, default_value_t = 0.999)]
+    pub adam_beta2: f64,
+    /// Gradient-norm clipping threshold (the gradients' global norm).
+    #[arg(long, default_value_t = 4.0)]
+    pub max_grad_norm: f64,
+}
+
+/// The reference values (the command line's defaults).
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        Self {
+            learning_rate: 1e-4,
+            lr_schedule: LrScheduleKind::Constant,
+            lr_schedule_kl_threshold: 0.008,
+            adam_eps: 1e-6,
+            adam_beta1: 0.9,
+            adam_beta2: 0.999,
+            max_grad_norm: 4.0,
         }
     }
 }
@@ -649,9 +665,9 @@ impl Algo {
     }
 }
 
-/// Off-policy learning (`--algo dqn`, `--algo sac`): the replay buffer, its rate limit, targets and exploration. The batch size,
-/// learning rate, discount, gradient clipping (DQN's; SAC clips none, as the paper) and Adam's settings are the ones
-/// above; `--double_q`, `--dueling` and the ε schedule are DQN's.
+/// Off-policy learning (`--algo dqn`, `--algo sac`): the replay buffer, its rate limit, targets and exploration. The batch
+/// size and the discount are those of [`AppoConfig`]'s flags, the learning rate, Adam and gradient clipping
+/// [`OptimizerConfig`]'s; `--double_q`, `--dueling` and the ε schedule are DQN's.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
 #[serde(default)]
@@ -1133,10 +1149,14 @@ pub struct Config {
     #[command(flatten)]
     #[serde(flatten)]
     pub model: ModelConfig,
-    /// The algorithm.
+    /// APPO.
     #[command(flatten)]
     #[serde(flatten)]
     pub appo: AppoConfig,
+    /// The optimiser, whatever the algorithm.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub optimizer: OptimizerConfig,
     /// Off-policy learning.
     #[command(flatten)]
     #[serde(flatten)]
@@ -1357,10 +1377,10 @@ impl Config {
             }
         }
         if !matches!(
-            self.appo.lr_schedule,
+            self.optimizer.lr_schedule,
             LrScheduleKind::Constant | LrScheduleKind::LinearDecay
         ) {
-            let kind = self.appo.lr_schedule.to_possible_value();
+            let kind = self.optimizer.lr_schedule.to_possible_value();
             return Err(RlfError::Config(format!(
                 "--lr_schedule {} adapts to APPO's KL divergence; --algo {} takes constant or linear_decay",
                 kind.as_ref().map_or("", |v| v.get_name()),
@@ -1641,22 +1661,25 @@ impl Config {
         let unit = [
             ("--gamma", a.gamma),
             ("--gae_lambda", a.gae_lambda),
-            ("--adam_beta1", a.adam_beta1),
-            ("--adam_beta2", a.adam_beta2),
+            ("--adam_beta1", self.optimizer.adam_beta1),
+            ("--adam_beta2", self.optimizer.adam_beta2),
         ];
         if let Some((name, v)) = unit.iter().find(|(_, v)| !(0.0..=1.0).contains(v)) {
             return err(format!("{name} must be in [0, 1], got {v}"));
         }
         let positive = [
-            ("--learning_rate", a.learning_rate),
+            ("--learning_rate", self.optimizer.learning_rate),
             ("--ppo_clip_ratio", a.ppo_clip_ratio),
-            ("--max_grad_norm", a.max_grad_norm),
-            ("--adam_eps", a.adam_eps),
+            ("--max_grad_norm", self.optimizer.max_grad_norm),
+            ("--adam_eps", self.optimizer.adam_eps),
             ("--vtrace_rho", a.vtrace_rho),
             ("--vtrace_c", a.vtrace_c),
             ("--initial_stddev", self.model.initial_stddev),
             ("--train_for_seconds", r.train_for_seconds),
-            ("--lr_schedule_kl_threshold", a.lr_schedule_kl_threshold),
+            (
+                "--lr_schedule_kl_threshold",
+                self.optimizer.lr_schedule_kl_threshold,
+            ),
             ("--heartbeat_interval", r.heartbeat_interval),
         ];
         if let Some((name, v)) = positive.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
@@ -1754,7 +1777,7 @@ impl Config {
             return Ok(());
         }
         let kl_adaptive = matches!(
-            self.appo.lr_schedule,
+            self.optimizer.lr_schedule,
             LrScheduleKind::KlAdaptiveMinibatch | LrScheduleKind::KlAdaptiveEpoch
         );
         if d.learner_procs > 1 && (self.model.normalize_input || self.model.normalize_returns || kl_adaptive)

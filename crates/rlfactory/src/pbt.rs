@@ -22,7 +22,7 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{AppoConfig, PbtConfig};
+use crate::config::{AppoConfig, OptimizerConfig, PbtConfig};
 
 /// Mutations multiply or divide a value by a factor drawn from this range.
 const PERTURB: std::ops::Range<f64> = 1.1..1.5;
@@ -49,27 +49,27 @@ pub struct Hyper {
 }
 
 impl Hyper {
-    /// The values of `cfg`.
-    pub fn of(cfg: &AppoConfig) -> Self {
+    /// The values of `cfg` and `optim`.
+    pub fn of(cfg: &AppoConfig, optim: &OptimizerConfig) -> Self {
         Self {
-            learning_rate: cfg.learning_rate,
+            learning_rate: optim.learning_rate,
             exploration_loss_coeff: cfg.exploration_loss_coeff,
             value_loss_coeff: cfg.value_loss_coeff,
             ppo_clip_ratio: cfg.ppo_clip_ratio,
             ppo_clip_value: cfg.ppo_clip_value,
-            max_grad_norm: cfg.max_grad_norm,
+            max_grad_norm: optim.max_grad_norm,
             gamma: cfg.gamma,
         }
     }
 
-    /// Writes these values into `cfg`.
-    pub fn apply(&self, cfg: &mut AppoConfig) {
-        cfg.learning_rate = self.learning_rate;
+    /// Writes these values into `cfg` and `optim`.
+    pub fn apply(&self, cfg: &mut AppoConfig, optim: &mut OptimizerConfig) {
+        optim.learning_rate = self.learning_rate;
         cfg.exploration_loss_coeff = self.exploration_loss_coeff;
         cfg.value_loss_coeff = self.value_loss_coeff;
         cfg.ppo_clip_ratio = self.ppo_clip_ratio;
         cfg.ppo_clip_value = self.ppo_clip_value;
-        cfg.max_grad_norm = self.max_grad_norm;
+        optim.max_grad_norm = self.max_grad_norm;
         cfg.gamma = self.gamma;
     }
 
@@ -158,11 +158,11 @@ pub struct Pbt {
 }
 
 impl Pbt {
-    /// The population of `num_policies` policies starting from `base`'s hyper-parameters, or from
+    /// The population of `num_policies` policies starting from the hyper-parameters `base`, or from
     /// `saved` states (a resumed run's `policy_<i>_cfg.json`) where given.
     pub fn new(
         cfg: &PbtConfig,
-        base: &AppoConfig,
+        base: Hyper,
         num_policies: usize,
         saved: &[Option<PolicyState>],
         seed: u64,
@@ -171,7 +171,7 @@ impl Pbt {
             .map(|policy| {
                 saved.get(policy).copied().flatten().unwrap_or(PolicyState {
                     policy,
-                    hyper: Hyper::of(base),
+                    hyper: base,
                     agent_steps: 0,
                     last_update_agent_steps: 0,
                     updates: 0,
@@ -271,7 +271,7 @@ mod tests {
 
     fn pbt(n: usize, overrides: &[&str]) -> Pbt {
         let cfg = crate::config::Config::for_env("CartPole-v1", overrides).expect("config");
-        Pbt::new(&cfg.pbt, &cfg.appo, n, &[], 3)
+        Pbt::new(&cfg.pbt, Hyper::of(&cfg.appo, &cfg.optimizer), n, &[], 3)
     }
 
     const FLAGS: [&str; 4] = [
@@ -376,13 +376,13 @@ mod tests {
     fn gamma_mutates_through_one_minus_gamma_and_stays_in_range() {
         let cfg = crate::config::Config::for_env("CartPole-v1", &[]).expect("config");
         let mut rng = Pcg64Mcg::seed_from_u64(1);
-        let mut h = Hyper::of(&cfg.appo);
+        let mut h = Hyper::of(&cfg.appo, &cfg.optimizer);
         for _ in 0..200 {
             h = h.mutate(1.0, true, &mut rng);
             assert!((GAMMA_RANGE.0..=GAMMA_RANGE.1).contains(&h.gamma), "{}", h.gamma);
         }
-        let mut appo = cfg.appo.clone();
-        h.apply(&mut appo);
-        assert_eq!(Hyper::of(&appo), h);
+        let (mut appo, mut optim) = (cfg.appo.clone(), cfg.optimizer.clone());
+        h.apply(&mut appo, &mut optim);
+        assert_eq!(Hyper::of(&appo, &optim), h);
     }
 }

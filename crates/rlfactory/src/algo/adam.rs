@@ -14,6 +14,7 @@
 
 use tch::Tensor;
 
+use crate::config::OptimizerConfig;
 use crate::error::{Result, RlfError};
 use crate::model::NamedTensor;
 
@@ -102,6 +103,16 @@ pub struct AdamConfig {
     pub beta2: f64,
     /// ε.
     pub eps: f64,
+}
+
+impl From<&OptimizerConfig> for AdamConfig {
+    fn from(cfg: &OptimizerConfig) -> Self {
+        Self {
+            beta1: cfg.adam_beta1,
+            beta2: cfg.adam_beta2,
+            eps: cfg.adam_eps,
+        }
+    }
 }
 
 struct Param {

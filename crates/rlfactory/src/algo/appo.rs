@@ -52,9 +52,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
-use super::adam::{Adam, AdamConfig};
+use super::adam::Adam;
 
-use crate::config::{AppoConfig, LrScheduleKind};
+use crate::config::{AppoConfig, LrScheduleKind, OptimizerConfig};
 use crate::error::{Result, RlfError};
 use crate::model::{ActorCritic, NamedTensor, Policy};
 use crate::pbt::Hyper;
@@ -497,6 +497,7 @@ pub struct TrainingState {
 /// The APPO learner's state: the network, Adam, the schedule and the policy version.
 pub struct Appo {
     cfg: AppoConfig,
+    optim: OptimizerConfig,
     model: ActorCritic,
     optimizer: Adam,
     schedule: LrSchedule,
@@ -561,21 +562,22 @@ struct Prepared {
 
 impl Appo {
     /// A learner training `model` with Adam, for a run of `total_frames` env frames.
-    pub fn new(model: ActorCritic, cfg: &AppoConfig, total_frames: u64) -> Result<Self> {
-        let adam = AdamConfig {
-            beta1: cfg.adam_beta1,
-            beta2: cfg.adam_beta2,
-            eps: cfg.adam_eps,
-        };
-        let optimizer = Adam::new(model.variables().trainable(), adam, cfg.learning_rate)?;
+    pub fn new(
+        model: ActorCritic,
+        cfg: &AppoConfig,
+        optim: &OptimizerConfig,
+        total_frames: u64,
+    ) -> Result<Self> {
+        let optimizer = Adam::new(model.variables().trainable(), optim.into(), optim.learning_rate)?;
         Ok(Self {
             schedule: LrSchedule::new(
-                cfg.lr_schedule,
-                cfg.learning_rate,
+                optim.lr_schedule,
+                optim.learning_rate,
                 total_frames,
-                cfg.lr_schedule_kl_threshold,
+                optim.lr_schedule_kl_threshold,
             ),
             cfg: cfg.clone(),
+            optim: optim.clone(),
             model,
             optimizer,
             version: 0,
@@ -634,7 +636,7 @@ impl Appo {
 
     /// Replaces the hyper-parameters PBT mutates; the learning rate restarts the schedule from it.
     pub fn set_hyper(&mut self, hyper: &Hyper) {
-        hyper.apply(&mut self.cfg);
+        hyper.apply(&mut self.cfg, &mut self.optim);
         self.schedule.rebase(hyper.learning_rate, self.frames_trained);
         self.optimizer.set_lr(self.schedule.lr());
     }
@@ -1253,7 +1255,7 @@ impl Appo {
                 self.optimizer.zero_grad()?;
                 l.total.f_backward()?;
                 self.optimizer.set_lr(self.schedule.lr());
-                grad_norm_sum += self.optimizer.clip_and_step(self.cfg.max_grad_norm)?;
+                grad_norm_sum += self.optimizer.clip_and_step(self.optim.max_grad_norm)?;
                 self.version += 1;
                 steps += 1;
                 if let Some(f) = &mut self.after_step {

@@ -21,9 +21,9 @@ use std::collections::BTreeMap;
 
 use tch::{Kind, Reduction, Tensor};
 
-use super::adam::{Adam, AdamConfig};
+use super::adam::Adam;
 use super::{OffPolicyAlgo, Transitions};
-use crate::config::{AppoConfig, OffPolicyConfig};
+use crate::config::{OffPolicyConfig, OptimizerConfig};
 use crate::error::Result;
 use crate::model::{NamedTensor, Policy, PolicyWeights, QNetwork};
 
@@ -43,26 +43,21 @@ pub struct Dqn {
 
 impl Dqn {
     /// A learner training `online` (its target network `target`, of the same architecture, starts as a copy)
-    /// with Adam as `appo` sets it (learning rate, ε, β, gradient clipping).
+    /// with Adam as `optim` sets it (learning rate, ε, β, gradient clipping).
     pub fn new(
         online: QNetwork,
         mut target: QNetwork,
-        appo: &AppoConfig,
+        optim: &OptimizerConfig,
         cfg: &OffPolicyConfig,
     ) -> Result<Self> {
         target.follow(&online, 1.0)?;
-        let adam = AdamConfig {
-            beta1: appo.adam_beta1,
-            beta2: appo.adam_beta2,
-            eps: appo.adam_eps,
-        };
-        let optimizer = Adam::new(online.variables().trainable(), adam, appo.learning_rate)?;
+        let optimizer = Adam::new(online.variables().trainable(), optim.into(), optim.learning_rate)?;
         Ok(Self {
             online,
             target,
             optimizer,
             cfg: cfg.clone(),
-            max_grad_norm: appo.max_grad_norm,
+            max_grad_norm: optim.max_grad_norm,
             version: 0,
         })
     }
@@ -276,7 +271,7 @@ mod tests {
             )
             .expect("network")
         };
-        Dqn::new(net(), net(), &cfg.appo, &cfg.off_policy).expect("dqn")
+        Dqn::new(net(), net(), &cfg.optimizer, &cfg.off_policy).expect("dqn")
     }
 
     /// A two-state chain, γ folded into the rows: from state A action 1 leads to B (reward 0, discount 0.9),

@@ -25,7 +25,7 @@ use tch::{Kind, Reduction, Tensor};
 
 use super::adam::{Adam, AdamConfig};
 use super::{OffPolicyAlgo, Transitions};
-use crate::config::{AppoConfig, OffPolicyConfig};
+use crate::config::{OffPolicyConfig, OptimizerConfig};
 use crate::error::Result;
 use crate::model::{NamedTensor, Policy, PolicyWeights, SacActor, TwinQ};
 
@@ -49,21 +49,18 @@ pub struct Sac {
 
 impl Sac {
     /// A learner training `actor` and `critic` (its target networks `target`, of the same architecture, start as a
-    /// copy), all three with Adam at `appo`'s learning rate and settings; the temperature starts at 1.
+    /// copy), all three with Adam at `optim`'s learning rate and settings (no gradient clipping, as the paper); the
+    /// temperature starts at 1.
     pub fn new(
         actor: SacActor,
         critic: TwinQ,
         mut target: TwinQ,
-        appo: &AppoConfig,
+        optim: &OptimizerConfig,
         cfg: &OffPolicyConfig,
     ) -> Result<Self> {
         target.follow(&critic, 1.0)?;
-        let adam = AdamConfig {
-            beta1: appo.adam_beta1,
-            beta2: appo.adam_beta2,
-            eps: appo.adam_eps,
-        };
-        let lr = appo.learning_rate;
+        let adam = AdamConfig::from(optim);
+        let lr = optim.learning_rate;
         let log_alpha = Tensor::f_zeros([1], (Kind::Float, actor.device()))?.set_requires_grad(true);
         let alpha_optimizer = Adam::new(vec![(LOG_ALPHA.to_owned(), log_alpha.shallow_clone())], adam, lr)?;
         Ok(Self {
@@ -286,7 +283,7 @@ mod tests {
         let actions = Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![1]).expect("box"));
         let actor = SacActor::new(&obs, &actions, &cfg.model, DeviceKind::Cpu).expect("actor");
         let twin = || TwinQ::new(1, 1, &cfg.model, DeviceKind::Cpu).expect("critic");
-        Sac::new(actor, twin(), twin(), &cfg.appo, &cfg.off_policy).expect("sac")
+        Sac::new(actor, twin(), twin(), &cfg.optimizer, &cfg.off_policy).expect("sac")
     }
 
     /// A one-step continuous bandit: in state `s ∈ {−0.5, 0.5}` the reward is `−4 (a − s)²` and the episode ends.

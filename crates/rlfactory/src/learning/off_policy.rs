@@ -392,7 +392,7 @@ mod tests {
         let obs = Space::Box(BoxSpace::uniform(0.0, 1.0, vec![2]).expect("box"));
         let net =
             || QNetwork::new(&obs, &Space::discrete(2), &cfg.model, false, DeviceKind::Cpu).expect("network");
-        let dqn = Dqn::new(net(), net(), &cfg.appo, &cfg.off_policy).expect("dqn");
+        let dqn = Dqn::new(net(), net(), &cfg.optimizer, &cfg.off_policy).expect("dqn");
         let layout = TransitionLayout::floats(2, 1);
         let weights =
             SharedWeights::create(dqn.acting_weights().expect("weights").values.len()).expect("weights");

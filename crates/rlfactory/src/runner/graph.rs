@@ -47,7 +47,7 @@ fn pbt_population(cfg: &Config, experiment: Option<&ExperimentRun>) -> Result<Op
         .map_err(|e| BuildError::User(e.to_string()))?;
     Ok(Some(Pbt::new(
         &cfg.pbt,
-        &cfg.appo,
+        crate::pbt::Hyper::of(&cfg.appo, &cfg.optimizer),
         cfg.sampling.num_policies,
         &saved,
         cfg.env.seed,

@@ -33,7 +33,7 @@ pub(super) fn save_published(
     let last_lr = summary.last_metrics.iter().find(|(name, _)| name == "train/lr");
     let lr = last_lr
         .filter(|_| policy == 0)
-        .map_or(cfg.appo.learning_rate, |(_, lr)| *lr);
+        .map_or(cfg.optimizer.learning_rate, |(_, lr)| *lr);
     let training = TrainingState {
         version,
         frames_trained: summary.env_frames,

@@ -150,7 +150,7 @@ fn on_policy_setup(
         .map(|s| Ok::<_, RlfError>(AllreduceGradients::new(s.learners()?, s.check_every)))
         .transpose()?;
     let built = new_model(cfg, registry, policy).and_then(|model| {
-        let appo = Appo::new(model, &cfg.appo, cfg.run.train_for_env_steps)?;
+        let appo = Appo::new(model, &cfg.appo, &cfg.optimizer, cfg.run.train_for_env_steps)?;
         let policies = (policy, cfg.num_networks());
         let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
         let checkpointer = if cfg.run.save_experiment {
@@ -235,12 +235,12 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
         let actor = new_sac_actor(cfg, registry, policy)?;
         let (obs_dim, action_dim) = (actor.obs_dim() as i64, actor.action_dim() as i64);
         let twin = || TwinQ::new(obs_dim, action_dim, &cfg.model, cfg.run.device);
-        let sac = Sac::new(actor, twin()?, twin()?, &cfg.appo, o)?;
+        let sac = Sac::new(actor, twin()?, twin()?, &cfg.optimizer, o)?;
         Box::new(sac)
     } else {
         let online = new_q_network(cfg, registry, policy)?;
         let target = new_q_network(cfg, registry, policy)?;
-        Box::new(Dqn::new(online, target, &cfg.appo, o)?)
+        Box::new(Dqn::new(online, target, &cfg.optimizer, o)?)
     };
     let mut learner = OffPolicyLearner::new(
         algo,
@@ -260,8 +260,9 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
         );
         learner = learner.with_prioritized_replay(exponents, expected_inserts(cfg, &spec, policy)?);
     }
-    if cfg.appo.lr_schedule == LrScheduleKind::LinearDecay {
-        learner = learner.with_linear_lr_decay(cfg.appo.learning_rate, expected_inserts(cfg, &spec, policy)?);
+    if cfg.optimizer.lr_schedule == LrScheduleKind::LinearDecay {
+        learner =
+            learner.with_linear_lr_decay(cfg.optimizer.learning_rate, expected_inserts(cfg, &spec, policy)?);
     }
     let mut checkpointer = if cfg.run.save_experiment {
         Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
