@@ -15,7 +15,7 @@ use rlf_shm::replay::ReplayRing;
 use rlfactory::algo::dqn::Dqn;
 use rlfactory::algo::Transitions;
 use rlfactory::config::{Config, DeviceKind};
-use rlfactory::learning::replay::TransitionLayout;
+use rlfactory::data::TransitionLayout;
 use rlfactory::model::QNetwork;
 
 const OBS: usize = 625;

@@ -22,7 +22,6 @@ use clap::{ArgAction, Args, ValueEnum};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::error::{Result, RlfError};
-use crate::sampling::{parse_agent_policy_map, parse_agent_team_map, Mapping};
 
 /// The most policies a run may train (`--num_policies`): each is a learner process.
 pub const MAX_POLICIES: usize = 64;
@@ -163,7 +162,7 @@ impl<'de> Deserialize<'de> for ConvLayers {
 #[serde(default)]
 pub struct EnvConfig {
     /// Environment id: a native classic-control env such as CartPole-v1, a native multi-agent
-    /// env (connect_four, treasurehunt), or gym:<id>. Required, on the command line or in the `--config` file.
+    /// env (connect_four, treasurehunt), or `gym:<id>`. Required, on the command line or in the `--config` file.
     #[arg(long, default_value = "", hide_default_value = true)]
     pub env: String,
     /// Keyword arguments of a multi-agent env, `key=value,key=value` (for example
@@ -1249,24 +1248,6 @@ impl Config {
     /// Transitions in one training dataset.
     pub fn dataset_size(&self) -> usize {
         self.appo.batch_size * self.appo.num_batches_per_epoch
-    }
-
-    /// How agents map to policies, for agents named `agent_names` (an error names a bad
-    /// `--agent_policy_map`).
-    pub fn policy_mapping(&self, agent_names: &[String]) -> Result<Mapping> {
-        let s = &self.sampling;
-        Ok(Mapping {
-            num_policies: s.num_policies,
-            by_agent: parse_agent_policy_map(&s.agent_policy_map, agent_names, s.num_policies)?,
-            sync: !self.run.async_rl,
-            mix: s.pbt_mix_policies_in_one_env,
-        })
-    }
-
-    /// The team of each agent, for agents named `agent_names` whose env puts them in `env_teams`:
-    /// `--agent_team_map`'s when given (an error names a bad one), else the env's.
-    pub fn agent_teams(&self, agent_names: &[String], env_teams: Vec<usize>) -> Result<Vec<usize>> {
-        Ok(parse_agent_team_map(&self.sampling.agent_team_map, agent_names)?.unwrap_or(env_teams))
     }
 
     /// Networks the run's inference workers run: every policy and, with `--self_play`, every

@@ -17,6 +17,7 @@
 pub mod algo;
 pub mod cli;
 pub mod config;
+pub mod data;
 pub mod distributed;
 pub mod enjoy;
 pub mod env;

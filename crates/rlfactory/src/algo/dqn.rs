@@ -2,7 +2,7 @@
 //!
 //! 1. A batch is `B` n-step transitions `(s, a, R, d, s')` sampled from the policy's replay ring
 //!    ([`Transitions`]): `R` is the discounted return of up to n agent steps, `d` the discount of what follows
-//!    (`γ^k`, 0 after a terminal state), `s'` the state to bootstrap from (see [`crate::learning::replay`]).
+//!    (`γ^k`, 0 after a terminal state), `s'` the state to bootstrap from (see [`crate::data::transitions`]).
 //! 2. Targets, without gradient: the next action `a' = argmax_a Q(s', a)` of the online network (double DQN,
 //!    `--double_q`) or of the target network; `y = R + d · Q_target(s', a')`. Actions an `action_mask` forbids in
 //!    `s'` are never `a'`.
@@ -250,7 +250,7 @@ mod tests {
 
     use super::*;
     use crate::config::{Config, DeviceKind};
-    use crate::learning::replay::TransitionLayout;
+    use crate::data::TransitionLayout;
 
     fn layout() -> TransitionLayout {
         TransitionLayout::floats(2, 1)

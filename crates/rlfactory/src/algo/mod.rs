@@ -2,6 +2,7 @@
 //! ([`Transitions`]) and the face the off-policy learner sees ([`OffPolicyAlgo`]).
 
 pub mod adam;
+pub mod allreduce;
 pub mod appo;
 pub mod dqn;
 pub mod sac;
@@ -10,13 +11,13 @@ use std::collections::BTreeMap;
 
 use tch::Tensor;
 
+use crate::data::TransitionLayout;
 use crate::error::{Result, RlfError};
-use crate::learning::replay::TransitionLayout;
 use crate::model::{NamedTensor, PolicyWeights};
 
 /// A training batch of `B` n-step transitions `(s, a, R, d, s')` sampled from a replay buffer: `R` is the
 /// discounted return of up to n agent steps, `d` the discount of what follows (`γ^k`, 0 after a terminal state),
-/// `s'` the state to bootstrap from (see [`crate::learning::replay`]).
+/// `s'` the state to bootstrap from (see [`crate::data::transitions`]).
 #[derive(Debug)]
 pub struct Transitions {
     /// States, `[B, obs_dim]`.

@@ -270,7 +270,7 @@ mod tests {
 
     use super::*;
     use crate::config::{Config, DeviceKind};
-    use crate::learning::replay::TransitionLayout;
+    use crate::data::TransitionLayout;
 
     fn layout() -> TransitionLayout {
         TransitionLayout::floats(1, 1)

@@ -14,9 +14,9 @@ use tch::Tensor;
 
 use super::{Batch, PolicyUpdated, TrainingReport};
 use crate::algo::appo::{Appo, Dataset, TrainingState};
+use crate::data::{Field, TrajectoryPool};
 use crate::error::{Result, RlfError};
 use crate::model::{NamedTensor, Policy};
-use crate::sampling::{Field, TrajectoryPool};
 
 /// Owns the training state (network, optimiser, version) of one policy.
 #[derive(Debug)]

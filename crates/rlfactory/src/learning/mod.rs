@@ -5,7 +5,6 @@ mod batcher;
 mod learner;
 mod off_policy;
 mod prioritized;
-pub mod replay;
 
 use std::path::PathBuf;
 

@@ -18,10 +18,10 @@ use rand_pcg::Pcg64Mcg;
 use rlf_shm::{ReplayRing, SharedWeights, Wait};
 
 use super::prioritized::{PrioritizedSampler, SavedPriorities};
-use super::replay::TransitionLayout;
 use super::{PolicyUpdated, TrainingReport};
 use crate::algo::appo::TrainingState;
 use crate::algo::{OffPolicyAlgo, Transitions};
+use crate::data::TransitionLayout;
 use crate::error::{Result, RlfError};
 use crate::model::NamedTensor;
 

@@ -1,6 +1,6 @@
 //! Networks, behind our own small [`Policy`] trait. They and the learners of [`crate::algo`] compute with tch's
 //! tensors; elsewhere the crate names tch only to set its thread count and seed, to ask for a GPU, to wrap its
-//! errors, and where a batch of samples becomes a tensor (`sampling::buffers`, `distributed`).
+//! errors, and where trajectory slots become tensors (`data`).
 //!
 //! - [`ActorCritic`]: an MLP encoder built from the observation space, an action head built from
 //!   the action space ([`ActionHead`]), a value head; shared or separate actor and critic;

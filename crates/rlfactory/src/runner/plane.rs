@@ -12,11 +12,11 @@ use super::adapters::Ranks;
 use super::counters::CounterLayout;
 use super::summary::ReplaySummary;
 use crate::config::{Algo, Config};
+use crate::data::{ObsLayout, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape, TransitionLayout};
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
-use crate::learning::replay::TransitionLayout;
 use crate::model::{ActorCritic, Policy, QNetwork, SacActor};
-use crate::sampling::{ObsLayout, ReplayWriter, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
+use crate::sampling::ReplayWriter;
 
 /// Handles of the regions, for the processes that map them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -435,7 +435,7 @@ pub(super) fn replay_writer(
 /// The rows of policy `policy`'s replay buffer for `cfg`'s env (`spec`): its agents' observations, byte-valued parts
 /// packed as bytes.
 pub(super) fn transition_layout(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<TransitionLayout> {
-    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
     Ok(TransitionLayout::new(
         ObsLayout::of(observation_space),
@@ -524,7 +524,7 @@ pub(super) fn new_policy(cfg: &Config, registry: &EnvRegistry, policy: usize) ->
 /// The actor of policy `policy` (SAC), seeded as [`new_model`] seeds the actor-critic.
 pub(super) fn new_sac_actor(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<SacActor> {
     let spec = EnvSpec::of(registry, &cfg.env)?;
-    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
     ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
     SacActor::new(observation_space, action_space, &cfg.model, cfg.run.device)
@@ -533,7 +533,7 @@ pub(super) fn new_sac_actor(cfg: &Config, registry: &EnvRegistry, policy: usize)
 /// The Q-network of policy `policy` (DQN), seeded as [`new_model`] seeds the actor-critic.
 pub(super) fn new_q_network(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<QNetwork> {
     let spec = EnvSpec::of(registry, &cfg.env)?;
-    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
     ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
     QNetwork::new(
@@ -549,7 +549,7 @@ pub(super) fn new_q_network(cfg: &Config, registry: &EnvRegistry, policy: usize)
 /// process that builds it starts from the same weights, and policies start from different ones.
 pub(super) fn new_model(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<ActorCritic> {
     let spec = EnvSpec::of(registry, &cfg.env)?;
-    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
     ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
     ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)

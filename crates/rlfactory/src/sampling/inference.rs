@@ -22,8 +22,9 @@
 
 use rlf_shm::{ReplayRing, SharedWeights};
 
-use super::{ActionsReady, Field, PolicyRequest, TrajectoryPool, INACTIVE};
+use super::{ActionsReady, PolicyRequest, INACTIVE};
 use crate::config::OffPolicyConfig;
+use crate::data::{Field, TrajectoryPool};
 use crate::error::{Result, RlfError};
 use crate::model::{ActOutput, Durations, Hold, Policy, PolicyWeights};
 
@@ -487,9 +488,10 @@ fn protocol(message: String) -> RlfError {
 mod tests {
     use super::*;
     use crate::config::{Config, DeviceKind};
+    use crate::data::{ObsLayout, TrajectoryShape};
     use crate::env::{EnvRegistry, EnvSpec};
     use crate::model::QNetwork;
-    use crate::sampling::{ObsLayout, RolloutWorker, TrajectoryShape, WorkerCounts};
+    use crate::sampling::{RolloutWorker, WorkerCounts};
 
     /// εz-greedy in a turn-based env (treasurehunt, 5 agents moving in turn, one Q-network, ε = 1): a column whose
     /// agent waits for its turn keeps its hold untouched, and the agent to move repeats its held action, counting

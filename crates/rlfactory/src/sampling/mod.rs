@@ -1,18 +1,14 @@
 //! Sampling: [`RolloutWorker`]s step envs and record trajectories; the [`InferenceWorker`] chooses
 //! their actions. The messages between them, and to the batcher and runner, are defined here.
 
-mod buffers;
 mod inference;
 mod policy_map;
 mod rollout;
 
 use serde::{Deserialize, Serialize};
 
-pub use buffers::{Field, ObsLayout, SlotCopy, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
 pub use inference::{Exploration, InferenceWorker};
-pub use policy_map::{
-    parse_agent_policy_map, parse_agent_team_map, Mapping, PolicyAssigner, SelfPlay, RESAMPLE_EVERY_EPISODES,
-};
+pub use policy_map::{PolicyAssigner, SelfPlay, RESAMPLE_EVERY_EPISODES};
 pub use rollout::{ReplayWriter, RolloutWorker, StepOutcome, WorkerCounts, INACTIVE};
 
 /// A split of a rollout worker wrote its observations at step `step` of slot `buffer` of its
@@ -59,7 +55,7 @@ pub struct ActionsReady {
     pub incarnation: u32,
 }
 
-/// A finished trajectory waiting in slot `buffer` of `worker`'s [`TrajectoryPool`] (`trajectory_ready`).
+/// A finished trajectory waiting in slot `buffer` of `worker`'s [`TrajectoryPool`](crate::data::TrajectoryPool) (`trajectory_ready`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrajectoryReady {
     /// The rollout worker (owner of the pool).

@@ -1,6 +1,6 @@
 //! The rollout worker: envs in `worker_num_splits` groups; each group steps when its actions
 //! arrive. A split writes its trajectory straight into a slot of the worker's shared-memory
-//! [`TrajectoryPool`], step by step (see [`super::buffers`]): observations before asking for
+//! [`TrajectoryPool`], step by step (see [`crate::data`]): observations before asking for
 //! actions, which the inference worker writes into the same slot, then rewards and episode ends.
 //! After `rollout` steps the slot is handed on and the split takes a free one; with none free it
 //! waits until the batcher releases one (back-pressure).
@@ -25,14 +25,15 @@
 //! ([`Envs::builtin_action`]), written into the slot over what no inference worker computed.
 
 use super::{
-    ActionsReady, Field, PolicyAssigner, PolicyRequest, RolloutReport, SelfPlay, SelfPlayGame, SnapshotTaken,
-    TrajectoryPool, TrajectoryReady,
+    ActionsReady, PolicyAssigner, PolicyRequest, RolloutReport, SelfPlay, SelfPlayGame, SnapshotTaken,
+    TrajectoryReady,
 };
 use crate::config::Config;
+use crate::data::{Field, TrajectoryPool};
+use crate::data::{NStepAdder, TransitionLayout};
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
 use crate::env_group::{close_unused, EnvGroup};
 use crate::error::{Result, RlfError};
-use crate::learning::replay::{NStepAdder, TransitionLayout};
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use rlf_shm::{InsertError, ReplayRing};
@@ -468,7 +469,7 @@ impl RolloutWorker {
                 Some(envs) => envs,
                 None => Envs::make(registry, &cfg.env, per_split)?,
             };
-            let mapping = cfg.policy_mapping(&envs.agent_names())?;
+            let mapping = crate::plan::policy_mapping(cfg, &envs.agent_names())?;
             let first_env = index * s.num_envs_per_worker + k * per_split;
             let num_agents = envs.num_agents();
             let mut assigner = PolicyAssigner::new(
@@ -529,7 +530,7 @@ impl RolloutWorker {
                 assigner,
                 self_play,
                 protagonists: vec![0; per_split],
-                teams: cfg.agent_teams(&envs.agent_names(), envs.teams())?,
+                teams: crate::plan::agent_teams(cfg, &envs.agent_names(), envs.teams())?,
                 builtin,
                 builtin_rng: Pcg64Mcg::seed_from_u64(
                     (cfg.env.seed + first_env as u64) ^ 0xb117_1a00_0000_0001,
@@ -939,7 +940,7 @@ impl RolloutWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampling::TrajectoryShape;
+    use crate::data::TrajectoryShape;
 
     /// A real rollout worker and inference worker of a recurrent policy (GRUs of 3 units) on `env`: `envs` envs in
     /// one split, two 8-step slots laid out as a run's would be (byte parts as bytes), both free; `prepare` gets the
@@ -953,8 +954,9 @@ mod tests {
     }
 
     fn recurrent_rig(env: &str, envs: usize, prepare: impl FnOnce(&TrajectoryPool, usize)) -> RecurrentRig {
+        use crate::data::ObsLayout;
         use crate::model::{ActorCritic, Policy};
-        use crate::sampling::{InferenceWorker, ObsLayout};
+        use crate::sampling::InferenceWorker;
 
         let envs_flag = format!("--num_envs_per_worker={envs}");
         let cfg = Config::for_env(
@@ -1017,8 +1019,9 @@ mod tests {
     /// each column's action: policy 0's are at version 10, policy 1's at 11, and columns that do not act get 0).
     #[test]
     fn a_split_asks_each_policys_inference_group_and_steps_after_the_last_answer() {
+        use crate::data::ObsLayout;
         use crate::model::{ActorCritic, Policy};
-        use crate::sampling::{InferenceWorker, ObsLayout};
+        use crate::sampling::InferenceWorker;
 
         let cfg = Config::for_env(
             "connect_four",

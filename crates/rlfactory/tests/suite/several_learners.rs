@@ -7,9 +7,9 @@ use crate::common;
 use common::cartpole_dataset;
 use rlf_comm::{Comm, LocalComm, LocalWorld};
 use rlf_env::EnvRegistry;
+use rlfactory::algo::allreduce::AllreduceGradients;
 use rlfactory::algo::appo::{Appo, Dataset};
 use rlfactory::config::Config;
-use rlfactory::distributed::AllreduceGradients;
 use rlfactory::model::{ActorCritic, Policy, PolicyWeights};
 
 /// Rank `rank`'s learner: its own initial weights replaced by rank 0's (broadcast over `comm`, as a data-parallel

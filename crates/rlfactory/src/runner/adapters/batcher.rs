@@ -4,13 +4,12 @@ use rlf_shm::ShmArray;
 use rlf_signal::{Component, Ctx, Signal};
 
 use super::{or_fail, sent};
+use crate::data::{Field, TrajectoryPool};
 use crate::error::{Result, RlfError};
 use crate::learning::{Batch, Batcher, Share, Slot, TrainingReport};
 use crate::runner::counters::CounterLayout;
 use crate::runner::plane::DataPlane;
-use crate::sampling::{
-    BufferReleased, Field, SlotsReclaimed, TrajectoryPool, TrajectoryReady, WorkerStarted,
-};
+use crate::sampling::{BufferReleased, SlotsReclaimed, TrajectoryReady, WorkerStarted};
 
 /// What the batcher emits.
 pub(in crate::runner) struct BatcherSignals {
@@ -218,8 +217,8 @@ impl Component for BatcherNode {
 #[cfg(test)]
 mod tests {
     use super::{runs, shares};
+    use crate::data::{Field, TrajectoryPool, TrajectoryShape};
     use crate::learning::Share;
-    use crate::sampling::{Field, TrajectoryPool, TrajectoryShape};
 
     #[test]
     fn each_policy_takes_the_columns_it_played_and_snapshots_none() {

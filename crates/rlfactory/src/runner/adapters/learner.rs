@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use super::{or_fail, sent};
 use crate::algo::adam::GradientSync;
+use crate::algo::allreduce::AllreduceGradients;
 use crate::algo::appo::Appo;
 use crate::algo::dqn::Dqn;
 use crate::algo::sac::Sac;
 use crate::algo::OffPolicyAlgo;
 use crate::config::{snapshot_slot, Algo, Config, LrScheduleKind};
-use crate::distributed::AllreduceGradients;
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, PoolSnapshot, Resumed};
@@ -215,7 +215,7 @@ fn on_policy_setup(
 /// The transitions policy `policy`'s replay buffer takes over the run: its share of `--train_for_env_steps` (which
 /// counts every agent's steps), by the agents `--agent_policy_map` gives it, else an even share of the policies.
 fn expected_inserts(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<u64> {
-    let mapping = cfg.policy_mapping(&spec.agent_names)?;
+    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let share = match &mapping.by_agent {
         Some(by_agent) => {
             by_agent.iter().filter(|&&p| p == policy).count() as f64 / by_agent.len().max(1) as f64

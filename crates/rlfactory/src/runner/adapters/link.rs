@@ -26,11 +26,10 @@ use rlf_signal::{Component, Ctx, Inlet, Signal};
 use serde::{Deserialize, Serialize};
 
 use super::or_fail;
+use crate::data::{SlotCopy, TrajectoryPool};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
-use crate::sampling::{
-    BufferReleased, RolloutReport, SlotCopy, SlotsReclaimed, TrajectoryPool, TrajectoryReady, WorkerStarted,
-};
+use crate::sampling::{BufferReleased, RolloutReport, SlotsReclaimed, TrajectoryReady, WorkerStarted};
 
 /// The tag of messages to the learner rank.
 pub(crate) const TO_LEARNER: Tag = 1;

@@ -7,6 +7,7 @@ use rlf_signal::{Component, Ctx, Signal, WorkQueue};
 
 use super::{or_fail, sent};
 use crate::config::Config;
+use crate::data::TrajectoryPool;
 use crate::env::EnvRegistry;
 use crate::env_group::{close_unused, EnvGroup};
 use crate::error::{Result, RlfError};
@@ -15,7 +16,7 @@ use crate::runner::counters::CounterLayout;
 use crate::runner::plane::{replay_writer, DataPlane};
 use crate::sampling::{
     ActionsReady, BufferReleased, PolicyRequest, ReplayWriter, RolloutReport, RolloutWorker, SlotsReclaimed,
-    SnapshotTaken, StepOutcome, TrajectoryPool, TrajectoryReady, WorkerStarted,
+    SnapshotTaken, StepOutcome, TrajectoryReady, WorkerStarted,
 };
 
 /// What a rollout worker emits.

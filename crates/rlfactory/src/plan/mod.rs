@@ -4,12 +4,15 @@
 //! the action spaces an off-policy algorithm takes, the built-in players, and sync mode's rounds. A config that
 //! resolves trains; every error names the flag.
 
+mod agent_maps;
+
 use rlf_env::Space;
 
 use crate::config::{Algo, Config};
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
-use crate::sampling::Mapping;
+
+pub use agent_maps::{agent_teams, parse_agent_policy_map, parse_agent_team_map, policy_mapping, Mapping};
 
 /// A config checked against its env, with what the env says about it.
 #[derive(Debug, Clone)]
@@ -33,11 +36,11 @@ impl RunPlan {
             Err(e) => return err(format!("--env: {e}")),
         };
         let s = &cfg.sampling;
-        let mapping = cfg.policy_mapping(&env.agent_names)?;
+        let mapping = policy_mapping(cfg, &env.agent_names)?;
         for policy in 0..s.num_policies {
             env.policy_spaces(policy, mapping.by_agent.as_deref())?;
         }
-        let teams = cfg.agent_teams(&env.agent_names, env.teams.clone())?;
+        let teams = agent_teams(cfg, &env.agent_names, env.teams.clone())?;
         if !s.agent_team_map.trim().is_empty() && !s.self_play {
             return err(
                 "--agent_team_map sets the teams self-play draws opponents by: it needs --self_play".into(),

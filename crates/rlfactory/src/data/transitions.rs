@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 
-use crate::sampling::ObsLayout;
+use super::ObsLayout;
 
 /// Where each part of a transition lies in a row of `f32` words. An observation's byte-valued parts (images, boards,
 /// masks: its [`ObsLayout`]) are packed four to a word; the learner unpacks its sampled rows
@@ -269,7 +269,7 @@ mod tests {
     /// terminal zeros included.
     #[test]
     fn byte_observations_are_packed_in_rows_and_decode_to_the_float_rows() {
-        use crate::sampling::ObsLayout;
+        use crate::data::ObsLayout;
         let space = rlf_env::Space::Tuple(vec![
             rlf_env::Space::MultiDiscrete(vec![3; 9]),
             rlf_env::Space::Box(rlf_env::BoxSpace::uniform(-1.0, 1.0, vec![1]).expect("box")),
@@ -308,7 +308,7 @@ mod tests {
     /// Byte runs of a single value save nothing packed: such observations stay floats, whole numbers as they are.
     #[test]
     fn single_byte_values_stay_floats() {
-        use crate::sampling::ObsLayout;
+        use crate::data::ObsLayout;
         let unit = rlf_env::Space::Box(rlf_env::BoxSpace::uniform(-1.0, 1.0, vec![1]).expect("box"));
         for space in [
             rlf_env::Space::discrete(16),
