@@ -170,7 +170,7 @@ fn disk_full_line(cfg: &Config, faults: &[String]) -> Option<String> {
 /// Refuses a run of `cfg` on one machine whose trajectory slots and replay buffers would not fit the shared memory
 /// (`/dev/shm`) left free.
 pub fn check_shared_memory(cfg: &Config, registry: &EnvRegistry) -> Result<()> {
-    plan_plane(cfg, registry, RankPart::Whole)?.check_fits(cfg)
+    plan_plane(cfg, &EnvSpec::of(registry, &cfg.env)?, RankPart::Whole)?.check_fits(cfg)
 }
 
 /// As [`train`], with the envs of `registry` (the binary's children must build their graph with
@@ -193,17 +193,19 @@ fn run_part(
     env_group: Option<EnvGroup>,
 ) -> Result<Option<Summary>> {
     tch::set_num_threads(cfg.run.num_threads);
+    // The env's description, from the one env built to learn it, for every part of the run planned here.
+    let env_spec = EnvSpec::of(registry, &cfg.env)?;
     // One run per experiment: the lock is this process's until the function returns (after the last saves).
     let lock = (cfg.run.save_experiment && part.learns())
         .then(|| rlf_experiment::ExperimentLock::acquire(&cfg.run.train_dir, &cfg.run.experiment))
         .transpose()?;
     if lock.is_some() && cfg.checkpoint.restart_behavior == crate::config::RestartBehaviorArg::Resume {
-        plane::check_resumable(cfg, registry)?;
+        plane::check_resumable(cfg, &env_spec)?;
     }
-    let plan = plan_plane(cfg, registry, part)?;
+    let plan = plan_plane(cfg, &env_spec, part)?;
     plan.check_fits(cfg)?;
     let replay_save_bytes = match lock {
-        Some(_) => plane::check_replay_disk(cfg, registry)?,
+        Some(_) => plane::check_replay_disk(cfg, &env_spec)?,
         None => 0,
     };
     let (experiment, resumed) = if cfg.run.save_experiment && part.learns() {
@@ -237,7 +239,6 @@ fn run_part(
         part,
     };
     let summary_slot = Arc::default();
-    let env_spec = EnvSpec::of(registry, &cfg.env)?;
     let parts = Parts {
         cfg: cfg.clone(),
         registry: registry.clone(),

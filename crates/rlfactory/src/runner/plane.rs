@@ -13,7 +13,7 @@ use super::counters::CounterLayout;
 use super::summary::ReplaySummary;
 use crate::config::{Algo, Config};
 use crate::data::{ObsLayout, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape, TransitionLayout};
-use crate::env::{EnvRegistry, EnvSpec};
+use crate::env::EnvSpec;
 use crate::error::{Result, RlfError};
 use crate::model::{ActorCritic, Policy, QNetwork, SacActor};
 use crate::sampling::ReplayWriter;
@@ -174,13 +174,12 @@ pub(super) struct PlanePlan {
 }
 
 /// The plane of `cfg` for the part of the graph this process's rank runs.
-pub(super) fn plan_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart) -> Result<PlanePlan> {
+pub(super) fn plan_plane(cfg: &Config, spec: &EnvSpec, part: RankPart) -> Result<PlanePlan> {
     // Each network's size: policies whose agents differ have networks of their own shapes.
     let models = (0..cfg.sampling.num_policies)
-        .map(|p| new_policy(cfg, registry, p))
+        .map(|p| new_policy(cfg, spec, p))
         .collect::<Result<Vec<_>>>()?;
     let s = &cfg.sampling;
-    let spec = EnvSpec::of(registry, &cfg.env)?;
     let num_agents = spec.num_agents;
     // One column per agent of each env, as wide as the largest agent's observation; byte parts stored as bytes.
     let obs_layout = ObsLayout::common(&spec.observation_spaces, spec.obs_dim);
@@ -197,7 +196,7 @@ pub(super) fn plan_plane(cfg: &Config, registry: &EnvRegistry, part: RankPart) -
     let replays = match cfg.off_policy.algo {
         Algo::Appo => Vec::new(),
         Algo::Dqn | Algo::Sac => (0..models.len())
-            .map(|p| transition_layout(cfg, &spec, p))
+            .map(|p| transition_layout(cfg, spec, p))
             .collect::<Result<Vec<_>>>()?,
     };
     Ok(PlanePlan {
@@ -398,19 +397,14 @@ impl PlaneRegions {
 }
 
 /// An off-policy rollout worker's writer into every policy's replay buffer (none for APPO).
-pub(super) fn replay_writer(
-    cfg: &Config,
-    registry: &EnvRegistry,
-    plane: &DataPlane,
-) -> Result<Option<ReplayWriter>> {
+pub(super) fn replay_writer(cfg: &Config, spec: &EnvSpec, plane: &DataPlane) -> Result<Option<ReplayWriter>> {
     if plane.replays.is_empty() {
         return Ok(None);
     }
-    let spec = EnvSpec::of(registry, &cfg.env)?;
     let mut rings = Vec::new();
     let mut layouts = Vec::new();
     for policy in 0..cfg.sampling.num_policies {
-        let (ring, layout) = (plane.open_replay(policy)?, transition_layout(cfg, &spec, policy)?);
+        let (ring, layout) = (plane.open_replay(policy)?, transition_layout(cfg, spec, policy)?);
         if ring.row_words() != layout.row_words() {
             return Err(crate::RlfError::Protocol {
                 component: "rollout worker",
@@ -461,15 +455,15 @@ fn rate_limit(cfg: &Config) -> Option<RateLimit> {
 /// Before anything is written into the folder of a run that resumes: each policy's newest intact checkpoint fits
 /// the network this run builds for it (every variable by name and shape), so that a resume with other layers or
 /// another algorithm fails with the folder as it was.
-pub(super) fn check_resumable(cfg: &Config, registry: &EnvRegistry) -> Result<()> {
+pub(super) fn check_resumable(cfg: &Config, spec: &EnvSpec) -> Result<()> {
     for policy in 0..cfg.sampling.num_policies {
         let Some(state) = crate::experiment::resume_state(cfg, policy)? else {
             continue;
         };
         let fits = match cfg.off_policy.algo {
-            Algo::Appo => new_model(cfg, registry, policy)?.load_named_tensors(&state.tensors),
-            Algo::Dqn => new_q_network(cfg, registry, policy)?.load_named_tensors(&state.tensors),
-            Algo::Sac => new_sac_actor(cfg, registry, policy)?.load_named_tensors(&state.tensors),
+            Algo::Appo => new_model(cfg, spec, policy)?.load_named_tensors(&state.tensors),
+            Algo::Dqn => new_q_network(cfg, spec, policy)?.load_named_tensors(&state.tensors),
+            Algo::Sac => new_sac_actor(cfg, spec, policy)?.load_named_tensors(&state.tensors),
         };
         fits.map_err(|e| {
             RlfError::Config(format!(
@@ -485,15 +479,14 @@ pub(super) fn check_resumable(cfg: &Config, registry: &EnvRegistry) -> Result<()
 /// With `--save_replay_buffer`, before anything is written into the experiment folder: the disk that holds it has
 /// room for the largest copies of every replay buffer (each full, with its priorities, twice: a save writes the new
 /// copy before it deletes the old). Returns the bytes one set of copies takes at most, for the log.
-pub(super) fn check_replay_disk(cfg: &Config, registry: &EnvRegistry) -> Result<u64> {
+pub(super) fn check_replay_disk(cfg: &Config, spec: &EnvSpec) -> Result<u64> {
     let o = &cfg.off_policy;
     if !o.algo.is_off_policy() || !o.save_replay_buffer || !cfg.run.save_experiment {
         return Ok(0);
     }
-    let spec = EnvSpec::of(registry, &cfg.env)?;
     let mut bytes = 0u64;
     for policy in 0..cfg.sampling.num_policies {
-        let row = 4 * transition_layout(cfg, &spec, policy)?.row_words() as u64 + 8;
+        let row = 4 * transition_layout(cfg, spec, policy)?.row_words() as u64 + 8;
         bytes = bytes.saturating_add(row.saturating_mul(o.replay_buffer_size as u64));
     }
     let dir = cfg.run.train_dir.join(&cfg.run.experiment);
@@ -513,17 +506,16 @@ pub(super) fn check_replay_disk(cfg: &Config, registry: &EnvRegistry) -> Result<
 
 /// The network of policy `policy` for `cfg`'s algorithm: an actor-critic for APPO, a Q-network for DQN, the actor
 /// for SAC.
-pub(super) fn new_policy(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<Box<dyn Policy>> {
+pub(super) fn new_policy(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<Box<dyn Policy>> {
     Ok(match cfg.off_policy.algo {
-        Algo::Appo => Box::new(new_model(cfg, registry, policy)?),
-        Algo::Dqn => Box::new(new_q_network(cfg, registry, policy)?),
-        Algo::Sac => Box::new(new_sac_actor(cfg, registry, policy)?),
+        Algo::Appo => Box::new(new_model(cfg, spec, policy)?),
+        Algo::Dqn => Box::new(new_q_network(cfg, spec, policy)?),
+        Algo::Sac => Box::new(new_sac_actor(cfg, spec, policy)?),
     })
 }
 
 /// The actor of policy `policy` (SAC), seeded as [`new_model`] seeds the actor-critic.
-pub(super) fn new_sac_actor(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<SacActor> {
-    let spec = EnvSpec::of(registry, &cfg.env)?;
+pub(super) fn new_sac_actor(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<SacActor> {
     let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
     ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
@@ -531,8 +523,7 @@ pub(super) fn new_sac_actor(cfg: &Config, registry: &EnvRegistry, policy: usize)
 }
 
 /// The Q-network of policy `policy` (DQN), seeded as [`new_model`] seeds the actor-critic.
-pub(super) fn new_q_network(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<QNetwork> {
-    let spec = EnvSpec::of(registry, &cfg.env)?;
+pub(super) fn new_q_network(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<QNetwork> {
     let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
     ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
@@ -547,8 +538,7 @@ pub(super) fn new_q_network(cfg: &Config, registry: &EnvRegistry, policy: usize)
 
 /// The network of policy `policy` for `cfg`'s env, seeded by `--seed` and the policy: every
 /// process that builds it starts from the same weights, and policies start from different ones.
-pub(super) fn new_model(cfg: &Config, registry: &EnvRegistry, policy: usize) -> Result<ActorCritic> {
-    let spec = EnvSpec::of(registry, &cfg.env)?;
+pub(super) fn new_model(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<ActorCritic> {
     let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
     ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));

@@ -6,7 +6,7 @@ use super::plane::new_policy;
 use super::summary::Summary;
 use crate::algo::appo::TrainingState;
 use crate::config::{BestMetric, Config};
-use crate::env::EnvRegistry;
+use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer};
 use crate::model::PolicyWeights;
@@ -21,7 +21,7 @@ pub(super) fn save_published(
     summary: &Summary,
     policy: usize,
 ) -> Result<()> {
-    let mut model = new_policy(cfg, registry, policy)?;
+    let mut model = new_policy(cfg, &EnvSpec::of(registry, &cfg.env)?, policy)?;
     let mut published = PolicyWeights {
         values: vec![0.0; weights.len()],
     };

@@ -6,7 +6,7 @@ use rlf_signal::{Component, Ctx, Signal};
 
 use super::{or_fail, sent};
 use crate::config::Config;
-use crate::env::EnvRegistry;
+use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 use crate::model::Policy;
 use crate::runner::plane::{new_policy, DataPlane};
@@ -34,13 +34,16 @@ impl InferenceNode {
         actions_ready: Vec<Signal<ActionsReady>>,
     ) -> Self {
         let num_networks = cfg.num_networks();
-        let setup = (0..num_networks)
-            .filter(|&n| cfg.inference_group_of_network(n) == group)
-            .map(|n| {
-                let model: Box<dyn Policy> = new_policy(cfg, registry, cfg.policy_of_network(n))?;
-                Ok((n, model, plane.open_weights(n)?))
+        let setup = EnvSpec::of(registry, &cfg.env)
+            .and_then(|spec| {
+                (0..num_networks)
+                    .filter(|&n| cfg.inference_group_of_network(n) == group)
+                    .map(|n| {
+                        let model: Box<dyn Policy> = new_policy(cfg, &spec, cfg.policy_of_network(n))?;
+                        Ok((n, model, plane.open_weights(n)?))
+                    })
+                    .collect::<Result<Vec<_>>>()
             })
-            .collect::<Result<Vec<_>>>()
             .and_then(|networks| {
                 let worker = InferenceWorker::for_networks(networks, num_networks, plane.open_pools()?)
                     .with_builtin(cfg.builtin_opponents().len());

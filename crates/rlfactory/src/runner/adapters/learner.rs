@@ -149,7 +149,8 @@ fn on_policy_setup(
     let mut sync = sync
         .map(|s| Ok::<_, RlfError>(AllreduceGradients::new(s.learners()?, s.check_every)))
         .transpose()?;
-    let built = new_model(cfg, registry, policy).and_then(|model| {
+    let spec = EnvSpec::of(registry, &cfg.env)?;
+    let built = new_model(cfg, &spec, policy).and_then(|model| {
         let appo = Appo::new(model, &cfg.appo, &cfg.optimizer, cfg.run.train_for_env_steps)?;
         let policies = (policy, cfg.num_networks());
         let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
@@ -176,7 +177,7 @@ fn on_policy_setup(
         (Err(e), Some(mut sync)) => {
             // The network's size, for the collective the others wait in (a model that cannot be built fails on
             // every learner alike).
-            let parameters = new_model(cfg, registry, policy)?
+            let parameters = new_model(cfg, &spec, policy)?
                 .variables()
                 .trainable()
                 .iter()
@@ -232,14 +233,14 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
     let spec = EnvSpec::of(registry, &cfg.env)?;
     let layout = transition_layout(cfg, &spec, policy)?;
     let algo: Box<dyn OffPolicyAlgo> = if o.algo == Algo::Sac {
-        let actor = new_sac_actor(cfg, registry, policy)?;
+        let actor = new_sac_actor(cfg, &spec, policy)?;
         let (obs_dim, action_dim) = (actor.obs_dim() as i64, actor.action_dim() as i64);
         let twin = || TwinQ::new(obs_dim, action_dim, &cfg.model, cfg.run.device);
         let sac = Sac::new(actor, twin()?, twin()?, &cfg.optimizer, o)?;
         Box::new(sac)
     } else {
-        let online = new_q_network(cfg, registry, policy)?;
-        let target = new_q_network(cfg, registry, policy)?;
+        let online = new_q_network(cfg, &spec, policy)?;
+        let target = new_q_network(cfg, &spec, policy)?;
         Box::new(Dqn::new(online, target, &cfg.optimizer, o)?)
     };
     let mut learner = OffPolicyLearner::new(

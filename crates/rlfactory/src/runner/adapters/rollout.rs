@@ -8,7 +8,7 @@ use rlf_signal::{Component, Ctx, Signal, WorkQueue};
 use super::{or_fail, sent};
 use crate::config::Config;
 use crate::data::TrajectoryPool;
-use crate::env::EnvRegistry;
+use crate::env::{EnvRegistry, EnvSpec};
 use crate::env_group::{close_unused, EnvGroup};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
@@ -69,7 +69,7 @@ impl RolloutNode {
             .ok_or_else(|| RlfError::Config(format!("no trajectory pool for rollout worker {index}")))
             .and_then(TrajectoryPool::open)
             .and_then(|pool| {
-                let replay = replay_writer(&cfg, &registry, plane)?;
+                let replay = replay_writer(&cfg, &EnvSpec::of(&registry, &cfg.env)?, plane)?;
                 Ok((pool, ShmArray::open(&plane.counters)?, replay))
             });
         Self {
