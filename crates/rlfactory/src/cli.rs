@@ -284,7 +284,7 @@ fn run(
         })?;
     tch::set_num_threads(cfg.run.num_threads);
     if !cfg.distributed.mpi {
-        runner::check_shared_memory(&cfg, registry)?;
+        runner::check_resources(&cfg, registry)?;
     }
     eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
     if !reaper {

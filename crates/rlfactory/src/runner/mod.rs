@@ -168,9 +168,12 @@ fn disk_full_line(cfg: &Config, faults: &[String]) -> Option<String> {
 }
 
 /// Refuses a run of `cfg` on one machine whose trajectory slots and replay buffers would not fit the shared memory
-/// (`/dev/shm`) left free.
-pub fn check_shared_memory(cfg: &Config, registry: &EnvRegistry) -> Result<()> {
-    plan_plane(cfg, &EnvSpec::of(registry, &cfg.env)?, RankPart::Whole)?.check_fits(cfg)
+/// (`/dev/shm`) left free, or whose replay buffers' saves would not fit the experiment's disk: before the run
+/// prints or writes anything.
+pub fn check_resources(cfg: &Config, registry: &EnvRegistry) -> Result<()> {
+    let spec = EnvSpec::of(registry, &cfg.env)?;
+    plan_plane(cfg, &spec, RankPart::Whole)?.check_fits(cfg)?;
+    plane::check_replay_disk(cfg, &spec).map(|_| ())
 }
 
 /// As [`train`], with the envs of `registry` (the binary's children must build their graph with

@@ -240,6 +240,51 @@ fn resume(case: &Case, dir: &Path, (sidecar, frames, version): (std::path::PathB
     );
 }
 
+/// The replay buffers' saves would not fit the experiment's disk (a 4-MiB tmpfs of its own, in a user and mount
+/// namespace, as above): the run is refused with one line that names the flags to change, exit code 2, before it
+/// prints its configuration or writes anything on that disk.
+#[test]
+fn replay_saves_that_cannot_fit_the_disk_are_refused_before_anything_is_written() {
+    let dir = temp_dir("fault-replay-disk");
+    let disk = dir.path().join("disk");
+    std::fs::create_dir_all(&disk).expect("mount point");
+    let script = r#"
+        set -u
+        mount -t tmpfs -o size=4m tmpfs "$DISK" || exit 90
+        "$BIN" train --env=CartPole-v1 --algo=dqn --experiment=exp --train_dir="$DISK" \
+            --replay_buffer_size=1000000 --train_for_env_steps=10000 >/dev/null 2>"$OUT/log"
+        echo "$?" >"$OUT/status"
+        ls -A "$DISK" >"$OUT/listing"
+    "#;
+    let output = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "bash", "-c", script])
+        .env("DISK", &disk)
+        .env("OUT", dir.path())
+        .env("BIN", BIN)
+        .output()
+        .expect("unshare");
+    assert!(
+        output.status.success(),
+        "this test mounts a small tmpfs in a user namespace of its own (unshare --user --map-root-user --mount), \
+         which this machine refused: {}\n{}",
+        output.status,
+        text(&output.stderr)
+    );
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).expect(name);
+    let log = read("log");
+    assert_eq!(read("status").trim(), "2", "the run's exit status:\n{log}");
+    assert_eq!(
+        log.trim().lines().count(),
+        1,
+        "one line, no configuration before it:\n{log}"
+    );
+    assert!(
+        log.starts_with("error: ") && log.contains("--save_replay_buffer false") && log.contains("MiB free"),
+        "{log}"
+    );
+    assert_eq!(read("listing").trim(), "", "nothing written on the disk");
+}
+
 /// SIGINT at an instant after the learner trained: exit 130, then a resume.
 #[test]
 fn sigint_at_any_instant_of_any_run_saves_what_a_resume_needs() {
