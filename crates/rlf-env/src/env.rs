@@ -3,7 +3,7 @@
 use crate::{Action, EnvError, Space};
 
 /// Statistics of one finished episode.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct EpisodeStats {
     /// Sum of the rewards (undiscounted).
     pub episode_return: f64,
@@ -84,6 +84,21 @@ pub trait Env: Send {
             what: "set_state".to_owned(),
         })
     }
+
+    /// Appends the env's whole state to `out` (simulator, episode counters, random generator; see
+    /// [`crate::state`]), so that an env of the same kind that [`load_state`](Env::load_state)s it continues
+    /// exactly: the same observations and rewards for the same actions. Envs that cannot do this (a Python env, an
+    /// emulator) return [`EnvError::Unsupported`], the default.
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        let _ = out;
+        Err(crate::state::unsupported(self.id(), "save_state"))
+    }
+
+    /// Takes a state [`save_state`](Env::save_state) wrote from the front of `input` and moves past it.
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        let _ = input;
+        Err(crate::state::unsupported(self.id(), "load_state"))
+    }
 }
 
 impl<E: Env + ?Sized> Env for Box<E> {
@@ -104,6 +119,12 @@ impl<E: Env + ?Sized> Env for Box<E> {
     }
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         (**self).set_state(state, obs)
+    }
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        (**self).save_state(out)
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        (**self).load_state(input)
     }
 }
 

@@ -97,6 +97,7 @@ mod multi_vector;
 pub mod pz;
 mod registry;
 pub mod space;
+pub mod state;
 pub mod treasurehunt;
 mod vector;
 pub mod wrappers;

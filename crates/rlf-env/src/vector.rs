@@ -292,6 +292,38 @@ impl VecEnv {
     pub fn envs_mut(&mut self) -> &mut [Box<dyn Env>] {
         &mut self.envs
     }
+
+    /// Appends every env's state (see [`Env::save_state`]) and the running episodes' statistics to `out`.
+    pub fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        for (i, env) in self.envs.iter().enumerate() {
+            env.save_state(out).map_err(in_slot(i))?;
+        }
+        let id = self.envs.first().map_or("VecEnv", |e| e.id());
+        crate::state::put(id, out, &(&self.running, &self.final_obs, &self.has_final))
+    }
+
+    /// Takes what [`save_state`](Self::save_state) wrote, for as many envs of the same kind, from the front of
+    /// `input`: the envs continue their episodes exactly.
+    pub fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        for (i, env) in self.envs.iter_mut().enumerate() {
+            env.load_state(input).map_err(in_slot(i))?;
+        }
+        let id = self.envs.first().map_or("VecEnv", |e| e.id()).to_owned();
+        let (running, final_obs, has_final): (Vec<EpisodeStats>, Vec<f32>, Vec<bool>) =
+            crate::state::take(&id, input)?;
+        if running.len() != self.envs.len() || final_obs.len() != self.final_obs.len() {
+            return Err(EnvError::InvalidState {
+                env: id,
+                reason: format!(
+                    "the saved state is of {} envs, not {}",
+                    running.len(),
+                    self.envs.len()
+                ),
+            });
+        }
+        (self.running, self.final_obs, self.has_final) = (running, final_obs, has_final);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -300,6 +332,72 @@ mod tests {
     use crate::wrappers::testing::Counter;
     use crate::wrappers::TimeLimit;
     use crate::Action;
+
+    /// Steps `venv` `steps` times with actions drawn from `actions(step, env)`, recording every observation,
+    /// reward and flag.
+    fn trace(
+        venv: &mut VecEnv,
+        from: usize,
+        steps: usize,
+        actions: impl Fn(usize, usize) -> f32,
+    ) -> Vec<u64> {
+        let (n, d) = (venv.num_envs(), venv.obs_dim());
+        let mut buf = VecBuffers::new(n, d);
+        let mut record = Vec::new();
+        for t in from..from + steps {
+            let a: Vec<f32> = (0..n * venv.action_dim()).map(|i| actions(t, i)).collect();
+            let ints: Vec<i64> = a.iter().map(|&x| x as i64).collect();
+            let batch = match venv.action_space() {
+                Space::Box(_) => ActionBatch::Continuous(&a),
+                _ => ActionBatch::Discrete(&ints),
+            };
+            venv.step(batch, buf.view()).unwrap();
+            record.extend(buf.obs.iter().chain(&buf.rewards).map(|v| u64::from(v.to_bits())));
+            record.extend(buf.terminated.iter().chain(&buf.truncated).map(|&b| u64::from(b)));
+        }
+        record
+    }
+
+    #[test]
+    fn a_loaded_state_continues_the_same_episodes_bit_for_bit() {
+        let registry = EnvRegistry::with_builtin();
+        for (id, action) in [
+            (
+                "CartPole-v1",
+                (|t, i| ((t * 7 + i * 3) % 5 < 2) as u8 as f32) as fn(usize, usize) -> f32,
+            ),
+            ("Acrobot-v1", |t, i| ((t + i) % 3) as f32),
+            ("MountainCar-v0", |t, i| ((t / 20 + i) % 3) as f32),
+            ("MountainCarContinuous-v0", |t, i| ((t + i) as f32 * 0.37).sin()),
+            ("Pendulum-v1", |t, i| ((t * 3 + i) as f32 * 0.21).cos() * 2.0),
+        ] {
+            let mut a = VecEnv::from_registry(&registry, id, 3).unwrap();
+            let mut obs = vec![0.0; 3 * a.obs_dim()];
+            a.reset(Some(11), &mut obs).unwrap();
+            // Past the first episodes' ends (CartPole falls, the time limits of the others).
+            trace(&mut a, 0, 230, action);
+            let mut saved = Vec::new();
+            a.save_state(&mut saved).unwrap();
+            let mut b = VecEnv::from_registry(&registry, id, 3).unwrap();
+            b.reset(Some(99), &mut obs).unwrap();
+            let mut input = &saved[..];
+            b.load_state(&mut input).unwrap();
+            assert!(input.is_empty(), "{id}: {} bytes left", input.len());
+            assert_eq!(
+                trace(&mut a, 230, 600, action),
+                trace(&mut b, 230, 600, action),
+                "{id}"
+            );
+            let mut fewer = VecEnv::from_registry(&registry, id, 2).unwrap();
+            let err = fewer.load_state(&mut &saved[..]).unwrap_err().to_string();
+            assert!(err.contains(id), "{err}");
+        }
+        let err = counters(&[3])
+            .save_state(&mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("save_state") && err.contains("slot 0"), "{err}");
+    }
 
     fn counters(lengths: &[u64]) -> VecEnv {
         VecEnv::new(

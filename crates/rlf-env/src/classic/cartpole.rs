@@ -121,6 +121,14 @@ impl Env for CartPole {
         })
     }
 
+    /// The state, Gymnasium's `steps_beyond_terminated` and the reset generator.
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        crate::state::put(ID, out, &(self.state, self.steps_beyond_terminated, &self.rng))
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        (self.state, self.steps_beyond_terminated, self.rng) = crate::state::take(ID, input)?;
+        Ok(())
+    }
     /// `state` is `[x, x_dot, theta, theta_dot]`.
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         self.state = read_state(ID, state)?;

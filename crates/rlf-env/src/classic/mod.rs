@@ -28,7 +28,7 @@ use rand_pcg::Pcg64Mcg;
 use crate::{Action, EnvError, Space};
 
 /// The reset generator every native env owns.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct ResetRng(Pcg64Mcg);
 
 impl ResetRng {

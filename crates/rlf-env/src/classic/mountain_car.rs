@@ -93,6 +93,14 @@ impl Env for MountainCar {
         })
     }
 
+    /// The state and the reset generator.
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        crate::state::put(ID, out, &(self.state, &self.rng))
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        (self.state, self.rng) = crate::state::take(ID, input)?;
+        Ok(())
+    }
     /// `state` is `[position, velocity]`.
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         self.state = read_state(ID, state)?;

@@ -75,6 +75,12 @@ impl<E: Env> Env for ClipAction<E> {
         }
         self.inner.step(Action::Continuous(&self.scratch), obs)
     }
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        self.inner.save_state(out)
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        self.inner.load_state(input)
+    }
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         self.inner.set_state(state, obs)
     }
@@ -146,6 +152,12 @@ impl<E: Env> Env for RescaleAction<E> {
             *out = (mapped as f32).max(lo).min(hi);
         }
         self.inner.step(Action::Continuous(&self.scratch), obs)
+    }
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        self.inner.save_state(out)
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        self.inner.load_state(input)
     }
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         self.inner.set_state(state, obs)

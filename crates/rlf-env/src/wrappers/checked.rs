@@ -39,6 +39,12 @@ impl<E: Env> Env for CheckedEnv<E> {
         check_observation(self.inner.id(), "step", obs)?;
         Ok(step)
     }
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        self.inner.save_state(out)
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        self.inner.load_state(input)
+    }
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         check_obs_buffer(self.inner.id(), "set_state", self.inner.observation_space(), obs)?;
         self.inner.set_state(state, obs)?;

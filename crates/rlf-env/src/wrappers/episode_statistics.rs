@@ -51,6 +51,15 @@ impl<E: Env> Env for EpisodeStatistics<E> {
         }
         Ok(step)
     }
+    /// The running episode's statistics, then the inner env's state.
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        crate::state::put(self.id(), out, &self.current)?;
+        self.inner.save_state(out)
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        self.current = crate::state::take(self.id(), input)?;
+        self.inner.load_state(input)
+    }
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         self.inner.set_state(state, obs)
     }

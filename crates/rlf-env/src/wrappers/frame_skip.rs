@@ -48,6 +48,12 @@ impl<E: Env> Env for FrameSkip<E> {
         }
         Ok(total)
     }
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        self.inner.save_state(out)
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        self.inner.load_state(input)
+    }
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         self.inner.set_state(state, obs)
     }

@@ -24,6 +24,12 @@ macro_rules! env_rewriting_observations {
                 self.$map(obs);
                 Ok(step)
             }
+            fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+                self.inner.save_state(out)
+            }
+            fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+                self.inner.load_state(input)
+            }
             fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
                 self.inner.set_state(state, obs)?;
                 self.$map(obs);
@@ -163,6 +169,12 @@ impl<E: Env> Env for SelectObservation<E> {
         let step = self.inner.step(action, &mut self.full)?;
         self.select(obs);
         Ok(step)
+    }
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        self.inner.save_state(out)
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        self.inner.load_state(input)
     }
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         self.inner.set_state(state, &mut self.full)?;

@@ -52,6 +52,15 @@ impl<E: Env> Env for TimeLimit<E> {
         }
         Ok(step)
     }
+    /// The step count of the episode, then the inner env's state.
+    fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
+        crate::state::put(self.id(), out, &self.elapsed)?;
+        self.inner.save_state(out)
+    }
+    fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
+        self.elapsed = crate::state::take(self.id(), input)?;
+        self.inner.load_state(input)
+    }
     /// Sets the inner env's state; the step count of the episode is kept.
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         self.inner.set_state(state, obs)
