@@ -262,7 +262,11 @@ impl App {
         }
         signal_handle.close();
         let _ = signal_thread.join();
-        Ok(sup.outcome(stats))
+        let mut outcome = sup.outcome(stats);
+        if let Some(kept) = &mut outcome.kept {
+            kept.graph = graph;
+        }
+        Ok(outcome)
     }
 }
 
@@ -466,6 +470,8 @@ impl Layout {
             heartbeat: b.heartbeat,
             incarnation: 0,
             whole_process: false,
+            keep: l == 0 && b.keep,
+            restore: if l == 0 { b.restore.take() } else { None },
         }
     }
 }

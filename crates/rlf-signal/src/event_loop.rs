@@ -41,7 +41,7 @@
 use crate::graph::{short, Factory, ObjectBox, Payload, Slots};
 use crate::supervisor::{Control, Fault, LoopStats, Supervisor};
 use crate::transport::{Endpoint, Inbound, RecvError, SendError, Transport};
-use crate::{Signal, WorkQueue};
+use crate::{KeptState, Signal, WorkQueue};
 use serde::Serialize;
 use std::any::Any;
 use std::cmp::Reverse;
@@ -196,6 +196,10 @@ pub(crate) struct LoopPlan {
     pub(crate) incarnation: u32,
     /// The loop has a process of its own (its CPU time is the process's).
     pub(crate) whole_process: bool,
+    /// Serial mode's main loop: keep the state at the stop ([`crate::AppBuilder::keep_state`]).
+    pub(crate) keep: bool,
+    /// Serial mode's main loop: the state to continue from.
+    pub(crate) restore: Option<KeptState>,
 }
 
 type TimerCall = Arc<dyn Fn(&mut dyn Any, &mut LoopCore, u32) + Send + Sync>;
@@ -743,6 +747,21 @@ impl Objects {
         }
     }
 
+    /// Object `id`'s state for [`crate::KeptState`] (none from an absent or poisoned object).
+    fn save(&mut self, id: u32) -> Result<Option<Vec<u8>>, String> {
+        match self.live.get_mut(id as usize) {
+            Some(Some(live)) if !live.poisoned => live.obj.save(),
+            _ => Ok(None),
+        }
+    }
+
+    fn restore(&mut self, id: u32, state: &[u8]) -> Result<(), String> {
+        match self.live.get_mut(id as usize) {
+            Some(Some(live)) if !live.poisoned => live.obj.restore(state),
+            _ => Err("it was not constructed".into()),
+        }
+    }
+
     fn ids(&self) -> Vec<u32> {
         (0..self.live.len() as u32)
             .filter(|&i| self.live[i as usize].is_some())
@@ -787,6 +806,8 @@ pub(crate) struct EventLoop {
     beat: Option<(Duration, Instant)>,
     /// The CPU clock the loop's `cpu_micros` reads, and its value at the start.
     cpu_clock: (rustix::time::ClockId, Duration),
+    /// Keep the state when the stop begins (serial mode's main loop).
+    keep: bool,
 }
 
 impl EventLoop {
@@ -836,7 +857,7 @@ impl EventLoop {
         };
         let cpu_clock = (clock, cpu_time(clock));
         let beat = core.heartbeat.map(|h| (h / 5, Instant::now()));
-        EventLoop {
+        let mut event_loop = EventLoop {
             core,
             objects,
             signals: plan.signals,
@@ -846,7 +867,108 @@ impl EventLoop {
             supervisor,
             beat,
             cpu_clock,
+            keep: plan.keep,
+        };
+        if let Some(kept) = plan.restore {
+            event_loop.restore(kept);
         }
+        event_loop
+    }
+
+    /// Takes every item out of work queue `w`, undelivered.
+    fn take_work(&mut self, w: u32) -> Vec<Vec<u8>> {
+        let mut taken = Vec::new();
+        let mut items = Inbound::new();
+        while let Ok(n) =
+            self.core
+                .transport
+                .recv(Endpoint::Work(w), &mut items, WORK_BATCH, Some(Instant::now()))
+        {
+            taken.extend((0..n).filter_map(|i| items.get(i)).map(<[u8]>::to_vec));
+            if n == 0 {
+                break;
+            }
+        }
+        taken
+    }
+
+    /// The objects' states and the undelivered messages, which are then dropped (see [`crate::KeptState`]).
+    fn keep_state(&mut self) {
+        let works = (0..self.works.len() as u32).map(|w| self.take_work(w)).collect();
+        let pending = self.core.pending.drain(..).collect();
+        let mut objects = Vec::new();
+        for id in self.objects.ids() {
+            let name = self
+                .core
+                .names
+                .objects
+                .get(id as usize)
+                .cloned()
+                .unwrap_or_default();
+            match self.objects.save(id) {
+                Ok(Some(state)) => objects.push((name, state)),
+                Ok(None) => {}
+                Err(e) => return self.state_fault(&name, format!("its state could not be kept: {e}")),
+            }
+        }
+        let kept = KeptState {
+            graph: String::new(),
+            objects,
+            pending,
+            works,
+            submit_rr: self.core.work_rr.clone(),
+            take_rr: self.work_rr.clone(),
+        };
+        if let Some(sup) = &mut self.supervisor {
+            sup.keep(kept);
+        }
+    }
+
+    /// Continues from `kept`: what the objects' `on_start` queued is replaced by what the kept run had not
+    /// delivered, and each object takes back its state.
+    fn restore(&mut self, kept: KeptState) {
+        self.core.pending.clear();
+        for w in 0..self.works.len() as u32 {
+            self.take_work(w);
+        }
+        for (name, state) in &kept.objects {
+            let Some(id) = self.core.names.objects.iter().position(|n| n == name) else {
+                return self.state_fault(
+                    name,
+                    "the kept state names this object, which the application has not".into(),
+                );
+            };
+            if let Err(e) = self.objects.restore(id as u32, state) {
+                return self.state_fault(name, format!("its kept state could not be restored: {e}"));
+            }
+        }
+        self.core.pending.extend(kept.pending);
+        for (w, items) in kept.works.iter().enumerate() {
+            let items: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+            if let Err(e) = self
+                .core
+                .transport
+                .send(Endpoint::Work(w as u32), &items, Duration::ZERO)
+            {
+                let name = self.core.names.works.get(w).cloned().unwrap_or_default();
+                return self.state_fault(&name, format!("its kept items do not fit its queue: {e}"));
+            }
+        }
+        if kept.submit_rr.len() == self.core.work_rr.len() {
+            self.core.work_rr = kept.submit_rr;
+        }
+        if kept.take_rr.len() == self.work_rr.len() {
+            self.work_rr = kept.take_rr;
+        }
+    }
+
+    fn state_fault(&mut self, object: &str, message: String) {
+        let fault = Fault::Component {
+            loop_name: self.core.loop_name().to_string(),
+            object: object.to_string(),
+            message,
+        };
+        self.core.report(Control::Fault(fault));
     }
 
     /// Runs until stopped; returns the loop's counters and, on the main loop, the supervisor's record.
@@ -1084,6 +1206,9 @@ impl EventLoop {
     fn begin_stopping(&mut self) {
         if std::mem::replace(&mut self.core.stopping, true) {
             return;
+        }
+        if self.keep {
+            self.keep_state();
         }
         for id in self.objects.ids() {
             self.objects

@@ -42,6 +42,21 @@ pub trait Component: 'static {
     {
         let _ = ctx;
     }
+
+    /// With [`AppBuilder::keep_state`] (serial mode): everything the component needs to continue exactly, taken
+    /// when the application begins to stop, before any `on_stopping` (see [`KeptState`](crate::KeptState)).
+    /// `Ok(None)`, the default: it keeps nothing, and a restored run has it as its constructor and `on_start` left
+    /// it.
+    fn save(&mut self) -> Result<Option<Vec<u8>>, String> {
+        Ok(None)
+    }
+
+    /// With [`AppBuilder::restore_state`]: takes back what [`save`](Component::save) kept, after `on_start`
+    /// and before any signal is delivered.
+    fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+        let _ = state;
+        Err("it keeps no state".into())
+    }
 }
 
 /// Where a loop runs.
@@ -175,6 +190,10 @@ pub struct AppBuilder {
     pub(crate) signals: Vec<SignalDecl>,
     pub(crate) works: Vec<WorkDecl>,
     pub(crate) errors: Vec<BuildError>,
+    /// Serial mode: keep the state at the stop ([`AppBuilder::keep_state`]).
+    pub(crate) keep: bool,
+    /// Serial mode: the state to continue from ([`AppBuilder::restore_state`]).
+    pub(crate) restore: Option<crate::KeptState>,
 }
 
 /// Default inbound queue size of a loop in bytes.
@@ -200,6 +219,8 @@ impl AppBuilder {
             signals: Vec::new(),
             works: Vec::new(),
             errors: Vec::new(),
+            keep: false,
+            restore: None,
         }
     }
 
@@ -219,6 +240,21 @@ impl AppBuilder {
     /// Serial mode: every object on the main loop of one process, same connections. Off by default.
     pub fn set_serial(&mut self, serial: bool) -> &mut Self {
         self.serial = serial;
+        self
+    }
+
+    /// Serial mode: when the application begins to stop, keep its objects' states and its undelivered messages
+    /// ([`KeptState`](crate::KeptState), in [`Outcome::kept`](crate::Outcome::kept)) instead of delivering them.
+    pub fn keep_state(&mut self, on: bool) -> &mut Self {
+        self.keep = on;
+        self
+    }
+
+    /// Serial mode: continue from `state`, which a run of the same graph kept ([`keep_state`](Self::keep_state)):
+    /// after the objects' `on_start`, each takes back its state and the undelivered messages replace what they
+    /// queued.
+    pub fn restore_state(&mut self, state: crate::KeptState) -> &mut Self {
+        self.restore = Some(state);
         self
     }
 
@@ -438,6 +474,18 @@ impl AppBuilder {
                 object: o.name.clone(),
             });
         }
+        if (self.keep || self.restore.is_some()) && !self.serial {
+            return Err(BuildError::Invalid(
+                "an application's state is kept and restored in serial mode only".into(),
+            ));
+        }
+        if let Some(kept) = &self.restore {
+            if kept.graph != self.describe() {
+                return Err(BuildError::Invalid(
+                    "the kept state is of another application graph (other loops, objects or signals)".into(),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -522,6 +570,8 @@ pub(crate) trait ObjectBox {
     fn start(&mut self, core: &mut LoopCore, me: u32);
     fn stopping(&mut self, core: &mut LoopCore, me: u32);
     fn stop(&mut self, core: &mut LoopCore, me: u32);
+    fn save(&mut self) -> Result<Option<Vec<u8>>, String>;
+    fn restore(&mut self, state: &[u8]) -> Result<(), String>;
 }
 
 pub(crate) struct Holder<T>(pub(crate) T);
@@ -538,6 +588,12 @@ impl<T: Component> ObjectBox for Holder<T> {
     }
     fn stop(&mut self, core: &mut LoopCore, me: u32) {
         self.0.on_stop(&mut Ctx::new(core, me));
+    }
+    fn save(&mut self) -> Result<Option<Vec<u8>>, String> {
+        self.0.save()
+    }
+    fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+        self.0.restore(state)
     }
 }
 

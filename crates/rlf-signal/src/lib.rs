@@ -97,6 +97,7 @@
 mod app;
 pub mod event_loop;
 mod graph;
+mod kept;
 mod supervisor;
 pub mod transport;
 
@@ -106,5 +107,6 @@ pub use graph::{
     AppBuilder, BuildError, Component, LoopRef, ObjectRef, Payload, Placement, Signal, WorkQueue,
     DEFAULT_QUEUE_BYTES,
 };
+pub use kept::KeptState;
 pub use supervisor::{Fault, LoopReport, LoopStats, Outcome, Restart};
 pub use transport::{Endpoint, Inbound, QueueTransport, RecvError, SendError, Transport, TransportHandle};

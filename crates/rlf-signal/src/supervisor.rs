@@ -215,6 +215,8 @@ pub struct Outcome {
     pub stopped_by: Option<String>,
     /// Processes replaced while the application ran, in order.
     pub restarts: Vec<Restart>,
+    /// What a serial application kept when it began to stop ([`AppBuilder::keep_state`](crate::AppBuilder::keep_state)).
+    pub kept: Option<crate::KeptState>,
 }
 
 impl Outcome {
@@ -303,6 +305,7 @@ pub(crate) struct Supervisor {
     spawn: Option<SpawnFn>,
     waiters: Vec<JoinHandle<()>>,
     restarts: Vec<Restart>,
+    kept: Option<crate::KeptState>,
 }
 
 impl Supervisor {
@@ -344,6 +347,7 @@ impl Supervisor {
             spawn,
             waiters: Vec::new(),
             restarts: Vec::new(),
+            kept: None,
         }
     }
 
@@ -637,6 +641,12 @@ impl Supervisor {
             loops,
             stopped_by: self.stopped_by,
             restarts: self.restarts,
+            kept: self.kept,
         }
+    }
+
+    /// Holds what the main loop kept at the stop, for the outcome.
+    pub(crate) fn keep(&mut self, state: crate::KeptState) {
+        self.kept = Some(state);
     }
 }

@@ -98,6 +98,7 @@ fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
         "pulse" => pulse::build(app, sink),
         "forked" => forked::build(app, sink),
         "inlet" => inlet::build(app, sink),
+        "kept" => kept::build(app, sink, None),
         other => Err(BuildError::User(format!("unknown test application {other}"))),
     }
 }
@@ -1872,6 +1873,203 @@ fn graph() -> Result<(), Failed> {
     )
 }
 
+/// Serial mode keeps the state of a stopped application, and a run restored from it ends where one that never
+/// stopped does: two steppers on work-queue loops mix their own random streams into a walker's, with jobs and
+/// answers in flight at every instant.
+mod kept {
+    use super::*;
+    use rlf_signal::KeptState;
+
+    #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+    pub struct KeptCfg {
+        /// Answers after which the walker stops the application.
+        pub stop_at: u32,
+        /// Keep the state at the stop.
+        pub keep: bool,
+    }
+
+    fn mix(x: u64, y: u64) -> u64 {
+        (x ^ y)
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407)
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct Walker {
+        #[serde(skip)]
+        pub jobs: Option<WorkQueue<u64>>,
+        pub stop_at: u32,
+        #[serde(skip)]
+        pub sink: Sink,
+        pub x: u64,
+        pub answers: u32,
+    }
+    #[derive(Serialize, Deserialize)]
+    pub struct Stepper {
+        #[serde(skip)]
+        pub stepped: Option<Signal<u64>>,
+        pub state: u64,
+    }
+    impl Component for Walker {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            if let Some(jobs) = &self.jobs {
+                for i in 0..3 {
+                    ctx.submit(jobs, &i).expect("submit");
+                }
+            }
+        }
+        fn save(&mut self) -> Result<Option<Vec<u8>>, String> {
+            postcard::to_stdvec(&(self.x, self.answers))
+                .map(Some)
+                .map_err(|e| e.to_string())
+        }
+        fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+            (self.x, self.answers) = postcard::from_bytes(state).map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    }
+    impl Walker {
+        fn on_stepped(&mut self, ctx: &mut Ctx<Self>, value: &u64) {
+            self.x = mix(self.x, *value);
+            self.answers += 1;
+            record(&self.sink, "x", self.x as i64);
+            if self.answers >= self.stop_at {
+                ctx.stop_app();
+            }
+            // The answers delivered with the one that stops the application still ask for more: the stop is taken
+            // with jobs in flight.
+            if let (false, Some(jobs)) = (ctx.stopping(), &self.jobs) {
+                ctx.submit(jobs, &self.x).expect("submit");
+            }
+        }
+    }
+    impl Component for Stepper {
+        fn save(&mut self) -> Result<Option<Vec<u8>>, String> {
+            postcard::to_stdvec(&self.state)
+                .map(Some)
+                .map_err(|e| e.to_string())
+        }
+        fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+            self.state = postcard::from_bytes(state).map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    }
+    impl Stepper {
+        fn on_job(&mut self, ctx: &mut Ctx<Self>, job: &u64) {
+            self.state = mix(self.state, *job);
+            if let Some(stepped) = &self.stepped {
+                ctx.emit(stepped, &self.state).expect("emit stepped");
+            }
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink, restore: Option<KeptState>) -> Result<(), BuildError> {
+        let c: KeptCfg = app.config()?;
+        app.set_serial(true).keep_state(c.keep);
+        if let Some(kept) = restore {
+            app.restore_state(kept);
+        }
+        let main = app.main_loop();
+        let walker = app.object::<Walker>(main, "walker");
+        let jobs = app.work_queue::<u64>("jobs", 1 << 16);
+        for (i, seed) in [(1, 11u64), (2, 23)] {
+            let l = app.process_loop(&format!("s{i}"));
+            let stepper = app.object::<Stepper>(l, &format!("stepper{i}"));
+            let stepped = app.signal::<u64, _>(stepper, "stepped");
+            app.consume(jobs, stepper, Stepper::on_job);
+            app.connect(stepped, walker, Walker::on_stepped);
+            app.construct(stepper, move || Stepper {
+                stepped: Some(stepped),
+                state: seed,
+            });
+        }
+        app.construct(walker, move || Walker {
+            jobs: Some(jobs),
+            stop_at: c.stop_at,
+            sink,
+            x: 0,
+            answers: 0,
+        });
+        Ok(())
+    }
+
+    fn run_kept(c: KeptCfg, restore: Option<KeptState>) -> Result<(Outcome, Vec<i64>), Failed> {
+        let sink = Sink::default();
+        let app = App::new("kept").with_config(&c)?;
+        let s = sink.clone();
+        let o = app.run(move |b| build(b, s, restore))?;
+        Ok((o, values(&sink, "x")))
+    }
+
+    pub fn test() -> Result<(), Failed> {
+        let (whole, xs) = run_kept(
+            KeptCfg {
+                stop_at: 500,
+                keep: false,
+            },
+            None,
+        )?;
+        expect_success(&whole)?;
+        check(whole.kept.is_none(), || {
+            "a state was kept without keep_state".into()
+        })?;
+        for stop in [1, 137, 499] {
+            let (first, before) = run_kept(
+                KeptCfg {
+                    stop_at: stop,
+                    keep: true,
+                },
+                None,
+            )?;
+            expect_success(&first)?;
+            let kept = first.kept.ok_or("no state kept")?;
+            check(kept.undelivered() > 0, || {
+                "no undelivered message kept, with two jobs in flight".into()
+            })?;
+            check(
+                kept.object("walker").is_some() && kept.object("stepper2").is_some(),
+                || {
+                    format!(
+                        "kept objects: {:?}",
+                        kept.objects.iter().map(|(n, _)| n).collect::<Vec<_>>()
+                    )
+                },
+            )?;
+            let (second, after) = run_kept(
+                KeptCfg {
+                    stop_at: 500,
+                    keep: false,
+                },
+                Some(kept.clone()),
+            )?;
+            expect_success(&second)?;
+            // The restored run goes on from where the first stopped (past 500 answers when that was at 499).
+            let joined: Vec<i64> = before.into_iter().chain(after).collect();
+            check(joined.get(..xs.len()) == Some(&xs[..]), || {
+                format!(
+                    "stopped at {stop} and restored: {} values, the first difference at {:?}",
+                    joined.len(),
+                    joined.iter().zip(&xs).position(|(a, b)| a != b)
+                )
+            })?;
+            let mut other = kept;
+            other.graph.push_str("loop extra\n");
+            let refused = run_kept(
+                KeptCfg {
+                    stop_at: 500,
+                    keep: false,
+                },
+                Some(other),
+            );
+            check(
+                matches!(&refused, Err(e) if format!("{e:?}").contains("another application graph")),
+                || "a state kept from another graph was not refused".into(),
+            )?;
+        }
+        Ok(())
+    }
+}
+
 fn main() -> ExitCode {
     if let Some(code) = rlf_signal::child_entry(|b| build(b, Sink::default())) {
         return code;
@@ -1882,6 +2080,10 @@ fn main() -> ExitCode {
     let args = Arguments::from_args();
     let mut trials = vec![
         Trial::test("graph_is_printed_and_checked", graph),
+        Trial::test(
+            "a_serial_application_restored_from_its_kept_state_ends_as_one_never_stopped",
+            kept::test,
+        ),
         Trial::test(
             "chattering_objects_on_one_loop_do_not_starve_timers",
             chatter::test,
