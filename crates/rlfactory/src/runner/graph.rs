@@ -7,8 +7,8 @@ use rlf_signal::{AppBuilder, BuildError};
 
 use super::adapters::{
     ActorLink, ActorLinkSignals, ActorStopped, BatcherNode, BatcherSignals, InferenceNode, LearnerLink,
-    LearnerLinkSignals, LearnerNode, LearnerSignals, LinkEnds, LinkFailed, RolloutNode, RolloutSignals,
-    RunnerNode, RunnerSignals, StopRequested, SummarySlot, TrainTick,
+    LearnerLinkSignals, LearnerNode, LearnerSignals, LinkEnds, LinkFailed, NextTurn, RolloutNode,
+    RolloutSignals, RunnerNode, RunnerSignals, StopRequested, SummarySlot, TrainTick,
 };
 use super::counters::CounterLayout;
 use super::mpi::LearnerSync;
@@ -407,7 +407,9 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             trajectory_ready: app.signal::<TrajectoryReady, _>(w, "trajectory_ready"),
             rollout_reported: app.signal::<RolloutReport, _>(w, "rollout_reported"),
             worker_started: app.signal::<WorkerStarted, _>(w, "worker_started"),
+            next_turn: app.signal::<NextTurn, _>(w, "next_turn"),
         };
+        app.connect(signals.next_turn, w, RolloutNode::on_next_turn);
         producers.push((
             signals.trajectory_ready,
             signals.rollout_reported,
@@ -460,8 +462,10 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     }
     for (&(g, inf), signals) in inference.iter().zip(actions_ready) {
         let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
+        let next_turn = app.signal::<NextTurn, _>(inf, "next_turn");
+        app.connect(next_turn, inf, InferenceNode::on_next_turn);
         app.construct(inf, move || {
-            InferenceNode::new(&cfg, &registry, &plane, g, signals)
+            InferenceNode::new(&cfg, &registry, &plane, g, signals, next_turn)
         });
     }
     let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);

@@ -1,10 +1,8 @@
 //! [`InferenceWorker`] on its loop.
 
-use std::time::Duration;
-
 use rlf_signal::{Component, Ctx, Signal};
 
-use super::{or_fail, sent};
+use super::{or_fail, sent, NextTurn};
 use crate::config::Config;
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
@@ -20,6 +18,8 @@ pub(in crate::runner) struct InferenceNode {
     scheduled: bool,
     /// `actions_ready` of each rollout worker, by worker index.
     actions_ready: Vec<Signal<ActionsReady>>,
+    /// To itself: run the forward pass ([`InferenceNode::on_policy_requested`]).
+    next_turn: Signal<NextTurn>,
 }
 
 impl InferenceNode {
@@ -32,6 +32,7 @@ impl InferenceNode {
         plane: &DataPlane,
         group: usize,
         actions_ready: Vec<Signal<ActionsReady>>,
+        next_turn: Signal<NextTurn>,
     ) -> Self {
         let num_networks = cfg.num_networks();
         let setup = EnvSpec::of(registry, &cfg.env)
@@ -65,20 +66,22 @@ impl InferenceNode {
             pending: Vec::new(),
             scheduled: false,
             actions_ready,
+            next_turn,
         }
     }
 
     /// Collects the request; every request taken in this turn of the loop goes into one forward
-    /// pass on the next turn (a zero-delay timer).
+    /// pass on the next turn ([`NextTurn`]).
     pub fn on_policy_requested(&mut self, ctx: &mut Ctx<'_, Self>, request: &PolicyRequest) {
         self.pending.push(*request);
         if !self.scheduled {
             self.scheduled = true;
-            ctx.timer_once(Duration::ZERO, InferenceNode::flush);
+            let asked = sent(ctx.emit(&self.next_turn, &NextTurn));
+            or_fail(ctx, asked);
         }
     }
 
-    fn flush(&mut self, ctx: &mut Ctx<'_, Self>) {
+    pub fn on_next_turn(&mut self, ctx: &mut Ctx<'_, Self>, _turn: &NextTurn) {
         self.scheduled = false;
         let Some(worker) = &mut self.worker else { return };
         let requests = std::mem::take(&mut self.pending);

@@ -15,6 +15,7 @@ mod rollout;
 mod runner;
 
 use rlf_signal::{Component, Ctx, EmitError};
+use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 
@@ -27,6 +28,13 @@ pub(super) use link::{
 };
 pub(super) use rollout::{RolloutNode, RolloutSignals};
 pub(super) use runner::{RunnerNode, RunnerSignals, SummarySlot};
+
+/// A component's signal to itself: do on the loop's next turn what this turn queued (requests for actions, a
+/// forward pass), so that two components on one loop cannot answer each other without the loop ever turning. A
+/// message rather than a zero-delay timer: it keeps its place among the loop's messages, which a serial run's kept
+/// state holds (timers are not kept).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct NextTurn;
 
 /// An emit into the queue of a loop that is stopping is not an error: the run is ending (a loop
 /// that died is reported by the supervisor as a fault).

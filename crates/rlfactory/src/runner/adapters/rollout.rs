@@ -1,11 +1,9 @@
 //! [`RolloutWorker`] on its loop.
 
-use std::time::Duration;
-
 use rlf_shm::ShmArray;
 use rlf_signal::{Component, Ctx, Signal, WorkQueue};
 
-use super::{or_fail, sent};
+use super::{or_fail, sent, NextTurn};
 use crate::config::Config;
 use crate::data::TrajectoryPool;
 use crate::env::{EnvRegistry, EnvSpec};
@@ -27,6 +25,8 @@ pub(in crate::runner) struct RolloutSignals {
     pub trajectory_ready: Signal<TrajectoryReady>,
     pub rollout_reported: Signal<RolloutReport>,
     pub worker_started: Signal<WorkerStarted>,
+    /// To itself: submit the queued requests ([`RolloutNode::defer`]).
+    pub next_turn: Signal<NextTurn>,
 }
 
 pub(in crate::runner) struct RolloutNode {
@@ -139,18 +139,19 @@ impl RolloutNode {
         sent(ctx.emit(&self.signals.worker_started, &started))
     }
 
-    /// Queues requests for actions and submits them on the loop's next turn (a zero-delay timer)
-    /// rather than from inside a slot: on one loop, rollout and inference would otherwise answer
-    /// each other without the loop ever turning, starving timers and stop requests.
+    /// Queues requests for actions and submits them on the loop's next turn ([`NextTurn`]) rather than from inside
+    /// a slot: on one loop, rollout and inference would otherwise answer each other without the loop ever turning,
+    /// starving timers and stop requests.
     fn defer(&mut self, ctx: &mut Ctx<'_, Self>, requests: impl IntoIterator<Item = PolicyRequest>) {
         self.queued.extend(requests);
         if !self.scheduled && !self.queued.is_empty() {
             self.scheduled = true;
-            ctx.timer_once(Duration::ZERO, RolloutNode::flush_requests);
+            let asked = sent(ctx.emit(&self.signals.next_turn, &NextTurn));
+            or_fail(ctx, asked);
         }
     }
 
-    fn flush_requests(&mut self, ctx: &mut Ctx<'_, Self>) {
+    pub fn on_next_turn(&mut self, ctx: &mut Ctx<'_, Self>, _turn: &NextTurn) {
         self.scheduled = false;
         let queued = std::mem::take(&mut self.queued);
         let submitted = queued.iter().try_for_each(|request| {
