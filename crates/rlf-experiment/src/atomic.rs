@@ -25,7 +25,7 @@ pub(crate) fn parent_dir(path: &Path) -> &Path {
 
 /// Replaces `path` with `bytes` atomically and durably. A write that fails (a full disk) leaves `path` as it was and
 /// no temporary file.
-pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(path);
     let written = File::create(&tmp).map_err(io(&tmp)).and_then(|mut f| {
         f.write_all(bytes).map_err(io(&tmp))?;

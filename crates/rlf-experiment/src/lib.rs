@@ -87,6 +87,7 @@ pub mod folder;
 pub mod plot;
 pub mod summary;
 
+pub use atomic::write as write_atomically;
 pub use checkpoint::{
     load_checkpoint, Checkpoint, CheckpointConfig, CheckpointMeta, CheckpointStore, Loaded, Tensor,
     TensorData,

@@ -220,6 +220,27 @@ impl Envs {
         Ok(Envs::Group(Box::new(group)))
     }
 
+    /// Appends the envs' whole state for an exact resume ([`rlf_env::Env::save_state`]): single-agent envs on this
+    /// machine only.
+    pub fn save_state(&self, out: &mut Vec<u8>) -> Result<()> {
+        match self {
+            Envs::Single(v) => Ok(v.save_state(out)?),
+            Envs::Multi(_) | Envs::Group(_) => Err(RlfError::Config(
+                "multi-agent envs and env groups keep no state for an exact resume".into(),
+            )),
+        }
+    }
+
+    /// Takes back what [`save_state`](Self::save_state) wrote.
+    pub fn load_state(&mut self, input: &mut &[u8]) -> Result<()> {
+        match self {
+            Envs::Single(v) => Ok(v.load_state(input)?),
+            Envs::Multi(_) | Envs::Group(_) => Err(RlfError::Config(
+                "multi-agent envs and env groups keep no state for an exact resume".into(),
+            )),
+        }
+    }
+
     /// Columns: envs × agents.
     pub fn num_columns(&self) -> usize {
         match self {

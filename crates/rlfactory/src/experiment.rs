@@ -227,6 +227,17 @@ pub struct ResumePoint {
     pub episodes: u64,
     /// Each policy's version (0 for a policy with no checkpoint).
     pub versions: Vec<u64>,
+    /// Each policy's checkpoint (its sidecar's file name; empty for a policy with none).
+    pub checkpoints: Vec<String>,
+}
+
+/// The file name of a checkpoint's sidecar.
+fn checkpoint_name(state: &RestoredState) -> String {
+    state
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The [`ResumePoint`] of a run of `cfg`: policy 0's checkpoint's counts and every policy's version.
@@ -235,14 +246,123 @@ pub fn resume_counts(cfg: &Config) -> Result<Option<ResumePoint>> {
         return Ok(None);
     };
     let mut versions = vec![first.training.version];
+    let mut checkpoints = vec![checkpoint_name(&first)];
     for policy in 1..cfg.sampling.num_policies {
-        versions.push(resume_state(cfg, policy)?.map_or(0, |s| s.training.version));
+        let state = resume_state(cfg, policy)?;
+        versions.push(state.as_ref().map_or(0, |s| s.training.version));
+        checkpoints.push(state.as_ref().map(checkpoint_name).unwrap_or_default());
     }
     Ok(Some(ResumePoint {
         env_frames: first.env_steps,
         episodes: first.episodes,
         versions,
+        checkpoints,
     }))
+}
+
+/// The file in an experiment folder that holds what a serial run kept at its stop ([`rlf_signal::KeptState`]),
+/// with the checkpoints it continues.
+pub const KEPT_STATE_FILE: &str = "kept_state.bin";
+
+#[derive(Serialize, Deserialize)]
+struct KeptRun {
+    /// Each policy's checkpoint that the state continues ([`ResumePoint::checkpoints`]).
+    checkpoints: Vec<String>,
+    /// The flags of what the run computes ([`computation`]), as JSON: a run with others does not continue it.
+    computation: String,
+    state: rlf_signal::KeptState,
+}
+
+/// The flags that decide what a run computes (env, sampling, model, algorithms, optimiser) by name, unlike its
+/// budget, its checkpoints' schedule or its reporting, which a resumed run may change.
+fn computation(cfg: &Config) -> serde_json::Map<String, serde_json::Value> {
+    let sections = [
+        serde_json::to_value(&cfg.env),
+        serde_json::to_value(&cfg.sampling),
+        serde_json::to_value(&cfg.model),
+        serde_json::to_value(&cfg.appo),
+        serde_json::to_value(&cfg.optimizer),
+        serde_json::to_value(&cfg.off_policy),
+    ];
+    let mut flags = serde_json::Map::new();
+    for section in sections.into_iter().flatten() {
+        if let serde_json::Value::Object(fields) = section {
+            flags.extend(fields);
+        }
+    }
+    flags
+}
+
+/// Writes `state`, which a serial run of `cfg` kept at its stop, beside the checkpoints its learners saved then,
+/// atomically.
+pub fn write_kept_state(cfg: &Config, state: rlf_signal::KeptState) -> Result<()> {
+    let checkpoints = resume_counts(cfg)?.map(|p| p.checkpoints).unwrap_or_default();
+    let computation = serde_json::Value::Object(computation(cfg)).to_string();
+    let bytes = postcard::to_stdvec(&KeptRun {
+        checkpoints,
+        computation,
+        state,
+    })
+    .map_err(|e| RlfError::Config(format!("the kept state does not encode: {e}")))?;
+    let path = cfg.run.train_dir.join(&cfg.run.experiment).join(KEPT_STATE_FILE);
+    Ok(rlf_experiment::write_atomically(&path, &bytes)?)
+}
+
+/// Takes the kept state out of the experiment folder of `cfg` as a run starts there (its checkpoints will move
+/// on, so it is used at most once): the state if it continues the checkpoints `point` resumes from, and a line for
+/// the log; `(None, None)` when there is none.
+pub fn take_kept_state(
+    cfg: &Config,
+    point: Option<&ResumePoint>,
+) -> Result<(Option<rlf_signal::KeptState>, Option<String>)> {
+    let path = cfg.run.train_dir.join(&cfg.run.experiment).join(KEPT_STATE_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, None)),
+        Err(source) => {
+            return Err(RlfError::Io {
+                what: "reading",
+                path,
+                source,
+            })
+        }
+    };
+    std::fs::remove_file(&path).map_err(|source| RlfError::Io {
+        what: "removing",
+        path: path.clone(),
+        source,
+    })?;
+    let line = |why: &str| {
+        Some(format!(
+            "{KEPT_STATE_FILE}: not used ({why}): the envs start new episodes"
+        ))
+    };
+    let kept = match postcard::from_bytes::<KeptRun>(&bytes) {
+        Ok(kept) => kept,
+        Err(e) => return Ok((None, line(&format!("it does not decode: {e}")))),
+    };
+    if point.map(|p| &p.checkpoints) != Some(&kept.checkpoints) {
+        return Ok((
+            None,
+            line("it was kept with other checkpoints than those this run resumes from"),
+        ));
+    }
+    let then: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&kept.computation).unwrap_or_default();
+    let now = computation(cfg);
+    if let Some(flag) = now
+        .keys()
+        .chain(then.keys())
+        .find(|k| now.get(*k) != then.get(*k))
+    {
+        return Ok((None, line(&format!("--{flag} differs from the stopped run's"))));
+    }
+    let messages = kept.state.undelivered();
+    let line = format!(
+        "resumes exactly where the run stopped: every component's state and {messages} undelivered messages from \
+         {KEPT_STATE_FILE}"
+    );
+    Ok((Some(kept.state), Some(line)))
 }
 
 /// Loads the newest intact checkpoint of `kind` from `store`, falling back to the other kind

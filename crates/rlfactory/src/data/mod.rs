@@ -7,4 +7,4 @@ mod trajectories;
 pub mod transitions;
 
 pub use trajectories::{Field, ObsLayout, SlotCopy, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape};
-pub use transitions::{NStepAdder, TransitionLayout};
+pub use transitions::{KeptWindows, NStepAdder, TransitionLayout};

@@ -129,7 +129,7 @@ impl TransitionLayout {
 
 /// One agent step waiting for its window to fill: where the agent was, what it did, and the rewards it received
 /// until it acted again.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Pending {
     obs: Vec<f32>,
     action: Vec<f32>,
@@ -148,7 +148,28 @@ pub struct NStepAdder {
     next: Vec<f32>,
 }
 
+/// An [`NStepAdder`]'s windows, for an exact resume: the steps waiting and the bootstrap observation.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct KeptWindows {
+    pending: VecDeque<Pending>,
+    next: Vec<f32>,
+}
+
 impl NStepAdder {
+    /// Its windows, which [`restore`](Self::restore) puts back into an adder of the same layout.
+    pub fn kept(&self) -> KeptWindows {
+        KeptWindows {
+            pending: self.pending.clone(),
+            next: self.next.clone(),
+        }
+    }
+
+    /// Takes back windows [`kept`](Self::kept) saved.
+    pub fn restore(&mut self, kept: KeptWindows) {
+        self.pending = kept.pending;
+        self.next = kept.next;
+    }
+
     /// Values per observation it takes.
     pub fn obs_dim(&self) -> usize {
         self.layout.obs_dim()

@@ -20,7 +20,7 @@ use std::ops::Range;
 use super::{Batch, Part};
 
 /// A trajectory slot: slot `buffer` of rollout worker `worker`'s pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Slot {
     /// The rollout worker (owner of the pool).
     pub worker: usize,
@@ -65,7 +65,7 @@ pub struct BatcherCounts {
 }
 
 /// One policy's sequences waiting for a dataset and its datasets in flight.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Queue {
     /// Columns of trajectories still waiting for a dataset, oldest first.
     pending: VecDeque<Part>,
@@ -107,8 +107,8 @@ impl Queue {
 }
 
 /// Assembles datasets from trajectories, per policy, and tracks which slots it and the learners
-/// hold.
-#[derive(Debug, Default)]
+/// hold. Its state is plain data, kept whole by a serial run that stops ([`rlf_signal::KeptState`]).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Batcher {
     sequences_per_dataset: usize,
     queues: Vec<Queue>,

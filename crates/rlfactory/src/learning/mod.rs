@@ -14,7 +14,7 @@ use crate::pbt::Hyper;
 
 pub use batcher::{Assembled, Batcher, BatcherCounts, Share, Slot};
 pub use learner::Learner;
-pub use off_policy::{OffPolicyLearner, ReplaySnapshot, Round};
+pub use off_policy::{KeptLearner, OffPolicyLearner, ReplaySnapshot, Round};
 pub use prioritized::SavedPriorities;
 
 /// Sequences `first_env..first_env + num_envs` (env columns) of the trajectory in slot `buffer`

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use rlf_shm::{ReplayRing, SharedWeights, Wait};
+use serde::{Deserialize, Serialize};
 
 use super::prioritized::{PrioritizedSampler, SavedPriorities};
 use super::{PolicyUpdated, TrainingReport};
@@ -97,6 +98,16 @@ pub struct OffPolicyLearner {
     /// The inserts the SGD steps restored from a checkpoint stood for when the run resumed without its buffer
     /// (which then starts empty), which the schedules over inserts count as done.
     inserts_before: u64,
+}
+
+/// An off-policy learner's kept state ([`OffPolicyLearner::kept`]).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct KeptLearner {
+    rng: Pcg64Mcg,
+    steps: u64,
+    inserts_before: u64,
+    last_beta: Option<f64>,
+    published: (u64, Vec<f32>),
 }
 
 /// Prioritised replay's state in the learner.
@@ -189,6 +200,38 @@ impl OffPolicyLearner {
             }),
             ..self
         }
+    }
+
+    /// What the learner needs besides its checkpoint and its saved buffer to continue exactly (a serial run's kept
+    /// state): its sampling generator, the SGD steps the replay ratio counts, β of the last batch, and the weights
+    /// last published (older than the checkpoint's when `--publish_interval` is above 1), which inference reads.
+    pub fn kept(&self) -> Result<KeptLearner> {
+        let mut values = vec![0.0; self.weights.len()];
+        let version = self
+            .weights
+            .try_read(&mut values)
+            .map_err(|_| RlfError::Protocol {
+                component: "learner",
+                message: format!("policy {}: its published weights were being written", self.policy),
+            })?;
+        Ok(KeptLearner {
+            rng: self.rng.clone(),
+            steps: self.steps,
+            inserts_before: self.inserts_before,
+            last_beta: self.prioritized.as_ref().map(|p| p.last_beta),
+            published: (version, values),
+        })
+    }
+
+    /// Continues from what [`kept`](Self::kept) saved, after the checkpoint and the buffer were restored: the
+    /// weights it had published are published again.
+    pub fn restore_kept(&mut self, kept: KeptLearner) -> Result<()> {
+        (self.rng, self.steps, self.inserts_before) = (kept.rng, kept.steps, kept.inserts_before);
+        if let (Some(p), Some(beta)) = (&mut self.prioritized, kept.last_beta) {
+            p.last_beta = beta;
+        }
+        let (version, values) = kept.published;
+        super::publish_weights(&self.weights, self.policy, version, &values).map(drop)
     }
 
     /// The policy trained.

@@ -79,6 +79,20 @@ pub trait Policy {
         }
     }
 
+    /// The state of the generator its actions are drawn with, for an exact resume; `None`, the default, when it draws
+    /// from libtorch's global generator (whose state cannot be read).
+    fn sampler_state(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Takes back what [`sampler_state`](Policy::sampler_state) returned.
+    fn load_sampler_state(&mut self, state: &[u8]) -> Result<()> {
+        let _ = state;
+        Err(crate::error::RlfError::Config(
+            "this policy draws its actions from libtorch's generator, which keeps no state for an exact resume".into(),
+        ))
+    }
+
     /// Values per observation.
     fn obs_dim(&self) -> usize;
 
@@ -139,7 +153,7 @@ pub trait Policy {
 
 /// One column's exploratory action under temporally-extended ε-greedy ([`Policy::act_holding`]): the action and
 /// the steps it is still to be repeated.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hold {
     /// The action (an index into the `Discrete` space).
     pub action: u32,

@@ -396,6 +396,17 @@ impl Policy for QNetwork {
         self.choose(obs, false, holds, Some(durations))
     }
 
+    /// The ε-greedy generator.
+    fn sampler_state(&self) -> Option<Vec<u8>> {
+        postcard::to_stdvec(&self.rng).ok()
+    }
+
+    fn load_sampler_state(&mut self, state: &[u8]) -> Result<()> {
+        self.rng = postcard::from_bytes(state)
+            .map_err(|e| RlfError::Config(format!("a Q-network's kept generator does not decode: {e}")))?;
+        Ok(())
+    }
+
     fn obs_dim(&self) -> usize {
         self.obs_dim as usize
     }

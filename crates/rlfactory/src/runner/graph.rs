@@ -110,6 +110,10 @@ pub(super) struct Parts {
     pub learner_sync: Option<LearnerSync>,
     /// The env group the rollout workers step their envs over (main process of a group's lead rank).
     pub env_group: Option<EnvGroup>,
+    /// Serial mode: keep every component's state at the stop, for an exact resume.
+    pub keep: bool,
+    /// Serial mode: the state a stopped run kept, to continue from.
+    pub restore: Option<rlf_signal::KeptState>,
 }
 
 /// The component graph:
@@ -144,10 +148,15 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         link_ends,
         learner_sync,
         env_group,
+        keep,
+        restore,
     } = parts;
     let mut link_ends = link_ends;
     let s = &cfg.sampling;
-    app.set_serial(cfg.run.serial_mode);
+    app.set_serial(cfg.run.serial_mode).keep_state(keep);
+    if let Some(kept) = restore {
+        app.restore_state(kept);
+    }
     // Worker processes start as forks of this one, without libtorch's start-up again, unless an
     // embedded Python interpreter (Gymnasium's and PettingZoo's envs) or MPI (an MPI rank must
     // not fork after starting it) would have to survive the fork.

@@ -69,6 +69,8 @@ pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(
         link_ends: None,
         learner_sync: None,
         env_group: None,
+        keep: false,
+        restore: None,
     };
     build_graph(app, parts)
 }
@@ -183,6 +185,31 @@ pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) 
         .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))
 }
 
+/// Whether a stop of this run keeps every component's state for an exact resume, or why not: a serial run of a DQN
+/// on single-agent envs that can save their state, without self-play or PBT. (APPO and SAC draw from libtorch's
+/// generator, whose state cannot be read.)
+fn keeps_exact_state(
+    cfg: &Config,
+    registry: &EnvRegistry,
+    part: RankPart,
+) -> std::result::Result<(), String> {
+    let why = if !cfg.run.serial_mode || part != RankPart::Whole {
+        "not serial mode"
+    } else if cfg.off_policy.algo != crate::config::Algo::Dqn {
+        "APPO and SAC draw their actions from libtorch's generator, whose state cannot be read"
+    } else if cfg.sampling.self_play || cfg.pbt.with_pbt {
+        "self-play and PBT keep no exact state"
+    } else if registry.is_multi_agent(&cfg.env.env) {
+        "multi-agent envs keep no exact state"
+    } else {
+        let env = crate::env::make_single(registry, &cfg.env).map_err(|e| e.to_string())?;
+        return env
+            .save_state(&mut Vec::new())
+            .map_err(|e| format!("the env cannot save its state: {e}"));
+    };
+    Err(why.into())
+}
+
 /// Runs `part` of the graph in this process (with `link_ends`, the MPI link's threads, on a rank, and
 /// `learner_sync` on one of several learner ranks): the summary of
 /// the part that learns, `None` for an actor rank's.
@@ -217,8 +244,29 @@ fn run_part(
     } else {
         (None, None)
     };
+    let exact = experiment
+        .as_ref()
+        .map(|_| keeps_exact_state(cfg, registry, part));
+    let (kept, kept_line) = match experiment {
+        Some(_) => crate::experiment::take_kept_state(cfg, resumed.as_ref())?,
+        None => (None, None),
+    };
     let mut regions = create_plane(cfg, plan)?;
     let mut lines = regions.memory_lines();
+    match &exact {
+        Some(Ok(())) => lines.push(format!(
+            "a stop keeps every component's state in {} for an exact resume (serial mode)",
+            crate::experiment::KEPT_STATE_FILE
+        )),
+        Some(Err(why)) if cfg.run.serial_mode => lines.push(format!(
+            "a stop keeps no exact state ({why}): a resumed run continues its counters, schedules and buffers, and \
+             its envs start new episodes"
+        )),
+        _ => {}
+    }
+    let keep = matches!(exact, Some(Ok(())));
+    let restore = kept.filter(|_| keep);
+    lines.extend(kept_line.filter(|_| keep));
     if experiment.is_some() {
         if replay_save_bytes > 0 {
             lines.push(format!(
@@ -259,11 +307,13 @@ fn run_part(
         link_ends,
         learner_sync,
         env_group,
+        keep,
+        restore,
     };
     let app = App::new("rlfactory")
         .with_config(&spec)
         .map_err(|e| RlfError::EventLoop(e.to_string()))?;
-    let outcome = app
+    let mut outcome = app
         .run(move |app| build_graph(app, parts))
         .map_err(|e| RlfError::EventLoop(e.to_string()))?;
     let summary = summary_slot.lock().ok().and_then(|mut s| s.take());
@@ -286,6 +336,9 @@ fn run_part(
             }
         }
         return Err(RlfError::Component(message));
+    }
+    if let (true, Some(kept)) = (keep, outcome.kept.take()) {
+        crate::experiment::write_kept_state(cfg, kept)?;
     }
     if !part.learns() {
         return Ok(None);

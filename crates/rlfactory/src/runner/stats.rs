@@ -433,6 +433,12 @@ impl RunStats {
         self.env_frames
     }
 
+    /// The counts [`resume_from`](Self::resume_from) continues: env frames, episodes and each policy's version.
+    pub fn counts(&self) -> (u64, u64, Vec<u64>) {
+        let versions = self.policies.iter().map(|p| p.version).collect();
+        (self.env_frames, self.episodes, versions)
+    }
+
     /// Continues the counts of a resumed run: env frames, episodes and each policy's version.
     pub fn resume_from(&mut self, env_frames: u64, episodes: u64, versions: &[u64]) {
         self.env_frames = env_frames;

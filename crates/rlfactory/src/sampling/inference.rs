@@ -94,6 +94,46 @@ pub struct Exploration {
     pub total: u64,
 }
 
+impl InferenceWorker {
+    /// What the worker needs to continue exactly (a serial run's kept state): each network's action generator and
+    /// the εz-greedy holds. The weights are not kept: the next batch reads the published ones.
+    pub fn save_state(&self) -> Result<Vec<u8>> {
+        let samplers = self
+            .served
+            .iter()
+            .map(|s| {
+                s.policy.sampler_state().ok_or_else(|| {
+                    RlfError::Config(format!(
+                        "network {} draws its actions from libtorch's generator, which keeps no state for an exact \
+                         resume",
+                        s.network
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        postcard::to_stdvec(&(samplers, &self.holds))
+            .map_err(|e| RlfError::Config(format!("an inference worker's state does not encode: {e}")))
+    }
+
+    /// Continues from what [`save_state`](Self::save_state) kept.
+    pub fn load_state(&mut self, state: &[u8]) -> Result<()> {
+        let (samplers, holds): (Vec<Vec<u8>>, Vec<Vec<Vec<Hold>>>) =
+            postcard::from_bytes(state).map_err(|e| {
+                RlfError::Config(format!("an inference worker's kept state does not decode: {e}"))
+            })?;
+        if samplers.len() != self.served.len() {
+            return Err(RlfError::Config(
+                "an inference worker's kept state is of another number of networks".into(),
+            ));
+        }
+        for (served, sampler) in self.served.iter_mut().zip(&samplers) {
+            served.policy.load_sampler_state(sampler)?;
+        }
+        self.holds = holds;
+        Ok(())
+    }
+}
+
 impl std::fmt::Debug for InferenceWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InferenceWorker")

@@ -55,6 +55,17 @@ pub struct PolicyAssigner {
 }
 
 impl PolicyAssigner {
+    /// Its random draws and episode counts, for an exact resume.
+    pub fn kept(&self) -> (Pcg64Mcg, Vec<u64>) {
+        (self.rng.clone(), self.episodes.clone())
+    }
+
+    /// Takes back what [`kept`](Self::kept) saved.
+    pub fn restore(&mut self, (rng, episodes): (Pcg64Mcg, Vec<u64>)) {
+        self.rng = rng;
+        self.episodes = episodes;
+    }
+
     /// The assigner of `num_envs` envs of `num_agents` agents, the first being env `first_env`
     /// of the run; draws are seeded by `seed`.
     pub fn new(mapping: &Mapping, num_agents: usize, num_envs: usize, first_env: usize, seed: u64) -> Self {

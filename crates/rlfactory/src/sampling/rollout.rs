@@ -29,8 +29,8 @@ use super::{
     TrajectoryReady,
 };
 use crate::config::Config;
-use crate::data::{Field, TrajectoryPool};
-use crate::data::{NStepAdder, TransitionLayout};
+use crate::data::{Field, SlotCopy, TrajectoryPool};
+use crate::data::{KeptWindows, NStepAdder, TransitionLayout};
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
 use crate::env_group::{close_unused, EnvGroup};
 use crate::error::{Result, RlfError};
@@ -410,6 +410,54 @@ impl std::fmt::Debug for RolloutWorker {
     }
 }
 
+/// A rollout worker's kept state ([`RolloutWorker::save_state`]).
+#[derive(Serialize, Deserialize)]
+struct KeptWorker {
+    splits: Vec<KeptSplit>,
+    report: RolloutReport,
+    free: Vec<usize>,
+    reclaimed: bool,
+    counts: WorkerCounts,
+    /// Off-policy: each policy's rows waiting to go into its buffer.
+    rows: Vec<Vec<f32>>,
+    pool: Vec<SlotCopy>,
+}
+
+/// A split's kept state (the scratch it rewrites at every step is left out).
+#[derive(Serialize, Deserialize)]
+struct KeptSplit {
+    envs: Vec<u8>,
+    obs: Vec<f32>,
+    rewards: Vec<f32>,
+    terminated: Vec<bool>,
+    truncated: Vec<bool>,
+    slot: Option<usize>,
+    t: usize,
+    frames: u64,
+    since_update: usize,
+    paused: bool,
+    awaiting: usize,
+    actions: Vec<f32>,
+    base: Vec<u32>,
+    policies: Vec<u32>,
+    policy_values: Vec<f32>,
+    assigner: (Pcg64Mcg, Vec<u64>),
+    protagonists: Vec<usize>,
+    builtin_rng: Pcg64Mcg,
+    ended: Vec<bool>,
+    returns: Vec<f64>,
+    windows: Vec<KeptWindows>,
+    prev_obs: Vec<f32>,
+    carry: Vec<f32>,
+}
+
+fn kept_error(e: &dyn std::fmt::Display) -> RlfError {
+    RlfError::Protocol {
+        component: "rollout worker",
+        message: format!("kept state: {e}"),
+    }
+}
+
 fn flags(dst: &mut [f32], src: &[bool]) {
     for (d, &b) in dst.iter_mut().zip(src) {
         *d = f32::from(u8::from(b));
@@ -624,6 +672,118 @@ impl RolloutWorker {
             split.end_windows(writer, self.num_policies);
         }
         writer.finish()
+    }
+
+    /// Off-policy, as a serial run that keeps its state stops: the buffers count this worker finished, and the rows
+    /// and n-step windows it holds stay in its kept state ([`save_state`](Self::save_state)) rather than going in
+    /// as those of truncated episodes.
+    pub fn finish_kept(&mut self) {
+        if let Some(writer) = &self.replay {
+            for ring in &writer.rings {
+                ring.finish_writer();
+            }
+        }
+    }
+
+    /// Everything the worker needs to continue exactly (a serial run's kept state): its envs, each split's step,
+    /// slot, buffers, random draws and n-step windows, its free slots, counts and waiting replay rows, and what
+    /// its trajectory pool's slots hold.
+    pub fn save_state(&self) -> Result<Vec<u8>> {
+        if self.splits.iter().any(|s| s.self_play.is_some()) {
+            return Err(RlfError::Config(
+                "a self-play run keeps no state for an exact resume".into(),
+            ));
+        }
+        let splits = self
+            .splits
+            .iter()
+            .map(|s| {
+                let mut envs = Vec::new();
+                s.envs.save_state(&mut envs)?;
+                Ok(KeptSplit {
+                    envs,
+                    obs: s.buf.obs.clone(),
+                    rewards: s.buf.rewards.clone(),
+                    terminated: s.buf.terminated.clone(),
+                    truncated: s.buf.truncated.clone(),
+                    slot: s.slot,
+                    t: s.t,
+                    frames: s.frames,
+                    since_update: s.since_update,
+                    paused: s.paused,
+                    awaiting: s.awaiting,
+                    actions: s.actions.clone(),
+                    base: s.base.clone(),
+                    policies: s.policies.clone(),
+                    policy_values: s.policy_values.clone(),
+                    assigner: s.assigner.kept(),
+                    protagonists: s.protagonists.clone(),
+                    builtin_rng: s.builtin_rng.clone(),
+                    ended: s.ended.clone(),
+                    returns: s.returns.clone(),
+                    windows: s.adders.iter().map(NStepAdder::kept).collect(),
+                    prev_obs: s.prev_obs.clone(),
+                    carry: s.carry.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let kept = KeptWorker {
+            splits,
+            report: self.report.clone(),
+            free: self.free.clone(),
+            reclaimed: self.reclaimed,
+            counts: self.counts,
+            rows: self.replay.as_ref().map(|w| w.rows.clone()).unwrap_or_default(),
+            pool: (0..self.pool.num_buffers())
+                .map(|b| self.pool.read_slot(b))
+                .collect::<Result<_>>()?,
+        };
+        postcard::to_stdvec(&kept).map_err(|e| kept_error(&e))
+    }
+
+    /// Continues from what [`save_state`](Self::save_state) kept, in a worker built from the same config.
+    pub fn load_state(&mut self, state: &[u8]) -> Result<()> {
+        let kept: KeptWorker = postcard::from_bytes(state).map_err(|e| kept_error(&e))?;
+        if kept.splits.len() != self.splits.len() || kept.pool.len() != self.pool.num_buffers() {
+            return Err(kept_error(&"it is of another number of splits or slots"));
+        }
+        for (s, k) in self.splits.iter_mut().zip(kept.splits) {
+            let mut envs = &k.envs[..];
+            s.envs.load_state(&mut envs)?;
+            let same = |a: usize, b: usize| {
+                if a == b {
+                    Ok(())
+                } else {
+                    Err(kept_error(&"its splits are of another size"))
+                }
+            };
+            same(k.obs.len(), s.buf.obs.len())?;
+            same(k.windows.len(), s.adders.len())?;
+            (s.buf.obs, s.buf.rewards, s.buf.terminated, s.buf.truncated) =
+                (k.obs, k.rewards, k.terminated, k.truncated);
+            (s.slot, s.t, s.frames, s.since_update, s.paused, s.awaiting) =
+                (k.slot, k.t, k.frames, k.since_update, k.paused, k.awaiting);
+            (s.actions, s.base, s.policies, s.policy_values) =
+                (k.actions, k.base, k.policies, k.policy_values);
+            s.assigner.restore(k.assigner);
+            (s.protagonists, s.builtin_rng, s.ended, s.returns) =
+                (k.protagonists, k.builtin_rng, k.ended, k.returns);
+            for (adder, windows) in s.adders.iter_mut().zip(k.windows) {
+                adder.restore(windows);
+            }
+            (s.prev_obs, s.carry) = (k.prev_obs, k.carry);
+        }
+        (self.report, self.free, self.reclaimed, self.counts) =
+            (kept.report, kept.free, kept.reclaimed, kept.counts);
+        if let Some(writer) = &mut self.replay {
+            if kept.rows.len() == writer.rows.len() {
+                writer.rows = kept.rows;
+            }
+        }
+        for (b, slot) in kept.pool.iter().enumerate() {
+            self.pool.write_slot(b, slot)?;
+        }
+        Ok(())
     }
 
     /// This worker's counts so far.

@@ -400,3 +400,117 @@ fn a_full_disk_keeps_the_previous_checkpoint_and_says_so_in_one_line() {
         (newest, ckpt.meta.env_steps, ckpt.meta.policy_version),
     );
 }
+
+/// Every tensor of the newest checkpoint of policy 0 in `dir`, by name.
+fn newest_tensors(dir: &Path) -> std::collections::BTreeMap<String, rlf_experiment::checkpoint::Tensor> {
+    let newest = common::checkpoint_sidecars(dir).pop().expect("a checkpoint");
+    rlf_experiment::load_checkpoint(&newest)
+        .unwrap_or_else(|e| panic!("{} does not load: {e}", newest.display()))
+        .tensors
+}
+
+/// Item 3 of issue 32: a serial DQN run with prioritised replay, stopped by SIGINT at an arbitrary instant, then its
+/// resume stopped again, then resumed to the end, ends with every tensor of its last checkpoint (the Q-network, its
+/// target, Adam's moments) bit-identical to those of the same run never stopped. The stop keeps every component's
+/// state (the envs mid-episode, the n-step windows, the generators, the slots and undelivered messages); a resume
+/// without it differs.
+#[test]
+fn a_serial_dqn_run_stopped_twice_by_sigint_ends_with_the_weights_of_one_never_stopped() {
+    let flags = [
+        "train",
+        "--experiment=exp",
+        "--env=CartPole-v1",
+        "--algo=dqn",
+        "--prioritized_replay",
+        "--serial_mode",
+        "--seed=2",
+        "--train_for_env_steps=9000",
+        "--report_interval_sec=0.2",
+        "--save_every_sec=0.5",
+    ];
+    let whole = temp_dir("exact-whole");
+    let output = Command::new(BIN)
+        .args(flags)
+        .arg(format!("--train_dir={}", whole.path().display()))
+        .output()
+        .expect("train");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let expected = newest_tensors(whole.path());
+    for (case, delays) in [("exact-a", [0.0, 0.3]), ("exact-b", [0.45, 0.1])] {
+        let dir = temp_dir(case);
+        let train_dir = format!("--train_dir={}", dir.path().display());
+        let args: Vec<String> = flags
+            .iter()
+            .map(|f| f.to_string())
+            .chain([train_dir.clone()])
+            .collect();
+        for delay in delays {
+            let run = spawn(Command::new(BIN).args(&args));
+            loop {
+                let line = run
+                    .lines
+                    .recv_timeout(Duration::from_secs(120))
+                    .unwrap_or_else(|e| panic!("{case}: no trained progress line ({e})"));
+                if common::progress_version(&line).is_some_and(|v| v > 0) {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_secs_f64(delay));
+            let kill = Command::new("kill")
+                .args(["-INT", &run.pid.to_string()])
+                .status()
+                .expect("kill");
+            assert!(kill.success());
+            let status = run
+                .exited
+                .recv_timeout(Duration::from_secs(60))
+                .expect("exit after SIGINT");
+            let log: Vec<String> = run.lines.try_iter().collect();
+            assert_eq!(status.code(), Some(130), "{case}: {}", log.join("\n"));
+            assert!(
+                dir.path().join("exp/kept_state.bin").is_file(),
+                "{case}: the stop kept no state:\n{}",
+                log.join("\n")
+            );
+        }
+        let output = Command::new(BIN).args(&args).output().expect("resume");
+        let log = text(&output.stderr);
+        assert!(output.status.success(), "{case}: the resumed run failed:\n{log}");
+        assert!(
+            log.contains("resumes exactly where the run stopped"),
+            "{case}:\n{log}"
+        );
+        let got = newest_tensors(dir.path());
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            expected.keys().collect::<Vec<_>>(),
+            "{case}: other tensors"
+        );
+        let differ: Vec<&String> = expected
+            .iter()
+            .filter(|(k, v)| got.get(*k) != Some(v))
+            .map(|(k, _)| k)
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{case}: tensors differ from the run never stopped: {differ:?}\n{log}"
+        );
+    }
+    // The control: the same stop resumed without its kept state ends elsewhere.
+    let dir = temp_dir("exact-control");
+    let args: Vec<String> = flags
+        .iter()
+        .map(|f| f.to_string())
+        .chain([format!("--train_dir={}", dir.path().display())])
+        .collect();
+    let (status, _) = common::interrupt_when_trained(&args, "INT");
+    assert_eq!(status.code(), Some(130));
+    std::fs::remove_file(dir.path().join("exp/kept_state.bin")).expect("a kept state");
+    let output = Command::new(BIN).args(&args).output().expect("resume");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_ne!(
+        newest_tensors(dir.path()),
+        expected,
+        "a resume without the kept state ended as the run never stopped"
+    );
+}

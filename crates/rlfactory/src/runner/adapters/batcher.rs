@@ -212,6 +212,17 @@ impl Component for BatcherNode {
             self.layout.store_batcher(counters, self.batcher.counts());
         }
     }
+
+    fn save(&mut self) -> std::result::Result<Option<Vec<u8>>, String> {
+        postcard::to_stdvec(&self.batcher)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+
+    fn restore(&mut self, state: &[u8]) -> std::result::Result<(), String> {
+        self.batcher = postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -112,4 +112,26 @@ impl Component for InferenceNode {
             None => {}
         }
     }
+
+    /// The requests taken for the next forward pass, and the worker's generators.
+    fn save(&mut self) -> std::result::Result<Option<Vec<u8>>, String> {
+        let Some(worker) = &self.worker else {
+            return Err("the inference worker did not start".into());
+        };
+        let worker = worker.save_state().map_err(|e| e.to_string())?;
+        postcard::to_stdvec(&(&self.pending, self.scheduled, worker))
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+
+    fn restore(&mut self, state: &[u8]) -> std::result::Result<(), String> {
+        let (pending, scheduled, kept): (Vec<PolicyRequest>, bool, Vec<u8>) =
+            postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        let Some(worker) = &mut self.worker else {
+            return Err("the inference worker did not start".into());
+        };
+        worker.load_state(&kept).map_err(|e| e.to_string())?;
+        (self.pending, self.scheduled) = (pending, scheduled);
+        Ok(())
+    }
 }

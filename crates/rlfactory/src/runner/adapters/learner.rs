@@ -19,7 +19,8 @@ use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, PoolSnapshot, Resumed};
 use crate::learning::{
-    Batch, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round, TrainingReport,
+    Batch, KeptLearner, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round,
+    TrainingReport,
 };
 use crate::model::{Policy, TwinQ};
 use crate::runner::mpi::LearnerSync;
@@ -605,6 +606,29 @@ impl Component for LearnerNode {
             Some(Err(e)) => ctx.fail(e),
             None => {}
         }
+    }
+
+    /// An off-policy learner's state besides its checkpoint, and the counts its checkpoints carry. (An APPO
+    /// learner's batches are drawn from libtorch's generator, whose state cannot be read.)
+    fn save(&mut self) -> std::result::Result<Option<Vec<u8>>, String> {
+        let Some(learner) = &self.off_policy else {
+            return Err("an APPO learner keeps no state for an exact resume".into());
+        };
+        let kept = learner.kept().map_err(|e| e.to_string())?;
+        postcard::to_stdvec(&(kept, &self.progress))
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+
+    fn restore(&mut self, state: &[u8]) -> std::result::Result<(), String> {
+        let (kept, progress): (KeptLearner, CheckpointRequest) =
+            postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        let Some(learner) = &mut self.off_policy else {
+            return Err("an APPO learner keeps no state for an exact resume".into());
+        };
+        learner.restore_kept(kept).map_err(|e| e.to_string())?;
+        self.progress = progress;
+        Ok(())
     }
 
     /// The last checkpoint, whatever stopped the run (the stop conditions, a fault elsewhere,

@@ -46,6 +46,16 @@ pub(in crate::runner) struct RolloutNode {
     signals: RolloutSignals,
     /// The env group its envs span (an env group's lead rank).
     group: Option<EnvGroup>,
+    /// The stop kept this worker's state ([`Component::save`]): its replay rows and windows stay in it.
+    kept: bool,
+}
+
+/// A rollout node's kept state: the requests it had not yet submitted, and its worker's.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptNode {
+    queued: Vec<PolicyRequest>,
+    scheduled: bool,
+    worker: Vec<u8>,
 }
 
 /// What a rollout worker maps before it starts: its pool, the counters and, off-policy, the replay buffers.
@@ -84,6 +94,7 @@ impl RolloutNode {
             registry,
             signals,
             group,
+            kept: false,
         }
     }
 
@@ -243,8 +254,36 @@ impl Component for RolloutNode {
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.store_counts();
         if let Some(worker) = &mut self.worker {
-            let finished = worker.finish_replay();
-            or_fail(ctx, finished);
+            if self.kept {
+                worker.finish_kept();
+            } else {
+                let finished = worker.finish_replay();
+                or_fail(ctx, finished);
+            }
         }
+    }
+
+    fn save(&mut self) -> std::result::Result<Option<Vec<u8>>, String> {
+        let Some(worker) = &self.worker else {
+            return Err("the rollout worker did not start".into());
+        };
+        let kept = KeptNode {
+            queued: self.queued.clone(),
+            scheduled: self.scheduled,
+            worker: worker.save_state().map_err(|e| e.to_string())?,
+        };
+        self.kept = true;
+        postcard::to_stdvec(&kept).map(Some).map_err(|e| e.to_string())
+    }
+
+    fn restore(&mut self, state: &[u8]) -> std::result::Result<(), String> {
+        let kept: KeptNode = postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        let Some(worker) = &mut self.worker else {
+            return Err("the rollout worker did not start".into());
+        };
+        worker.load_state(&kept.worker).map_err(|e| e.to_string())?;
+        (self.queued, self.scheduled) = (kept.queued, kept.scheduled);
+        self.store_counts();
+        Ok(())
     }
 }

@@ -368,6 +368,21 @@ impl Component for RunnerNode {
         self.close_replays();
     }
 
+    /// The counts the stop conditions read (env frames) and the checkpoints carry: a run restored from them stops
+    /// where the uninterrupted run would have.
+    fn save(&mut self) -> std::result::Result<Option<Vec<u8>>, String> {
+        postcard::to_stdvec(&self.runner.counts())
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+
+    fn restore(&mut self, state: &[u8]) -> std::result::Result<(), String> {
+        let (frames, episodes, versions): (u64, u64, Vec<u64>) =
+            postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        self.runner.resume_from(frames, episodes, &versions);
+        Ok(())
+    }
+
     fn on_stop(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.close_replays();
         let summary = self.runner.summary();
