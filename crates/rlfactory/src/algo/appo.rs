@@ -56,7 +56,7 @@ use super::adam::Adam;
 
 use crate::config::{AppoConfig, LrScheduleKind, OptimizerConfig};
 use crate::error::{Result, RlfError};
-use crate::model::{ActorCritic, NamedTensor, Policy};
+use crate::model::{ActorCritic, Draws, NamedTensor, Policy};
 use crate::pbt::Hyper;
 
 // ---------------------------------------------------------------------------------------------
@@ -505,6 +505,8 @@ pub struct Appo {
     frames_trained: u64,
     /// Called after every SGD step (the learner's heartbeat during a long dataset).
     after_step: Option<Box<dyn FnMut() + Send>>,
+    /// The minibatches' orders.
+    draws: Draws,
 }
 
 impl std::fmt::Debug for Appo {
@@ -583,7 +585,18 @@ impl Appo {
             version: 0,
             frames_trained: 0,
             after_step: None,
+            draws: Draws::from_torch(),
         })
+    }
+
+    /// The generator of the minibatches' orders, for an exact resume.
+    pub fn draws(&self) -> &Draws {
+        &self.draws
+    }
+
+    /// Replaces the generator of the minibatches' orders (a kept one).
+    pub fn set_draws(&mut self, draws: Draws) {
+        self.draws = draws;
     }
 
     /// Calls `f` after every SGD step: a learner whose dataset takes longer than the heartbeat interval beats its
@@ -1167,8 +1180,7 @@ impl Appo {
             let order = if whole {
                 None
             } else {
-                let perm =
-                    Vec::<i64>::try_from(Tensor::f_randperm(units as i64, (Kind::Int64, tch::Device::Cpu))?)?;
+                let perm = self.draws.permutation(units);
                 Some(match &acted_rows {
                     Some(rows) => perm.iter().map(|&i| rows[i as usize]).collect(),
                     None => perm,

@@ -114,4 +114,16 @@ pub trait OffPolicyAlgo: std::fmt::Debug {
     /// Continues from a checkpoint's `tensors` at `version`; returns whether everything it trains (optimiser
     /// moments included) was in it.
     fn restore(&mut self, tensors: &[NamedTensor], version: u64) -> Result<bool>;
+
+    /// The state of the generator its training draws from (SAC's action noise), for an exact resume; `None`, the
+    /// default, when training draws nothing.
+    fn sampler_state(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Takes back what [`sampler_state`](OffPolicyAlgo::sampler_state) returned.
+    fn load_sampler_state(&mut self, state: &[u8]) -> Result<()> {
+        let _ = state;
+        Ok(())
+    }
 }

@@ -100,7 +100,7 @@ impl Sac {
     // 3. Targets
 
     /// `R + d · (min(Q̄₁, Q̄₂)(s', a') − α log π(a'|s'))`, `[B]`, without gradient.
-    pub fn targets(&self, batch: &Transitions, alpha: &Tensor) -> Tensor {
+    pub fn targets(&mut self, batch: &Transitions, alpha: &Tensor) -> Tensor {
         tch::no_grad(|| {
             let (next_actions, next_log_prob) = self.actor.sample(&batch.next_obs);
             let (q1, q2) = self.target.q_values(&batch.next_obs, &next_actions);
@@ -174,6 +174,15 @@ impl Sac {
 }
 
 impl OffPolicyAlgo for Sac {
+    /// The actor's generator, which draws the noise of its actions in the targets and the losses.
+    fn sampler_state(&self) -> Option<Vec<u8>> {
+        self.actor.sampler_state()
+    }
+
+    fn load_sampler_state(&mut self, state: &[u8]) -> Result<()> {
+        self.actor.load_sampler_state(state)
+    }
+
     fn train(
         &mut self,
         batch: &Transitions,

@@ -16,7 +16,7 @@ use super::{Batch, PolicyUpdated, TrainingReport};
 use crate::algo::appo::{Appo, Dataset, TrainingState};
 use crate::data::{Field, TrajectoryPool};
 use crate::error::{Result, RlfError};
-use crate::model::{NamedTensor, Policy};
+use crate::model::{Draws, NamedTensor, Policy};
 
 /// Owns the training state (network, optimiser, version) of one policy.
 #[derive(Debug)]
@@ -170,6 +170,26 @@ impl Learner {
     pub fn publish(&self) -> Result<PolicyUpdated> {
         let values = self.appo.model().weights()?.values;
         super::publish_weights(&self.weights, self.policy, self.appo.version(), &values)
+    }
+
+    /// What the learner needs besides its checkpoint to continue exactly (a serial run's kept state): the generator
+    /// of its minibatches' orders and the weights it last published, which inference reads.
+    pub fn kept(&self) -> Result<(Draws, (u64, Vec<f32>))> {
+        let mut values = vec![0.0; self.weights.len()];
+        let version = self
+            .weights
+            .try_read(&mut values)
+            .map_err(|_| RlfError::Protocol {
+                component: "learner",
+                message: format!("policy {}: its published weights were being written", self.policy),
+            })?;
+        Ok((self.appo.draws().clone(), (version, values)))
+    }
+
+    /// Continues from what [`kept`](Self::kept) saved, after the checkpoint was restored.
+    pub fn restore_kept(&mut self, (draws, (version, values)): (Draws, (u64, Vec<f32>))) -> Result<()> {
+        self.appo.set_draws(draws);
+        super::publish_weights(&self.weights, self.policy, version, &values).map(drop)
     }
 
     /// Calls `f` after every SGD step (see [`Appo::set_after_step`]).

@@ -108,6 +108,8 @@ pub struct KeptLearner {
     inserts_before: u64,
     last_beta: Option<f64>,
     published: (u64, Vec<f32>),
+    /// The algorithm's own generator ([`OffPolicyAlgo::sampler_state`]).
+    algo: Option<Vec<u8>>,
 }
 
 /// Prioritised replay's state in the learner.
@@ -220,6 +222,7 @@ impl OffPolicyLearner {
             inserts_before: self.inserts_before,
             last_beta: self.prioritized.as_ref().map(|p| p.last_beta),
             published: (version, values),
+            algo: self.algo.sampler_state(),
         })
     }
 
@@ -229,6 +232,9 @@ impl OffPolicyLearner {
         (self.rng, self.steps, self.inserts_before) = (kept.rng, kept.steps, kept.inserts_before);
         if let (Some(p), Some(beta)) = (&mut self.prioritized, kept.last_beta) {
             p.last_beta = beta;
+        }
+        if let Some(state) = &kept.algo {
+            self.algo.load_sampler_state(state)?;
         }
         let (version, values) = kept.published;
         super::publish_weights(&self.weights, self.policy, version, &values).map(drop)

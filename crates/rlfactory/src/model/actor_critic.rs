@@ -7,7 +7,7 @@ use tch::{nn, Kind, Tensor};
 use super::encoder::{linear, Encoder};
 use super::recurrent::Core;
 use super::weights::{rows_tensor, to_vec, Variables};
-use super::{ActOutput, Distribution, Policy, RunningMeanStd};
+use super::{ActOutput, Distribution, Draws, Policy, RunningMeanStd};
 use crate::config::{DeviceKind, ModelConfig};
 use crate::error::{Result, RlfError};
 
@@ -130,6 +130,8 @@ pub struct ActorCritic {
     log_std_offset: f64,
     obs_rms: Option<RunningMeanStd>,
     ret_rms: Option<RunningMeanStd>,
+    /// The action draws ([`Draws`]).
+    draws: Draws,
 }
 
 impl std::fmt::Debug for ActorCritic {
@@ -217,6 +219,7 @@ impl ActorCritic {
             log_std_offset,
             obs_rms,
             ret_rms,
+            draws: Draws::from_torch(),
         })
     }
 
@@ -480,7 +483,7 @@ impl Policy for ActorCritic {
             if let Some(after) = after {
                 states.copy_from_slice(&to_vec(&after.flatten(0, -1))?);
             }
-            let actions = dist.sample(deterministic);
+            let actions = dist.sample(deterministic, &mut self.draws);
             let log_probs = dist.log_prob(&actions);
             Ok(ActOutput {
                 actions: to_vec(&actions)?,
@@ -488,6 +491,15 @@ impl Policy for ActorCritic {
                 values: to_vec(&self.unscale_value(&value))?,
             })
         })
+    }
+
+    /// The generator its actions are drawn with.
+    fn sampler_state(&self) -> Option<Vec<u8>> {
+        Some(self.draws.state())
+    }
+
+    fn load_sampler_state(&mut self, state: &[u8]) -> Result<()> {
+        self.draws.load(state)
     }
 
     fn obs_dim(&self) -> usize {
@@ -792,7 +804,8 @@ mod tests {
         ])
         .view([3, 8]);
         let (dist, _) = model.forward(&obs.repeat([2000, 1]));
-        let actions = Vec::<f32>::try_from(dist.sample(false).flatten(0, -1)).expect("actions");
+        let actions = Vec::<f32>::try_from(dist.sample(false, &mut super::Draws::new(0)).flatten(0, -1))
+            .expect("actions");
         for (i, a) in actions.iter().enumerate() {
             match i % 3 {
                 0 => assert!(*a == 1.0 || *a == 3.0, "row 0 sampled {a}"),

@@ -2,6 +2,8 @@
 
 use tch::{Kind, Tensor};
 
+use super::Draws;
+
 /// log(2π) / 2.
 const HALF_LOG_TWO_PI: f64 = 0.918_938_533_204_672_7;
 
@@ -83,13 +85,19 @@ impl Distribution {
         }
     }
 
-    /// Raw actions `[n, action_dim]` (float): sampled, or the mode when `deterministic`.
-    pub fn sample(&self, deterministic: bool) -> Tensor {
-        let pick = |lp: &Tensor| {
+    /// Raw actions `[n, action_dim]` (float): sampled with `draws`, or the mode when `deterministic`. A categorical
+    /// draw is the first class whose cumulative probability exceeds a uniform value.
+    pub fn sample(&self, deterministic: bool, draws: &mut Draws) -> Tensor {
+        let mut pick = |lp: &Tensor| {
             if deterministic {
                 lp.argmax(-1, true)
             } else {
-                lp.exp().multinomial(1, true)
+                let k = lp.size().last().copied().unwrap_or(1);
+                let cdf = lp.exp().cumsum(-1, Kind::Float);
+                let u = draws.uniform_like(&cdf.narrow(-1, 0, 1));
+                cdf.lt_tensor(&u)
+                    .sum_dim_intlist(-1, true, Kind::Int64)
+                    .clamp_max(k - 1)
             }
         };
         match self {
@@ -102,7 +110,7 @@ impl Distribution {
                 if deterministic {
                     mean.shallow_clone()
                 } else {
-                    mean + log_std.exp() * mean.randn_like()
+                    mean + log_std.exp() * draws.normal_like(mean)
                 }
             }
         }
@@ -126,7 +134,13 @@ mod tests {
         let h = values(&d.entropy())[0];
         let expected = -(0.25 * 0.25_f32.ln() + 0.75 * 0.75_f32.ln());
         assert!((h - expected).abs() < 1e-6);
-        assert_eq!(values(&d.sample(true)), [1.0]);
+        assert_eq!(values(&d.sample(true, &mut Draws::new(0))), [1.0]);
+        let mut draws = Draws::new(3);
+        let rows = Tensor::zeros([20_000, 2], (Kind::Float, tch::Device::Cpu)) + &logits;
+        let picks = values(&Distribution::categorical(&rows).sample(false, &mut draws));
+        let ones = picks.iter().filter(|&&a| a == 1.0).count() as f64 / picks.len() as f64;
+        assert!((ones - 0.75).abs() < 0.015, "{ones} of the draws are 1, not 0.75");
+        assert!(picks.iter().all(|&a| a == 0.0 || a == 1.0));
     }
 
     #[test]

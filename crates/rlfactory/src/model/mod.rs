@@ -14,6 +14,7 @@
 
 mod actor_critic;
 mod distribution;
+mod draws;
 mod encoder;
 mod normalize;
 mod q_network;
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 pub use actor_critic::{ActionHead, ActorCritic, ACTION_MASK_KEY};
 pub use distribution::Distribution;
+pub use draws::Draws;
 pub use normalize::RunningMeanStd;
 pub use q_network::{QActivations, QNetwork};
 pub use sac::{SacActor, TwinQ};

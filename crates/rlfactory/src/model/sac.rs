@@ -10,14 +10,13 @@
 
 use std::f64::consts::{LN_2, PI};
 
-use rand::{RngExt, SeedableRng};
-use rand_pcg::Pcg64Mcg;
+use rand::RngExt;
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
 use super::encoder::{linear, Encoder};
 use super::weights::{rows_tensor, to_vec, Variables};
-use super::{ActOutput, Policy};
+use super::{ActOutput, Draws, Policy};
 use crate::config::{DeviceKind, ModelConfig};
 use crate::error::{Result, RlfError};
 
@@ -42,7 +41,8 @@ pub struct SacActor {
     log_std: nn::Linear,
     /// The probability of a uniformly random action instead of a sample ([`Policy::set_exploration`]).
     uniform: f64,
-    rng: Pcg64Mcg,
+    /// The action draws ([`Draws`]): the squashed Gaussian's noise and the uniform exploration's.
+    draws: Draws,
 }
 
 impl std::fmt::Debug for SacActor {
@@ -89,7 +89,7 @@ impl SacActor {
             mean,
             log_std,
             uniform: 0.0,
-            rng: Pcg64Mcg::seed_from_u64(0x5ac0_ac70_2eed_0001),
+            draws: Draws::from_torch(),
         })
     }
 
@@ -113,9 +113,9 @@ impl SacActor {
     /// A reparameterised sample `a = tanh(μ + σ ε)`, `[n, action_dim]`, and its log-density `[n]`:
     /// the Gaussian's, minus `Σ log(1 − tanh² u)` (the squash's change of variables), computed as
     /// `2 (log 2 − u − softplus(−2u))`, which stays finite where tanh saturates.
-    pub fn sample(&self, obs: &Tensor) -> (Tensor, Tensor) {
+    pub fn sample(&mut self, obs: &Tensor) -> (Tensor, Tensor) {
         let (mean, log_std) = self.gaussian(obs);
-        let noise = mean.randn_like();
+        let noise = self.draws.normal_like(&mean);
         let u = &mean + log_std.exp() * &noise;
         let gaussian = (noise.square() * -0.5 - &log_std - 0.5 * (2.0 * PI).ln()).sum_dim_intlist(
             -1,
@@ -151,14 +151,23 @@ impl Policy for SacActor {
             let d = self.action_dim as usize;
             let uniform_log_prob = -(d as f64 * LN_2) as f32;
             for (row, lp) in out.actions.chunks_exact_mut(d).zip(&mut out.log_probs) {
-                if self.rng.random::<f64>() < self.uniform {
+                if self.draws.rng().random::<f64>() < self.uniform {
                     row.iter_mut()
-                        .for_each(|a| *a = self.rng.random_range(-1.0f32..=1.0));
+                        .for_each(|a| *a = self.draws.rng().random_range(-1.0f32..=1.0));
                     *lp = uniform_log_prob;
                 }
             }
         }
         Ok(out)
+    }
+
+    /// The generator of the noise and the uniform exploration.
+    fn sampler_state(&self) -> Option<Vec<u8>> {
+        Some(self.draws.state())
+    }
+
+    fn load_sampler_state(&mut self, state: &[u8]) -> Result<()> {
+        self.draws.load(state)
     }
 
     fn obs_dim(&self) -> usize {

@@ -185,9 +185,8 @@ pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) 
         .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))
 }
 
-/// Whether a stop of this run keeps every component's state for an exact resume, or why not: a serial run of a DQN
-/// on single-agent envs that can save their state, without self-play or PBT. (APPO and SAC draw from libtorch's
-/// generator, whose state cannot be read.)
+/// Whether a stop of this run keeps every component's state for an exact resume, or why not: a serial run on
+/// single-agent envs that can save their state, without self-play or PBT.
 fn keeps_exact_state(
     cfg: &Config,
     registry: &EnvRegistry,
@@ -195,8 +194,6 @@ fn keeps_exact_state(
 ) -> std::result::Result<(), String> {
     let why = if !cfg.run.serial_mode || part != RankPart::Whole {
         "not serial mode"
-    } else if cfg.off_policy.algo != crate::config::Algo::Dqn {
-        "APPO and SAC draw their actions from libtorch's generator, whose state cannot be read"
     } else if cfg.sampling.self_play || cfg.pbt.with_pbt {
         "self-play and PBT keep no exact state"
     } else if registry.is_multi_agent(&cfg.env.env) {

@@ -409,108 +409,164 @@ fn newest_tensors(dir: &Path) -> std::collections::BTreeMap<String, rlf_experime
         .tensors
 }
 
-/// Item 3 of issue 32: a serial DQN run with prioritised replay, stopped by SIGINT at an arbitrary instant, then its
-/// resume stopped again, then resumed to the end, ends with every tensor of its last checkpoint (the Q-network, its
-/// target, Adam's moments) bit-identical to those of the same run never stopped. The stop keeps every component's
-/// state (the envs mid-episode, the n-step windows, the generators, the slots and undelivered messages); a resume
-/// without it differs.
+/// A kind of run for the exact resume: its name, flags and budget.
+struct Exact {
+    name: &'static str,
+    flags: &'static [&'static str],
+    frames: u64,
+}
+
+const EXACT: &[Exact] = &[
+    Exact {
+        name: "dqn-prioritized",
+        flags: &["--env=CartPole-v1", "--algo=dqn", "--prioritized_replay"],
+        frames: 9000,
+    },
+    Exact {
+        name: "appo-normalised",
+        flags: &["--env=CartPole-v1", "--normalize_input", "--normalize_returns"],
+        frames: 300_000,
+    },
+    Exact {
+        name: "appo-rnn",
+        flags: &[
+            "--env=CartPole-v1",
+            "--use_rnn",
+            "--num_envs_per_worker=32",
+            "--rollout=16",
+        ],
+        frames: 60_000,
+    },
+    Exact {
+        name: "sac",
+        flags: &["--env=Pendulum-v1", "--algo=sac", "--learning_starts=500"],
+        frames: 2500,
+    },
+];
+
+/// Item 3 of issue 32: a serial run, stopped by SIGINT at an arbitrary instant, then its resume stopped again, then
+/// resumed to the end, ends with every tensor of its last checkpoint (the networks, the targets, Adam's moments, the
+/// normalisers' statistics) bit-identical to those of the same run never stopped: for DQN with prioritised replay,
+/// APPO with normalisers and with a GRU, and SAC. The stop keeps every component's state (the envs mid-episode, the
+/// n-step windows, the generators, the trajectory slots, the batcher's datasets, the undelivered messages); the
+/// same stop resumed without it ends elsewhere.
 #[test]
-fn a_serial_dqn_run_stopped_twice_by_sigint_ends_with_the_weights_of_one_never_stopped() {
-    let flags = [
-        "train",
-        "--experiment=exp",
-        "--env=CartPole-v1",
-        "--algo=dqn",
-        "--prioritized_replay",
-        "--serial_mode",
-        "--seed=2",
-        "--train_for_env_steps=9000",
-        "--report_interval_sec=0.2",
-        "--save_every_sec=0.5",
-    ];
-    let whole = temp_dir("exact-whole");
-    let output = Command::new(BIN)
-        .args(flags)
-        .arg(format!("--train_dir={}", whole.path().display()))
-        .output()
-        .expect("train");
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let expected = newest_tensors(whole.path());
-    for (case, delays) in [("exact-a", [0.0, 0.3]), ("exact-b", [0.45, 0.1])] {
-        let dir = temp_dir(case);
-        let train_dir = format!("--train_dir={}", dir.path().display());
-        let args: Vec<String> = flags
+fn a_serial_run_stopped_twice_by_sigint_ends_with_the_weights_of_one_never_stopped() {
+    for case in EXACT {
+        let budget = format!("--train_for_env_steps={}", case.frames);
+        let args = |dir: &Path| -> Vec<String> {
+            [
+                "train",
+                "--experiment=exp",
+                "--serial_mode",
+                "--seed=2",
+                "--report_interval_sec=0.2",
+                "--save_every_sec=0.5",
+                &budget,
+            ]
             .iter()
+            .chain(case.flags)
             .map(|f| f.to_string())
-            .chain([train_dir.clone()])
-            .collect();
-        for delay in delays {
-            let run = spawn(Command::new(BIN).args(&args));
-            loop {
-                let line = run
-                    .lines
-                    .recv_timeout(Duration::from_secs(120))
-                    .unwrap_or_else(|e| panic!("{case}: no trained progress line ({e})"));
-                if common::progress_version(&line).is_some_and(|v| v > 0) {
-                    break;
+            .chain([format!("--train_dir={}", dir.display())])
+            .collect()
+        };
+        let whole = temp_dir(&format!("exact-{}", case.name));
+        let output = Command::new(BIN)
+            .args(args(whole.path()))
+            .output()
+            .expect("train");
+        assert!(output.status.success(), "{}: {}", case.name, text(&output.stderr));
+        let expected = newest_tensors(whole.path());
+        // Two stops: once a progress line has passed a quarter of the budget, and in the resumed run once one has
+        // passed 55% of it, each after a further delay.
+        for delays in [[0.0, 0.3], [0.15, 0.05]] {
+            let dir = temp_dir(&format!("exact-{}-{}", case.name, delays[0]));
+            for (share, delay) in [0.25, 0.55].into_iter().zip(delays) {
+                let run = spawn(Command::new(BIN).args(args(dir.path())));
+                let mut log = Vec::new();
+                loop {
+                    let line = run
+                        .lines
+                        .recv_timeout(Duration::from_secs(120))
+                        .unwrap_or_else(|e| panic!("{}: no progress past {share} ({e})", case.name));
+                    let frames = line
+                        .split("frames ")
+                        .nth(1)
+                        .and_then(|f| f.split_whitespace().next());
+                    let past = frames
+                        .and_then(|f| f.parse::<f64>().ok())
+                        .is_some_and(|f| f >= share * case.frames as f64);
+                    log.push(line);
+                    if past {
+                        break;
+                    }
                 }
+                std::thread::sleep(Duration::from_secs_f64(delay));
+                let kill = Command::new("kill")
+                    .args(["-INT", &run.pid.to_string()])
+                    .status()
+                    .expect("kill");
+                assert!(
+                    kill.success(),
+                    "{}: the run ended before the SIGINT:\n{}",
+                    case.name,
+                    log.join("\n")
+                );
+                let status = run
+                    .exited
+                    .recv_timeout(Duration::from_secs(60))
+                    .expect("exit after SIGINT");
+                log.extend(run.lines.try_iter());
+                assert_eq!(status.code(), Some(130), "{}: {}", case.name, log.join("\n"));
+                assert!(
+                    dir.path().join("exp/kept_state.bin").is_file(),
+                    "{}: the stop kept no state:\n{}",
+                    case.name,
+                    log.join("\n")
+                );
             }
-            std::thread::sleep(Duration::from_secs_f64(delay));
-            let kill = Command::new("kill")
-                .args(["-INT", &run.pid.to_string()])
-                .status()
-                .expect("kill");
-            assert!(kill.success());
-            let status = run
-                .exited
-                .recv_timeout(Duration::from_secs(60))
-                .expect("exit after SIGINT");
-            let log: Vec<String> = run.lines.try_iter().collect();
-            assert_eq!(status.code(), Some(130), "{case}: {}", log.join("\n"));
+            let output = Command::new(BIN).args(args(dir.path())).output().expect("resume");
+            let log = text(&output.stderr);
             assert!(
-                dir.path().join("exp/kept_state.bin").is_file(),
-                "{case}: the stop kept no state:\n{}",
-                log.join("\n")
+                output.status.success(),
+                "{}: the resumed run failed:\n{log}",
+                case.name
+            );
+            assert!(
+                log.contains("resumes exactly where the run stopped"),
+                "{}:\n{log}",
+                case.name
+            );
+            let got = newest_tensors(dir.path());
+            assert_eq!(
+                got.keys().collect::<Vec<_>>(),
+                expected.keys().collect::<Vec<_>>(),
+                "{}: other tensors",
+                case.name
+            );
+            let differ: Vec<&String> = expected
+                .iter()
+                .filter(|(k, v)| got.get(*k) != Some(v))
+                .map(|(k, _)| k)
+                .collect();
+            assert!(
+                differ.is_empty(),
+                "{} stopped after {delays:?} s: tensors differ from the run never stopped: {differ:?}\n{log}",
+                case.name
             );
         }
-        let output = Command::new(BIN).args(&args).output().expect("resume");
-        let log = text(&output.stderr);
-        assert!(output.status.success(), "{case}: the resumed run failed:\n{log}");
-        assert!(
-            log.contains("resumes exactly where the run stopped"),
-            "{case}:\n{log}"
-        );
-        let got = newest_tensors(dir.path());
-        assert_eq!(
-            got.keys().collect::<Vec<_>>(),
-            expected.keys().collect::<Vec<_>>(),
-            "{case}: other tensors"
-        );
-        let differ: Vec<&String> = expected
-            .iter()
-            .filter(|(k, v)| got.get(*k) != Some(v))
-            .map(|(k, _)| k)
-            .collect();
-        assert!(
-            differ.is_empty(),
-            "{case}: tensors differ from the run never stopped: {differ:?}\n{log}"
+        // The control: the same stop resumed without its kept state ends elsewhere.
+        let dir = temp_dir(&format!("exact-{}-control", case.name));
+        let (status, _) = common::interrupt_when_trained(&args(dir.path()), "INT");
+        assert_eq!(status.code(), Some(130));
+        std::fs::remove_file(dir.path().join("exp/kept_state.bin")).expect("a kept state");
+        let output = Command::new(BIN).args(args(dir.path())).output().expect("resume");
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert_ne!(
+            newest_tensors(dir.path()),
+            expected,
+            "{}: a resume without the kept state ended as the run never stopped",
+            case.name
         );
     }
-    // The control: the same stop resumed without its kept state ends elsewhere.
-    let dir = temp_dir("exact-control");
-    let args: Vec<String> = flags
-        .iter()
-        .map(|f| f.to_string())
-        .chain([format!("--train_dir={}", dir.path().display())])
-        .collect();
-    let (status, _) = common::interrupt_when_trained(&args, "INT");
-    assert_eq!(status.code(), Some(130));
-    std::fs::remove_file(dir.path().join("exp/kept_state.bin")).expect("a kept state");
-    let output = Command::new(BIN).args(&args).output().expect("resume");
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    assert_ne!(
-        newest_tensors(dir.path()),
-        expected,
-        "a resume without the kept state ended as the run never stopped"
-    );
 }

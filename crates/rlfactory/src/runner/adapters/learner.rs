@@ -22,7 +22,7 @@ use crate::learning::{
     Batch, KeptLearner, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round,
     TrainingReport,
 };
-use crate::model::{Policy, TwinQ};
+use crate::model::{Draws, Policy, TwinQ};
 use crate::runner::mpi::LearnerSync;
 use crate::runner::plane::{new_model, new_q_network, new_sac_actor, transition_layout, DataPlane};
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken};
@@ -43,6 +43,13 @@ pub(in crate::runner) struct LearnerSignals {
 /// Train another round (an off-policy learner's signal to itself, so that its loop answers between rounds).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(in crate::runner) struct TrainTick;
+
+/// A learner's kept state besides its checkpoint (see [`Component::save`]).
+#[derive(Serialize, Deserialize)]
+enum KeptTrainer {
+    OnPolicy((Draws, (u64, Vec<f32>))),
+    OffPolicy(KeptLearner),
+}
 
 /// What the learner's loop builds in its process.
 struct Setup {
@@ -608,25 +615,27 @@ impl Component for LearnerNode {
         }
     }
 
-    /// An off-policy learner's state besides its checkpoint, and the counts its checkpoints carry. (An APPO
-    /// learner's batches are drawn from libtorch's generator, whose state cannot be read.)
+    /// The learner's state besides its checkpoint, and the counts its checkpoints carry.
     fn save(&mut self) -> std::result::Result<Option<Vec<u8>>, String> {
-        let Some(learner) = &self.off_policy else {
-            return Err("an APPO learner keeps no state for an exact resume".into());
+        let kept = match (&self.learner, &self.off_policy) {
+            (Some(learner), _) => KeptTrainer::OnPolicy(learner.kept().map_err(|e| e.to_string())?),
+            (None, Some(learner)) => KeptTrainer::OffPolicy(learner.kept().map_err(|e| e.to_string())?),
+            (None, None) => return Err("the learner did not start".into()),
         };
-        let kept = learner.kept().map_err(|e| e.to_string())?;
         postcard::to_stdvec(&(kept, &self.progress))
             .map(Some)
             .map_err(|e| e.to_string())
     }
 
     fn restore(&mut self, state: &[u8]) -> std::result::Result<(), String> {
-        let (kept, progress): (KeptLearner, CheckpointRequest) =
+        let (kept, progress): (KeptTrainer, CheckpointRequest) =
             postcard::from_bytes(state).map_err(|e| e.to_string())?;
-        let Some(learner) = &mut self.off_policy else {
-            return Err("an APPO learner keeps no state for an exact resume".into());
-        };
-        learner.restore_kept(kept).map_err(|e| e.to_string())?;
+        match (kept, &mut self.learner, &mut self.off_policy) {
+            (KeptTrainer::OnPolicy(kept), Some(learner), _) => learner.restore_kept(kept),
+            (KeptTrainer::OffPolicy(kept), _, Some(learner)) => learner.restore_kept(kept),
+            _ => return Err("the kept state is of another kind of learner".into()),
+        }
+        .map_err(|e| e.to_string())?;
         self.progress = progress;
         Ok(())
     }
