@@ -1,5 +1,6 @@
 //! The fault matrix (issue 32): every kind of run that exists, stopped at an arbitrary instant, resumes. APPO, DQN
-//! (prioritised) and SAC, each in serial and parallel mode, Connect Four self-play and a PBT population of two:
+//! (prioritised) and SAC, each in serial and parallel mode, Connect Four self-play (parallel, and serial without a
+//! kept state) and a PBT population of two:
 //! - SIGINT at an instant after the learner has trained: exit 130, no shared memory left, a last checkpoint with
 //!   Adam's moments (and the target networks and replay buffer of DQN and SAC);
 //! - SIGKILL of the main process at an instant after its first checkpoint: every process of the run goes, the
@@ -81,6 +82,19 @@ const CASES: &[Case] = &[
             "--env=connect_four",
             "--self_play",
             "--snapshot_every_env_steps=2000",
+        ],
+        tensors: &["action_head.", "value_head."],
+        more: 40_000,
+    },
+    // Serial mode without a kept state (self-play keeps none): the stop drains its loop, which must not go on
+    // stepping the envs it drains.
+    Case {
+        name: "self_play_serial",
+        flags: &[
+            "--env=connect_four",
+            "--self_play",
+            "--snapshot_every_env_steps=2000",
+            "--serial_mode",
         ],
         tensors: &["action_head.", "value_head."],
         more: 40_000,

@@ -81,7 +81,13 @@ impl InferenceNode {
         }
     }
 
+    /// The forward pass of the requests taken, unless the run is stopping (see [`RolloutNode::on_next_turn`]).
+    ///
+    /// [`RolloutNode::on_next_turn`]: super::RolloutNode::on_next_turn
     pub fn on_next_turn(&mut self, ctx: &mut Ctx<'_, Self>, _turn: &NextTurn) {
+        if ctx.stopping() {
+            return;
+        }
         self.scheduled = false;
         let Some(worker) = &mut self.worker else { return };
         let requests = std::mem::take(&mut self.pending);

@@ -162,7 +162,12 @@ impl RolloutNode {
         }
     }
 
+    /// Submits the queued requests, unless the run is stopping: its loop then only drains what is queued, as it
+    /// would fire no timer.
     pub fn on_next_turn(&mut self, ctx: &mut Ctx<'_, Self>, _turn: &NextTurn) {
+        if ctx.stopping() {
+            return;
+        }
         self.scheduled = false;
         let queued = std::mem::take(&mut self.queued);
         let submitted = queued.iter().try_for_each(|request| {
