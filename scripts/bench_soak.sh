@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Memory over a long run (issue 32): trains at full speed for SECONDS (default 900) and every 10 s samples the
 # proportional set size (PSS: shared memory counted once, split between the processes that map it) of every process
-# of the run and the bytes in use in /dev/shm. Prints the samples, then the growth from the sample at 60 s to the
-# last one. The target: under 2%.
+# of the run, its private part (heap, stacks), and the KiB allocated to the run's segments in /dev/shm. Prints the
+# samples, then the growth of each from the sample at 60 s to the last one. The target: under 2%.
 # Usage: bash scripts/bench_soak.sh [cartpole|treasurehunt ...]   (default: both)
 #   cartpole      CartPole-v1, APPO, the default config (parallel)
 #   treasurehunt  Treasurehunt, 5 DQN learners (configs/treasurehunt-iqn-like.toml, parallel)
@@ -29,9 +29,21 @@ session_pss() {
     echo "$total"
 }
 
-# KiB in use in /dev/shm.
+# The private (anonymous: heap, stacks) part of the PSS of every process of the session `sid`, in KiB.
+session_anon() {
+    local total=0 pid kib
+    for pid in $(ps -o pid= -s "$1"); do
+        kib=$(awk '/^Pss_Anon:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || true)
+        total=$((total + ${kib:-0}))
+    done
+    echo "$total"
+}
+
+# KiB allocated in /dev/shm to the segments of the process `pid` (the run's main process creates them all).
 shm_used() {
-    df -k --output=used /dev/shm | tail -1 | tr -d ' '
+    local blocks
+    blocks=$(find /dev/shm -maxdepth 1 -name "rlf.$1.*" -printf '%b\n' 2>/dev/null | awk '{s += $1} END {print s + 0}')
+    echo $((blocks / 2))
 }
 
 for run in "${runs[@]}"; do
@@ -43,32 +55,32 @@ for run in "${runs[@]}"; do
         exit 2
         ;;
     esac
-    shm_before=$(shm_used)
     setsid "$bin" train "${flags[@]}" --benchmark --train_for_seconds "$seconds" --train_for_env_steps 100000000000 \
         --report_interval_sec 60 2>"$out/$run.log" &
     sid=$!
-    echo "== $run: ${flags[*]}, ${seconds} s (pid $sid); /dev/shm had ${shm_before} KiB in use before"
-    echo "   t(s)  processes  PSS(KiB)  /dev/shm(KiB)"
+    echo "== $run: ${flags[*]}, ${seconds} s (pid $sid)"
+    echo "   t(s)  processes  PSS(KiB)  private(KiB)  /dev/shm(KiB)"
     samples="$out/$run.samples"
     : >"$samples"
     start=$SECONDS
     while kill -0 "$sid" 2>/dev/null; do
         t=$((SECONDS - start))
-        line="$t $(ps -o pid= -s "$sid" | wc -l) $(session_pss "$sid") $(($(shm_used) - shm_before))"
+        line="$t $(ps -o pid= -s "$sid" | wc -l) $(session_pss "$sid") $(session_anon "$sid") $(shm_used "$sid")"
         echo "$line" >>"$samples"
-        printf '   %4d  %9d  %8d  %13d\n' $line
+        printf '   %4d  %9d  %8d  %12d  %13d\n' $line
         # The run ends the wait early; the sampler has nothing else to do.
         timeout 10 tail --pid="$sid" -f /dev/null || true
     done
     wait "$sid" || { tail -5 "$out/$run.log"; exit 1; }
     awk -v run="$run" '
-        $1 >= 60 && !base { base = $3; shm = $4; processes = $2 }
+        $1 >= 60 && !base { base = $3; anon = $4; shm = $5; processes = $2 }
         # The last sample of the whole run (not one taken while its processes exit).
-        base && $2 == processes { last = $3; last_shm = $4 }
+        base && $2 == processes { last = $3; last_anon = $4; last_shm = $5 }
         END {
             if (!base) { print run ": too short to measure (no sample at 60 s)"; exit }
-            printf "%s: PSS %d KiB at 60 s, %d KiB at the end: %+.2f%%; /dev/shm %d -> %d KiB\n", \
-                run, base, last, 100 * (last - base) / base, shm, last_shm
+            printf "%s: from 60 s to the end, PSS %d -> %d KiB (%+.2f%%), private %d -> %d KiB (%+.2f%%), /dev/shm %d -> %d KiB (%+.2f%%)\n", \
+                run, base, last, 100 * (last - base) / base, anon, last_anon, 100 * (last_anon - anon) / anon, \
+                shm, last_shm, 100 * (last_shm - shm) / (shm ? shm : 1)
         }' "$samples"
     grep -E 'benchmark: ' "$out/$run.log" | tail -1
 done

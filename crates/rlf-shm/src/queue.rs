@@ -8,8 +8,10 @@
 //! # Protocol
 //! - Every read or write of the ring and of the queue state happens under one process-shared **robust** mutex.
 //!   Copies are made under the lock, so a message is written once and read once (as faster-fifo does).
-//! - The state (`head`, `tail` as ever-growing byte positions, `count` of messages) is kept in **two slots** and an
-//!   `active` index. An operation reads the active slot, copies bytes, writes the new state into the *other* slot and
+//! - The state (`head`, `tail` as growing byte positions, `count` of messages) is kept in **two slots** and an
+//!   `active` index. A get that empties the queue puts both positions back to 0, so that a queue whose consumers
+//!   keep up writes into the first pages of its ring again and again rather than touching all of it (a long run's
+//!   memory then stays at the most the queue ever held, not the ring's size). An operation reads the active slot, copies bytes, writes the new state into the *other* slot and
 //!   then flips `active` with one atomic store: the commit. Before that store nothing of the operation is visible.
 //! - **A process that dies at any instant** leaves either the old state (it died before the commit: a half-written
 //!   message sits in free space and is never seen; a half-read message is still queued and goes to the next
@@ -498,7 +500,8 @@ impl Queue {
     /// Bytes in use now (payloads plus length prefixes).
     pub fn used_bytes(&self) -> usize {
         let s = self.raw.snapshot();
-        (s.tail - s.head) as usize
+        // Without the lock the two positions may be of different commits (one of them a reset to 0).
+        s.tail.saturating_sub(s.head) as usize
     }
 
     /// Closes the queue: every waiter wakes; later puts fail with `Closed`; gets drain what is left, then report
@@ -711,9 +714,14 @@ impl Raw {
             let s = self.snapshot();
             if s.count > 0 {
                 let (n, bytes) = read(s);
+                let (head, tail) = if n == s.count {
+                    (0, 0)
+                } else {
+                    (s.head + bytes, s.tail)
+                };
                 self.commit(Snapshot {
-                    head: s.head + bytes,
-                    tail: s.tail,
+                    head,
+                    tail,
                     count: s.count - n,
                 });
                 drop(locked);

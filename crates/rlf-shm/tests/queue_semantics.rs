@@ -376,3 +376,38 @@ proptest! {
         }
     }
 }
+
+/// A queue whose consumer keeps up writes into the first pages of its ring again and again: 64 MiB of messages
+/// through a 32 MiB ring that never holds more than one leave under 1 MiB of it allocated in `/dev/shm` (a ring
+/// written end to end would have all 32).
+#[test]
+fn a_queue_that_keeps_emptying_touches_only_the_start_of_its_ring() {
+    let me = std::process::id();
+    let before = rlf_shm::region::segments_of(me).expect("list /dev/shm");
+    let q = queue(32 << 20, usize::MAX >> 1);
+    let mine: Vec<String> = rlf_shm::region::segments_of(me)
+        .expect("list /dev/shm")
+        .into_iter()
+        .filter(|s| !before.contains(s))
+        .collect();
+    let message = vec![7u8; 4096];
+    for _ in 0..(64 << 20) / message.len() {
+        q.put(&message).expect("put");
+        assert_eq!(q.get().expect("get"), message);
+    }
+    use std::os::unix::fs::MetadataExt;
+    let allocated: u64 = mine
+        .iter()
+        .filter_map(|name| std::fs::metadata(format!("/dev/shm/{name}")).ok())
+        // This queue's ring (other tests' segments are smaller).
+        .filter(|m| m.len() >= 32 << 20)
+        .map(|m| m.blocks() * 512)
+        .sum();
+    assert!(
+        mine.iter()
+            .filter_map(|name| std::fs::metadata(format!("/dev/shm/{name}")).ok())
+            .any(|m| m.len() >= 32 << 20),
+        "no segment of the queue found"
+    );
+    assert!(allocated < 1 << 20, "{allocated} bytes of the ring allocated");
+}

@@ -196,6 +196,8 @@ fn keeps_exact_state(
         "not serial mode"
     } else if cfg.sampling.self_play || cfg.pbt.with_pbt {
         "self-play and PBT keep no exact state"
+    } else if cfg.off_policy.algo.is_off_policy() && !cfg.off_policy.save_replay_buffer {
+        "the replay buffer is not saved (--save_replay_buffer false)"
     } else if registry.is_multi_agent(&cfg.env.env) {
         "multi-agent envs keep no exact state"
     } else {
