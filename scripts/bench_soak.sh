@@ -19,21 +19,12 @@ fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
-# The PSS of every process of the session `sid`, in KiB.
-session_pss() {
-    local total=0 pid pss
-    for pid in $(ps -o pid= -s "$1"); do
-        pss=$(awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || true)
-        total=$((total + ${pss:-0}))
-    done
-    echo "$total"
-}
-
-# The private (anonymous: heap, stacks) part of the PSS of every process of the session `sid`, in KiB.
-session_anon() {
+# The sum of `field` (Pss: shared memory counted once, split between the processes that map it; Pss_Anon: its private
+# part, heap and stacks) over every process of the session `sid`, in KiB.
+session_sum() {
     local total=0 pid kib
     for pid in $(ps -o pid= -s "$1"); do
-        kib=$(awk '/^Pss_Anon:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || true)
+        kib=$(awk -v f="$2:" '$1 == f {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || true)
         total=$((total + ${kib:-0}))
     done
     echo "$total"
@@ -65,7 +56,7 @@ for run in "${runs[@]}"; do
     start=$SECONDS
     while kill -0 "$sid" 2>/dev/null; do
         t=$((SECONDS - start))
-        line="$t $(ps -o pid= -s "$sid" | wc -l) $(session_pss "$sid") $(session_anon "$sid") $(shm_used "$sid")"
+        line="$t $(ps -o pid= -s "$sid" | wc -l) $(session_sum "$sid" Pss) $(session_sum "$sid" Pss_Anon) $(shm_used "$sid")"
         echo "$line" >>"$samples"
         printf '   %4d  %9d  %8d  %12d  %13d\n' $line
         # The run ends the wait early; the sampler has nothing else to do.

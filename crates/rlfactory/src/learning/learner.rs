@@ -175,15 +175,10 @@ impl Learner {
     /// What the learner needs besides its checkpoint to continue exactly (a serial run's kept state): the generator
     /// of its minibatches' orders and the weights it last published, which inference reads.
     pub fn kept(&self) -> Result<(Draws, (u64, Vec<f32>))> {
-        let mut values = vec![0.0; self.weights.len()];
-        let version = self
-            .weights
-            .try_read(&mut values)
-            .map_err(|_| RlfError::Protocol {
-                component: "learner",
-                message: format!("policy {}: its published weights were being written", self.policy),
-            })?;
-        Ok((self.appo.draws().clone(), (version, values)))
+        Ok((
+            self.appo.draws().clone(),
+            super::read_published(&self.weights, self.policy)?,
+        ))
     }
 
     /// Continues from what [`kept`](Self::kept) saved, after the checkpoint was restored.

@@ -51,6 +51,19 @@ pub struct Batch {
     pub parts: Vec<Part>,
 }
 
+/// The weights last published into `weights` and their version (for a kept state: one writer, which is the caller,
+/// so the read is never torn).
+fn read_published(weights: &rlf_shm::SharedWeights, policy: usize) -> crate::Result<(u64, Vec<f32>)> {
+    let mut values = vec![0.0; weights.len()];
+    let version = weights
+        .try_read(&mut values)
+        .map_err(|_| crate::RlfError::Protocol {
+            component: "learner",
+            message: format!("policy {policy}: its published weights were being written"),
+        })?;
+    Ok((version, values))
+}
+
 /// Publishes `values` as version `version` of policy `policy` into `weights` (which must hold as many).
 fn publish_weights(
     weights: &rlf_shm::SharedWeights,

@@ -208,20 +208,13 @@ impl OffPolicyLearner {
     /// state): its sampling generator, the SGD steps the replay ratio counts, β of the last batch, and the weights
     /// last published (older than the checkpoint's when `--publish_interval` is above 1), which inference reads.
     pub fn kept(&self) -> Result<KeptLearner> {
-        let mut values = vec![0.0; self.weights.len()];
-        let version = self
-            .weights
-            .try_read(&mut values)
-            .map_err(|_| RlfError::Protocol {
-                component: "learner",
-                message: format!("policy {}: its published weights were being written", self.policy),
-            })?;
+        let published = super::read_published(&self.weights, self.policy)?;
         Ok(KeptLearner {
             rng: self.rng.clone(),
             steps: self.steps,
             inserts_before: self.inserts_before,
             last_beta: self.prioritized.as_ref().map(|p| p.last_beta),
-            published: (version, values),
+            published,
             algo: self.algo.sampler_state(),
         })
     }
