@@ -70,6 +70,13 @@ impl MpiUniverse {
         }
     }
 
+    /// Leaves MPI without finalising it, for a process about to exit while its launcher tears the job down: OpenMPI's
+    /// `mpirun`, once asked to stop, sleeps through its kill sequence (SIGCONT, a pause, SIGTERM, a pause, SIGKILL)
+    /// and answers no `MPI_Finalize` until the SIGKILL. Communicators made from this universe may still be dropped.
+    pub fn leave_unfinalized(self) {
+        std::mem::forget(self.universe);
+    }
+
     /// The world communicator.
     pub fn world(&self) -> MpiComm {
         MpiComm {

@@ -13,7 +13,7 @@ use std::ffi::CString;
 use std::os::unix::process::ExitStatusExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Command, ExitCode, ExitStatus};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -199,7 +199,7 @@ impl App {
         let mut plans = layout.plans(&mut b, &transport);
 
         // A run of its own: an earlier run's stop in this process does not carry over.
-        STOP_REQUESTED.store(false, Ordering::SeqCst);
+        STOP_SIGNAL.store(0, Ordering::SeqCst);
         let mut signals =
             Signals::new([SIGINT, SIGTERM]).map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
         let signal_handle = signals.handle();
@@ -208,7 +208,7 @@ impl App {
             .name("rlf-signals".into())
             .spawn(move || {
                 for sig in signals.forever() {
-                    STOP_REQUESTED.store(true, Ordering::SeqCst);
+                    STOP_SIGNAL.store(sig, Ordering::SeqCst);
                     send_control(&*t, 0, &Control::Interrupted { signal: sig }, emit_timeout);
                 }
             })
@@ -534,15 +534,21 @@ fn reclaim_if_orphaned(parent: u32) {
     }
 }
 
-/// Set by the signal handling of [`App::run`] and of a child process when the process is told to stop.
-static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+/// The signal that told this process to stop (0: none), set by the signal handling of [`App::run`] and of a child
+/// process.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// Whether this process was told to stop by a signal: SIGINT or SIGTERM in the process that runs the app, SIGTERM in
 /// a loop's process (which its parent's death sends). A slot that waits on what another process provides (a
 /// rate-limited buffer that its learner empties) waits in steps with a deadline and gives up once this is true: its
 /// loop cannot take the stop until the slot returns, and the process that would have ended its wait may be gone.
 pub fn stop_requested() -> bool {
-    STOP_REQUESTED.load(Ordering::SeqCst)
+    stop_signal().is_some()
+}
+
+/// The signal that told this process to stop, if one did (see [`stop_requested`]).
+pub fn stop_signal() -> Option<i32> {
+    Some(STOP_SIGNAL.load(Ordering::SeqCst)).filter(|&s| s != 0)
 }
 
 /// A child's first steps: it dies with its parent (a SIGTERM then makes its loop drain and stop), checks that the
@@ -572,7 +578,7 @@ fn run_loop_process(plan: LoopPlan, transport: Arc<dyn Transport>) -> Result<(),
         .spawn(move || {
             for sig in signals.forever() {
                 if sig == SIGTERM {
-                    STOP_REQUESTED.store(true, Ordering::SeqCst);
+                    STOP_SIGNAL.store(sig, Ordering::SeqCst);
                     send_control(&*t, me, &Control::Stop, emit_timeout);
                 }
             }

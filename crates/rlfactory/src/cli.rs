@@ -293,7 +293,7 @@ fn run(
     let summary = if cfg.distributed.mpi {
         match crate::distributed::train_mpi(&cfg, registry, process_start)? {
             Some(summary) => summary,
-            None => return Ok(None),
+            None => return Ok(rlf_signal::stop_signal()),
         }
     } else {
         runner::train_with(&cfg, registry, process_start)?

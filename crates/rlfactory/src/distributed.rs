@@ -69,7 +69,18 @@ pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -
     let universe = MpiUniverse::init_threaded().map_err(mpi_error)?;
     let world = universe.world();
     let maker = Arc::new(Threads(universe.thread_world().map_err(mpi_error)?));
-    crate::runner::train_rank(cfg, registry, process_start, &world, maker)
+    let result = crate::runner::train_rank(cfg, registry, process_start, &world, maker);
+    let rank = world.rank();
+    drop(world);
+    // `mpirun`, asked to stop, holds every rank's `MPI_Finalize` until it SIGKILLs them, and it SIGKILLs them all as
+    // soon as one exits (BENCHMARKS.md). Rank 0, which saves the experiment, has saved it and heard every peer's
+    // last message when stopped by a signal: it exits without finalizing, and the job ends then. The other ranks
+    // wait in `MPI_Finalize` so that none ends the job before rank 0 has written everything.
+    if rank == 0 && rlf_signal::stop_requested() {
+        universe.leave_unfinalized();
+        eprintln!("[rlfactory] rank 0: stopped by a signal, exits without finalizing MPI");
+    }
+    result
 }
 
 /// `--mpi` in a build without MPI: the error says how to get one.

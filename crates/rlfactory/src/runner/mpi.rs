@@ -247,8 +247,12 @@ fn receive_on_learner(
                 emitted(to.rollout_reported.emit(&report))
             }
             // Another learner's actor rank stops with its learner, which this one learns of from their allreduce.
-            Wire::Stopped { error: None } if !ranks.feeds_me(from) => Ok(()),
-            Wire::Stopped { error } => emitted(to.actor_stopped.emit(&ActorStopped { rank: from, error })),
+            Wire::Stopped { error: None, .. } if !ranks.feeds_me(from) => Ok(()),
+            Wire::Stopped { error, signal } => emitted(to.actor_stopped.emit(&ActorStopped {
+                rank: from,
+                error,
+                signal,
+            })),
             other => Err(RlfError::Protocol {
                 component: "mpi link",
                 message: format!("rank {from} sent the learner rank a message for an actor rank: {other:?}"),
@@ -681,14 +685,18 @@ pub fn train_rank(
             .collect()
     } else {
         let error = result.as_ref().err().map(ToString::to_string);
+        let signal = rlf_signal::stop_signal();
         let mut last = vec![(
             ranks.learner(),
             TO_LEARNER,
-            Wire::Stopped { error: error.clone() },
+            Wire::Stopped {
+                error: error.clone(),
+                signal,
+            },
         )];
         // Learner 0 hears every lead, not other learners' members.
         if ranks.learner() != 0 && !ranks.is_member() {
-            last.push((0, TO_LEARNER, Wire::Stopped { error }));
+            last.push((0, TO_LEARNER, Wire::Stopped { error, signal }));
         }
         last
     };

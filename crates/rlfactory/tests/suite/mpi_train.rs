@@ -472,9 +472,10 @@ fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal, ex
     Ended { took, status, log }
 }
 
-/// Ctrl-C on an APPO job: SIGINT to `mpirun`, which forwards it to the ranks and SIGKILLs those still running a
-/// moment later (OpenMPI's `odls_base_sigkill_timeout`, 1 s). The learner rank stops and saves before that: its last
-/// checkpoint is of the policy version the run stopped at and holds Adam's moments; the job ends within a few
+/// Ctrl-C on an APPO job: SIGINT to `mpirun`, which sends the ranks SIGCONT, SIGTERM one second later and SIGKILL
+/// one more second later (OpenMPI's `odls_base_sigkill_timeout`, 1 s), answering no `MPI_Finalize` meanwhile. The
+/// learner rank stops, saves and ends on its own before that: its last checkpoint is of the policy version the run
+/// stopped at and holds Adam's moments, and it gets to the end of its run (the summary); the job ends within a few
 /// seconds, leaving no process and no shared memory.
 #[test]
 fn sigint_to_mpirun_saves_the_learners_last_checkpoint_with_adams_moments() {
@@ -524,6 +525,11 @@ fn sigint_to_mpirun_saves_the_learners_last_checkpoint_with_adams_moments() {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("the learner rank says where it stopped:\n{log}"));
+    assert!(
+        log.contains("rank 0: stopped by a signal, exits without finalizing MPI")
+            && log.contains("[rlfactory] done: {"),
+        "the learner rank ends its run itself, not killed in MPI_Finalize:\n{log}"
+    );
     let newest = common::checkpoint_sidecars(dir.path())
         .pop()
         .unwrap_or_else(|| panic!("no checkpoint:\n{log}"));

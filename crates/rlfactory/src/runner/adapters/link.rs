@@ -45,8 +45,12 @@ pub(crate) enum Wire {
     Trajectory { ready: TrajectoryReady, slot: SlotCopy },
     /// A rollout worker's progress.
     Report(RolloutReport),
-    /// The actor rank stopped (its last message), with the reason if it stopped on its own.
-    Stopped { error: Option<String> },
+    /// The actor rank stopped (its last message), with the reason if it stopped on its own, or the signal that
+    /// stopped it.
+    Stopped {
+        error: Option<String>,
+        signal: Option<i32>,
+    },
     /// Slot `buffer` of `worker`'s pool is free again.
     Released { worker: usize, buffer: usize },
     /// The free slots of `worker`'s pool, the answer to [`Wire::Started`].
@@ -291,6 +295,8 @@ pub(crate) struct ActorStopped {
     pub rank: usize,
     /// Why, as it reported.
     pub error: Option<String>,
+    /// The signal that stopped it (SIGTERM to every rank from `mpirun` or a scheduler, most often).
+    pub signal: Option<i32>,
 }
 
 /// The inlets of the learner rank's receiving thread.
@@ -468,11 +474,20 @@ impl LearnerLink {
         ctx.fail(&failed.message);
     }
 
-    /// An actor rank stopped while this one runs: the run stops, naming it.
+    /// An actor rank stopped while this one runs: the run stops, naming it. One stopped by a signal was asked to
+    /// stop as this rank is (or soon will be): the run stops as if this rank had been asked, keeping everything.
     pub fn on_actor_stopped(&mut self, ctx: &mut Ctx<'_, Self>, stopped: &ActorStopped) {
-        match &stopped.error {
-            Some(e) => ctx.fail(format!("actor rank {} stopped: {e}", stopped.rank)),
-            None => ctx.fail(format!("actor rank {} stopped before the learner", stopped.rank)),
+        match (&stopped.error, stopped.signal) {
+            (Some(e), _) => ctx.fail(format!("actor rank {} stopped: {e}", stopped.rank)),
+            (None, Some(_)) if ctx.stopping() => {}
+            (None, Some(signal)) => {
+                eprintln!(
+                    "[rlfactory] actor rank {} was stopped by signal {signal}: the run stops",
+                    stopped.rank
+                );
+                ctx.stop_app();
+            }
+            (None, None) => ctx.fail(format!("actor rank {} stopped before the learner", stopped.rank)),
         }
     }
 }
