@@ -51,15 +51,15 @@ fn main() {
     rlf_shm::process::keep_freed_memory();
     tch::manual_seed(0);
     let overrides = [
-        "--encoder_mlp_layers=250,250".to_owned(),
-        "--nonlinearity=relu".to_owned(),
-        format!("--matmul_precision={precision}"),
-        "--policy_initialization=torch_default".to_owned(),
-        "--double_q=true".to_owned(),
-        "--target_update_interval=1".to_owned(),
-        "--tau=0.001".to_owned(),
-        "--max_grad_norm=10".to_owned(),
-        "--learning_rate=0.00025".to_owned(),
+        "encoder_mlp_layers = '250,250'".to_owned(),
+        "nonlinearity = 'relu'".to_owned(),
+        format!("matmul_precision = '{precision}'"),
+        "policy_initialization = 'torch_default'".to_owned(),
+        "double_q = true".to_owned(),
+        "target_update_interval = 1".to_owned(),
+        "tau = 0.001".to_owned(),
+        "max_grad_norm = 10".to_owned(),
+        "learning_rate = 0.00025".to_owned(),
     ];
     let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
     let cfg = Config::for_env("CartPole-v1", &overrides).expect("config");

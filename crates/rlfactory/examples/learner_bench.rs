@@ -167,11 +167,11 @@ fn main() -> anyhow::Result<()> {
         let cfg = Config::for_env(
             "CartPole-v1",
             &[
-                "--batch_size=1024",
-                "--num_batches_per_epoch=1",
-                &format!("--num_epochs={epochs}"),
-                "--ppo_clip_value=1.0",
-                "--exploration_loss_coeff=0.003",
+                "batch_size = 1024",
+                "num_batches_per_epoch = 1",
+                &format!("num_epochs = {epochs}"),
+                "ppo_clip_value = 1.0",
+                "exploration_loss_coeff = 0.003",
             ],
         )?;
         let model = ActorCritic::new(

@@ -1,14 +1,14 @@
 //! The `rlfactory` command line: subcommands, and how `train`'s flags are layered over the
 //! defaults and config files (see [`crate::config`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::parser::ValueSource;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::config::{read_settings, Algo, Config, Workflow, BENCHMARK_SECONDS, UNLIMITED_SECONDS};
+use crate::config::{parse_settings, read_settings, Config, Settings};
 use crate::enjoy::{EnjoyArgs, EvalArgs, ExportArgs};
 use crate::env::EnvRegistry;
 use crate::error::RlfError;
@@ -87,17 +87,29 @@ impl From<RlfError> for CliError {
     }
 }
 
-fn cli_command() -> clap::Command {
-    Cli::command()
+/// The command line, with `train`'s defaults taken from [`Config::default`].
+fn cli_command() -> Result<clap::Command, RlfError> {
+    let defaults = Config::flag_defaults()?;
+    Ok(Cli::command()
         .args_override_self(true)
-        .mut_subcommand("train", |c| c.allow_negative_numbers(true))
+        .mut_subcommand("train", |train| {
+            defaults
+                .into_iter()
+                .fold(train.allow_negative_numbers(true), |train, (key, value)| {
+                    if train.get_arguments().any(|a| a.get_id() == key.as_str()) {
+                        train.mut_arg(key, |a| a.default_value(value).required(false))
+                    } else {
+                        train
+                    }
+                })
+        }))
 }
 
 /// Parses `args` (program name first). For `train`: the defaults, the env's shipped config,
 /// `--config FILE` and the values given on the command line, in that order (see
 /// [`crate::config`]), then `--benchmark`'s implications, then validation.
 pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invocation, CliError> {
-    let matches = cli_command().try_get_matches_from(args)?;
+    let matches = cli_command()?.try_get_matches_from(args)?;
     let train = match Cli::from_arg_matches(&matches)?.command {
         Command::Train(train) => train,
         Command::Enjoy(a) => {
@@ -118,80 +130,54 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
         .subcommand_matches("train")
         .ok_or_else(|| RlfError::Config("the command line lost the train command".into()))?;
     let file = match &train.config_file {
-        Some(path) => Some((path, read_settings(path)?)),
+        Some(path) => Some((path.as_path(), read_settings(path)?)),
         None => None,
     };
-    // The env's shipped defaults are those of the algorithm the run trains: `--algo` on the command line, else the
-    // config file's (`--config configs/MountainCar-v0-dqn.toml` takes the DQN defaults, not the APPO ones).
-    let algo = match &file {
-        Some((_, settings)) if given.value_source("algo") != Some(ValueSource::CommandLine) => settings
-            .get("algo")
-            .and_then(|v| v.as_str())
-            .and_then(|name| Algo::from_str(name, true).ok())
-            .unwrap_or(train.config.off_policy.algo),
-        _ => train.config.off_policy.algo,
-    };
-    // The env: `--env`, else the config file's.
-    let env = match &file {
-        Some((_, settings)) if given.value_source("env") != Some(ValueSource::CommandLine) => settings
-            .get("env")
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-            .to_owned(),
-        _ => train.config.env.env.clone(),
-    };
-    if env.is_empty() {
-        return Err(RlfError::Config(
-            "--env is required (or `env = \"...\"` in the --config file): an env id such as CartPole-v1"
-                .into(),
-        )
-        .into());
-    }
-    let mut config = Config::for_env_defaults(&env, algo)?;
-    if let Some((path, settings)) = &file {
-        config.apply(settings, path)?;
-    }
+    // The values given on the command line, as clap typed them.
     let typed = train.config.to_settings()?;
-    let mut table = config.to_settings()?;
-    for id in given.ids() {
-        let key = id.as_str();
-        if given.value_source(key) == Some(ValueSource::CommandLine) {
-            if let Some(value) = typed.get(key) {
-                table.insert(key.to_owned(), value.clone());
-            }
-        }
-    }
-    let mut config: Config = table
-        .try_into()
-        .map_err(|e: toml::de::Error| RlfError::Config(e.message().to_owned()))?;
-    if config.run.benchmark {
-        let r = &mut config.run;
-        r.stop_at_reward = None;
-        r.save_experiment = false;
-        if r.train_for_seconds == UNLIMITED_SECONDS {
-            r.train_for_seconds = BENCHMARK_SECONDS;
-        }
-    }
-    if config.distributed.mpi && config.distributed.workflow == Workflow::Sync {
-        config.run.async_rl = false;
-    }
+    let command_line: Settings = given
+        .ids()
+        .map(|id| id.as_str())
+        .filter(|key| given.value_source(key) == Some(ValueSource::CommandLine))
+        .filter_map(|key| Some((key.to_owned(), typed.get(key)?.clone())))
+        .collect();
+    let config = Config::layered(
+        file.as_ref().map(|(path, settings)| (*path, settings)),
+        &command_line,
+    )?;
     RunPlan::resolve(&config, registry)?;
     config.check_train_usage()?;
     Ok(Invocation::Train(Box::new(config)))
 }
 
 impl Config {
-    /// A configuration for `env` from defaults and the env's shipped config, with `overrides`
-    /// (command-line flags, `--flag=value`) applied last, validated.
-    pub fn for_env(env: &str, overrides: &[&str]) -> Result<Config, RlfError> {
-        let mut args = vec!["rlfactory".to_owned(), "train".to_owned(), format!("--env={env}")];
-        args.extend(overrides.iter().map(|s| (*s).to_owned()));
-        match parse_invocation(&args, &EnvRegistry::with_builtin()) {
-            Ok(Invocation::Train(config)) => Ok(*config),
-            Ok(_) => Err(RlfError::Config("not a train command".into())),
-            Err(CliError::Invalid(e)) => Err(e),
-            Err(CliError::Clap(e)) => Err(RlfError::Config(one_line(&e.to_string()))),
-        }
+    /// A configuration for `env`: the reference values, the env's shipped settings and `settings` (lines of TOML,
+    /// keys named as the flags, as in a `--config` file: `["algo = 'dqn'", "n_step = 3"]`), layered as a run's are
+    /// ([`Config::layered`], `settings` in the command line's place), and checked against the env as `train` checks
+    /// it.
+    pub fn for_env(env: &str, settings: &[&str]) -> Result<Config, RlfError> {
+        Config::checked_for_env(env, None, settings)
+    }
+
+    /// As [`Config::for_env`], with the settings of `file` (as `--config FILE`) under `settings`.
+    pub fn for_env_with_file(env: &str, file: &Path, settings: &[&str]) -> Result<Config, RlfError> {
+        Config::checked_for_env(env, Some(file), settings)
+    }
+
+    fn checked_for_env(env: &str, file: Option<&Path>, settings: &[&str]) -> Result<Config, RlfError> {
+        let mut given = parse_settings(
+            &settings.join("\n"),
+            Path::new("the settings given to Config::for_env"),
+        )?;
+        given.insert("env".into(), env.into());
+        let file = match file {
+            Some(path) => Some((path, read_settings(path)?)),
+            None => None,
+        };
+        let config = Config::layered(file.as_ref().map(|(path, s)| (*path, s)), &given)?;
+        RunPlan::resolve(&config, &EnvRegistry::with_builtin())?;
+        config.check_train_usage()?;
+        Ok(config)
     }
 }
 
@@ -334,8 +320,11 @@ mod tests {
 
     #[test]
     fn config_default_equals_the_command_lines_defaults() {
-        let cli = Cli::try_parse_from(["rlfactory", "train", "--env", "CartPole-v1"]).expect("parse");
-        let Command::Train(train) = cli.command else {
+        let matches = cli_command()
+            .expect("the defaults")
+            .try_get_matches_from(["rlfactory", "train", "--env", "CartPole-v1"])
+            .expect("parse");
+        let Command::Train(train) = Cli::from_arg_matches(&matches).expect("typed").command else {
             panic!("not train")
         };
         assert_eq!(train.config, Config::default());
@@ -352,18 +341,18 @@ mod tests {
             ("MountainCar-v0", 128),
             ("treasurehunt", 256),
         ] {
-            let cfg = Config::for_env(env, &["--algo=dqn"]).expect("a valid config");
+            let cfg = Config::for_env(env, &["algo = 'dqn'"]).expect("a valid config");
             assert_eq!(
                 (cfg.off_policy.algo, cfg.appo.batch_size),
                 (Algo::Dqn, batch),
                 "{env}"
             );
         }
-        let pendulum = Config::for_env("Pendulum-v1", &["--algo=dqn"])
+        let pendulum = Config::for_env("Pendulum-v1", &["algo = 'dqn'"])
             .unwrap_err()
             .to_string();
         assert!(pendulum.contains("Discrete"), "{pendulum}");
-        let sac = Config::for_env("Pendulum-v1", &["--algo=sac"]).expect("a valid config");
+        let sac = Config::for_env("Pendulum-v1", &["algo = 'sac'"]).expect("a valid config");
         assert_eq!(
             (
                 sac.off_policy.algo,
@@ -372,14 +361,15 @@ mod tests {
             ),
             (Algo::Sac, 256.0, 0.005)
         );
-        let cartpole = Config::for_env("CartPole-v1", &["--algo=sac"])
+        let cartpole = Config::for_env("CartPole-v1", &["algo = 'sac'"])
             .unwrap_err()
             .to_string();
         assert!(cartpole.contains("needs Box actions"), "{cartpole}");
         // A config file that sets the algorithm takes that algorithm's shipped defaults (MountainCar's APPO ones
         // would normalise the inputs, which DQN refuses).
         let file = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/MountainCar-v0-dqn.toml");
-        let cfg = Config::for_env("MountainCar-v0", &["--config", file]).expect("a valid config");
+        let cfg = Config::for_env_with_file("MountainCar-v0", std::path::Path::new(file), &[])
+            .expect("a valid config");
         assert_eq!(
             (
                 cfg.off_policy.algo,

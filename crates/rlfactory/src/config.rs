@@ -1,13 +1,16 @@
 //! Typed configuration: one struct per component, each with `Default` set to the reference
 //! values, composed by [`Config`]; the CLI is generated from the same structs (clap derive, see
-//! [`crate::cli`]). Flag names follow Sample Factory's.
+//! [`crate::cli`]), each flag's default taken from `Default` ([`Config::flag_defaults`]), so that
+//! every reference value is written once. Flag names follow Sample Factory's.
 //!
 //! # Where values come from, later ones winning
 //! 1. [`Config::default`] (the reference values),
 //! 2. the shipped defaults for the env (`configs/<env>.toml`, or `configs/<env>-dqn.toml` with `--algo dqn` on the
 //!    command line; see [`shipped_config`]),
 //! 3. the file given with `--config FILE`,
-//! 4. the values given on the command line.
+//! 4. the values given on the command line,
+//!
+//! layered by [`Config::layered`], which then applies `--benchmark`'s implications.
 //!
 //! Config files are flat tables whose keys are flag names (`rollout = 32`,
 //! `encoder_mlp_layers = [64, 64]`, `with_vtrace = false`), in TOML, or in JSON for a `.json`
@@ -163,24 +166,24 @@ impl<'de> Deserialize<'de> for ConvLayers {
 pub struct EnvConfig {
     /// Environment id: a native classic-control env such as CartPole-v1, a native multi-agent
     /// env (connect_four, treasurehunt), or `gym:<id>`. Required, on the command line or in the `--config` file.
-    #[arg(long, default_value = "", hide_default_value = true)]
+    #[arg(long, hide_default_value = true)]
     pub env: String,
     /// Keyword arguments of a multi-agent env, `key=value,key=value` (for example
     /// `num_agents=3,height=8` for treasurehunt).
-    #[arg(long, default_value = "")]
+    #[arg(long)]
     pub env_kwargs: String,
     /// The observation values a single-agent env's policy sees, by index, comma-separated (the
     /// others are hidden): `0,2` shows CartPole's cart position and pole angle, not their
     /// velocities, a partially observed task that needs `--use_rnn`. Empty: all.
-    #[arg(long, default_value = "")]
+    #[arg(long)]
     pub obs_mask: String,
     /// Maps a single-agent env's observation values from their bounds onto [-1, 1] (Gymnasium's
     /// `RescaleObservation`), so that values of very different scales reach the network on one;
     /// every value must have finite bounds within ±1e6.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub rescale_obs: bool,
     /// Random seed of the networks and of the envs (env `i` gets `seed + i`).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long)]
     pub seed: u64,
 }
 
@@ -203,78 +206,78 @@ impl Default for EnvConfig {
 #[serde(default)]
 pub struct SamplingConfig {
     /// Number of rollout workers.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub num_workers: usize,
     /// Envs simulated by each rollout worker.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long)]
     pub num_envs_per_worker: usize,
     /// Groups the envs of a worker are split into (double-buffered sampling when 2).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub worker_num_splits: usize,
     /// Length of a trajectory, in env steps.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long)]
     pub rollout: usize,
     /// Inference workers of each policy (each a process outside serial mode), as Sample Factory's:
     /// a policy's workers share a queue of requests for its agents and run only its networks (its
     /// latest weights and its self-play snapshots); policy 0's also fill in the columns no network
     /// plays, so every step asks them.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub policy_workers_per_policy: usize,
     /// Inference workers that serve every policy from one queue, in place of
     /// `--policy_workers_per_policy` workers for each (0: off). With several policies on few
     /// cores, one shared worker saves a process per policy.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long)]
     pub shared_policy_workers: usize,
     /// Policies trained side by side, each with its own learner process, weights and checkpoints
     /// (`checkpoint_p<i>/`); agents are mapped to them as `--agent_policy_map` or Sample
     /// Factory's rules say.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub num_policies: usize,
     /// Whether the agents of one env may be controlled by different policies (when policies are
     /// drawn per env, and in sync mode's fixed mapping).
-    #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, value_parser = parse_bool)]
     pub pbt_mix_policies_in_one_env: bool,
     /// A fixed policy per agent, by agent-name prefix: `adversary=1,agent=0` (the longest
     /// matching prefix wins; every agent must match). Empty: Sample Factory's mapping.
-    #[arg(long, default_value = "")]
+    #[arg(long)]
     pub agent_policy_map: String,
     /// A team per agent, by agent-name prefix: `red=0,blue=1` (the longest matching prefix wins;
     /// every agent must match). Self-play gives the protagonist's teammates the latest weights and
     /// each other team one opponent. Empty: the env's teams (each agent a team of its own unless
     /// the env has teams, as `connect_four` with `players_per_side`).
-    #[arg(long, default_value = "")]
+    #[arg(long)]
     pub agent_team_map: String,
     /// Self-play for multi-agent games: each policy keeps a pool of frozen snapshots of itself,
     /// and in each episode one agent plays the latest weights while every other agent plays them
     /// too (`--self_play_latest_prob`) or a snapshot drawn from its policy's pool, whose steps are
     /// not trained on. In team games (`--agent_team_map`, or the env's teams) the agent's teammates
     /// play the latest weights with it and each other team one opponent drawn for the whole team.
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub self_play: bool,
     /// Env frames between two snapshots of every policy into its pool (self-play).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long)]
     pub snapshot_every_env_steps: u64,
     /// Snapshots kept per policy (self-play); a new one replaces the oldest (but the first, with
     /// `--self_play_keep_first`).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long)]
     pub opponent_pool_size: usize,
     /// Keep the first snapshot (the initial weights: a nearly uniformly random player) in its pool slot for the
     /// whole run, the later ones taking turns in the other slots (self-play, pools of 2 or more): the latest
     /// weights keep meeting a weak, unpredictable opponent after the pool has moved on.
-    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub self_play_keep_first: bool,
     /// Probability that an opponent plays the latest weights rather than a snapshot (self-play).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long)]
     pub self_play_latest_prob: f64,
     /// Built-in players of the env (Connect Four's `random` and `heuristic`) that may play an
     /// opponent in self-play, comma-separated: with probability `--self_play_builtin_prob` an
     /// opponent is one of them, drawn uniformly. Their steps are not trained on; the win rate
     /// against each is reported.
-    #[arg(long, default_value = "")]
+    #[arg(long)]
     pub self_play_builtin_opponents: String,
     /// Probability that a self-play opponent is a built-in player
     /// (`--self_play_builtin_opponents`) rather than the latest weights or a snapshot.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long)]
     pub self_play_builtin_prob: f64,
 }
 
@@ -362,66 +365,66 @@ pub struct ModelConfig {
     /// Convolutions applied first to the image part of the observation (a Box of shape
     /// `(H, W, C)`, alone or in a Dict), each followed by a ReLU: `64x3,64x3` (channels × kernel)
     /// or `32x8s4` (with a stride). Empty: none.
-    #[arg(long, default_value = "")]
+    #[arg(long)]
     pub encoder_conv_layers: ConvLayers,
     /// One of Sample Factory's convolutional networks for every image part of the observation (a `Box` of three
     /// dimensions), with an MLP for each other part, outputs concatenated: `convnet_simple` (its Atari network),
     /// `convnet_impala`, `convnet_atari`, `resnet_impala`. `none`: the MLP over the whole observation (or
     /// `--encoder_conv_layers`).
-    #[arg(long, value_enum, default_value_t = ConvArchitecture::None)]
+    #[arg(long, value_enum)]
     pub encoder_conv_architecture: ConvArchitecture,
     /// Hidden layer sizes of the MLP after a named convolutional network (`--encoder_conv_architecture`).
-    #[arg(long, default_value = "512")]
+    #[arg(long)]
     pub encoder_conv_mlp_layers: Layers,
     /// Observations are divided by this before the encoder (Sample Factory's `--obs_scale`; 255 for pixels of
     /// 0 to 255). Action masks are read unscaled.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long)]
     pub obs_scale: f64,
     /// Hidden layer sizes of the MLP encoder (after the convolutions, if any).
-    #[arg(long, default_value = "64,64")]
+    #[arg(long)]
     pub encoder_mlp_layers: Layers,
     /// Nonlinearity after each hidden layer.
-    #[arg(long, value_enum, default_value_t = Nonlinearity::Tanh)]
+    #[arg(long, value_enum)]
     pub nonlinearity: Nonlinearity,
     /// The precision of the MLP encoder's matrix products (the MLP over the whole observation or after
     /// `--encoder_conv_layers`, and SAC's critics; not `--encoder_conv_architecture` networks): `highest` (float32)
     /// or `medium` (bfloat16 products of float32 weights).
-    #[arg(long, value_enum, default_value_t = MatmulPrecision::Highest)]
+    #[arg(long, value_enum)]
     pub matmul_precision: MatmulPrecision,
     /// One encoder for actor and critic (true) or one each (false).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub actor_critic_share_weights: bool,
     /// Weight initialisation.
-    #[arg(long, value_enum, default_value_t = PolicyInitialization::Orthogonal)]
+    #[arg(long, value_enum)]
     pub policy_initialization: PolicyInitialization,
     /// Gaussian heads: state-dependent standard deviation (true) or one learned per action dimension.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub adaptive_stddev: bool,
     /// Gaussian heads: initial standard deviation.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long)]
     pub initial_stddev: f64,
     /// Gaussian heads: clip the sampled action to the bounds, or squash it with tanh.
-    #[arg(long, value_enum, default_value_t = ContinuousActionMode::Clip)]
+    #[arg(long, value_enum)]
     pub continuous_action_mode: ContinuousActionMode,
     /// Normalise observations with running mean and standard deviation.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub normalize_input: bool,
     /// Learn values in units of the running standard deviation of the returns.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub normalize_returns: bool,
     /// A recurrent core after the encoder (the actor's and the critic's, one each without
     /// `--actor_critic_share_weights`): each env's state lives in the trajectory slots, is reset at
     /// its episode ends, and the learner trains through time over `--recurrence` steps.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub use_rnn: bool,
     /// The recurrent core's cell.
-    #[arg(long, value_enum, default_value_t = RnnType::Gru)]
+    #[arg(long, value_enum)]
     pub rnn_type: RnnType,
     /// Units per layer of the recurrent core.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long)]
     pub rnn_size: usize,
     /// Layers of the recurrent core.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub rnn_num_layers: usize,
 }
 
@@ -514,55 +517,55 @@ pub enum LrScheduleKind {
 #[serde(default)]
 pub struct AppoConfig {
     /// Discount factor.
-    #[arg(long, default_value_t = 0.99)]
+    #[arg(long)]
     pub gamma: f64,
     /// GAE λ (when not using V-trace).
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long)]
     pub gae_lambda: f64,
     /// V-trace targets and advantages instead of GAE.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub with_vtrace: bool,
     /// V-trace ρ̄ (truncation of the importance weights of the targets).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long)]
     pub vtrace_rho: f64,
     /// V-trace c̄ (truncation of the trace coefficients).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long)]
     pub vtrace_c: f64,
     /// PPO clipping of the probability ratio to [1 - ε, 1 + ε].
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long)]
     pub ppo_clip_ratio: f64,
     /// Clipping of the value change from the behaviour value (in value units; ≤ 0 turns it off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long)]
     pub ppo_clip_value: f64,
     /// Weight of the value loss.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long)]
     pub value_loss_coeff: f64,
     /// Weight of the entropy bonus.
-    #[arg(long, default_value_t = 0.003)]
+    #[arg(long)]
     pub exploration_loss_coeff: f64,
     /// Normalise advantages per minibatch.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub normalize_advantage: bool,
     /// Passes over each training dataset.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub num_epochs: usize,
     /// Minibatches per epoch; a dataset holds `batch_size * num_batches_per_epoch` transitions.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub num_batches_per_epoch: usize,
     /// Transitions per minibatch.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long)]
     pub batch_size: usize,
     /// Transitions older than this many policy versions are left out of the loss.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long)]
     pub max_policy_lag: u64,
     /// Datasets waiting for the learner beyond which sampling stops (the batcher keeps the
     /// trajectory slots until the learner catches up).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long)]
     pub num_batches_to_accumulate: usize,
     /// Steps of backpropagation through time with `--use_rnn`: each trajectory is cut into chunks
     /// of this many steps, each starting from the state the slot recorded; it must divide
     /// `--rollout` (and equal it with V-trace). -1: the whole trajectory.
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true)]
     pub recurrence: i64,
 }
 
@@ -597,26 +600,26 @@ impl Default for AppoConfig {
 #[serde(default)]
 pub struct OptimizerConfig {
     /// Adam learning rate (the start value of the schedule).
-    #[arg(long, default_value_t = 1e-4)]
+    #[arg(long)]
     pub learning_rate: f64,
     /// Learning-rate schedule. DQN and SAC take `constant` or `linear_decay` (to 0 over the transitions their buffer
     /// takes in the run); the KL-adaptive ones are APPO's.
-    #[arg(long, value_enum, default_value_t = LrScheduleKind::Constant)]
+    #[arg(long, value_enum)]
     pub lr_schedule: LrScheduleKind,
     /// KL target of the KL-adaptive schedules.
-    #[arg(long, default_value_t = 0.008)]
+    #[arg(long)]
     pub lr_schedule_kl_threshold: f64,
     /// Adam ε.
-    #[arg(long, default_value_t = 1e-6)]
+    #[arg(long)]
     pub adam_eps: f64,
     /// Adam β1.
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long)]
     pub adam_beta1: f64,
     /// Adam β2.
-    #[arg(long, default_value_t = 0.999)]
+    #[arg(long)]
     pub adam_beta2: f64,
     /// Gradient-norm clipping threshold (the gradients' global norm).
-    #[arg(long, default_value_t = 4.0)]
+    #[arg(long)]
     pub max_grad_norm: f64,
 }
 
@@ -672,68 +675,68 @@ impl Algo {
 #[serde(default)]
 pub struct OffPolicyConfig {
     /// The learning algorithm.
-    #[arg(long, value_enum, default_value_t = Algo::Appo)]
+    #[arg(long, value_enum)]
     pub algo: Algo,
     /// Transitions each policy's replay buffer holds (the oldest are overwritten).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long)]
     pub replay_buffer_size: usize,
     /// Save each policy's replay buffer after each of its checkpoints (`checkpoint_p<i>/replay_buffer/`, the newest
     /// only), so that a resumed run goes on with the same transitions, priorities and counters. false: a resumed run
     /// starts with an empty buffer.
-    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub save_replay_buffer: bool,
     /// Transitions in a policy's buffer before its learner samples.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long)]
     pub learning_starts: u64,
     /// Transitions sampled for gradients per transition inserted (`--batch_size` × SGD steps ÷ inserts), held by a
     /// rate limiter whichever side is faster: inserts wait for the learner and the learner for inserts. 0: no
     /// limit, each side as fast as it can.
-    #[arg(long, default_value_t = 8.0)]
+    #[arg(long)]
     pub replay_ratio: f64,
     /// Steps of each transition's return (n-step returns).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub n_step: usize,
     /// SGD steps between two updates of the target network.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long)]
     pub target_update_interval: u64,
     /// How far each update moves the target network towards the online one (1: a copy; less: Polyak averaging).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long)]
     pub tau: f64,
     /// Fraction of `--train_for_env_steps` over which ε falls linearly from its initial to its final value.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long)]
     pub exploration_fraction: f64,
     /// ε of ε-greedy exploration at the start.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long)]
     pub exploration_initial_eps: f64,
     /// ε at the end of the schedule, and after.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long)]
     pub exploration_final_eps: f64,
     /// Temporally-extended ε-greedy (εz-greedy, Dabney et al. 2021): an exploratory action is repeated for a
     /// duration drawn from a zeta distribution of this exponent (`P(n) ∝ n^−μ`, at most 10,000 steps) instead of
     /// lasting one step; the paper's choice is 2. 0: plain ε-greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long)]
     pub exploration_duration_mu: f64,
     /// Double DQN: the online network picks the next action, the target network values it.
-    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub double_q: bool,
     /// The dueling head: Q = V + A − mean(A).
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub dueling: bool,
     /// SGD steps between two publications of the weights to the actors.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long)]
     pub publish_interval: u64,
     /// Prioritised replay: transitions are drawn in proportion to their last TD error (a sum-tree in the learner),
     /// and the loss weights each by importance.
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub prioritized_replay: bool,
     /// How much the priorities count: a transition's is `(|TD error| + ε)^α` (0: uniform).
-    #[arg(long, default_value_t = 0.6)]
+    #[arg(long)]
     pub prioritized_replay_alpha: f64,
     /// The importance weights' exponent at the start, raised linearly to 1 over the run.
-    #[arg(long, default_value_t = 0.4)]
+    #[arg(long)]
     pub prioritized_replay_beta: f64,
     /// ε of the priorities, so that none is 0.
-    #[arg(long, default_value_t = 1e-6)]
+    #[arg(long)]
     pub prioritized_replay_eps: f64,
 }
 
@@ -799,23 +802,23 @@ pub enum DeviceKind {
 #[serde(default)]
 pub struct RunConfig {
     /// Experiment name (a folder under `train_dir`).
-    #[arg(long, default_value = "default_experiment")]
+    #[arg(long)]
     pub experiment: String,
     /// Root folder of experiments.
-    #[arg(long, default_value = "train_dir")]
+    #[arg(long)]
     pub train_dir: PathBuf,
     /// All components on one event loop in this process (false: rollout workers, inference workers
     /// and the learner in processes of their own).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub serial_mode: bool,
     /// Rollout workers keep sampling while the learner trains (false: they wait for the new policy).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub async_rl: bool,
     /// Stop after this many env frames.
-    #[arg(long, default_value_t = 10_000_000)]
+    #[arg(long)]
     pub train_for_env_steps: u64,
     /// Stop after this many seconds (with `--benchmark` and no value given: 10).
-    #[arg(long, default_value_t = UNLIMITED_SECONDS)]
+    #[arg(long)]
     pub train_for_seconds: f64,
     /// Stop when the mean return of the last 100 episodes reaches this value.
     #[arg(long)]
@@ -824,40 +827,40 @@ pub struct RunConfig {
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
     /// Learner and inference device.
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    #[arg(long, value_enum)]
     pub device: DeviceKind,
     /// libtorch intra-op threads per process.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub num_threads: i32,
     /// libtorch intra-op threads of the learner's process (0: `--num_threads`): a convolutional learner is the
     /// bottleneck of a pixel run and can use more cores than the rest, which mostly waits for it.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long)]
     pub learner_threads: i32,
     /// Seconds between progress lines (0: none; scalars, checkpoints and stop rules go on).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long)]
     pub report_interval_sec: f64,
     /// Env frames between TensorBoard scalars of each kind (episode statistics, training
     /// metrics); 0: after every rollout report and every dataset. The first episode's and the
     /// last values are always written.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long)]
     pub summary_every_env_steps: u64,
     /// Save the resolved config and the final weights in the experiment folder.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub save_experiment: bool,
     /// Measure throughput: no `--stop_at_reward`, no experiment folder, `--train_for_seconds`
     /// 10 unless given; the summary's `fps` is the steady-state rate after the warm-up.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub benchmark: bool,
     /// Seconds without a heartbeat after which a component is named hung (a hung rollout worker is
     /// replaced, any other hung component stops the run).
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long)]
     pub heartbeat_interval: f64,
     /// Times each rollout worker process is replaced when it dies or hangs before the run stops.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long)]
     pub max_worker_restarts: u32,
     /// Episodes the mean returns are taken over (the progress line, `--stop_at_reward`, the best
     /// checkpoint, each policy's PBT objective).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long)]
     pub stats_avg: usize,
 }
 
@@ -936,22 +939,22 @@ pub enum BestMetric {
 pub struct CheckpointingConfig {
     /// What to do when the experiment folder exists: resume from its latest checkpoint, restart
     /// (moving it aside) or overwrite it.
-    #[arg(long, value_enum, default_value_t = RestartBehaviorArg::Resume)]
+    #[arg(long, value_enum)]
     pub restart_behavior: RestartBehaviorArg,
     /// Seconds between checkpoints (one more is saved when the run stops).
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long)]
     pub save_every_sec: f64,
     /// Regular checkpoints kept (older ones are deleted).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long)]
     pub keep_checkpoints: usize,
     /// The metric of the best checkpoint.
-    #[arg(long, value_enum, default_value_t = BestMetric::Reward)]
+    #[arg(long, value_enum)]
     pub save_best_metric: BestMetric,
     /// No best checkpoint before this many env frames (early means are noisy).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long)]
     pub save_best_after: u64,
     /// Keep a milestone checkpoint for ever every this many env frames (0: none).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long)]
     pub save_milestones_env_steps: u64,
 }
 
@@ -976,28 +979,28 @@ impl Default for CheckpointingConfig {
 pub struct PbtConfig {
     /// Population-based training of the `--num_policies` policies (needs an experiment folder:
     /// weights are copied through checkpoints).
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub with_pbt: bool,
     /// A policy's agent steps between two of its PBT updates.
-    #[arg(long, default_value_t = 5_000_000)]
+    #[arg(long)]
     pub pbt_period_env_steps: u64,
     /// No PBT update before the run has this many env frames.
-    #[arg(long, default_value_t = 20_000_000)]
+    #[arg(long)]
     pub pbt_start_mutation: u64,
     /// The fraction of policies counted as best and as worst.
-    #[arg(long, default_value_t = 0.3)]
+    #[arg(long)]
     pub pbt_replace_fraction: f64,
     /// Probability that each hyper-parameter of a policy outside the best is mutated.
-    #[arg(long, default_value_t = 0.15)]
+    #[arg(long)]
     pub pbt_mutation_rate: f64,
     /// Relative gap in objective a worst policy must trail a best one by to take its weights.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long)]
     pub pbt_replace_reward_gap: f64,
     /// Absolute gap, as above.
-    #[arg(long, default_value_t = 1e-6)]
+    #[arg(long)]
     pub pbt_replace_reward_gap_absolute: f64,
     /// Whether gamma is mutated too (through `1 - gamma`).
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub pbt_optimize_gamma: bool,
 }
 
@@ -1037,20 +1040,20 @@ pub enum Workflow {
 #[serde(default)]
 pub struct DistributedConfig {
     /// Run as one rank of an MPI job (start with `mpirun`; a build with the `mpi` feature).
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub mpi: bool,
     /// Ranks that learn (the first ones); the others are actor ranks.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub learner_procs: usize,
     /// Ranks per env group: the group's first rank samples, and each split's envs are stepped over all its ranks.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long)]
     pub process_per_env: usize,
     /// How the ranks share the work.
-    #[arg(long, value_enum, default_value_t = Workflow::Async)]
+    #[arg(long, value_enum)]
     pub workflow: Workflow,
     /// With several learner ranks, every this many SGD steps the learners compare digests of their weights, which
     /// must be bit-identical (a difference stops the run); 0: never.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long)]
     pub check_weights_every: u64,
 }
 
@@ -1196,6 +1199,65 @@ impl Config {
             config.apply(&parse_settings(text, &origin)?, &origin)?;
         }
         Ok(config)
+    }
+
+    /// A run's configuration from its four sources, later ones winning (see the module doc): the reference values,
+    /// the shipped settings for its env and algorithm, `file` (`--config`: its path and settings) and
+    /// `command_line` (the values the user gave, keys named as the flags); then `--benchmark`'s implications and the
+    /// synchronous MPI workflow's. The env is the command line's `env`, else the file's; the shipped settings are
+    /// those of the command line's `algo`, else the file's, else APPO's. Not validated (see [`Config::validate`]).
+    pub fn layered(file: Option<(&Path, &Settings)>, command_line: &Settings) -> Result<Config> {
+        let given = |key: &str| {
+            command_line
+                .get(key)
+                .or_else(|| file.and_then(|(_, settings)| settings.get(key)))
+        };
+        let env = given("env").and_then(|v| v.as_str()).unwrap_or_default();
+        if env.is_empty() {
+            return Err(RlfError::Config(
+                "--env is required (or `env = \"...\"` in the --config file): an env id such as CartPole-v1"
+                    .into(),
+            ));
+        }
+        // A value that is no algorithm is reported below, naming where it was written.
+        let algo = given("algo")
+            .and_then(|value| Algo::deserialize(value.clone()).ok())
+            .unwrap_or(OffPolicyConfig::default().algo);
+        let mut config = Config::for_env_defaults(env, algo)?;
+        if let Some((path, settings)) = file {
+            config.apply(settings, path)?;
+        }
+        config.apply(command_line, Path::new("the command line"))?;
+        if config.run.benchmark {
+            let r = &mut config.run;
+            r.stop_at_reward = None;
+            r.save_experiment = false;
+            if r.train_for_seconds == UNLIMITED_SECONDS {
+                r.train_for_seconds = BENCHMARK_SECONDS;
+            }
+        }
+        if config.distributed.mpi && config.distributed.workflow == Workflow::Sync {
+            config.run.async_rl = false;
+        }
+        Ok(config)
+    }
+
+    /// Each flag's default as the command line writes it (lists comma-separated: `64,64`), from
+    /// [`Config::default`]: the reference values are written once, in the sections' `Default`. Flags without one
+    /// (`--stop_at_reward`) are left out.
+    pub fn flag_defaults() -> Result<Vec<(String, String)>> {
+        fn text(value: &toml::Value) -> String {
+            match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Array(items) => items.iter().map(text).collect::<Vec<_>>().join(","),
+                other => other.to_string(),
+            }
+        }
+        Ok(Config::default()
+            .to_settings()?
+            .iter()
+            .map(|(key, value)| (key.clone(), text(value)))
+            .collect())
     }
 
     /// The configuration in a file (an experiment's `config.json`, or a TOML file of settings):

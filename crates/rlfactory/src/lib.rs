@@ -6,7 +6,7 @@
 //! ```no_run
 //! use rlfactory::{config::Config, runner};
 //!
-//! let cfg = Config::for_env("CartPole-v1", &["--stop_at_reward=475", "--save_experiment=false"])?;
+//! let cfg = Config::for_env("CartPole-v1", &["stop_at_reward = 475", "save_experiment = false"])?;
 //! let summary = runner::train(&cfg, std::time::Instant::now())?;
 //! println!("{} frames, mean return {:?}", summary.env_frames, summary.mean_return);
 //! # Ok::<(), rlfactory::RlfError>(())

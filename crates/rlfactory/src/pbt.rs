@@ -275,10 +275,10 @@ mod tests {
     }
 
     const FLAGS: [&str; 4] = [
-        "--pbt_period_env_steps=100",
-        "--pbt_start_mutation=1000",
-        "--pbt_mutation_rate=1",
-        "--pbt_replace_reward_gap=0.1",
+        "pbt_period_env_steps = 100",
+        "pbt_start_mutation = 1000",
+        "pbt_mutation_rate = 1",
+        "pbt_replace_reward_gap = 0.1",
     ];
 
     #[test]

@@ -287,11 +287,11 @@ mod tests {
 
     fn learns_a_two_step_chain(nonlinearity: &str) {
         let mut dqn = learner(&[
-            "--learning_rate=0.01",
-            "--target_update_interval=20",
-            "--max_grad_norm=10",
-            "--encoder_mlp_layers=32",
-            &format!("--nonlinearity={nonlinearity}"),
+            "learning_rate = 0.01",
+            "target_update_interval = 20",
+            "max_grad_norm = 10",
+            "encoder_mlp_layers = '32'",
+            &format!("nonlinearity = '{nonlinearity}'"),
         ]);
         assert_eq!(dqn.model().differentiable_by_hand(), nonlinearity == "relu");
         let (a, b) = ([1.0, 0.0], [0.0, 1.0]);
@@ -327,9 +327,9 @@ mod tests {
     #[test]
     fn state_round_trips_with_the_target_network() {
         let flags = [
-            "--tau=0.1",
-            "--target_update_interval=1",
-            "--encoder_mlp_layers=16",
+            "tau = 0.1",
+            "target_update_interval = 1",
+            "encoder_mlp_layers = '16'",
         ];
         let mut dqn = learner(&flags);
         let w = layout().row_words();
@@ -369,9 +369,9 @@ mod tests {
     #[test]
     fn acting_after_training_sees_the_new_weights() {
         let mut dqn = learner(&[
-            "--matmul_precision=medium",
-            "--nonlinearity=relu",
-            "--learning_rate=0.05",
+            "matmul_precision = 'medium'",
+            "nonlinearity = 'relu'",
+            "learning_rate = 0.05",
         ]);
         let mut rows = vec![0.0; 4 * layout().row_words()];
         for (i, row) in rows.chunks_exact_mut(layout().row_words()).enumerate() {
@@ -383,7 +383,7 @@ mod tests {
         let before = dqn.model_mut().act(&obs, true).expect("act").values;
         dqn.train(&batch, None).expect("step");
         let after = dqn.model_mut().act(&obs, true).expect("act").values;
-        let mut fresh = learner(&["--matmul_precision=medium", "--nonlinearity=relu"]);
+        let mut fresh = learner(&["matmul_precision = 'medium'", "nonlinearity = 'relu'"]);
         fresh
             .model_mut()
             .load_weights(&dqn.model().weights().expect("weights"))
@@ -403,7 +403,7 @@ mod tests {
         }
         let batch = Transitions::from_rows(&rows, &layout(), tch::Device::Cpu).expect("batch");
         for double in [true, false] {
-            let mut dqn = learner(&[&format!("--double_q={double}"), "--target_update_interval=1000"]);
+            let mut dqn = learner(&[&format!("double_q = {double}"), "target_update_interval = 1000"]);
             // Make the online network differ from the target network.
             for _ in 0..50 {
                 dqn.train(&batch, None).expect("step");

@@ -301,9 +301,9 @@ mod tests {
     #[test]
     fn sac_learns_a_continuous_bandit() {
         let mut sac = learner(&[
-            "--learning_rate=0.003",
-            "--encoder_mlp_layers=32,32",
-            "--tau=0.05",
+            "learning_rate = 0.003",
+            "encoder_mlp_layers = '32,32'",
+            "tau = 0.05",
         ]);
         let w = layout().row_words();
         let mut rows = vec![0.0; 256 * w];
@@ -340,7 +340,7 @@ mod tests {
     /// says that the rest starts afresh.
     #[test]
     fn state_round_trips_and_an_actor_alone_restores() {
-        let mut sac = learner(&["--encoder_mlp_layers=16"]);
+        let mut sac = learner(&["encoder_mlp_layers = '16'"]);
         let w = layout().row_words();
         let mut rows = vec![0.0; 8 * w];
         for (i, row) in rows.chunks_exact_mut(w).enumerate() {
@@ -353,11 +353,11 @@ mod tests {
         let saved = sac.state_tensors().expect("state");
         let target = NamedTensor::unprefixed(NamedTensor::TARGET_PREFIX, &saved);
         assert!(!target.is_empty() && target != sac.critic().variables().named_tensors().expect("critics"));
-        let mut other = learner(&["--encoder_mlp_layers=16"]);
+        let mut other = learner(&["encoder_mlp_layers = '16'"]);
         assert!(other.restore(&saved, 5).expect("restore"));
         assert_eq!(other.state_tensors().expect("state"), saved);
         let actor_only = sac.actor().named_tensors().expect("actor");
-        let mut third = learner(&["--encoder_mlp_layers=16"]);
+        let mut third = learner(&["encoder_mlp_layers = '16'"]);
         assert!(!third.restore(&actor_only, 5).expect("restore"));
         assert_eq!(third.actor().named_tensors().expect("actor"), actor_only);
     }

@@ -446,9 +446,9 @@ mod tests {
     #[test]
     fn acting_in_bfloat16_recasts_the_weights_after_every_change() {
         let overrides = [
-            "--nonlinearity=relu",
-            "--encoder_mlp_layers=16,8",
-            "--matmul_precision=medium",
+            "nonlinearity = 'relu'",
+            "encoder_mlp_layers = '16,8'",
+            "matmul_precision = 'medium'",
         ];
         let cfg = Config::for_env("CartPole-v1", &overrides).expect("config").model;
         let net = |seed: i64| {
@@ -497,9 +497,9 @@ mod tests {
         ] {
             tch::manual_seed(3);
             let overrides = [
-                "--nonlinearity=relu".to_owned(),
-                format!("--encoder_mlp_layers={layers}"),
-                format!("--matmul_precision={precision}"),
+                "nonlinearity = 'relu'".to_owned(),
+                format!("encoder_mlp_layers = '{layers}'"),
+                format!("matmul_precision = '{precision}'"),
             ];
             let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
             let cfg = Config::for_env("CartPole-v1", &overrides).expect("config").model;
@@ -555,7 +555,7 @@ mod tests {
                 );
             }
         }
-        let cfg = Config::for_env("CartPole-v1", &["--nonlinearity=tanh"])
+        let cfg = Config::for_env("CartPole-v1", &["nonlinearity = 'tanh'"])
             .expect("config")
             .model;
         let actions = Space::Discrete { n: 3, start: 0 };

@@ -807,7 +807,11 @@ mod tests {
     use super::*;
 
     fn runner(overrides: &[&str]) -> RunStats {
-        let cfg = Config::for_env("CartPole-v1", overrides).expect("config");
+        runner_on("CartPole-v1", overrides)
+    }
+
+    fn runner_on(env: &str, overrides: &[&str]) -> RunStats {
+        let cfg = Config::for_env(env, overrides).expect("config");
         RunStats::new(&cfg, Instant::now())
     }
 
@@ -840,7 +844,7 @@ mod tests {
 
     #[test]
     fn stops_at_the_frame_budget_and_at_the_reward_over_a_full_window() {
-        let mut r = runner(&["--train_for_env_steps=1000", "--stop_at_reward=10"]);
+        let mut r = runner(&["train_for_env_steps = 1000", "stop_at_reward = 10"]);
         assert_eq!(r.on_rollout_reported(&rollout(400, &[20.0; 99])), None);
         // The 100th episode fills the window: mean 20 >= 10.
         assert_eq!(
@@ -849,7 +853,7 @@ mod tests {
         );
         let s = r.summary();
         assert_eq!((s.frames_to_reward, s.episodes), (Some(500), 100));
-        let mut r = runner(&["--train_for_env_steps=1000"]);
+        let mut r = runner(&["train_for_env_steps = 1000"]);
         assert_eq!(r.on_rollout_reported(&rollout(999, &[])), None);
         assert_eq!(
             r.on_rollout_reported(&rollout(1, &[])),
@@ -860,7 +864,7 @@ mod tests {
 
     #[test]
     fn scalars_start_with_the_first_episode_and_respect_the_interval() {
-        let mut r = runner(&["--summary_every_env_steps=1000"]);
+        let mut r = runner(&["summary_every_env_steps = 1000"]);
         assert!(r.due_scalars(false).is_empty(), "nothing happened yet");
         r.on_rollout_reported(&rollout(100, &[]));
         assert!(r.due_scalars(false).is_empty(), "no episode ended yet");
@@ -913,7 +917,7 @@ mod tests {
 
     #[test]
     fn an_interval_of_zero_writes_every_report() {
-        let mut r = runner(&["--summary_every_env_steps=0"]);
+        let mut r = runner(&["summary_every_env_steps = 0"]);
         for i in 0..3 {
             r.on_rollout_reported(&rollout(10, &[f64::from(i)]));
             r.on_training_reported(&training(i as u64, 1.0));
@@ -923,7 +927,7 @@ mod tests {
 
     #[test]
     fn a_resumed_run_continues_its_counts() {
-        let mut r = runner(&["--train_for_env_steps=5000", "--num_policies=2"]);
+        let mut r = runner(&["train_for_env_steps = 5000", "num_policies = 2"]);
         r.resume_from(4000, 30, &[7, 5]);
         assert_eq!(r.checkpoint_request().env_steps, 4000);
         assert_eq!(
@@ -938,12 +942,14 @@ mod tests {
 
     #[test]
     fn self_play_takes_snapshots_on_schedule_and_rates_them_by_elo() {
-        let mut r = runner(&[
-            "--env=connect_four",
-            "--self_play",
-            "--snapshot_every_env_steps=1000",
-            "--opponent_pool_size=2",
-        ]);
+        let mut r = runner_on(
+            "connect_four",
+            &[
+                "self_play = true",
+                "snapshot_every_env_steps = 1000",
+                "opponent_pool_size = 2",
+            ],
+        );
         assert_eq!(
             r.due_snapshot(),
             Some(SnapshotRequest { number: 1 }),
@@ -1012,11 +1018,10 @@ mod tests {
     #[test]
     fn a_resumed_run_continues_the_elo_ratings_of_the_snapshots_it_puts_back() {
         let args = [
-            "--env=connect_four",
-            "--self_play",
-            "--opponent_pool_size=2",
-            "--self_play_builtin_opponents=heuristic",
-            "--self_play_builtin_prob=0.5",
+            "self_play = true",
+            "opponent_pool_size = 2",
+            "self_play_builtin_opponents = 'heuristic'",
+            "self_play_builtin_prob = 0.5",
         ];
         let taken = |slot, number, version| SnapshotTaken {
             policy: 0,
@@ -1036,7 +1041,7 @@ mod tests {
                 .collect();
             report
         };
-        let mut first = runner(&args);
+        let mut first = runner_on("connect_four", &args);
         first.on_snapshot_taken(&taken(0, 1, 0));
         first.on_snapshot_taken(&taken(1, 2, 30));
         // Networks 1 and 2 are the pool's slots, network 3 the heuristic.
@@ -1051,7 +1056,7 @@ mod tests {
             serde_json::from_str(&serde_json::to_string(&saved).expect("serialised")).expect("read back");
         let saved = file.record.clone();
 
-        let mut resumed = runner(&args);
+        let mut resumed = runner_on("connect_four", &args);
         resumed.resume_from(100, 0, &[0]);
         assert!(
             resumed.resume_self_play(0, file.clone()),
@@ -1095,7 +1100,7 @@ mod tests {
 
         // Resumed from another checkpoint (an older best one): the latest weights start again, the snapshots
         // keep theirs.
-        let mut older = runner(&args);
+        let mut older = runner_on("connect_four", &args);
         older.resume_from(60, 0, &[0]);
         assert!(!older.resume_self_play(0, file));
         older.on_snapshot_taken(&taken(0, 1, 0));
@@ -1106,13 +1111,15 @@ mod tests {
 
     #[test]
     fn games_against_built_in_players_are_scored_apart_from_the_pool() {
-        let mut r = runner(&[
-            "--env=connect_four",
-            "--self_play",
-            "--opponent_pool_size=2",
-            "--self_play_builtin_opponents=random,heuristic",
-            "--self_play_builtin_prob=0.5",
-        ]);
+        let mut r = runner_on(
+            "connect_four",
+            &[
+                "self_play = true",
+                "opponent_pool_size = 2",
+                "self_play_builtin_opponents = 'random,heuristic'",
+                "self_play_builtin_prob = 0.5",
+            ],
+        );
         // One policy, pools of 2: networks 3 and 4 are `random` and `heuristic`.
         let mut report = rollout(100, &[]);
         report.games = [(3, 1.0), (3, 1.0), (4, 0.0), (4, 1.0), (4, 0.0), (4, 0.5)]
@@ -1151,7 +1158,7 @@ mod tests {
 
     #[test]
     fn each_policys_mean_is_over_its_last_stats_avg_episodes() {
-        let mut r = runner(&["--stats_avg=3"]);
+        let mut r = runner(&["stats_avg = 3"]);
         r.on_rollout_reported(&rollout(10, &[100.0, 1.0, 2.0, 3.0]));
         assert_eq!(r.mean_return(), Some(2.0));
         assert_eq!(r.policy_objective(0), Some(2.0));
@@ -1161,7 +1168,7 @@ mod tests {
     /// After PBT replaces a policy's weights, the episodes of its old weights no longer count towards its mean.
     #[test]
     fn a_replaced_policy_forgets_its_old_episodes() {
-        let mut r = runner(&["--stats_avg=3"]);
+        let mut r = runner(&["stats_avg = 3"]);
         r.on_rollout_reported(&rollout(10, &[-50.0, -60.0, -70.0]));
         r.forget_recent_episodes(0);
         assert_eq!(r.policy_objective(0), None);
@@ -1179,7 +1186,7 @@ mod tests {
 
     #[test]
     fn each_agents_episodes_are_averaged_under_its_name() {
-        let mut r = runner(&["--stats_avg=2"]);
+        let mut r = runner(&["stats_avg = 2"]);
         r.track_agents(&["player_0".to_owned(), "player_1".to_owned()]);
         let mut report = rollout(10, &[1.0, -1.0, 3.0, -3.0, 5.0]);
         report.episode_agents = vec![0, 1, 0, 1, 0];
@@ -1209,7 +1216,7 @@ mod tests {
                 .any(|(tag, v)| tag == "policy_stats/avg_true_objective" && *v == 0.5),
             "{due:?}"
         );
-        let mut by_objective = runner(&["--save_best_metric=true_objective"]);
+        let mut by_objective = runner(&["save_best_metric = 'true_objective'"]);
         by_objective.on_rollout_reported(&report);
         assert_eq!(by_objective.checkpoint_request().best_metric(0), Some(0.5));
     }

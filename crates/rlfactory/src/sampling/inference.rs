@@ -541,12 +541,12 @@ mod tests {
         let cfg = Config::for_env(
             "treasurehunt",
             &[
-                "--algo=dqn",
-                "--exploration_duration_mu=1.5",
-                "--num_envs_per_worker=2",
-                "--worker_num_splits=1",
-                "--rollout=8",
-                "--batch_size=32",
+                "algo = 'dqn'",
+                "exploration_duration_mu = 1.5",
+                "num_envs_per_worker = 2",
+                "worker_num_splits = 1",
+                "rollout = 8",
+                "batch_size = 32",
             ],
         )
         .expect("config");

@@ -1118,16 +1118,16 @@ mod tests {
         use crate::model::{ActorCritic, Policy};
         use crate::sampling::InferenceWorker;
 
-        let envs_flag = format!("--num_envs_per_worker={envs}");
+        let envs_flag = format!("num_envs_per_worker = {envs}");
         let cfg = Config::for_env(
             env,
             &[
-                "--use_rnn",
-                "--rnn_size=3",
+                "use_rnn = true",
+                "rnn_size = 3",
                 &envs_flag,
-                "--worker_num_splits=1",
-                "--rollout=8",
-                "--batch_size=32",
+                "worker_num_splits = 1",
+                "rollout = 8",
+                "batch_size = 32",
             ],
         )
         .expect("config");
@@ -1186,12 +1186,12 @@ mod tests {
         let cfg = Config::for_env(
             "connect_four",
             &[
-                "--num_policies=2",
-                "--agent_policy_map=player_0=0,player_1=1",
-                "--num_envs_per_worker=2",
-                "--worker_num_splits=1",
-                "--rollout=8",
-                "--batch_size=32",
+                "num_policies = 2",
+                "agent_policy_map = 'player_0=0,player_1=1'",
+                "num_envs_per_worker = 2",
+                "worker_num_splits = 1",
+                "rollout = 8",
+                "batch_size = 32",
             ],
         )
         .expect("config");
@@ -1435,12 +1435,12 @@ mod tests {
     /// its 4 envs in one split of `columns` columns; with a second mapping of its pool and its first requests.
     fn self_play_rig(flags: &[&str], columns: usize) -> (TrajectoryPool, RolloutWorker, Vec<PolicyRequest>) {
         let mut args = vec![
-            "--self_play",
-            "--opponent_pool_size=2",
-            "--num_envs_per_worker=4",
-            "--worker_num_splits=1",
-            "--rollout=8",
-            "--batch_size=64",
+            "self_play = true",
+            "opponent_pool_size = 2",
+            "num_envs_per_worker = 4",
+            "worker_num_splits = 1",
+            "rollout = 8",
+            "batch_size = 64",
         ];
         args.extend_from_slice(flags);
         let cfg = Config::for_env("connect_four", &args).expect("config");
@@ -1523,7 +1523,7 @@ mod tests {
     #[test]
     fn self_play_teams_play_together_and_meet_one_opponent_per_team() {
         let (reader, mut worker, mut requests) = self_play_rig(
-            &["--env_kwargs=players_per_side=2", "--self_play_latest_prob=0.3"],
+            &["env_kwargs = 'players_per_side=2'", "self_play_latest_prob = 0.3"],
             16,
         );
         assert_eq!(worker.splits[0].teams, [0, 1, 0, 1]);
@@ -1565,12 +1565,12 @@ mod tests {
         let cfg = Config::for_env(
             "CartPole-v1",
             &[
-                "--algo=dqn",
-                "--num_envs_per_worker=2",
-                "--worker_num_splits=1",
-                "--rollout=4",
-                "--batch_size=4",
-                "--gamma=0.5",
+                "algo = 'dqn'",
+                "num_envs_per_worker = 2",
+                "worker_num_splits = 1",
+                "rollout = 4",
+                "batch_size = 4",
+                "gamma = 0.5",
             ],
         )
         .expect("config");
@@ -1663,14 +1663,14 @@ mod tests {
         let cfg = Config::for_env(
             "connect_four",
             &[
-                "--self_play",
-                "--opponent_pool_size=2",
-                "--self_play_builtin_opponents=random",
-                "--self_play_builtin_prob=1",
-                "--num_envs_per_worker=4",
-                "--worker_num_splits=1",
-                "--rollout=8",
-                "--batch_size=64",
+                "self_play = true",
+                "opponent_pool_size = 2",
+                "self_play_builtin_opponents = 'random'",
+                "self_play_builtin_prob = 1",
+                "num_envs_per_worker = 4",
+                "worker_num_splits = 1",
+                "rollout = 8",
+                "batch_size = 64",
             ],
         )
         .expect("config");

@@ -72,14 +72,28 @@ pub fn run(args: &[&str]) -> Output {
     output(&mut command)
 }
 
-/// Flags that `scripts/test_portability` adds to every training run of the tests: `--num_threads=N` when
-/// `RLF_TEST_NUM_THREADS` is `N` (libtorch's intra-op threads, which change how its products are summed). None
-/// otherwise: the tests' own flags stand.
+/// libtorch's intra-op threads that `scripts/test_portability` gives every training run of the tests
+/// (`RLF_TEST_NUM_THREADS`, which changes how its products are summed). None otherwise: the tests' own settings stand.
+fn test_num_threads() -> Option<String> {
+    std::env::var("RLF_TEST_NUM_THREADS")
+        .ok()
+        .filter(|n| !n.is_empty())
+}
+
+/// [`test_num_threads`] as a flag for a spawned run: `--num_threads=N`.
 pub fn extra_train_flags() -> Vec<String> {
-    match std::env::var("RLF_TEST_NUM_THREADS") {
-        Ok(n) if !n.is_empty() => vec![format!("--num_threads={n}")],
-        _ => Vec::new(),
-    }
+    test_num_threads()
+        .map(|n| format!("--num_threads={n}"))
+        .into_iter()
+        .collect()
+}
+
+/// [`test_num_threads`] as a setting for `Config::for_env`: `num_threads = N`.
+pub fn extra_train_settings() -> Vec<String> {
+    test_num_threads()
+        .map(|n| format!("num_threads = {n}"))
+        .into_iter()
+        .collect()
 }
 
 /// What one seed of a learning test reached: whether it met the test's target, and the figure that decided it.

@@ -457,11 +457,11 @@ fn train_once(data: &Dataset, vtrace: bool) -> (Vec<f32>, Vec<f32>, f64) {
     let cfg = Config::for_env(
         "CartPole-v1",
         &[
-            "--normalize_input=true",
-            "--normalize_returns=true",
-            &format!("--with_vtrace={vtrace}"),
-            "--batch_size=64",
-            "--num_batches_per_epoch=2",
+            "normalize_input = true",
+            "normalize_returns = true",
+            &format!("with_vtrace = {vtrace}"),
+            "batch_size = 64",
+            "num_batches_per_epoch = 2",
         ],
     )
     .unwrap();
@@ -547,13 +547,13 @@ fn train_recurrent(states: &Tensor, recurrence: i64, vtrace: bool) -> Vec<f32> {
     let cfg = Config::for_env(
         "CartPole-v1",
         &[
-            "--use_rnn",
-            "--rnn_size=4",
-            "--rollout=16",
-            "--batch_size=64",
-            "--num_batches_per_epoch=2",
-            &format!("--recurrence={recurrence}"),
-            &format!("--with_vtrace={vtrace}"),
+            "use_rnn = true",
+            "rnn_size = 4",
+            "rollout = 16",
+            "batch_size = 64",
+            "num_batches_per_epoch = 2",
+            &format!("recurrence = {recurrence}"),
+            &format!("with_vtrace = {vtrace}"),
         ],
     )
     .unwrap();
@@ -616,7 +616,7 @@ fn bptt_chunks_start_from_the_recorded_states_every_recurrence_steps() {
             "recurrence {recurrence}: the state at step 5"
         );
     }
-    let cfg = Config::for_env("CartPole-v1", &["--use_rnn", "--rnn_size=4"]).unwrap();
+    let cfg = Config::for_env("CartPole-v1", &["use_rnn = true", "rnn_size = 4"]).unwrap();
     let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
     let model = ActorCritic::new(
         env.observation_space(),
@@ -644,14 +644,14 @@ fn a_dict_of_an_image_a_vector_and_a_mask_trains() {
     let cfg = Config::for_env(
         "CartPole-v1",
         &[
-            "--encoder_conv_architecture=resnet_impala",
-            "--encoder_conv_mlp_layers=32",
-            "--encoder_mlp_layers=16",
-            "--rollout=1",
-            "--batch_size=64",
-            "--num_batches_per_epoch=1",
-            "--num_epochs=2",
-            "--learning_rate=0.003",
+            "encoder_conv_architecture = 'resnet_impala'",
+            "encoder_conv_mlp_layers = '32'",
+            "encoder_mlp_layers = '16'",
+            "rollout = 1",
+            "batch_size = 64",
+            "num_batches_per_epoch = 1",
+            "num_epochs = 2",
+            "learning_rate = 0.003",
         ],
     )
     .unwrap();

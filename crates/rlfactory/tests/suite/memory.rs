@@ -9,9 +9,10 @@
 
 use crate::common;
 
+use std::path::Path;
 use std::time::Instant;
 
-use common::{assert_seeds_pass, extra_train_flags, report, Outcome};
+use common::{assert_seeds_pass, extra_train_settings, report, Outcome};
 
 use rlfactory::config::Config;
 use rlfactory::runner::train;
@@ -21,15 +22,14 @@ const BUDGET: u64 = 400_000;
 
 fn run(use_rnn: bool, seed: u64) -> rlfactory::runner::Summary {
     let mut flags = vec![
-        format!("--config={CONFIG}"),
-        format!("--use_rnn={use_rnn}"),
-        format!("--seed={seed}"),
-        "--save_experiment=false".to_owned(),
-        "--report_interval_sec=0".to_owned(),
+        format!("use_rnn = {use_rnn}"),
+        format!("seed = {seed}"),
+        "save_experiment = false".to_owned(),
+        "report_interval_sec = 0".to_owned(),
     ];
-    flags.extend(extra_train_flags());
+    flags.extend(extra_train_settings());
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let cfg = Config::for_env("CartPole-v1", &flags).expect("config");
+    let cfg = Config::for_env_with_file("CartPole-v1", Path::new(CONFIG), &flags).expect("config");
     assert!(cfg.run.serial_mode && cfg.run.stop_at_reward == Some(400.0));
     assert_eq!(
         (cfg.run.train_for_env_steps, cfg.env.obs_mask.as_str()),

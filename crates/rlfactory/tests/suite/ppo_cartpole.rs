@@ -6,9 +6,10 @@
 
 use crate::common;
 
+use std::path::Path;
 use std::time::Instant;
 
-use common::{extra_train_flags, report, Outcome};
+use common::{extra_train_settings, report, Outcome};
 use rlfactory::config::Config;
 use rlfactory::runner::train;
 
@@ -22,14 +23,13 @@ fn cartpole_reaches_475_within_150k_frames_on_five_seeds() {
     let mut failures = Vec::new();
     for seed in [1, 2, 3, 4, 5] {
         let mut flags = vec![
-            format!("--config={CONFIG}"),
-            format!("--seed={seed}"),
-            "--save_experiment=false".to_owned(),
-            "--report_interval_sec=0".to_owned(),
+            format!("seed = {seed}"),
+            "save_experiment = false".to_owned(),
+            "report_interval_sec = 0".to_owned(),
         ];
-        flags.extend(extra_train_flags());
+        flags.extend(extra_train_settings());
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let cfg = Config::for_env("CartPole-v1", &flags).expect("config");
+        let cfg = Config::for_env_with_file("CartPole-v1", Path::new(CONFIG), &flags).expect("config");
         assert!(cfg.run.serial_mode && cfg.run.stop_at_reward == Some(475.0));
         assert_eq!(cfg.run.train_for_env_steps, 150_000);
         let summary = {

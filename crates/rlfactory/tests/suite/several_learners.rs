@@ -19,11 +19,11 @@ fn learner(rank: usize, comm: LocalComm, averaged: bool) -> (Vec<f32>, Vec<Vec<f
     let cfg = Config::for_env(
         "CartPole-v1",
         &[
-            "--normalize_input=false",
-            "--normalize_returns=false",
-            "--lr_schedule=constant",
-            "--batch_size=64",
-            "--num_batches_per_epoch=2",
+            "normalize_input = false",
+            "normalize_returns = false",
+            "lr_schedule = 'constant'",
+            "batch_size = 64",
+            "num_batches_per_epoch = 2",
         ],
     )
     .unwrap();
