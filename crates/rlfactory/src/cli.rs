@@ -56,8 +56,8 @@ pub struct TrainArgs {
 /// How a command line was understood.
 #[derive(Debug)]
 pub enum Invocation {
-    /// Train with this resolved and validated configuration.
-    Train(Box<Config>),
+    /// Train as this plan (a resolved configuration, checked against its env) says.
+    Train(Box<RunPlan>),
     /// Run episodes with a trained policy.
     Enjoy(EnjoyArgs),
     /// Evaluate a trained policy on many envs.
@@ -145,9 +145,9 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
         file.as_ref().map(|(path, settings)| (*path, settings)),
         &command_line,
     )?;
-    RunPlan::resolve(&config, registry)?;
+    let plan = RunPlan::resolve(&config, registry)?;
     config.check_train_usage()?;
-    Ok(Invocation::Train(Box::new(config)))
+    Ok(Invocation::Train(Box::new(plan)))
 }
 
 impl Config {
@@ -252,12 +252,13 @@ fn run(
     registry: &EnvRegistry,
     process_start: Instant,
 ) -> Result<Option<i32>, RlfError> {
-    let cfg = match invocation {
-        Invocation::Train(cfg) => cfg,
+    let plan = match invocation {
+        Invocation::Train(plan) => plan,
         Invocation::Enjoy(args) => return crate::enjoy::enjoy(&args, registry).map(|_| None),
         Invocation::Eval(args) => return crate::enjoy::eval(&args, registry).map(|_| None),
         Invocation::Export(args) => return crate::enjoy::export(&args, registry).map(|()| None),
     };
+    let cfg = &plan.config;
     // A reaper removes the shared memory that the run and its workers leave if they are all killed at once (SIGKILL of
     // the process group); an MPI rank starts its own first thing. It is forked, as the workers are, while this
     // process has one thread: before libtorch's first operation, which starts its thread pool unless told how many
@@ -270,19 +271,19 @@ fn run(
         })?;
     tch::set_num_threads(cfg.run.num_threads);
     if !cfg.distributed.mpi {
-        runner::check_resources(&cfg, registry)?;
+        runner::check_resources(&plan)?;
     }
     eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
     if !reaper {
         eprintln!("[rlfactory] no shared-memory reaper: this process already runs several threads");
     }
     let summary = if cfg.distributed.mpi {
-        match crate::distributed::train_mpi(&cfg, registry, process_start)? {
+        match crate::distributed::train_mpi(&plan, registry, process_start)? {
             Some(summary) => summary,
             None => return Ok(rlf_signal::stop_signal()),
         }
     } else {
-        runner::train_with(&cfg, registry, process_start)?
+        runner::train_planned(&plan, registry, process_start)?
     };
     let json = serde_json::to_string_pretty(&summary)
         .map_err(|e| RlfError::Config(format!("cannot serialise the summary: {e}")))?;
@@ -395,7 +396,7 @@ mod tests {
             let mut all = vec!["rlfactory".to_owned(), "train".to_owned()];
             all.extend(args.iter().map(|a| a.to_string()));
             match parse_invocation(&all, &EnvRegistry::with_builtin()) {
-                Ok(Invocation::Train(cfg)) => Ok(*cfg),
+                Ok(Invocation::Train(plan)) => Ok(plan.config),
                 Ok(_) => panic!("not a train command"),
                 Err(CliError::Invalid(e)) => Err(e.to_string()),
                 Err(CliError::Clap(e)) => Err(e.to_string()),

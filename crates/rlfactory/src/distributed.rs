@@ -5,9 +5,9 @@
 
 use std::time::Instant;
 
-use crate::config::Config;
 use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
+use crate::plan::RunPlan;
 use crate::runner::Summary;
 
 /// The variables an MPI launcher sets in every rank's environment (OpenMPI's, then the PMI and PMIx ones of MPICH,
@@ -26,7 +26,7 @@ fn under_launcher() -> bool {
 /// Trains as this process's rank of an MPI job: learner rank 0 returns the summary, the other ranks `None`. Outside
 /// `mpirun`, or with a layout the ranks cannot make (an error rank 0 alone reports), it is an error.
 #[cfg(feature = "mpi")]
-pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -> Result<Option<Summary>> {
+pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant) -> Result<Option<Summary>> {
     use std::sync::Arc;
 
     use rlf_comm::{Comm, MpiThreadWorld, MpiUniverse, WorldMaker};
@@ -69,7 +69,7 @@ pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -
     let universe = MpiUniverse::init_threaded().map_err(mpi_error)?;
     let world = universe.world();
     let maker = Arc::new(Threads(universe.thread_world().map_err(mpi_error)?));
-    let result = crate::runner::train_rank(cfg, registry, process_start, &world, maker);
+    let result = crate::runner::train_rank(plan, registry, process_start, &world, maker);
     let rank = world.rank();
     drop(world);
     // `mpirun`, asked to stop, holds every rank's `MPI_Finalize` until it SIGKILLs them, and it SIGKILLs them all as
@@ -85,7 +85,11 @@ pub fn train_mpi(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -
 
 /// `--mpi` in a build without MPI: the error says how to get one.
 #[cfg(not(feature = "mpi"))]
-pub fn train_mpi(_cfg: &Config, _registry: &EnvRegistry, _process_start: Instant) -> Result<Option<Summary>> {
+pub fn train_mpi(
+    _plan: &RunPlan,
+    _registry: &EnvRegistry,
+    _process_start: Instant,
+) -> Result<Option<Summary>> {
     if !under_launcher() {
         return Err(not_launched());
     }

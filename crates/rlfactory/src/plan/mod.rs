@@ -14,9 +14,12 @@ use crate::error::{Result, RlfError};
 
 pub use agent_maps::{agent_teams, parse_agent_policy_map, parse_agent_team_map, policy_mapping, Mapping};
 
-/// A config checked against its env, with what the env says about it.
+/// A config checked against its env, with what the env says about it: what a run is planned from (the runner, its
+/// data plane and MPI layout, `enjoy` and `eval`), so that the env is built once to learn its spaces.
 #[derive(Debug, Clone)]
 pub struct RunPlan {
+    /// The configuration, checked.
+    pub config: Config,
     /// The env's spaces, agents and teams.
     pub env: EnvSpec,
     /// How the env's agents map to policies.
@@ -87,7 +90,12 @@ impl RunPlan {
                 cfg.dataset_size()
             ));
         }
-        Ok(RunPlan { env, mapping, teams })
+        Ok(RunPlan {
+            config: cfg.clone(),
+            env,
+            mapping,
+            teams,
+        })
     }
 }
 

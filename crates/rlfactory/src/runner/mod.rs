@@ -33,10 +33,11 @@ use self::graph::{build_graph, Parts};
 use self::mpi::LearnerSync;
 use self::plane::{create_plane, plan_plane, GraphSpec, RankPart};
 use crate::config::Config;
-use crate::env::{EnvRegistry, EnvSpec};
+use crate::env::EnvRegistry;
 use crate::env_group::EnvGroup;
 use crate::error::{Result, RlfError};
 use crate::experiment::ExperimentRun;
+use crate::plan::RunPlan;
 
 pub use self::mpi::train_rank;
 pub use self::stats::{warm_up, Report, RunStats, Scalars};
@@ -172,16 +173,21 @@ fn disk_full_line(cfg: &Config, faults: &[String]) -> Option<String> {
 /// Refuses a run of `cfg` on one machine whose trajectory slots and replay buffers would not fit the shared memory
 /// (`/dev/shm`) left free, or whose replay buffers' saves would not fit the experiment's disk: before the run
 /// prints or writes anything.
-pub fn check_resources(cfg: &Config, registry: &EnvRegistry) -> Result<()> {
-    let spec = EnvSpec::of(registry, &cfg.env)?;
-    plan_plane(cfg, &spec, RankPart::Whole)?.check_fits(cfg)?;
-    plane::check_replay_disk(cfg, &spec).map(|_| ())
+pub fn check_resources(plan: &RunPlan) -> Result<()> {
+    let cfg = &plan.config;
+    plan_plane(cfg, &plan.env, RankPart::Whole)?.check_fits(cfg)?;
+    plane::check_replay_disk(cfg, &plan.env).map(|_| ())
 }
 
 /// As [`train`], with the envs of `registry` (the binary's children must build their graph with
 /// the same registry: see [`child_build_with`]).
 pub fn train_with(cfg: &Config, registry: &EnvRegistry, process_start: Instant) -> Result<Summary> {
-    run_part(cfg, registry, process_start, RankPart::Whole, None, None, None)?
+    train_planned(&RunPlan::resolve(cfg, registry)?, registry, process_start)
+}
+
+/// As [`train_with`], for a run already planned.
+pub fn train_planned(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant) -> Result<Summary> {
+    run_part(plan, registry, process_start, RankPart::Whole, None, None, None)?
         .ok_or_else(|| RlfError::EventLoop("the runner did not report a summary".into()))
 }
 
@@ -213,7 +219,7 @@ fn keeps_exact_state(
 /// `learner_sync` on one of several learner ranks): the summary of
 /// the part that learns, `None` for an actor rank's.
 fn run_part(
-    cfg: &Config,
+    planned: &RunPlan,
     registry: &EnvRegistry,
     process_start: Instant,
     part: RankPart,
@@ -221,9 +227,10 @@ fn run_part(
     learner_sync: Option<LearnerSync>,
     env_group: Option<EnvGroup>,
 ) -> Result<Option<Summary>> {
+    let cfg = &planned.config;
     tch::set_num_threads(cfg.run.num_threads);
-    // The env's description, from the one env built to learn it, for every part of the run planned here.
-    let env_spec = EnvSpec::of(registry, &cfg.env)?;
+    // The env's description, from the one env the plan built to learn it, for every part of the run planned here.
+    let env_spec = planned.env.clone();
     // One run per experiment: the lock is this process's until the function returns (after the last saves).
     let lock = (cfg.run.save_experiment && part.learns())
         .then(|| rlf_experiment::ExperimentLock::acquire(&cfg.run.train_dir, &cfg.run.experiment))
@@ -326,7 +333,7 @@ fn run_part(
             let num_policies = cfg.sampling.num_policies;
             for policy in lost_learners(&outcome, num_policies) {
                 let name = graph::learner_name(policy, num_policies);
-                match recovery::save_published(cfg, registry, &regions.weights[policy], summary, policy) {
+                match recovery::save_published(cfg, &planned.env, &regions.weights[policy], summary, policy) {
                     Ok(()) => message.push_str(&format!(
                         "; saved a checkpoint of the weights the {name} last published"
                     )),

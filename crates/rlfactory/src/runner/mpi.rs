@@ -32,6 +32,7 @@ use crate::env::EnvRegistry;
 use crate::env_group::{serve_share, EnvGroup, Shares, MAX_CHANNELS};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
+use crate::plan::RunPlan;
 use crate::sampling::{BufferReleased, WorkerCounts};
 
 /// What the learner of a rank with several learner ranks averages its gradients with: its own handle on the world
@@ -391,7 +392,8 @@ fn log_to_own_file(cfg: &Config, rank: usize, learner: bool) -> Result<()> {
 /// EXARL's layout of `size` ranks, and what the workflows here need of it: as many actor ranks (env groups) as
 /// learners at least, env groups the envs can be shared over, one learner in sync mode, and sync rounds that fill
 /// whole datasets.
-fn check_layout(cfg: &Config, registry: &EnvRegistry, size: usize, ranks: Ranks) -> Result<Layout> {
+fn check_layout(plan: &RunPlan, registry: &EnvRegistry, size: usize, ranks: Ranks) -> Result<Layout> {
+    let cfg = &plan.config;
     let d = &cfg.distributed;
     let layout =
         Layout::new(size, d.learner_procs, d.process_per_env).map_err(|e| RlfError::Config(e.to_string()))?;
@@ -418,7 +420,7 @@ fn check_layout(cfg: &Config, registry: &EnvRegistry, size: usize, ranks: Ranks)
     }
     if !cfg.run.async_rl {
         let s = &cfg.sampling;
-        let agents = crate::env::EnvSpec::of(registry, &cfg.env)?.num_agents;
+        let agents = plan.env.num_agents;
         let sampled = ranks.actors * s.num_workers * s.num_envs_per_worker * agents * s.rollout;
         if cfg.dataset_size() % sampled != 0 {
             return Err(RlfError::Config(format!(
@@ -584,35 +586,35 @@ where
 /// `--heartbeat_interval` for its peers' last messages; a peer that sends none is hung, and the rank aborts the job
 /// (after the learner's checkpoint and this rank's shared memory are gone).
 pub fn train_rank(
-    cfg: &Config,
+    plan: &RunPlan,
     registry: &EnvRegistry,
     process_start: Instant,
     world: &dyn Comm,
     maker: Arc<dyn WorldMaker>,
 ) -> Result<Option<Summary>> {
-    let d = &cfg.distributed;
+    let d = &plan.config.distributed;
     let (rank, size) = (world.rank(), world.size());
     let ranks = Ranks {
         learners: d.learner_procs,
         actors: size.saturating_sub(d.learner_procs) / d.process_per_env.max(1),
         per_env: d.process_per_env.max(1),
-        workers_per_actor: cfg.sampling.num_workers,
+        workers_per_actor: plan.config.sampling.num_workers,
         me: rank,
     };
     // What every rank finds wrong alike is reported by rank 0 alone; every rank exits with an error.
-    let layout = check_layout(cfg, registry, size, ranks).map_err(|e| match (rank, e) {
+    let layout = check_layout(plan, registry, size, ranks).map_err(|e| match (rank, e) {
         (0, e) => e,
         _ => RlfError::ReportedByRankZero,
     })?;
     let learner = matches!(layout.role(rank), Role::Learner { .. });
-    log_to_own_file(cfg, rank, learner)?;
+    log_to_own_file(&plan.config, rank, learner)?;
     // With several learners, rank 0's owns the experiment folder and the summary; they average their gradients over
     // the learner communicator, which every rank takes part in making.
     let several = d.learner_procs > 1;
-    let mut cfg = cfg.clone();
+    let mut plan = plan.clone();
     if several && rank > 0 {
-        cfg.run.save_experiment = false;
-        cfg.run.summary_json = None;
+        plan.config.run.save_experiment = false;
+        plan.config.run.summary_json = None;
     }
     let learner_sync = (several && learner).then(|| LearnerSync {
         maker: Arc::clone(&maker),
@@ -622,7 +624,7 @@ pub fn train_rank(
     if several && !learner {
         world.split(None, rank).map_err(comm_error)?;
     }
-    let cfg = &cfg;
+    let (plan, cfg) = (&plan, &plan.config);
     let link = Arc::new(Shared {
         traffic: Traffic::default(),
         liveness: Arc::new(Liveness::new(size)),
@@ -667,7 +669,7 @@ pub fn train_rank(
             members: ranks.my_group(),
         });
         super::run_part(
-            cfg,
+            plan,
             registry,
             process_start,
             part,

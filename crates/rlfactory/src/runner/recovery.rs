@@ -6,7 +6,7 @@ use super::plane::new_policy;
 use super::summary::Summary;
 use crate::algo::appo::TrainingState;
 use crate::config::{BestMetric, Config};
-use crate::env::{EnvRegistry, EnvSpec};
+use crate::env::EnvSpec;
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer};
 use crate::model::PolicyWeights;
@@ -16,12 +16,12 @@ use crate::model::PolicyWeights;
 /// reported (policy 0's, or the configured one).
 pub(super) fn save_published(
     cfg: &Config,
-    registry: &EnvRegistry,
+    env: &EnvSpec,
     weights: &SharedWeights,
     summary: &Summary,
     policy: usize,
 ) -> Result<()> {
-    let mut model = new_policy(cfg, &EnvSpec::of(registry, &cfg.env)?, policy)?;
+    let mut model = new_policy(cfg, env, policy)?;
     let mut published = PolicyWeights {
         values: vec![0.0; weights.len()],
     };

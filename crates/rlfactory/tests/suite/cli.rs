@@ -285,7 +285,7 @@ fn parse(args: &[&str]) -> Config {
     let mut all = vec!["rlfactory".to_owned(), "train".to_owned()];
     all.extend(args.iter().map(|s| (*s).to_owned()));
     match parse_invocation(&all, &rlf_env::EnvRegistry::with_builtin()) {
-        Ok(Invocation::Train(cfg)) => *cfg,
+        Ok(Invocation::Train(plan)) => plan.config,
         Ok(other) => panic!("{args:?}: not a train command: {other:?}"),
         Err(e) => panic!("{args:?}: {e:?}"),
     }
