@@ -12,18 +12,105 @@
 use std::fmt;
 
 use rand::{Rng, RngExt};
+use serde::{Deserialize, Serialize};
 
 use crate::EnvError;
 
 /// A box in `R^n`: per-element bounds (which may be infinite) and a shape. Values are `f32`; a box of
 /// bytes ([`BoxSpace::bytes`]: Gymnasium's `uint8` images, `bool` and small-integer grids) holds whole
 /// numbers in `0..=255` only, which the trajectory slots keep as one byte each.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "WrittenBox", into = "WrittenBox")]
 pub struct BoxSpace {
     pub(crate) low: Vec<f32>,
     pub(crate) high: Vec<f32>,
     pub(crate) shape: Vec<usize>,
     pub(crate) bytes: bool,
+}
+
+/// A box as it is written between processes (JSON): bounds that are all alike once, infinite bounds as `"inf"` and
+/// `"-inf"` (JSON has no infinity). An image's box is a few bytes, not one number per pixel.
+#[derive(Serialize, Deserialize)]
+struct WrittenBox {
+    low: WrittenBounds,
+    high: WrittenBounds,
+    shape: Vec<usize>,
+    bytes: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum WrittenBounds {
+    Alike(WrittenBound),
+    Each(Vec<WrittenBound>),
+}
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(untagged)]
+enum WrittenBound {
+    Finite(f32),
+    Infinite(Infinity),
+}
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
+enum Infinity {
+    #[serde(rename = "inf")]
+    Plus,
+    #[serde(rename = "-inf")]
+    Minus,
+}
+
+impl WrittenBounds {
+    fn of(values: &[f32]) -> Self {
+        let bound = |v: f32| match v {
+            f32::INFINITY => WrittenBound::Infinite(Infinity::Plus),
+            f32::NEG_INFINITY => WrittenBound::Infinite(Infinity::Minus),
+            v => WrittenBound::Finite(v),
+        };
+        match values.split_first() {
+            Some((&first, rest)) if rest.iter().all(|v| v.to_bits() == first.to_bits()) => {
+                Self::Alike(bound(first))
+            }
+            _ => Self::Each(values.iter().map(|&v| bound(v)).collect()),
+        }
+    }
+
+    fn values(self, size: usize) -> Vec<f32> {
+        let value = |b: WrittenBound| match b {
+            WrittenBound::Finite(v) => v,
+            WrittenBound::Infinite(Infinity::Plus) => f32::INFINITY,
+            WrittenBound::Infinite(Infinity::Minus) => f32::NEG_INFINITY,
+        };
+        match self {
+            Self::Alike(b) => vec![value(b); size],
+            Self::Each(each) => each.into_iter().map(value).collect(),
+        }
+    }
+}
+
+impl From<BoxSpace> for WrittenBox {
+    fn from(b: BoxSpace) -> Self {
+        Self {
+            low: WrittenBounds::of(&b.low),
+            high: WrittenBounds::of(&b.high),
+            shape: b.shape,
+            bytes: b.bytes,
+        }
+    }
+}
+
+impl TryFrom<WrittenBox> for BoxSpace {
+    type Error = EnvError;
+
+    fn try_from(w: WrittenBox) -> Result<Self, EnvError> {
+        let size = w.shape.iter().product();
+        let b = BoxSpace::new(w.low.values(size), w.high.values(size), w.shape)?;
+        if w.bytes {
+            b.into_bytes()
+        } else {
+            Ok(b)
+        }
+    }
 }
 
 impl BoxSpace {
@@ -146,7 +233,7 @@ fn standard_normal<R: Rng + ?Sized>(rng: &mut R) -> f64 {
 }
 
 /// A space, as in Gymnasium.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Space {
     /// The integers `start, start + 1, ..., start + n - 1`.
     Discrete {
@@ -496,6 +583,31 @@ mod tests {
     use rand_pcg::Pcg64Mcg;
 
     use super::*;
+
+    /// Spaces travel between processes as JSON: every kind comes back equal, infinite and per-element bounds
+    /// included, and an image's box takes a few bytes.
+    #[test]
+    fn spaces_come_back_equal_from_json() {
+        let mixed = BoxSpace::new(
+            vec![f32::NEG_INFINITY, -0.0, 1.5e-7],
+            vec![f32::INFINITY, 0.0, 3.0],
+            vec![3],
+        )
+        .unwrap();
+        let image = BoxSpace::uniform(0.0, 255.0, vec![84, 84, 4])
+            .unwrap()
+            .into_bytes()
+            .unwrap();
+        for space in [dict_space(), Space::Box(mixed), Space::Box(image.clone())] {
+            let json = serde_json::to_string(&space).unwrap();
+            let back: Space = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, space, "{json}");
+        }
+        let json = serde_json::to_string(&Space::Box(image)).unwrap();
+        assert!(json.len() < 100, "{json}");
+        let bad = r#"{"Box":{"low":1.0,"high":0.0,"shape":[2],"bytes":false}}"#;
+        assert!(serde_json::from_str::<Space>(bad).is_err());
+    }
 
     fn dict_space() -> Space {
         Space::Dict(vec![

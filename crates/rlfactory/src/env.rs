@@ -17,7 +17,7 @@ use crate::error::{Result, RlfError};
 
 /// What the models and the trajectory slots are built from: each agent's spaces, the agents per
 /// env (1 for a single-agent env) and the slots' widths.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EnvSpec {
     /// Each agent's observation space.
     pub observation_spaces: Vec<Space>,

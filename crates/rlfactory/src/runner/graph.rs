@@ -16,7 +16,7 @@ use super::plane::{DataPlane, RankPart};
 use super::stats::RunStats;
 use super::summary::SavedSelfPlay;
 use crate::config::Config;
-use crate::env::EnvRegistry;
+use crate::env::{EnvRegistry, EnvSpec};
 use crate::env_group::EnvGroup;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::{Batch, Batcher, PbtUpdate, PbtWeightsSaved, PolicyUpdated, TrainingReport};
@@ -91,6 +91,8 @@ fn resume_self_play(
 /// Everything the components are built from.
 pub(super) struct Parts {
     pub cfg: Config,
+    /// The env's description, from the run plan.
+    pub env: EnvSpec,
     pub registry: EnvRegistry,
     pub process_start: Instant,
     pub plane: DataPlane,
@@ -100,8 +102,6 @@ pub(super) struct Parts {
     pub experiment: Option<ExperimentRun>,
     /// `(env frames, episodes, policy version)` of the checkpoint the run resumes from.
     pub resumed: Option<crate::experiment::ResumePoint>,
-    /// A multi-agent env's agents, whose statistics the runner keeps (main process).
-    pub agent_names: Vec<String>,
     /// Which part of the graph this process's rank runs.
     pub part: RankPart,
     /// The MPI link's threads (main process of an MPI rank).
@@ -137,13 +137,13 @@ pub(super) struct Parts {
 pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     let Parts {
         cfg,
+        env,
         registry,
         process_start,
         plane,
         summary,
         experiment,
         resumed,
-        agent_names,
         part,
         link_ends,
         learner_sync,
@@ -462,19 +462,20 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     // Constructors. The learner's and the inference workers' networks start from the same seed,
     // so they start identical; the learner publishes every update into the shared weights.
     for ((i, &w), signals) in workers.iter().enumerate().zip(worker_signals) {
-        let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
+        let (cfg, env, registry, plane) = (cfg.clone(), env.clone(), registry.clone(), plane.clone());
         let place = (part.global_worker(i), part.all_workers(&cfg));
         let group = env_group.clone();
         app.construct(w, move || {
-            RolloutNode::new(i, place, cfg, registry, &plane, signals, group)
+            let mapped = RolloutNode::map(i, &cfg, &env, &plane);
+            RolloutNode::new(i, place, cfg, registry, mapped, signals, group)
         });
     }
     for (&(g, inf), signals) in inference.iter().zip(actions_ready) {
-        let (cfg, registry, plane) = (cfg.clone(), registry.clone(), plane.clone());
+        let (cfg, env, plane) = (cfg.clone(), env.clone(), plane.clone());
         let next_turn = app.signal::<NextTurn, _>(inf, "next_turn");
         app.connect(next_turn, inf, InferenceNode::on_next_turn);
         app.construct(inf, move || {
-            InferenceNode::new(&cfg, &registry, &plane, g, signals, next_turn)
+            InferenceNode::new(&cfg, &env, &plane, g, signals, next_turn)
         });
     }
     let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
@@ -522,14 +523,16 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     // The rollout workers beside the learners write into their replay buffers (an MPI learner rank's link does).
     let replay_writers = if samples { workers.len() } else { 0 };
     for (p, (&learner, signals)) in learners.iter().zip(learner_signals).enumerate() {
-        let (cfg, registry, plane, sync) =
-            (cfg.clone(), registry.clone(), plane.clone(), learner_sync.clone());
+        let (cfg, env, plane, sync) = (cfg.clone(), env.clone(), plane.clone(), learner_sync.clone());
         app.construct(learner, move || {
-            LearnerNode::new(p, &cfg, &registry, &plane, signals, sync).with_replay_writers(replay_writers)
+            LearnerNode::new(p, &cfg, &env, &plane, signals, sync).with_replay_writers(replay_writers)
         });
     }
     let mut stats = RunStats::new(&cfg, process_start);
-    stats.track_agents(&agent_names);
+    // A multi-agent env's agents each get their statistics.
+    if env.num_agents > 1 {
+        stats.track_agents(&env.agent_names);
+    }
     if let Some(point) = resumed {
         stats.resume_from(point.env_frames, point.episodes, &point.versions);
         if let (true, Some(exp)) = (cfg.sampling.self_play, &experiment) {

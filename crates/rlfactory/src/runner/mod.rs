@@ -59,13 +59,13 @@ pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(
     tch::set_num_threads(spec.config.run.num_threads);
     let parts = Parts {
         cfg: spec.config,
+        env: spec.env,
         registry,
         process_start: Instant::now(),
         plane: spec.plane,
         summary: Arc::default(),
         experiment: None,
         resumed: None,
-        agent_names: Vec::new(),
         part: spec.part,
         link_ends: None,
         learner_sync: None,
@@ -292,23 +292,20 @@ fn run_part(
     }
     let spec = GraphSpec {
         config: cfg.clone(),
+        env: env_spec.clone(),
         plane: regions.plane.clone(),
         part,
     };
     let summary_slot = Arc::default();
     let parts = Parts {
         cfg: cfg.clone(),
+        env: env_spec.clone(),
         registry: registry.clone(),
         process_start,
         plane: regions.plane.clone(),
         summary: Arc::clone(&summary_slot),
         experiment,
         resumed,
-        agent_names: if env_spec.num_agents > 1 {
-            env_spec.agent_names
-        } else {
-            Vec::new()
-        },
         part,
         link_ends,
         learner_sync,

@@ -64,11 +64,12 @@ impl DataPlane {
     }
 }
 
-/// What a child process rebuilds the graph from: the resolved config, the data plane and the part of the graph
-/// its rank runs.
+/// What a child process rebuilds the graph from: the resolved config, the env's description (so that no child
+/// builds an env to learn its spaces), the data plane and the part of the graph its rank runs.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct GraphSpec {
     pub config: Config,
+    pub env: EnvSpec,
     pub plane: DataPlane,
     pub part: RankPart,
 }

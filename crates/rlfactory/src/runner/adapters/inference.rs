@@ -4,7 +4,7 @@ use rlf_signal::{Component, Ctx, Signal};
 
 use super::{or_fail, sent, NextTurn};
 use crate::config::Config;
-use crate::env::{EnvRegistry, EnvSpec};
+use crate::env::EnvSpec;
 use crate::error::{Result, RlfError};
 use crate::model::Policy;
 use crate::runner::plane::{new_policy, DataPlane};
@@ -28,23 +28,20 @@ impl InferenceNode {
     /// snapshot's follows its slot of the pool.
     pub fn new(
         cfg: &Config,
-        registry: &EnvRegistry,
+        spec: &EnvSpec,
         plane: &DataPlane,
         group: usize,
         actions_ready: Vec<Signal<ActionsReady>>,
         next_turn: Signal<NextTurn>,
     ) -> Self {
         let num_networks = cfg.num_networks();
-        let setup = EnvSpec::of(registry, &cfg.env)
-            .and_then(|spec| {
-                (0..num_networks)
-                    .filter(|&n| cfg.inference_group_of_network(n) == group)
-                    .map(|n| {
-                        let model: Box<dyn Policy> = new_policy(cfg, &spec, cfg.policy_of_network(n))?;
-                        Ok((n, model, plane.open_weights(n)?))
-                    })
-                    .collect::<Result<Vec<_>>>()
+        let setup = (0..num_networks)
+            .filter(|&n| cfg.inference_group_of_network(n) == group)
+            .map(|n| {
+                let model: Box<dyn Policy> = new_policy(cfg, spec, cfg.policy_of_network(n))?;
+                Ok((n, model, plane.open_weights(n)?))
             })
+            .collect::<Result<Vec<_>>>()
             .and_then(|networks| {
                 let worker = InferenceWorker::for_networks(networks, num_networks, plane.open_pools()?)
                     .with_builtin(cfg.builtin_opponents().len());

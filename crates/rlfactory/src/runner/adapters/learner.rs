@@ -15,7 +15,7 @@ use crate::algo::dqn::Dqn;
 use crate::algo::sac::Sac;
 use crate::algo::OffPolicyAlgo;
 use crate::config::{snapshot_slot, Algo, Config, LrScheduleKind};
-use crate::env::{EnvRegistry, EnvSpec};
+use crate::env::EnvSpec;
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, PoolSnapshot, Resumed};
 use crate::learning::{
@@ -102,15 +102,15 @@ impl LearnerNode {
     pub fn new(
         policy: usize,
         cfg: &Config,
-        registry: &EnvRegistry,
+        env: &EnvSpec,
         plane: &DataPlane,
         signals: LearnerSignals,
         sync: Option<LearnerSync>,
     ) -> Self {
         let setup = if cfg.off_policy.algo.is_off_policy() {
-            off_policy_setup(policy, cfg, registry, plane)
+            off_policy_setup(policy, cfg, env, plane)
         } else {
-            on_policy_setup(policy, cfg, registry, plane, sync)
+            on_policy_setup(policy, cfg, env, plane, sync)
         };
         Self {
             learner: None,
@@ -143,7 +143,7 @@ impl LearnerNode {
 fn on_policy_setup(
     policy: usize,
     cfg: &Config,
-    registry: &EnvRegistry,
+    spec: &EnvSpec,
     plane: &DataPlane,
     sync: Option<LearnerSync>,
 ) -> Result<Setup> {
@@ -157,8 +157,7 @@ fn on_policy_setup(
     let mut sync = sync
         .map(|s| Ok::<_, RlfError>(AllreduceGradients::new(s.learners()?, s.check_every)))
         .transpose()?;
-    let spec = EnvSpec::of(registry, &cfg.env)?;
-    let built = new_model(cfg, &spec, policy).and_then(|model| {
+    let built = new_model(cfg, spec, policy).and_then(|model| {
         let appo = Appo::new(model, &cfg.appo, &cfg.optimizer, cfg.run.train_for_env_steps)?;
         let policies = (policy, cfg.num_networks());
         let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
@@ -185,7 +184,7 @@ fn on_policy_setup(
         (Err(e), Some(mut sync)) => {
             // The network's size, for the collective the others wait in (a model that cannot be built fails on
             // every learner alike).
-            let parameters = new_model(cfg, &spec, policy)?
+            let parameters = new_model(cfg, spec, policy)?
                 .variables()
                 .trainable()
                 .iter()
@@ -236,19 +235,18 @@ fn expected_inserts(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<u64> 
 
 /// A DQN or SAC learner on the policy's replay buffer, continuing from its newest checkpoint if any (weights, target
 /// networks and Adam) and from the buffer the data plane restored (its priorities, counters and schedules).
-fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: &DataPlane) -> Result<Setup> {
+fn off_policy_setup(policy: usize, cfg: &Config, spec: &EnvSpec, plane: &DataPlane) -> Result<Setup> {
     let o = &cfg.off_policy;
-    let spec = EnvSpec::of(registry, &cfg.env)?;
-    let layout = transition_layout(cfg, &spec, policy)?;
+    let layout = transition_layout(cfg, spec, policy)?;
     let algo: Box<dyn OffPolicyAlgo> = if o.algo == Algo::Sac {
-        let actor = new_sac_actor(cfg, &spec, policy)?;
+        let actor = new_sac_actor(cfg, spec, policy)?;
         let (obs_dim, action_dim) = (actor.obs_dim() as i64, actor.action_dim() as i64);
         let twin = || TwinQ::new(obs_dim, action_dim, &cfg.model, cfg.run.device);
         let sac = Sac::new(actor, twin()?, twin()?, &cfg.optimizer, o)?;
         Box::new(sac)
     } else {
-        let online = new_q_network(cfg, &spec, policy)?;
-        let target = new_q_network(cfg, &spec, policy)?;
+        let online = new_q_network(cfg, spec, policy)?;
+        let target = new_q_network(cfg, spec, policy)?;
         Box::new(Dqn::new(online, target, &cfg.optimizer, o)?)
     };
     let mut learner = OffPolicyLearner::new(
@@ -267,11 +265,11 @@ fn off_policy_setup(policy: usize, cfg: &Config, registry: &EnvRegistry, plane: 
             o.prioritized_replay_beta,
             o.prioritized_replay_eps,
         );
-        learner = learner.with_prioritized_replay(exponents, expected_inserts(cfg, &spec, policy)?);
+        learner = learner.with_prioritized_replay(exponents, expected_inserts(cfg, spec, policy)?);
     }
     if cfg.optimizer.lr_schedule == LrScheduleKind::LinearDecay {
         learner =
-            learner.with_linear_lr_decay(cfg.optimizer.learning_rate, expected_inserts(cfg, &spec, policy)?);
+            learner.with_linear_lr_decay(cfg.optimizer.learning_rate, expected_inserts(cfg, spec, policy)?);
     }
     let mut checkpointer = if cfg.run.save_experiment {
         Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)

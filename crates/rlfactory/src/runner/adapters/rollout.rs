@@ -59,29 +59,31 @@ struct KeptNode {
 }
 
 /// What a rollout worker maps before it starts: its pool, the counters and, off-policy, the replay buffers.
-type Mapped = (TrajectoryPool, ShmArray<u64>, Option<ReplayWriter>);
+pub(crate) type Mapped = (TrajectoryPool, ShmArray<u64>, Option<ReplayWriter>);
 
 impl RolloutNode {
-    /// Rollout worker `index`, in its loop's process: worker `place.0` of the `place.1` of the whole run (spread over
-    /// MPI ranks, or `(index, --num_workers)` on one machine).
+    /// What rollout worker `index` maps, in its loop's process (see [`Mapped`]).
+    pub fn map(index: usize, cfg: &Config, env: &EnvSpec, plane: &DataPlane) -> Result<Mapped> {
+        let pool = plane
+            .pools
+            .get(index)
+            .ok_or_else(|| RlfError::Config(format!("no trajectory pool for rollout worker {index}")))
+            .and_then(TrajectoryPool::open)?;
+        let replay = replay_writer(cfg, env, plane)?;
+        Ok((pool, ShmArray::open(&plane.counters)?, replay))
+    }
+
+    /// Rollout worker `index`, in its loop's process, with what it mapped ([`RolloutNode::map`]): worker `place.0`
+    /// of the `place.1` of the whole run (spread over MPI ranks, or `(index, --num_workers)` on one machine).
     pub fn new(
         index: usize,
         place: (usize, usize),
         cfg: Config,
         registry: EnvRegistry,
-        plane: &DataPlane,
+        setup: Result<Mapped>,
         signals: RolloutSignals,
         group: Option<EnvGroup>,
     ) -> Self {
-        let setup = plane
-            .pools
-            .get(index)
-            .ok_or_else(|| RlfError::Config(format!("no trajectory pool for rollout worker {index}")))
-            .and_then(TrajectoryPool::open)
-            .and_then(|pool| {
-                let replay = replay_writer(&cfg, &EnvSpec::of(&registry, &cfg.env)?, plane)?;
-                Ok((pool, ShmArray::open(&plane.counters)?, replay))
-            });
         Self {
             index,
             place,
