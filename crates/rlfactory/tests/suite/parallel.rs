@@ -539,3 +539,56 @@ fn sigkill_of_the_whole_group_leaves_no_shared_memory() {
         assert_no_segments(pid);
     }
 }
+
+/// A Gymnasium CartPole that writes the id of each process that builds one into `BUILDS`.
+const COUNTED: &str = r#"
+import os
+import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
+
+
+class Counted(CartPoleEnv):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with open("BUILDS", "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+gym.register("Counted-v0", entry_point="counted:Counted")
+"#;
+
+/// The env's spaces are learned once, by the main process, and reach every other process in the run plan: the
+/// learner and the inference worker build no env, and each rollout worker builds only the envs it steps.
+#[test]
+fn only_the_main_process_builds_an_env_to_learn_its_spaces() {
+    let dir = common::temp_dir("parallel-env-builds");
+    let builds = dir.path().join("builds.txt");
+    let code = COUNTED.replace("BUILDS", &builds.display().to_string());
+    common::train_with_module(
+        dir.path(),
+        "counted",
+        &code,
+        &[
+            "--env=gym:counted:Counted-v0",
+            "--num_workers=2",
+            "--num_envs_per_worker=3",
+            "--train_for_env_steps=3000",
+        ],
+    );
+    let pids: Vec<String> = std::fs::read_to_string(&builds)
+        .expect("the envs wrote their builds")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let mut per_process = std::collections::BTreeMap::<&str, usize>::new();
+    for pid in &pids {
+        *per_process.entry(pid).or_default() += 1;
+    }
+    let mut counts: Vec<usize> = per_process.values().copied().collect();
+    counts.sort_unstable();
+    assert_eq!(
+        counts,
+        [1, 3, 3],
+        "one env in the main process, three in each rollout worker's, none elsewhere: {per_process:?}"
+    );
+}
