@@ -308,10 +308,11 @@ pub fn write_kept_state(cfg: &Config, state: rlf_signal::KeptState) -> Result<()
     Ok(rlf_experiment::write_atomically(&path, &bytes)?)
 }
 
-/// Takes the kept state out of the experiment folder of `cfg` as a run starts there (its checkpoints will move
-/// on, so it is used at most once): the state if it continues the checkpoints `point` resumes from, and a line for
-/// the log; `(None, None)` when there is none.
-pub fn take_kept_state(
+/// Reads the kept state in the experiment folder of `cfg` as a run starts there: the state if it continues the
+/// checkpoints `point` resumes from, and a line for the log; `(None, None)` when there is none. The file stays: a
+/// start that fails leaves it for the next, which checks it against the checkpoints again; a run that has run
+/// removes it ([`remove_kept_state`]).
+pub fn read_kept_state(
     cfg: &Config,
     point: Option<&ResumePoint>,
 ) -> Result<(Option<rlf_signal::KeptState>, Option<String>)> {
@@ -327,11 +328,6 @@ pub fn take_kept_state(
             })
         }
     };
-    std::fs::remove_file(&path).map_err(|source| RlfError::Io {
-        what: "removing",
-        path: path.clone(),
-        source,
-    })?;
     let line = |why: &str| {
         Some(format!(
             "{KEPT_STATE_FILE}: not used ({why}): the envs start new episodes"
@@ -363,6 +359,20 @@ pub fn take_kept_state(
          {KEPT_STATE_FILE}"
     );
     Ok((Some(kept.state), Some(line)))
+}
+
+/// Removes the kept state from the experiment folder of `cfg` once a run has run there: its checkpoints moved on
+/// (a stop by a signal writes a new one after this).
+pub fn remove_kept_state(cfg: &Config) -> Result<()> {
+    let path = cfg.run.train_dir.join(&cfg.run.experiment).join(KEPT_STATE_FILE);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RlfError::Io {
+            what: "removing",
+            path,
+            source: e,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Loads the newest intact checkpoint of `kind` from `store`, falling back to the other kind

@@ -254,7 +254,7 @@ fn run_part(
         .as_ref()
         .map(|_| keeps_exact_state(cfg, registry, part));
     let (kept, kept_line) = match experiment {
-        Some(_) => crate::experiment::take_kept_state(cfg, resumed.as_ref())?,
+        Some(_) => crate::experiment::read_kept_state(cfg, resumed.as_ref())?,
         None => (None, None),
     };
     let mut regions = create_plane(cfg, plan)?;
@@ -296,6 +296,7 @@ fn run_part(
         plane: regions.plane.clone(),
         part,
     };
+    let saves_experiment = experiment.is_some();
     let summary_slot = Arc::default();
     let parts = Parts {
         cfg: cfg.clone(),
@@ -319,6 +320,11 @@ fn run_part(
     let mut outcome = app
         .run(move |app| build_graph(app, parts))
         .map_err(|e| RlfError::EventLoop(e.to_string()))?;
+    // The run has run: the kept state it may have started from is behind its checkpoints now. After a fault it
+    // stays for the next start, which checks it against the checkpoints.
+    if saves_experiment && outcome.faults.is_empty() {
+        crate::experiment::remove_kept_state(cfg)?;
+    }
     let summary = summary_slot.lock().ok().and_then(|mut s| s.take());
     if !outcome.faults.is_empty() {
         let faults: Vec<String> = outcome.faults.iter().map(ToString::to_string).collect();

@@ -458,8 +458,8 @@ const EXACT: &[Exact] = &[
     },
 ];
 
-/// Item 3 of issue 32: a serial run, stopped by SIGINT at an arbitrary instant, then its resume stopped again, then
-/// resumed to the end, ends with every tensor of its last checkpoint (the networks, the targets, Adam's moments, the
+/// Item 3 of issue 32: a serial run, stopped by SIGINT at an arbitrary instant, then its resume stopped again, then a
+/// start SIGKILLed as it begins, then resumed to the end, ends with every tensor of its last checkpoint (the networks, the targets, Adam's moments, the
 /// normalisers' statistics) bit-identical to those of the same run never stopped: for DQN with prioritised replay,
 /// APPO with normalisers and with a GRU, and SAC. The stop keeps every component's state (the envs mid-episode, the
 /// n-step windows, the generators, the trajectory slots, the batcher's datasets, the undelivered messages); the
@@ -539,6 +539,39 @@ fn a_serial_run_stopped_twice_by_sigint_ends_with_the_weights_of_one_never_stopp
                     log.join("\n")
                 );
             }
+            // A start killed at once (SIGKILL as it begins, before it saves anything) leaves the kept state to the
+            // next start.
+            let run = spawn(Command::new(BIN).args(args(dir.path())));
+            let mut log = Vec::new();
+            loop {
+                let line = run
+                    .lines
+                    .recv_timeout(Duration::from_secs(120))
+                    .unwrap_or_else(|e| {
+                        panic!(
+                            "{}: the killed start did not begin ({e}):\n{}",
+                            case.name,
+                            log.join("\n")
+                        )
+                    });
+                let begun = line.contains("resumes exactly where the run stopped");
+                log.push(line);
+                if begun {
+                    break;
+                }
+            }
+            let kill = Command::new("kill")
+                .args(["-KILL", &run.pid.to_string()])
+                .status()
+                .expect("kill");
+            assert!(
+                kill.success(),
+                "{}: the start ended before the SIGKILL",
+                case.name
+            );
+            run.exited
+                .recv_timeout(Duration::from_secs(60))
+                .expect("exit after SIGKILL");
             let output = Command::new(BIN).args(args(dir.path())).output().expect("resume");
             let log = text(&output.stderr);
             assert!(
