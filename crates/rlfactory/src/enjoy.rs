@@ -62,13 +62,13 @@ use std::path::{Path, PathBuf};
 
 use clap::{ArgAction, Args};
 
-use crate::config::{parse_bool, Algo, CheckpointKind, Config};
+use crate::config::{parse_bool, CheckpointKind, Config};
 use rlf_env::connect_four::{self, play_game, ConnectFour, HeuristicPlayer, Player, RandomPlayer, Side};
 
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
 use crate::experiment::{self, RestoredState};
-use crate::model::{ActOutput, ActorCritic, Policy, QNetwork, SacActor};
+use crate::model::{ActOutput, ActorCritic, Policy};
 use crate::plan::RunPlan;
 
 /// Which experiment and checkpoint to load.
@@ -270,32 +270,14 @@ impl CheckpointSource {
         let (observation_space, action_space) = plan
             .env
             .policy_spaces(self.policy_index, plan.mapping.by_agent.as_deref())?;
-        let model: Box<dyn Policy> = match cfg.off_policy.algo {
-            Algo::Appo => {
-                let mut model =
-                    ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
-                model.load_named_tensors(&state.tensors)?;
-                Box::new(model)
-            }
-            Algo::Dqn => {
-                let mut model = QNetwork::new(
-                    observation_space,
-                    action_space,
-                    &cfg.model,
-                    cfg.off_policy.dueling,
-                    cfg.run.device,
-                )?;
-                model.load_named_tensors(&state.tensors)?;
-                // Sampled moves explore as at the end of training; deterministic ones are greedy.
-                model.set_epsilon(cfg.off_policy.exploration_final_eps);
-                Box::new(model)
-            }
-            Algo::Sac => {
-                let mut model = SacActor::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
-                model.load_named_tensors(&state.tensors)?;
-                Box::new(model)
-            }
-        };
+        let mut model = crate::algo::algorithm(cfg.off_policy.algo).acting_network(
+            observation_space,
+            action_space,
+            cfg,
+        )?;
+        model.load_named_tensors(&state.tensors)?;
+        // Sampled moves explore as at the end of training (DQN's ε); deterministic ones are greedy.
+        model.set_exploration(cfg.off_policy.exploration_final_eps);
         eprintln!(
             "[rlfactory] loaded {} (env frames {}, policy version {})",
             state.path.display(),

@@ -54,10 +54,33 @@ use tch::{Kind, Tensor};
 
 use super::adam::Adam;
 
-use crate::config::{AppoConfig, LrScheduleKind, OptimizerConfig};
+use crate::config::{AppoConfig, Config, LrScheduleKind, OptimizerConfig};
 use crate::error::{Result, RlfError};
 use crate::model::{ActorCritic, Draws, NamedTensor, Policy};
 use crate::pbt::Hyper;
+
+/// APPO to the rest of the crate: an actor-critic acts; any action space is learned.
+pub struct AppoAlgorithm;
+
+impl super::Algorithm for AppoAlgorithm {
+    fn acting_network(
+        &self,
+        observation_space: &rlf_env::Space,
+        action_space: &rlf_env::Space,
+        cfg: &Config,
+    ) -> Result<Box<dyn Policy>> {
+        Ok(Box::new(ActorCritic::new(
+            observation_space,
+            action_space,
+            &cfg.model,
+            cfg.run.device,
+        )?))
+    }
+
+    fn check_actions(&self, _env: &str, _action_spaces: &[rlf_env::Space]) -> Result<()> {
+        Ok(())
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // 1. The data

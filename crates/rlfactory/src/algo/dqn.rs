@@ -23,9 +23,41 @@ use tch::{Kind, Reduction, Tensor};
 
 use super::adam::Adam;
 use super::{OffPolicyAlgo, Transitions};
-use crate::config::{OffPolicyConfig, OptimizerConfig};
-use crate::error::Result;
+use crate::config::{Config, OffPolicyConfig, OptimizerConfig};
+use crate::error::{Result, RlfError};
 use crate::model::{NamedTensor, Policy, PolicyWeights, QNetwork};
+
+/// DQN to the rest of the crate: a Q-network acts; `Discrete` actions only.
+pub struct DqnAlgorithm;
+
+impl super::Algorithm for DqnAlgorithm {
+    fn acting_network(
+        &self,
+        observation_space: &rlf_env::Space,
+        action_space: &rlf_env::Space,
+        cfg: &Config,
+    ) -> Result<Box<dyn Policy>> {
+        Ok(Box::new(QNetwork::new(
+            observation_space,
+            action_space,
+            &cfg.model,
+            cfg.off_policy.dueling,
+            cfg.run.device,
+        )?))
+    }
+
+    fn check_actions(&self, env: &str, action_spaces: &[rlf_env::Space]) -> Result<()> {
+        match action_spaces
+            .iter()
+            .find(|s| !matches!(s, rlf_env::Space::Discrete { .. }))
+        {
+            Some(space) => Err(RlfError::Config(format!(
+                "--algo dqn needs Discrete actions; {env} has {space}"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // The learner's state

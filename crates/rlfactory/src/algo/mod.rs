@@ -1,5 +1,6 @@
-//! The math of the algorithms, one file each, and what the off-policy ones share: a batch of transitions
-//! ([`Transitions`]) and the face the off-policy learner sees ([`OffPolicyAlgo`]).
+//! The math of the algorithms, one file each, what every algorithm tells the rest of the crate ([`Algorithm`],
+//! registered in [`algorithm`]), and what the off-policy ones share: a batch of transitions ([`Transitions`]) and the
+//! face the off-policy learner sees ([`OffPolicyAlgo`]).
 
 pub mod adam;
 pub mod allreduce;
@@ -9,11 +10,38 @@ pub mod sac;
 
 use std::collections::BTreeMap;
 
+use rlf_env::Space;
 use tch::Tensor;
 
+use crate::config::{Algo, Config};
 use crate::data::TransitionLayout;
 use crate::error::{Result, RlfError};
-use crate::model::{NamedTensor, PolicyWeights};
+use crate::model::{NamedTensor, Policy, PolicyWeights};
+
+/// What an algorithm tells the rest of the crate: the network that acts for a policy and the action spaces it can
+/// learn. Each algorithm's implementation is in its own file; [`algorithm`] registers them.
+pub trait Algorithm: Sync {
+    /// A policy's acting network, with fresh weights, for the spaces of its agents: what the inference workers run
+    /// and what `enjoy`, `eval`, `export` and a resume's check load a checkpoint into.
+    fn acting_network(
+        &self,
+        observation_space: &Space,
+        action_space: &Space,
+        cfg: &Config,
+    ) -> Result<Box<dyn Policy>>;
+
+    /// Refuses an env (named `env`) whose action spaces it cannot learn, in one line naming `--algo`.
+    fn check_actions(&self, env: &str, action_spaces: &[Space]) -> Result<()>;
+}
+
+/// The algorithm `algo` names: the one registration of each.
+pub fn algorithm(algo: Algo) -> &'static dyn Algorithm {
+    match algo {
+        Algo::Appo => &appo::AppoAlgorithm,
+        Algo::Dqn => &dqn::DqnAlgorithm,
+        Algo::Sac => &sac::SacAlgorithm,
+    }
+}
 
 /// A training batch of `B` n-step transitions `(s, a, R, d, s')` sampled from a replay buffer: `R` is the
 /// discounted return of up to n agent steps, `d` the discount of what follows (`γ^k`, 0 after a terminal state),

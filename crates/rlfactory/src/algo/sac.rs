@@ -25,9 +25,52 @@ use tch::{Kind, Reduction, Tensor};
 
 use super::adam::{Adam, AdamConfig};
 use super::{OffPolicyAlgo, Transitions};
-use crate::config::{OffPolicyConfig, OptimizerConfig};
-use crate::error::Result;
+use crate::config::{Config, OffPolicyConfig, OptimizerConfig};
+use crate::error::{Result, RlfError};
 use crate::model::{NamedTensor, Policy, PolicyWeights, SacActor, TwinQ};
+
+/// SAC to the rest of the crate: its actor acts; `Box` actions with finite bounds only (it scales its actions in
+/// [-1, 1] to them).
+pub struct SacAlgorithm;
+
+impl super::Algorithm for SacAlgorithm {
+    fn acting_network(
+        &self,
+        observation_space: &rlf_env::Space,
+        action_space: &rlf_env::Space,
+        cfg: &Config,
+    ) -> Result<Box<dyn Policy>> {
+        Ok(Box::new(SacActor::new(
+            observation_space,
+            action_space,
+            &cfg.model,
+            cfg.run.device,
+        )?))
+    }
+
+    fn check_actions(&self, env: &str, action_spaces: &[rlf_env::Space]) -> Result<()> {
+        let boxes: Vec<&rlf_env::BoxSpace> = action_spaces
+            .iter()
+            .map(|space| match space {
+                rlf_env::Space::Box(b) => Ok(b),
+                _ => Err(RlfError::Config(format!(
+                    "--algo sac needs Box actions; {env} has {space}"
+                ))),
+            })
+            .collect::<Result<_>>()?;
+        if let Some(b) = boxes
+            .into_iter()
+            .find(|b| b.low().iter().chain(b.high()).any(|v| !v.is_finite()))
+        {
+            return Err(RlfError::Config(format!(
+                "--algo sac scales its actions in [-1, 1] to the env's bounds; {env} has {}, with a bound that is \
+                 not finite",
+                rlf_env::Space::Box(b.clone())
+            )));
+        }
+        Ok(())
+    }
+}
 
 /// The name of the temperature's variable in checkpoints.
 const LOG_ALPHA: &str = "log_alpha";

@@ -1,14 +1,12 @@
 //! The run plan: a [`Config`] held against the env it names. [`RunPlan::resolve`] runs the config's own checks
 //! ([`Config::validate`], which need no env), builds the env's description once ([`EnvSpec::of`]) and checks what
 //! only the env can say: each policy's spaces under `--agent_policy_map`, the teams self-play draws opponents by,
-//! the action spaces an off-policy algorithm takes, the built-in players, and sync mode's rounds. A config that
+//! the action spaces the algorithm takes ([`crate::algo::Algorithm::check_actions`]), the built-in players, and sync mode's rounds. A config that
 //! resolves trains; every error names the flag.
 
 mod agent_maps;
 
-use rlf_env::Space;
-
-use crate::config::{Algo, Config};
+use crate::config::Config;
 use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 
@@ -64,9 +62,7 @@ impl RunPlan {
                 ));
             }
         }
-        if cfg.off_policy.algo.is_off_policy() {
-            check_off_policy_actions(cfg, &env)?;
-        }
+        crate::algo::algorithm(cfg.off_policy.algo).check_actions(&cfg.env.env, &env.action_spaces)?;
         if let Some(unknown) = cfg
             .builtin_opponents()
             .into_iter()
@@ -97,31 +93,4 @@ impl RunPlan {
             teams,
         })
     }
-}
-
-/// The env's action spaces are those `--algo dqn` (`Discrete`) or `--algo sac` (`Box`, with finite bounds) takes.
-fn check_off_policy_actions(cfg: &Config, env: &EnvSpec) -> Result<()> {
-    let algo = cfg.off_policy.algo;
-    let (fits, needs): (fn(&Space) -> bool, _) = match algo {
-        Algo::Sac => (|s| matches!(s, Space::Box(_)), "Box"),
-        _ => (|s| matches!(s, Space::Discrete { .. }), "Discrete"),
-    };
-    let name = &cfg.env.env;
-    if let Some(space) = env.action_spaces.iter().find(|s| !fits(s)) {
-        return Err(RlfError::Config(format!(
-            "--algo {} needs {needs} actions; {name} has {space}",
-            algo.name()
-        )));
-    }
-    let unbounded = env.action_spaces.iter().find(|s| match s {
-        Space::Box(b) => b.low().iter().chain(b.high()).any(|v| !v.is_finite()),
-        _ => false,
-    });
-    if let (Algo::Sac, Some(space)) = (algo, unbounded) {
-        return Err(RlfError::Config(format!(
-            "--algo sac scales its actions in [-1, 1] to the env's bounds; {name} has {space}, with a bound that is \
-             not finite"
-        )));
-    }
-    Ok(())
 }

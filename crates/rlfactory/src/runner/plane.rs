@@ -461,12 +461,7 @@ pub(super) fn check_resumable(cfg: &Config, spec: &EnvSpec) -> Result<()> {
         let Some(state) = crate::experiment::resume_state(cfg, policy)? else {
             continue;
         };
-        let fits = match cfg.off_policy.algo {
-            Algo::Appo => new_model(cfg, spec, policy)?.load_named_tensors(&state.tensors),
-            Algo::Dqn => new_q_network(cfg, spec, policy)?.load_named_tensors(&state.tensors),
-            Algo::Sac => new_sac_actor(cfg, spec, policy)?.load_named_tensors(&state.tensors),
-        };
-        fits.map_err(|e| {
+        new_policy(cfg, spec, policy)?.load_named_tensors(&state.tensors).map_err(|e| {
             RlfError::Config(format!(
                 "cannot resume from {}: {e}; nothing was changed (--restart_behavior restart starts the experiment \
                  anew)",
@@ -505,14 +500,13 @@ pub(super) fn check_replay_disk(cfg: &Config, spec: &EnvSpec) -> Result<u64> {
     Ok(bytes)
 }
 
-/// The network of policy `policy` for `cfg`'s algorithm: an actor-critic for APPO, a Q-network for DQN, the actor
-/// for SAC.
+/// The acting network of policy `policy` for `cfg`'s algorithm ([`crate::algo::Algorithm::acting_network`]), seeded
+/// as [`new_model`] seeds the actor-critic.
 pub(super) fn new_policy(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<Box<dyn Policy>> {
-    Ok(match cfg.off_policy.algo {
-        Algo::Appo => Box::new(new_model(cfg, spec, policy)?),
-        Algo::Dqn => Box::new(new_q_network(cfg, spec, policy)?),
-        Algo::Sac => Box::new(new_sac_actor(cfg, spec, policy)?),
-    })
+    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
+    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+    ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
+    crate::algo::algorithm(cfg.off_policy.algo).acting_network(observation_space, action_space, cfg)
 }
 
 /// The actor of policy `policy` (SAC), seeded as [`new_model`] seeds the actor-critic.
