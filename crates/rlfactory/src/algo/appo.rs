@@ -80,6 +80,16 @@ impl super::Algorithm for AppoAlgorithm {
     fn check_actions(&self, _env: &str, _action_spaces: &[rlf_env::Space]) -> Result<()> {
         Ok(())
     }
+
+    fn off_policy_learner(
+        &self,
+        _observation_space: &rlf_env::Space,
+        _action_space: &rlf_env::Space,
+        _cfg: &Config,
+        _seed: &dyn Fn(),
+    ) -> Result<Option<Box<dyn super::OffPolicyAlgo>>> {
+        Ok(None)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -57,6 +57,33 @@ impl super::Algorithm for DqnAlgorithm {
             None => Ok(()),
         }
     }
+
+    /// The online network and its target start from the same seed: identical.
+    fn off_policy_learner(
+        &self,
+        observation_space: &rlf_env::Space,
+        action_space: &rlf_env::Space,
+        cfg: &Config,
+        seed: &dyn Fn(),
+    ) -> Result<Option<Box<dyn OffPolicyAlgo>>> {
+        let network = || {
+            seed();
+            QNetwork::new(
+                observation_space,
+                action_space,
+                &cfg.model,
+                cfg.off_policy.dueling,
+                cfg.run.device,
+            )
+        };
+        let (online, target) = (network()?, network()?);
+        Ok(Some(Box::new(Dqn::new(
+            online,
+            target,
+            &cfg.optimizer,
+            &cfg.off_policy,
+        )?)))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

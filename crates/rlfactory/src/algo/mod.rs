@@ -32,6 +32,17 @@ pub trait Algorithm: Sync {
 
     /// Refuses an env (named `env`) whose action spaces it cannot learn, in one line naming `--algo`.
     fn check_actions(&self, env: &str, action_spaces: &[Space]) -> Result<()>;
+
+    /// An off-policy algorithm's learner (its networks, targets and optimisers, fresh) for a policy with these
+    /// spaces; `None` for one that learns from trajectories (APPO, whose learner is built apart). `seed` is called
+    /// before each network that starts from the policy's seed.
+    fn off_policy_learner(
+        &self,
+        observation_space: &Space,
+        action_space: &Space,
+        cfg: &Config,
+        seed: &dyn Fn(),
+    ) -> Result<Option<Box<dyn OffPolicyAlgo>>>;
 }
 
 /// The algorithm `algo` names: the one registration of each.

@@ -70,6 +70,27 @@ impl super::Algorithm for SacAlgorithm {
         }
         Ok(())
     }
+
+    /// The actor starts from the policy's seed, the two critics from what follows it.
+    fn off_policy_learner(
+        &self,
+        observation_space: &rlf_env::Space,
+        action_space: &rlf_env::Space,
+        cfg: &Config,
+        seed: &dyn Fn(),
+    ) -> Result<Option<Box<dyn OffPolicyAlgo>>> {
+        seed();
+        let actor = SacActor::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
+        let (obs_dim, action_dim) = (actor.obs_dim() as i64, actor.action_dim());
+        let twin = || TwinQ::new(obs_dim, action_dim, &cfg.model, cfg.run.device);
+        Ok(Some(Box::new(Sac::new(
+            actor,
+            twin()?,
+            twin()?,
+            &cfg.optimizer,
+            &cfg.off_policy,
+        )?)))
+    }
 }
 
 /// The name of the temperature's variable in checkpoints.

@@ -15,7 +15,7 @@ use crate::config::{Algo, Config};
 use crate::data::{ObsLayout, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape, TransitionLayout};
 use crate::env::EnvSpec;
 use crate::error::{Result, RlfError};
-use crate::model::{ActorCritic, Policy, QNetwork, SacActor};
+use crate::model::{ActorCritic, Policy};
 use crate::sampling::ReplayWriter;
 
 /// Handles of the regions, for the processes that map them.
@@ -505,30 +505,8 @@ pub(super) fn check_replay_disk(cfg: &Config, spec: &EnvSpec) -> Result<u64> {
 pub(super) fn new_policy(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<Box<dyn Policy>> {
     let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
-    ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
+    seed_policy(cfg, policy);
     crate::algo::algorithm(cfg.off_policy.algo).acting_network(observation_space, action_space, cfg)
-}
-
-/// The actor of policy `policy` (SAC), seeded as [`new_model`] seeds the actor-critic.
-pub(super) fn new_sac_actor(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<SacActor> {
-    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
-    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
-    ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
-    SacActor::new(observation_space, action_space, &cfg.model, cfg.run.device)
-}
-
-/// The Q-network of policy `policy` (DQN), seeded as [`new_model`] seeds the actor-critic.
-pub(super) fn new_q_network(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<QNetwork> {
-    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
-    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
-    ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
-    QNetwork::new(
-        observation_space,
-        action_space,
-        &cfg.model,
-        cfg.off_policy.dueling,
-        cfg.run.device,
-    )
 }
 
 /// The network of policy `policy` for `cfg`'s env, seeded by `--seed` and the policy: every
@@ -536,6 +514,12 @@ pub(super) fn new_q_network(cfg: &Config, spec: &EnvSpec, policy: usize) -> Resu
 pub(super) fn new_model(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<ActorCritic> {
     let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
     let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
-    ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
+    seed_policy(cfg, policy);
     ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)
+}
+
+/// Seeds libtorch's generator for a network of policy `policy`: `--seed` and the policy, so that every process that
+/// builds it starts from the same weights, and policies start from different ones.
+pub(super) fn seed_policy(cfg: &Config, policy: usize) {
+    ActorCritic::seed(cfg.env.seed.wrapping_add(policy as u64 * 1_000_003));
 }

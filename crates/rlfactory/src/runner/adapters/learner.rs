@@ -11,10 +11,7 @@ use super::{or_fail, sent};
 use crate::algo::adam::GradientSync;
 use crate::algo::allreduce::AllreduceGradients;
 use crate::algo::appo::Appo;
-use crate::algo::dqn::Dqn;
-use crate::algo::sac::Sac;
-use crate::algo::OffPolicyAlgo;
-use crate::config::{snapshot_slot, Algo, Config, LrScheduleKind};
+use crate::config::{snapshot_slot, Config, LrScheduleKind};
 use crate::env::EnvSpec;
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, PoolSnapshot, Resumed};
@@ -22,9 +19,9 @@ use crate::learning::{
     Batch, KeptLearner, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round,
     TrainingReport,
 };
-use crate::model::{Draws, Policy, TwinQ};
+use crate::model::{Draws, Policy};
 use crate::runner::mpi::LearnerSync;
-use crate::runner::plane::{new_model, new_q_network, new_sac_actor, transition_layout, DataPlane};
+use crate::runner::plane::{new_model, seed_policy, transition_layout, DataPlane};
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken};
 
 /// What the learner emits.
@@ -238,17 +235,12 @@ fn expected_inserts(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<u64> 
 fn off_policy_setup(policy: usize, cfg: &Config, spec: &EnvSpec, plane: &DataPlane) -> Result<Setup> {
     let o = &cfg.off_policy;
     let layout = transition_layout(cfg, spec, policy)?;
-    let algo: Box<dyn OffPolicyAlgo> = if o.algo == Algo::Sac {
-        let actor = new_sac_actor(cfg, spec, policy)?;
-        let (obs_dim, action_dim) = (actor.obs_dim() as i64, actor.action_dim() as i64);
-        let twin = || TwinQ::new(obs_dim, action_dim, &cfg.model, cfg.run.device);
-        let sac = Sac::new(actor, twin()?, twin()?, &cfg.optimizer, o)?;
-        Box::new(sac)
-    } else {
-        let online = new_q_network(cfg, spec, policy)?;
-        let target = new_q_network(cfg, spec, policy)?;
-        Box::new(Dqn::new(online, target, &cfg.optimizer, o)?)
-    };
+    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
+    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+    let seed = || seed_policy(cfg, policy);
+    let algo = crate::algo::algorithm(o.algo)
+        .off_policy_learner(observation_space, action_space, cfg, &seed)?
+        .ok_or_else(|| RlfError::Config(format!("--algo {} learns from no replay buffer", o.algo.name())))?;
     let mut learner = OffPolicyLearner::new(
         algo,
         policy,
