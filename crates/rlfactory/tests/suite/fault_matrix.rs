@@ -458,6 +458,45 @@ const EXACT: &[Exact] = &[
     },
 ];
 
+/// Starts `rlfactory <args>`, waits for the first line of its log that `when` accepts (two minutes at most), then
+/// `delay` seconds, and sends it `signal` (`kill`'s form: `-INT`); returns how it exited and its log.
+fn signal_when(
+    args: &[String],
+    when: impl Fn(&str) -> bool,
+    delay: f64,
+    signal: &str,
+) -> (std::process::ExitStatus, Vec<String>) {
+    let run = spawn(Command::new(BIN).args(args));
+    let mut log = Vec::new();
+    loop {
+        let line = run
+            .lines
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("no awaited line ({e}):\n{}", log.join("\n")));
+        let seen = when(&line);
+        log.push(line);
+        if seen {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_secs_f64(delay));
+    let kill = Command::new("kill")
+        .args([signal, &run.pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(
+        kill.success(),
+        "the run ended before the {signal}:\n{}",
+        log.join("\n")
+    );
+    let status = run
+        .exited
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("no exit within 60 s of the {signal}:\n{}", log.join("\n")));
+    log.extend(run.lines.try_iter());
+    (status, log)
+}
+
 /// Item 3 of issue 32: a serial run, stopped by SIGINT at an arbitrary instant, then its resume stopped again, then a
 /// start SIGKILLed as it begins, then resumed to the end, ends with every tensor of its last checkpoint (the networks, the targets, Adam's moments, the
 /// normalisers' statistics) bit-identical to those of the same run never stopped: for DQN with prioritised replay,
@@ -496,41 +535,14 @@ fn a_serial_run_stopped_twice_by_sigint_ends_with_the_weights_of_one_never_stopp
         for delays in [[0.0, 0.3], [0.15, 0.05]] {
             let dir = temp_dir(&format!("exact-{}-{}", case.name, delays[0]));
             for (share, delay) in [0.25, 0.55].into_iter().zip(delays) {
-                let run = spawn(Command::new(BIN).args(args(dir.path())));
-                let mut log = Vec::new();
-                loop {
-                    let line = run
-                        .lines
-                        .recv_timeout(Duration::from_secs(120))
-                        .unwrap_or_else(|e| panic!("{}: no progress past {share} ({e})", case.name));
-                    let frames = line
-                        .split("frames ")
+                let past = |line: &str| {
+                    line.split("frames ")
                         .nth(1)
-                        .and_then(|f| f.split_whitespace().next());
-                    let past = frames
+                        .and_then(|f| f.split_whitespace().next())
                         .and_then(|f| f.parse::<f64>().ok())
-                        .is_some_and(|f| f >= share * case.frames as f64);
-                    log.push(line);
-                    if past {
-                        break;
-                    }
-                }
-                std::thread::sleep(Duration::from_secs_f64(delay));
-                let kill = Command::new("kill")
-                    .args(["-INT", &run.pid.to_string()])
-                    .status()
-                    .expect("kill");
-                assert!(
-                    kill.success(),
-                    "{}: the run ended before the SIGINT:\n{}",
-                    case.name,
-                    log.join("\n")
-                );
-                let status = run
-                    .exited
-                    .recv_timeout(Duration::from_secs(60))
-                    .expect("exit after SIGINT");
-                log.extend(run.lines.try_iter());
+                        .is_some_and(|f| f >= share * case.frames as f64)
+                };
+                let (status, log) = signal_when(&args(dir.path()), past, delay, "-INT");
                 assert_eq!(status.code(), Some(130), "{}: {}", case.name, log.join("\n"));
                 assert!(
                     dir.path().join("exp/kept_state.bin").is_file(),
@@ -541,37 +553,15 @@ fn a_serial_run_stopped_twice_by_sigint_ends_with_the_weights_of_one_never_stopp
             }
             // A start killed at once (SIGKILL as it begins, before it saves anything) leaves the kept state to the
             // next start.
-            let run = spawn(Command::new(BIN).args(args(dir.path())));
-            let mut log = Vec::new();
-            loop {
-                let line = run
-                    .lines
-                    .recv_timeout(Duration::from_secs(120))
-                    .unwrap_or_else(|e| {
-                        panic!(
-                            "{}: the killed start did not begin ({e}):\n{}",
-                            case.name,
-                            log.join("\n")
-                        )
-                    });
-                let begun = line.contains("resumes exactly where the run stopped");
-                log.push(line);
-                if begun {
-                    break;
-                }
-            }
-            let kill = Command::new("kill")
-                .args(["-KILL", &run.pid.to_string()])
-                .status()
-                .expect("kill");
-            assert!(
-                kill.success(),
-                "{}: the start ended before the SIGKILL",
-                case.name
+            let begun = |line: &str| line.contains("resumes exactly where the run stopped");
+            let (status, log) = signal_when(&args(dir.path()), begun, 0.0, "-KILL");
+            assert_eq!(
+                status.code(),
+                None,
+                "{}: the start ended before the SIGKILL:\n{}",
+                case.name,
+                log.join("\n")
             );
-            run.exited
-                .recv_timeout(Duration::from_secs(60))
-                .expect("exit after SIGKILL");
             let output = Command::new(BIN).args(args(dir.path())).output().expect("resume");
             let log = text(&output.stderr);
             assert!(
