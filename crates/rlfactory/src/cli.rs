@@ -278,7 +278,7 @@ fn run(
         eprintln!("[rlfactory] no shared-memory reaper: this process already runs several threads");
     }
     let summary = if cfg.distributed.mpi {
-        match crate::distributed::train_mpi(&plan, registry, process_start)? {
+        match crate::runner::train_mpi(&plan, registry, process_start)? {
             Some(summary) => summary,
             None => return Ok(rlf_signal::stop_signal()),
         }

@@ -6,18 +6,20 @@ use rlf_shm::ShmArray;
 use rlf_signal::{AppBuilder, BuildError};
 
 use super::adapters::{
-    ActorLink, ActorLinkSignals, ActorStopped, BatcherNode, BatcherSignals, InferenceNode, LearnerLink,
-    LearnerLinkSignals, LearnerNode, LearnerSignals, LinkEnds, LinkFailed, NextTurn, RolloutNode,
-    RolloutSignals, RunnerNode, RunnerSignals, StopRequested, SummarySlot, TrainTick,
+    BatcherNode, BatcherSignals, InferenceNode, LearnerNode, LearnerSignals, NextTurn, RolloutNode,
+    RolloutSignals, RunnerNode, RunnerSignals, SummarySlot, TrainTick,
 };
 use super::counters::CounterLayout;
-use super::mpi::LearnerSync;
+use super::mpi::{
+    ActorLink, ActorLinkSignals, ActorStopped, LearnerLink, LearnerLinkSignals, LearnerSync, LinkEnds,
+    LinkFailed, StopRequested,
+};
 use super::plane::{DataPlane, RankPart};
 use super::stats::RunStats;
 use super::summary::SavedSelfPlay;
 use crate::config::Config;
+use crate::env::group::EnvGroup;
 use crate::env::{EnvRegistry, EnvSpec};
-use crate::env_group::EnvGroup;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::{Batch, Batcher, PbtUpdate, PbtWeightsSaved, PolicyUpdated, TrainingReport};
 use crate::pbt::Pbt;

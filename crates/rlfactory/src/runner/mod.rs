@@ -27,19 +27,18 @@ use std::time::Instant;
 
 use rlf_signal::{App, AppBuilder, BuildError, Fault, Outcome};
 
-use self::adapters::LinkEnds;
 use self::counters::CounterLayout;
 use self::graph::{build_graph, Parts};
-use self::mpi::LearnerSync;
+use self::mpi::{LearnerSync, LinkEnds};
 use self::plane::{create_plane, plan_plane, GraphSpec, RankPart};
 use crate::config::Config;
+use crate::env::group::EnvGroup;
 use crate::env::EnvRegistry;
-use crate::env_group::EnvGroup;
 use crate::error::{Result, RlfError};
 use crate::experiment::ExperimentRun;
 use crate::plan::RunPlan;
 
-pub use self::mpi::train_rank;
+pub use self::mpi::{train_mpi, train_rank};
 pub use self::stats::{warm_up, Report, RunStats, Scalars};
 pub use self::summary::{
     PolicySummary, ReplaySummary, SelfPlaySummary, SnapshotSummary, StopReason, Summary,

@@ -8,8 +8,8 @@ use rlf_shm::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::adapters::Ranks;
 use super::counters::CounterLayout;
+use super::mpi::Ranks;
 use super::summary::ReplaySummary;
 use crate::config::{Algo, Config};
 use crate::data::{ObsLayout, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape, TransitionLayout};

@@ -31,8 +31,8 @@ use super::{
 use crate::config::Config;
 use crate::data::{Field, SlotCopy, TrajectoryPool};
 use crate::data::{KeptWindows, NStepAdder, TransitionLayout};
+use crate::env::group::{close_unused, EnvGroup};
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
-use crate::env_group::{close_unused, EnvGroup};
 use crate::error::{Result, RlfError};
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;

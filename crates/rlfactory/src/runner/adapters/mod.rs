@@ -10,7 +10,6 @@
 mod batcher;
 mod inference;
 mod learner;
-mod link;
 mod rollout;
 mod runner;
 
@@ -22,10 +21,6 @@ use crate::error::Result;
 pub(super) use batcher::{BatcherNode, BatcherSignals};
 pub(super) use inference::InferenceNode;
 pub(super) use learner::{LearnerNode, LearnerSignals, TrainTick};
-pub(super) use link::{
-    ActorInlets, ActorLink, ActorLinkSignals, ActorStopped, LearnerInlets, LearnerLink, LearnerLinkSignals,
-    LinkEnds, LinkFailed, Liveness, Outgoing, Ranks, StopRequested, Wire, TO_ACTOR, TO_LEARNER,
-};
 pub(super) use rollout::{RolloutNode, RolloutSignals};
 pub(super) use runner::{RunnerNode, RunnerSignals, SummarySlot};
 
@@ -46,7 +41,7 @@ fn sent(r: Result<(), EmitError>) -> Result<()> {
 }
 
 /// Stops the run with `result`'s error, if any, as this object's fault.
-fn or_fail<T: Component + 'static>(ctx: &mut Ctx<'_, T>, result: Result<()>) {
+pub(super) fn or_fail<T: Component + 'static>(ctx: &mut Ctx<'_, T>, result: Result<()>) {
     if let Err(e) = result {
         ctx.fail(e);
     }

@@ -1,7 +1,5 @@
-//! Training across processes and machines over [`rlf_comm`]'s communicators (EXARL's structure, issue 17).
-//!
 //! [`train_mpi`]: `train --mpi` under `mpirun` (cargo feature `mpi`): MPI started for several threads, then this
-//! process's rank of the async workflow ([`crate::runner::train_rank`]). A rank's learners average their gradients with [`crate::algo::allreduce::AllreduceGradients`].
+//! process's rank of the async workflow ([`super::train_rank`]). A rank's learners average their gradients with [`crate::algo::allreduce::AllreduceGradients`].
 
 use std::time::Instant;
 

@@ -25,10 +25,10 @@ use rlf_shm::{SharedWeights, ShmArray};
 use rlf_signal::{Component, Ctx, Inlet, Signal};
 use serde::{Deserialize, Serialize};
 
-use super::or_fail;
 use crate::data::{SlotCopy, TrajectoryPool};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
+use crate::runner::adapters::or_fail;
 use crate::sampling::{BufferReleased, RolloutReport, SlotsReclaimed, TrajectoryReady, WorkerStarted};
 
 /// The tag of messages to the learner rank.

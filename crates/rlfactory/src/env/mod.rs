@@ -2,6 +2,8 @@
 //! multi-agent envs look alike to the sampler (one column per agent of each env); and
 //! [`ActionMapper`], which turns a policy's raw actions into what the env accepts.
 
+pub mod group;
+
 pub use rlf_env::{
     parse_kwargs, ActionBatch, EnvRegistry, EpisodeStats, MultiVecEnv, Space, StepBuffers, VecBuffers, VecEnv,
 };
@@ -11,8 +13,8 @@ use rlf_env::Env;
 
 use rand_pcg::Pcg64Mcg;
 
+use self::group::{EnvGroup, GroupVecEnv};
 use crate::config::{ContinuousActionMode, EnvConfig};
-use crate::env_group::{EnvGroup, GroupVecEnv};
 use crate::error::{Result, RlfError};
 
 /// What the models and the trajectory slots are built from: each agent's spaces, the agents per
@@ -207,7 +209,7 @@ impl Envs {
     }
 
     /// `n` envs of `cfg`'s single-agent env stepped over `group`'s ranks, on the communicator of the lead's split
-    /// `channel` (the members serve it: [`crate::env_group::serve_share`]).
+    /// `channel` (the members serve it: [`crate::env::group::serve_share`]).
     pub fn make_in_group(
         registry: &EnvRegistry,
         cfg: &EnvConfig,

@@ -1,11 +1,11 @@
 //! One rank of an MPI job in the async workflow (EXARL's async learner; issue 17). The learner rank runs the batcher,
 //! the learner and the runner; every actor rank runs rollout and inference workers over its own shared memory, as
-//! one machine does; a link on each rank's main loop stands for the other side ([`super::adapters`]' `link`).
+//! one machine does; a link on each rank's main loop stands for the other side ([`super::link`]).
 //! Each rank has threads of its own besides its event loops, each with its own handle on the world communicator
 //! ([`WorldMaker`]): sending threads (one per destination rank) send what the link posts, in order; one receives,
 //! writes what arrives into this rank's shared memory and emits the signals. With `--process_per_env` above 1 the
 //! member ranks of each env group run no component graph: they step their share of their lead's envs
-//! ([`crate::env_group`]). The ranks end in a handshake that leaves no message unmatched: the learner rank's last
+//! ([`crate::env::group`]). The ranks end in a handshake that leaves no message unmatched: the learner rank's last
 //! message to each rank of its env groups is `Stop`, each such rank's last is `Stopped` (a lead's also to learner 0,
 //! which counts every lead's progress), and the learner rank's receiver runs until the `Stopped` of every rank it
 //! hears from is in.
@@ -20,25 +20,25 @@ use rlf_comm::{Comm, Layout, Role, Source, WorldMaker};
 use rlf_shm::ShmArray;
 use rlf_signal::{EmitError, Inlet};
 
-use super::adapters::{
+use super::link::{
     ActorInlets, ActorStopped, LearnerInlets, LinkEnds, LinkFailed, Liveness, Outgoing, Ranks, StopRequested,
     Wire, TO_ACTOR, TO_LEARNER,
 };
-use super::counters::CounterLayout;
-use super::plane::RankPart;
-use super::summary::{StopReason, Summary};
 use crate::config::Config;
+use crate::env::group::{serve_share, EnvGroup, Shares, MAX_CHANNELS};
 use crate::env::EnvRegistry;
-use crate::env_group::{serve_share, EnvGroup, Shares, MAX_CHANNELS};
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
 use crate::plan::RunPlan;
+use crate::runner::counters::CounterLayout;
+use crate::runner::plane::RankPart;
+use crate::runner::summary::{StopReason, Summary};
 use crate::sampling::{BufferReleased, WorkerCounts};
 
 /// What the learner of a rank with several learner ranks averages its gradients with: its own handle on the world
 /// communicator (it runs on a thread of the rank's main process), from which it splits the learner communicator.
 #[derive(Clone)]
-pub(super) struct LearnerSync {
+pub(in crate::runner) struct LearnerSync {
     pub maker: Arc<dyn WorldMaker>,
     pub rank: usize,
     pub check_every: u64,
@@ -668,7 +668,7 @@ pub fn train_rank(
             maker: Arc::clone(&maker),
             members: ranks.my_group(),
         });
-        super::run_part(
+        crate::runner::run_part(
             plan,
             registry,
             process_start,
