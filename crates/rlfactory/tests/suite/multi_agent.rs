@@ -479,46 +479,56 @@ fn connect_four_team_self_play_beats_the_random_player_nine_times_in_ten() {
 /// Connect Four from scratch with the built-in `heuristic` player (which takes a win and blocks
 /// one, else plays at random) as the opponent in half the games and the pool the rest
 /// (`--self_play_builtin_opponents heuristic --self_play_builtin_prob 0.5`): after 2M moves the
-/// policy wins at least 90% of 200 games against the uniformly random player (the test;
-/// measured 97%, 96.5%, 93.5% on seeds 1-3, release builds), its games against the heuristic are
-/// counted apart from the pool's, and it wins a fair share of them (0.37-0.49 of the last 100
-/// while training on seeds 1-3; 0.44-0.60 in `eval`).
+/// policy wins at least 90% of 200 games against the uniformly random player (the test), on
+/// average over seeds 1 and 2 in `--serial_mode`, as its two siblings (in parallel mode seed 1 alone
+/// gave 93.5-97.5% and once 89.5% beside the rest of the suite). Its games against the heuristic are
+/// counted apart from the pool's, and it wins a fair share of them. Measured on an Intel Xeon: 96.0%
+/// and 95.5% (0.495 and 0.41 against the heuristic while training), 96.5% and 95.5% with
+/// `ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE`, 67 s a run.
 #[test]
 fn connect_four_trained_against_the_heuristic_too_beats_the_random_player_nine_times_in_ten() {
-    let dir = temp_dir("connect-four-builtin");
-    let train_dir = format!("--train_dir={}", dir.path().display());
-    let out = dir.path().join("summary.json");
-    let output = run(&[
-        "train",
-        "--env=connect_four",
-        "--seed=1",
-        "--experiment=c4",
-        &train_dir,
-        &format!("--summary_json={}", out.display()),
-        "--self_play",
-        "--self_play_builtin_opponents=heuristic",
-        "--self_play_builtin_prob=0.5",
-        "--train_for_env_steps=2000000",
-        "--report_interval_sec=0",
-    ]);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let s = common::summary(&out);
-    let sp = &s["policies"][0]["self_play"];
-    let heuristic = &sp["builtin"][0];
-    assert_eq!(heuristic["name"], "heuristic", "{sp}");
-    let (games, pool_games) = (heuristic["games"].as_u64(), sp["games"].as_u64());
-    // Half the games against the heuristic, the other half against the latest weights or the pool.
-    assert!(games > Some(20_000) && pool_games > Some(5_000), "{sp}");
-    let against = heuristic["win_rate"].as_f64().expect("a win rate");
+    let rates = common::each_seed(&[1, 2], 2, |seed| {
+        let dir = temp_dir(&format!("connect-four-builtin-{seed}"));
+        let train_dir = format!("--train_dir={}", dir.path().display());
+        let out = dir.path().join("summary.json");
+        let output = run(&[
+            "train",
+            "--env=connect_four",
+            &format!("--seed={seed}"),
+            "--experiment=c4",
+            &train_dir,
+            &format!("--summary_json={}", out.display()),
+            "--self_play",
+            "--self_play_builtin_opponents=heuristic",
+            "--self_play_builtin_prob=0.5",
+            "--train_for_env_steps=2000000",
+            "--serial_mode",
+            "--report_interval_sec=0",
+        ]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let s = common::summary(&out);
+        let sp = &s["policies"][0]["self_play"];
+        let heuristic = &sp["builtin"][0];
+        assert_eq!(heuristic["name"], "heuristic", "{sp}");
+        let (games, pool_games) = (heuristic["games"].as_u64(), sp["games"].as_u64());
+        // Half the games against the heuristic, the other half against the latest weights or the pool.
+        assert!(games > Some(20_000) && pool_games > Some(5_000), "{sp}");
+        let against = heuristic["win_rate"].as_f64().expect("a win rate");
+        assert!(
+            against > 0.25,
+            "{against} against the heuristic while training\n{sp}"
+        );
+        let rate = connect_four_win_rate_against_random(&train_dir, "c4");
+        let outcome = common::Outcome {
+            passed: rate >= 0.9,
+            figure: format!("win rate {rate}, {against} against the heuristic"),
+        };
+        common::report("c4_heuristic", seed, &outcome);
+        rate
+    });
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
     assert!(
-        against > 0.25,
-        "{against} against the heuristic while training\n{sp}"
+        mean >= 0.9,
+        "mean win rate {mean} against the random player on seeds 1 and 2 ({rates:?})"
     );
-    let rate = connect_four_win_rate_against_random(&train_dir, "c4");
-    let outcome = common::Outcome {
-        passed: rate >= 0.9,
-        figure: format!("win rate {rate}, {against} against the heuristic"),
-    };
-    common::report("c4_heuristic", 1, &outcome);
-    assert!(outcome.passed, "win rate {rate} against the random player");
 }
