@@ -270,6 +270,16 @@ impl Config {
                     .into(),
             );
         }
+        if !self.model.encoder_custom.is_empty()
+            && (!self.model.encoder_conv_layers.0.is_empty()
+                || self.model.encoder_conv_architecture != ConvArchitecture::None)
+        {
+            return err(format!(
+                "--encoder_custom {} replaces the built-in encoders: drop --encoder_conv_layers and \
+                 --encoder_conv_architecture",
+                self.model.encoder_custom
+            ));
+        }
         if !self.model.encoder_conv_layers.0.is_empty()
             && self.model.encoder_conv_architecture != ConvArchitecture::None
         {

@@ -232,6 +232,10 @@ pub struct ModelConfig {
     /// Hidden layer sizes of the MLP encoder (after the convolutions, if any).
     #[arg(long)]
     pub encoder_mlp_layers: Layers,
+    /// An encoder of the user's own in place of the built-in ones: the name a binary of their own registered it
+    /// under (`rlfactory::model::register_encoder`). Empty: the built-in encoders.
+    #[arg(long)]
+    pub encoder_custom: String,
     /// Nonlinearity after each hidden layer.
     #[arg(long, value_enum)]
     pub nonlinearity: Nonlinearity,
@@ -327,6 +331,7 @@ impl Default for ModelConfig {
             encoder_conv_mlp_layers: Layers(vec![512]),
             obs_scale: 1.0,
             encoder_mlp_layers: Layers(vec![64, 64]),
+            encoder_custom: String::new(),
             nonlinearity: Nonlinearity::Tanh,
             matmul_precision: MatmulPrecision::Highest,
             actor_critic_share_weights: false,

@@ -21,6 +21,8 @@ use tch::{nn, Kind, Tensor};
 
 use rlf_env::Space;
 
+use super::custom::{registered_encoder, EncoderNet};
+
 use crate::config::{ConvArchitecture, MatmulPrecision, ModelConfig, Nonlinearity, PolicyInitialization};
 use crate::error::{Result, RlfError};
 
@@ -641,6 +643,7 @@ enum Body {
     Mlp(Mlp),
     Convs(Convs, Mlp),
     Parts(PartEncoders),
+    Custom(Box<dyn EncoderNet>),
 }
 
 impl Encoder {
@@ -651,7 +654,10 @@ impl Encoder {
         obs_dim: i64,
         cfg: &ModelConfig,
     ) -> Result<(Self, i64)> {
-        let (body, size) = if cfg.encoder_conv_architecture != ConvArchitecture::None {
+        let (body, size) = if !cfg.encoder_custom.is_empty() {
+            let (net, size) = registered_encoder(&cfg.encoder_custom)?(path, space, obs_dim, cfg)?;
+            (Body::Custom(net), size)
+        } else if cfg.encoder_conv_architecture != ConvArchitecture::None {
             let (parts, size) = PartEncoders::new(path, space, cfg)?;
             (Body::Parts(parts), size)
         } else if cfg.encoder_conv_layers.0.is_empty() {
@@ -704,6 +710,7 @@ impl Encoder {
             Body::Mlp(mlp) => mlp.forward(x),
             Body::Convs(convs, mlp) => mlp.forward(&convs.forward(x)),
             Body::Parts(parts) => parts.forward(x),
+            Body::Custom(net) => net.forward(x),
         }
     }
 }

@@ -13,6 +13,7 @@
 //!   follows them by name ([`NamedTensor`]).
 
 mod actor_critic;
+mod custom;
 mod distribution;
 mod draws;
 mod encoder;
@@ -27,6 +28,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use actor_critic::{ActionHead, ActorCritic, ACTION_MASK_KEY};
+pub use custom::{register_encoder, registered_encoder, EncoderBuilder, EncoderNet};
 pub use distribution::Distribution;
 pub use draws::Draws;
 pub use normalize::RunningMeanStd;

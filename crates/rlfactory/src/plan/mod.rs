@@ -63,6 +63,9 @@ impl RunPlan {
             }
         }
         crate::algo::algorithm(cfg.off_policy.algo).check_actions(&cfg.env.env, &env.action_spaces)?;
+        if !cfg.model.encoder_custom.is_empty() {
+            crate::model::registered_encoder(&cfg.model.encoder_custom)?;
+        }
         if let Some(unknown) = cfg
             .builtin_opponents()
             .into_iter()
