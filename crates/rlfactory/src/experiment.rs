@@ -26,7 +26,7 @@ use rlf_experiment::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::algo::appo::TrainingState;
+use crate::algo::TrainingState;
 use crate::config::{CheckpointKind, Config, RestartBehaviorArg};
 use crate::error::{Result, RlfError};
 use crate::learning::{Learner, OffPolicyLearner, PolicyUpdated, ReplaySnapshot, SavedPriorities};

@@ -49,11 +49,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use super::adam::Adam;
 
+use super::{OnPolicyAlgo, TrainingState};
 use crate::config::{AppoConfig, Config, LrScheduleKind, OptimizerConfig};
 use crate::error::{Result, RlfError};
 use crate::model::{ActorCritic, Draws, NamedTensor, Policy};
@@ -79,6 +79,19 @@ impl super::Algorithm for AppoAlgorithm {
 
     fn check_actions(&self, _env: &str, _action_spaces: &[rlf_env::Space]) -> Result<()> {
         Ok(())
+    }
+
+    fn on_policy_learner(
+        &self,
+        observation_space: &rlf_env::Space,
+        action_space: &rlf_env::Space,
+        cfg: &Config,
+        seed: &dyn Fn(),
+    ) -> Result<Option<Box<dyn OnPolicyAlgo>>> {
+        seed();
+        let model = ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
+        let appo = Appo::new(model, &cfg.appo, &cfg.optimizer, cfg.run.train_for_env_steps)?;
+        Ok(Some(Box::new(appo)))
     }
 
     fn off_policy_learner(
@@ -516,17 +529,6 @@ impl LrSchedule {
 /// Metrics of one dataset, by Sample Factory's names (`train/...`).
 pub type TrainMetrics = BTreeMap<String, f64>;
 
-/// What a checkpoint keeps of the learner besides the weights and Adam's moments.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct TrainingState {
-    /// The policy version (SGD steps so far; also Adam's step count).
-    pub version: u64,
-    /// Env frames trained on (the linear-decay schedule's position).
-    pub frames_trained: u64,
-    /// The learning rate the schedule had reached.
-    pub lr: f64,
-}
-
 /// The APPO learner's state: the network, Adam, the schedule and the policy version.
 pub struct Appo {
     cfg: AppoConfig,
@@ -595,6 +597,75 @@ struct Prepared {
     acted_rows: Tensor,
 }
 
+impl super::OnPolicyAlgo for Appo {
+    fn train(&mut self, data: &Dataset) -> Result<TrainMetrics> {
+        Appo::train(self, data)
+    }
+
+    fn policy(&self) -> &dyn Policy {
+        &self.model
+    }
+
+    fn policy_mut(&mut self) -> &mut dyn Policy {
+        &mut self.model
+    }
+
+    fn draws(&self) -> &Draws {
+        &self.draws
+    }
+
+    fn set_draws(&mut self, draws: Draws) {
+        self.draws = draws;
+    }
+
+    fn set_after_step(&mut self, f: Box<dyn FnMut() + Send>) {
+        self.after_step = Some(f);
+    }
+
+    fn set_gradient_sync(&mut self, sync: Box<dyn super::adam::GradientSync>) {
+        self.optimizer.set_gradient_sync(sync);
+    }
+
+    fn finish_sync(&mut self) -> Result<()> {
+        self.optimizer.finish_sync()
+    }
+
+    fn training_state(&self) -> TrainingState {
+        TrainingState {
+            version: self.version,
+            frames_trained: self.frames_trained,
+            lr: self.schedule.lr(),
+        }
+    }
+
+    fn restore_training_state(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
+        self.version = state.version;
+        self.frames_trained = state.frames_trained;
+        self.schedule.resume_at(state.lr);
+        self.optimizer.set_lr(state.lr);
+        self.optimizer.load_state(tensors, state.version)
+    }
+
+    fn set_hyper(&mut self, hyper: &Hyper) {
+        hyper.apply(&mut self.cfg, &mut self.optim);
+        self.schedule.rebase(hyper.learning_rate, self.frames_trained);
+        self.optimizer.set_lr(self.schedule.lr());
+    }
+
+    fn adopt(&mut self, tensors: &[NamedTensor]) -> Result<bool> {
+        self.version += 1;
+        self.optimizer.load_state(tensors, self.version)
+    }
+
+    fn optimizer_state(&self) -> Result<Vec<NamedTensor>> {
+        self.optimizer.state()
+    }
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+}
+
 impl Appo {
     /// A learner training `model` with Adam, for a run of `total_frames` env frames.
     pub fn new(
@@ -622,34 +693,6 @@ impl Appo {
         })
     }
 
-    /// The generator of the minibatches' orders, for an exact resume.
-    pub fn draws(&self) -> &Draws {
-        &self.draws
-    }
-
-    /// Replaces the generator of the minibatches' orders (a kept one).
-    pub fn set_draws(&mut self, draws: Draws) {
-        self.draws = draws;
-    }
-
-    /// Calls `f` after every SGD step: a learner whose dataset takes longer than the heartbeat interval beats its
-    /// loop's heartbeat there.
-    pub fn set_after_step(&mut self, f: Box<dyn FnMut() + Send>) {
-        self.after_step = Some(f);
-    }
-
-    /// Trains as one of several learners of this policy: each SGD step's gradients are averaged with the others'
-    /// through `sync` (every learner must use the same constant learning-rate schedule and no normalisers, whose
-    /// statistics are each learner's own, for their weights to stay bit-identical).
-    pub fn set_gradient_sync(&mut self, sync: Box<dyn super::adam::GradientSync>) {
-        self.optimizer.set_gradient_sync(sync);
-    }
-
-    /// This learner trains no more: tells the other learners of the policy (see [`Appo::set_gradient_sync`]).
-    pub fn finish_sync(&mut self) -> Result<()> {
-        self.optimizer.finish_sync()
-    }
-
     /// The network being trained.
     pub fn model(&self) -> &ActorCritic {
         &self.model
@@ -658,51 +701,6 @@ impl Appo {
     /// The network being trained, mutably (to load weights).
     pub fn model_mut(&mut self) -> &mut ActorCritic {
         &mut self.model
-    }
-
-    /// The state to save beside the weights.
-    pub fn training_state(&self) -> TrainingState {
-        TrainingState {
-            version: self.version,
-            frames_trained: self.frames_trained,
-            lr: self.schedule.lr(),
-        }
-    }
-
-    /// Continues from a saved [`TrainingState`] and Adam's moments among `tensors` (the weights
-    /// are loaded separately). Returns whether the moments were there; without them Adam starts
-    /// afresh.
-    pub fn restore_training_state(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
-        self.version = state.version;
-        self.frames_trained = state.frames_trained;
-        self.schedule.resume_at(state.lr);
-        self.optimizer.set_lr(state.lr);
-        self.optimizer.load_state(tensors, state.version)
-    }
-
-    /// Replaces the hyper-parameters PBT mutates; the learning rate restarts the schedule from it.
-    pub fn set_hyper(&mut self, hyper: &Hyper) {
-        hyper.apply(&mut self.cfg, &mut self.optim);
-        self.schedule.rebase(hyper.learning_rate, self.frames_trained);
-        self.optimizer.set_lr(self.schedule.lr());
-    }
-
-    /// Takes another policy's weights and Adam's moments from a checkpoint's `tensors` (loaded
-    /// into the model by the caller), keeping this policy's version, which moves on by one so
-    /// that the inference workers load the new weights.
-    pub fn adopt(&mut self, tensors: &[NamedTensor]) -> Result<bool> {
-        self.version += 1;
-        self.optimizer.load_state(tensors, self.version)
-    }
-
-    /// Adam's moments as named tensors.
-    pub fn optimizer_state(&self) -> Result<Vec<NamedTensor>> {
-        self.optimizer.state()
-    }
-
-    /// The policy version: the number of SGD steps taken.
-    pub fn version(&self) -> u64 {
-        self.version
     }
 
     /// Steps per chunk of backpropagation through time for sequences of `seq_len` steps.

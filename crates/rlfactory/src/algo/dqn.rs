@@ -59,6 +59,16 @@ impl super::Algorithm for DqnAlgorithm {
     }
 
     /// The online network and its target start from the same seed: identical.
+    fn on_policy_learner(
+        &self,
+        _observation_space: &rlf_env::Space,
+        _action_space: &rlf_env::Space,
+        _cfg: &Config,
+        _seed: &dyn Fn(),
+    ) -> Result<Option<Box<dyn super::OnPolicyAlgo>>> {
+        Ok(None)
+    }
+
     fn off_policy_learner(
         &self,
         observation_space: &rlf_env::Space,

@@ -1,6 +1,7 @@
-//! The math of the algorithms, one file each, what every algorithm tells the rest of the crate ([`Algorithm`],
-//! registered in [`algorithm`]), and what the off-policy ones share: a batch of transitions ([`Transitions`]) and the
-//! face the off-policy learner sees ([`OffPolicyAlgo`]).
+//! The math of the algorithms, one file each; what every algorithm tells the rest of the crate ([`Algorithm`],
+//! registered in [`algorithm`]); the face the trajectory learner sees of an algorithm that learns from the trajectory
+//! slots ([`OnPolicyAlgo`]: APPO), and what the off-policy ones share: a batch of transitions ([`Transitions`]) and
+//! the face the off-policy learner sees ([`OffPolicyAlgo`]: DQN, SAC).
 
 pub mod adam;
 pub mod allreduce;
@@ -11,12 +12,16 @@ pub mod sac;
 use std::collections::BTreeMap;
 
 use rlf_env::Space;
+use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
+use self::adam::GradientSync;
+use self::appo::Dataset;
 use crate::config::{Algo, Config};
 use crate::data::TransitionLayout;
 use crate::error::{Result, RlfError};
-use crate::model::{NamedTensor, Policy, PolicyWeights};
+use crate::model::{Draws, NamedTensor, Policy, PolicyWeights};
+use crate::pbt::Hyper;
 
 /// What an algorithm tells the rest of the crate: the network that acts for a policy and the action spaces it can
 /// learn. Each algorithm's implementation is in its own file; [`algorithm`] registers them.
@@ -33,9 +38,20 @@ pub trait Algorithm: Sync {
     /// Refuses an env (named `env`) whose action spaces it cannot learn, in one line naming `--algo`.
     fn check_actions(&self, env: &str, action_spaces: &[Space]) -> Result<()>;
 
+    /// An algorithm that learns from the trajectory slots: its learner (network and optimiser, fresh) for a policy
+    /// with these spaces, for a run of `cfg`; `None` for one that learns from a replay buffer. `seed` is called before
+    /// each network that starts from the policy's seed.
+    fn on_policy_learner(
+        &self,
+        observation_space: &Space,
+        action_space: &Space,
+        cfg: &Config,
+        seed: &dyn Fn(),
+    ) -> Result<Option<Box<dyn OnPolicyAlgo>>>;
+
     /// An off-policy algorithm's learner (its networks, targets and optimisers, fresh) for a policy with these
-    /// spaces; `None` for one that learns from trajectories (APPO, whose learner is built apart). `seed` is called
-    /// before each network that starts from the policy's seed.
+    /// spaces; `None` for one that learns from trajectories. `seed` is called before each network that starts from
+    /// the policy's seed.
     fn off_policy_learner(
         &self,
         observation_space: &Space,
@@ -52,6 +68,69 @@ pub fn algorithm(algo: Algo) -> &'static dyn Algorithm {
         Algo::Dqn => &dqn::DqnAlgorithm,
         Algo::Sac => &sac::SacAlgorithm,
     }
+}
+
+/// What a checkpoint keeps of a learner besides the networks and the optimisers' moments.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TrainingState {
+    /// The policy version (SGD steps so far; also Adam's step count).
+    pub version: u64,
+    /// Env frames trained on (the linear-decay schedule's position; an off-policy learner's transitions sampled).
+    pub frames_trained: u64,
+    /// The learning rate the schedule had reached.
+    pub lr: f64,
+}
+
+/// What the trajectory learner ([`crate::learning::Learner`]) needs of an algorithm that learns from the trajectory
+/// slots: training on a dataset, the network it trains, and everything a checkpoint, PBT and several learners of
+/// one policy ask of it.
+pub trait OnPolicyAlgo: std::fmt::Debug {
+    /// Trains on one dataset; returns its metrics (Sample Factory's `train/...` names).
+    fn train(&mut self, data: &Dataset) -> Result<BTreeMap<String, f64>>;
+
+    /// The network being trained.
+    fn policy(&self) -> &dyn Policy;
+
+    /// The network being trained, mutably (to load weights).
+    fn policy_mut(&mut self) -> &mut dyn Policy;
+
+    /// The policy version: the number of SGD steps taken.
+    fn version(&self) -> u64;
+
+    /// The generator of the minibatches' orders, for an exact resume.
+    fn draws(&self) -> &Draws;
+
+    /// Replaces the generator of the minibatches' orders (a kept one).
+    fn set_draws(&mut self, draws: Draws);
+
+    /// Calls `f` after every SGD step: a learner whose dataset takes longer than the heartbeat interval beats its
+    /// loop's heartbeat there.
+    fn set_after_step(&mut self, f: Box<dyn FnMut() + Send>);
+
+    /// Trains as one of several learners of this policy: each SGD step's gradients are averaged with the others'
+    /// through `sync`.
+    fn set_gradient_sync(&mut self, sync: Box<dyn GradientSync>);
+
+    /// This learner trains no more: tells the other learners of the policy.
+    fn finish_sync(&mut self) -> Result<()>;
+
+    /// Replaces the hyper-parameters PBT mutates.
+    fn set_hyper(&mut self, hyper: &Hyper);
+
+    /// Takes another policy's optimiser moments from a checkpoint's `tensors` (its weights loaded into the network
+    /// by the caller), keeping this policy's version, which moves on by one so that the inference workers load the
+    /// new weights. Returns whether the moments were there.
+    fn adopt(&mut self, tensors: &[NamedTensor]) -> Result<bool>;
+
+    /// The optimiser's moments as named tensors.
+    fn optimizer_state(&self) -> Result<Vec<NamedTensor>>;
+
+    /// The state to save beside the weights.
+    fn training_state(&self) -> TrainingState;
+
+    /// Continues from a saved [`TrainingState`] and the optimiser's moments among `tensors` (the weights are loaded
+    /// separately). Returns whether the moments were there; without them the optimiser starts afresh.
+    fn restore_training_state(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool>;
 }
 
 /// A training batch of `B` n-step transitions `(s, a, R, d, s')` sampled from a replay buffer: `R` is the

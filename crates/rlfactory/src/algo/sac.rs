@@ -72,6 +72,16 @@ impl super::Algorithm for SacAlgorithm {
     }
 
     /// The actor starts from the policy's seed, the two critics from what follows it.
+    fn on_policy_learner(
+        &self,
+        _observation_space: &rlf_env::Space,
+        _action_space: &rlf_env::Space,
+        _cfg: &Config,
+        _seed: &dyn Fn(),
+    ) -> Result<Option<Box<dyn super::OnPolicyAlgo>>> {
+        Ok(None)
+    }
+
     fn off_policy_learner(
         &self,
         observation_space: &rlf_env::Space,

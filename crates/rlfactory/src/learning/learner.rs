@@ -1,4 +1,4 @@
-//! The learner: trains APPO on each dataset and publishes the new weights with their version into
+//! The learner: trains its algorithm (APPO) on each dataset and publishes the new weights with their version into
 //! shared memory (a seqlock the inference workers read between batches); `policy_updated` then
 //! carries only the version.
 //!
@@ -13,15 +13,16 @@ use rlf_shm::SharedWeights;
 use tch::Tensor;
 
 use super::{Batch, PolicyUpdated, TrainingReport};
-use crate::algo::appo::{Appo, Dataset, TrainingState};
+use crate::algo::appo::Dataset;
+use crate::algo::{OnPolicyAlgo, TrainingState};
 use crate::data::{Field, TrajectoryPool};
 use crate::error::{Result, RlfError};
-use crate::model::{Draws, NamedTensor, Policy};
+use crate::model::{Draws, NamedTensor};
 
 /// Owns the training state (network, optimiser, version) of one policy.
 #[derive(Debug)]
 pub struct Learner {
-    appo: Appo,
+    algo: Box<dyn OnPolicyAlgo>,
     /// The policy trained, and whether the run has other networks (policies or snapshots).
     policy: usize,
     several: bool,
@@ -35,17 +36,17 @@ pub struct Learner {
 
 impl Learner {
     /// The learner of policy `policy`, in a run of `num_networks` networks (policies and
-    /// self-play snapshots), around an APPO state, publishing into `weights`, reading
+    /// self-play snapshots), around an algorithm's state (APPO's), publishing into `weights`, reading
     /// trajectories from `pools` (by worker index).
     pub fn new(
-        appo: Appo,
+        algo: Box<dyn OnPolicyAlgo>,
         (policy, num_networks): (usize, usize),
         weights: SharedWeights,
         pools: Vec<TrajectoryPool>,
     ) -> Self {
         let pools = pools.into_iter().map(|p| &*Box::leak(Box::new(p))).collect();
         Self {
-            appo,
+            algo,
             policy,
             several: num_networks > 1,
             weights,
@@ -81,8 +82,8 @@ impl Learner {
             return Err(protocol("a dataset with no part".into()));
         };
         let (s, t) = (parts.iter().map(|(_, p)| p.num_envs).sum::<usize>(), sh.rollout);
-        let obs_dim = self.appo.model().obs_dim() as i64;
-        let action_dim = self.appo.model().action_dim() as i64;
+        let obs_dim = self.algo.policy().obs_dim() as i64;
+        let action_dim = self.algo.policy().action_dim() as i64;
         let rows = |field: Field| -> Result<Tensor> {
             let views = parts
                 .iter()
@@ -163,62 +164,62 @@ impl Learner {
 
     /// The policy version (SGD steps taken).
     pub fn version(&self) -> u64 {
-        self.appo.version()
+        self.algo.version()
     }
 
     /// Publishes the current weights and their version.
     pub fn publish(&self) -> Result<PolicyUpdated> {
-        let values = self.appo.model().weights()?.values;
-        super::publish_weights(&self.weights, self.policy, self.appo.version(), &values)
+        let values = self.algo.policy().weights()?.values;
+        super::publish_weights(&self.weights, self.policy, self.algo.version(), &values)
     }
 
     /// What the learner needs besides its checkpoint to continue exactly (a serial run's kept state): the generator
     /// of its minibatches' orders and the weights it last published, which inference reads.
     pub fn kept(&self) -> Result<(Draws, (u64, Vec<f32>))> {
         Ok((
-            self.appo.draws().clone(),
+            self.algo.draws().clone(),
             super::read_published(&self.weights, self.policy)?,
         ))
     }
 
     /// Continues from what [`kept`](Self::kept) saved, after the checkpoint was restored.
     pub fn restore_kept(&mut self, (draws, (version, values)): (Draws, (u64, Vec<f32>))) -> Result<()> {
-        self.appo.set_draws(draws);
+        self.algo.set_draws(draws);
         super::publish_weights(&self.weights, self.policy, version, &values).map(drop)
     }
 
-    /// Calls `f` after every SGD step (see [`Appo::set_after_step`]).
+    /// Calls `f` after every SGD step (see [`OnPolicyAlgo::set_after_step`]).
     pub fn set_after_step(&mut self, f: Box<dyn FnMut() + Send>) {
-        self.appo.set_after_step(f);
+        self.algo.set_after_step(f);
     }
 
-    /// Trains as one of several learners of the policy (see [`Appo::set_gradient_sync`]).
+    /// Trains as one of several learners of the policy (see [`OnPolicyAlgo::set_gradient_sync`]).
     pub fn set_gradient_sync(&mut self, sync: Box<dyn crate::algo::adam::GradientSync>) {
-        self.appo.set_gradient_sync(sync);
+        self.algo.set_gradient_sync(sync);
     }
 
     /// This learner trains no more: tells the other learners of the policy.
     pub fn finish_sync(&mut self) -> Result<()> {
-        self.appo.finish_sync()
+        self.algo.finish_sync()
     }
 
     /// Replaces the hyper-parameters PBT mutates.
     pub fn set_hyper(&mut self, hyper: &crate::pbt::Hyper) {
-        self.appo.set_hyper(hyper);
+        self.algo.set_hyper(hyper);
     }
 
     /// Takes another policy's weights, statistics and Adam's moments from its checkpoint's
     /// `tensors` (PBT), and publishes them under this policy's next version.
     pub fn adopt(&mut self, tensors: &[NamedTensor]) -> Result<PolicyUpdated> {
-        self.appo.model_mut().load_named_tensors(tensors)?;
-        self.appo.adopt(tensors)?;
+        self.algo.policy_mut().load_named_tensors(tensors)?;
+        self.algo.adopt(tensors)?;
         self.publish()
     }
 
     /// Publishes the current weights into `pool_slot` (a self-play snapshot's shared weights) as
     /// version `number`, the snapshot's number; returns the policy version they hold.
     pub fn snapshot(&self, pool_slot: &SharedWeights, number: u64) -> Result<u64> {
-        let values = self.appo.model().weights()?.values;
+        let values = self.algo.policy().weights()?.values;
         if values.len() != pool_slot.len() {
             return Err(crate::RlfError::WeightMismatch(format!(
                 "{} values for a snapshot buffer of {}",
@@ -227,7 +228,7 @@ impl Learner {
             )));
         }
         pool_slot.publish(number, &values);
-        Ok(self.appo.version())
+        Ok(self.algo.version())
     }
 
     /// Slot of `batch_ready`: trains on the dataset; returns the new weights and the metrics.
@@ -240,10 +241,10 @@ impl Learner {
             self.digested = true;
             Some(dataset.digest()?)
         };
-        let metrics = self.appo.train(&dataset)?;
+        let metrics = self.algo.train(&dataset)?;
         let report = TrainingReport {
             policy: self.policy,
-            version: self.appo.version(),
+            version: self.algo.version(),
             metrics: metrics.into_iter().collect(),
             dataset_digest,
         };
@@ -253,15 +254,15 @@ impl Learner {
     /// What a checkpoint holds: the weights and statistics by name, Adam's moments (named
     /// `adam.exp_avg.<parameter>` and `adam.exp_avg_sq.<parameter>`), and the training state.
     pub fn state(&self) -> Result<(Vec<NamedTensor>, TrainingState)> {
-        let mut tensors = self.appo.model().named_tensors()?;
-        tensors.extend(self.appo.optimizer_state()?);
-        Ok((tensors, self.appo.training_state()))
+        let mut tensors = self.algo.policy().named_tensors()?;
+        tensors.extend(self.algo.optimizer_state()?);
+        Ok((tensors, self.algo.training_state()))
     }
 
     /// Continues from a checkpoint's weights, statistics, Adam's moments and training state.
     /// Returns whether the moments were in it (without them Adam starts afresh).
     pub fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
-        self.appo.model_mut().load_named_tensors(tensors)?;
-        self.appo.restore_training_state(tensors, state)
+        self.algo.policy_mut().load_named_tensors(tensors)?;
+        self.algo.restore_training_state(tensors, state)
     }
 }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::prioritized::{PrioritizedSampler, SavedPriorities};
 use super::{PolicyUpdated, TrainingReport};
-use crate::algo::appo::TrainingState;
+use crate::algo::TrainingState;
 use crate::algo::{OffPolicyAlgo, Transitions};
 use crate::data::TransitionLayout;
 use crate::error::{Result, RlfError};

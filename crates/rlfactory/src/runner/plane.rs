@@ -509,15 +509,6 @@ pub(super) fn new_policy(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<
     crate::algo::algorithm(cfg.off_policy.algo).acting_network(observation_space, action_space, cfg)
 }
 
-/// The network of policy `policy` for `cfg`'s env, seeded by `--seed` and the policy: every
-/// process that builds it starts from the same weights, and policies start from different ones.
-pub(super) fn new_model(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<ActorCritic> {
-    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
-    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
-    seed_policy(cfg, policy);
-    ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)
-}
-
 /// Seeds libtorch's generator for a network of policy `policy`: `--seed` and the policy, so that every process that
 /// builds it starts from the same weights, and policies start from different ones.
 pub(super) fn seed_policy(cfg: &Config, policy: usize) {

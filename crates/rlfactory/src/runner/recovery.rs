@@ -4,7 +4,7 @@ use rlf_shm::SharedWeights;
 
 use super::plane::new_policy;
 use super::summary::Summary;
-use crate::algo::appo::TrainingState;
+use crate::algo::TrainingState;
 use crate::config::{BestMetric, Config};
 use crate::env::EnvSpec;
 use crate::error::{Result, RlfError};

@@ -14,6 +14,7 @@ use rlfactory::algo::adam::clip_grad_norm;
 use rlfactory::algo::appo::{
     bootstrap_only, gae, losses, vtrace, ActedSteps, Appo, Dataset, LossInputs, LrSchedule, VtraceParams,
 };
+use rlfactory::algo::OnPolicyAlgo;
 use rlfactory::config::{Config, LrScheduleKind};
 use rlfactory::model::{ActorCritic, Policy};
 use tch::{Kind, Tensor};

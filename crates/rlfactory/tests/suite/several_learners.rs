@@ -9,6 +9,7 @@ use rlf_comm::{Comm, LocalComm, LocalWorld};
 use rlf_env::EnvRegistry;
 use rlfactory::algo::allreduce::AllreduceGradients;
 use rlfactory::algo::appo::{Appo, Dataset};
+use rlfactory::algo::OnPolicyAlgo;
 use rlfactory::config::Config;
 use rlfactory::model::{ActorCritic, Policy, PolicyWeights};
 

@@ -10,18 +10,17 @@ use serde::{Deserialize, Serialize};
 use super::{or_fail, sent};
 use crate::algo::adam::GradientSync;
 use crate::algo::allreduce::AllreduceGradients;
-use crate::algo::appo::Appo;
 use crate::config::{snapshot_slot, Config, LrScheduleKind};
-use crate::env::EnvSpec;
+use crate::env::{EnvSpec, Space};
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, PoolSnapshot, Resumed};
 use crate::learning::{
     Batch, KeptLearner, Learner, OffPolicyLearner, PbtUpdate, PbtWeightsSaved, PolicyUpdated, Round,
     TrainingReport,
 };
-use crate::model::{Draws, Policy};
+use crate::model::Draws;
 use crate::runner::mpi::LearnerSync;
-use crate::runner::plane::{new_model, seed_policy, transition_layout, DataPlane};
+use crate::runner::plane::{seed_policy, transition_layout, DataPlane};
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken};
 
 /// What the learner emits.
@@ -135,7 +134,7 @@ impl LearnerNode {
     }
 }
 
-/// An APPO learner, continuing from the policy's newest checkpoint if any.
+/// A learner on the trajectory slots (APPO's), continuing from the policy's newest checkpoint if any.
 /// With `sync`, one of several learners of the policy (on MPI ranks): they start from the same seed, and none resumes.
 fn on_policy_setup(
     policy: usize,
@@ -154,10 +153,18 @@ fn on_policy_setup(
     let mut sync = sync
         .map(|s| Ok::<_, RlfError>(AllreduceGradients::new(s.learners()?, s.check_every)))
         .transpose()?;
-    let built = new_model(cfg, spec, policy).and_then(|model| {
-        let appo = Appo::new(model, &cfg.appo, &cfg.optimizer, cfg.run.train_for_env_steps)?;
+    let algorithm = crate::algo::algorithm(cfg.off_policy.algo);
+    let built = policy_spaces(cfg, spec, policy).and_then(|(observation_space, action_space)| {
+        let algo = algorithm
+            .on_policy_learner(observation_space, action_space, cfg, &|| seed_policy(cfg, policy))?
+            .ok_or_else(|| {
+                RlfError::Config(format!(
+                    "--algo {} learns from no trajectories",
+                    cfg.off_policy.algo.name()
+                ))
+            })?;
         let policies = (policy, cfg.num_networks());
-        let mut learner = Learner::new(appo, policies, plane.open_weights(policy)?, plane.open_pools()?);
+        let mut learner = Learner::new(algo, policies, plane.open_weights(policy)?, plane.open_pools()?);
         let checkpointer = if cfg.run.save_experiment {
             Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
         } else {
@@ -181,7 +188,9 @@ fn on_policy_setup(
         (Err(e), Some(mut sync)) => {
             // The network's size, for the collective the others wait in (a model that cannot be built fails on
             // every learner alike).
-            let parameters = new_model(cfg, spec, policy)?
+            let (observation_space, action_space) = policy_spaces(cfg, spec, policy)?;
+            let parameters = algorithm
+                .acting_network(observation_space, action_space, cfg)?
                 .variables()
                 .trainable()
                 .iter()
@@ -217,6 +226,12 @@ fn on_policy_setup(
     })
 }
 
+/// The observation and action spaces of policy `policy`'s agents.
+fn policy_spaces<'a>(cfg: &Config, spec: &'a EnvSpec, policy: usize) -> Result<(&'a Space, &'a Space)> {
+    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
+    spec.policy_spaces(policy, mapping.by_agent.as_deref())
+}
+
 /// The transitions policy `policy`'s replay buffer takes over the run: its share of `--train_for_env_steps` (which
 /// counts every agent's steps), by the agents `--agent_policy_map` gives it, else an even share of the policies.
 fn expected_inserts(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<u64> {
@@ -235,8 +250,7 @@ fn expected_inserts(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<u64> 
 fn off_policy_setup(policy: usize, cfg: &Config, spec: &EnvSpec, plane: &DataPlane) -> Result<Setup> {
     let o = &cfg.off_policy;
     let layout = transition_layout(cfg, spec, policy)?;
-    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
-    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+    let (observation_space, action_space) = policy_spaces(cfg, spec, policy)?;
     let seed = || seed_policy(cfg, policy);
     let algo = crate::algo::algorithm(o.algo)
         .off_policy_learner(observation_space, action_space, cfg, &seed)?
