@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::error::{Result, RlfError};
 
 /// How agents map to policies, from the config.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Mapping {
     /// `--num_policies`.
     pub num_policies: usize,

@@ -6,15 +6,17 @@
 
 mod agent_maps;
 
+use serde::{Deserialize, Serialize};
+
 use crate::config::Config;
-use crate::env::{EnvRegistry, EnvSpec};
+use crate::env::{EnvRegistry, EnvSpec, Space};
 use crate::error::{Result, RlfError};
 
 pub use agent_maps::{agent_teams, parse_agent_policy_map, parse_agent_team_map, policy_mapping, Mapping};
 
 /// A config checked against its env, with what the env says about it: what a run is planned from (the runner, its
 /// data plane and MPI layout, `enjoy` and `eval`), so that the env is built once to learn its spaces.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunPlan {
     /// The configuration, checked.
     pub config: Config,
@@ -27,6 +29,11 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
+    /// The observation and action spaces of policy `policy`'s agents.
+    pub fn policy_spaces(&self, policy: usize) -> Result<(&Space, &Space)> {
+        self.env.policy_spaces(policy, self.mapping.by_agent.as_deref())
+    }
+
     /// Checks `cfg` (see the module's documentation) with the envs of `registry`.
     pub fn resolve(cfg: &Config, registry: &EnvRegistry) -> Result<RunPlan> {
         cfg.validate()?;

@@ -19,10 +19,11 @@ use super::stats::RunStats;
 use super::summary::SavedSelfPlay;
 use crate::config::Config;
 use crate::env::group::EnvGroup;
-use crate::env::{EnvRegistry, EnvSpec};
+use crate::env::EnvRegistry;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::{Batch, Batcher, PbtUpdate, PbtWeightsSaved, PolicyUpdated, TrainingReport};
 use crate::pbt::Pbt;
+use crate::plan::RunPlan;
 use crate::sampling::{
     ActionsReady, BufferReleased, PolicyRequest, RolloutReport, SlotsReclaimed, SnapshotRequest,
     SnapshotTaken, TrajectoryReady, WorkerStarted,
@@ -92,9 +93,8 @@ fn resume_self_play(
 
 /// Everything the components are built from.
 pub(super) struct Parts {
-    pub cfg: Config,
-    /// The env's description, from the run plan.
-    pub env: EnvSpec,
+    /// The run plan: the config, the env's description, the agent maps.
+    pub plan: RunPlan,
     pub registry: EnvRegistry,
     pub process_start: Instant,
     pub plane: DataPlane,
@@ -138,8 +138,7 @@ pub(super) struct Parts {
 /// and the runner stays on the main loop. Each constructor runs only in the process of its object's loop.
 pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), BuildError> {
     let Parts {
-        cfg,
-        env,
+        plan,
         registry,
         process_start,
         plane,
@@ -154,6 +153,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
         restore,
     } = parts;
     let mut link_ends = link_ends;
+    let (cfg, env) = (&plan.config, &plan.env);
     let s = &cfg.sampling;
     app.set_serial(cfg.run.serial_mode).keep_state(keep);
     if let Some(kept) = restore {
@@ -170,7 +170,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     let main = app.main_loop();
     app.set_queue_bytes(main, 256 << 20);
     let (samples, learns) = (part.samples(), part.learns());
-    let num_workers = part.pools(&cfg);
+    let num_workers = part.pools(cfg);
 
     // Loops and objects. An MPI rank has only its half of them, and a link in place of the other.
     // An env group's lead steps its envs over MPI, which only the rank's main process may use: its rollout workers
@@ -464,20 +464,20 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     // Constructors. The learner's and the inference workers' networks start from the same seed,
     // so they start identical; the learner publishes every update into the shared weights.
     for ((i, &w), signals) in workers.iter().enumerate().zip(worker_signals) {
-        let (cfg, env, registry, plane) = (cfg.clone(), env.clone(), registry.clone(), plane.clone());
-        let place = (part.global_worker(i), part.all_workers(&cfg));
+        let (plan, registry, plane) = (plan.clone(), registry.clone(), plane.clone());
+        let place = (part.global_worker(i), part.all_workers(cfg));
         let group = env_group.clone();
         app.construct(w, move || {
-            let mapped = RolloutNode::map(i, &cfg, &env, &plane);
-            RolloutNode::new(i, place, cfg, registry, mapped, signals, group)
+            let mapped = RolloutNode::map(i, &plan, &plane);
+            RolloutNode::new(i, place, plan, registry, mapped, signals, group)
         });
     }
     for (&(g, inf), signals) in inference.iter().zip(actions_ready) {
-        let (cfg, env, plane) = (cfg.clone(), env.clone(), plane.clone());
+        let (plan, plane) = (plan.clone(), plane.clone());
         let next_turn = app.signal::<NextTurn, _>(inf, "next_turn");
         app.connect(next_turn, inf, InferenceNode::on_next_turn);
         app.construct(inf, move || {
-            InferenceNode::new(&cfg, &env, &plane, g, signals, next_turn)
+            InferenceNode::new(&plan, &plane, g, signals, next_turn)
         });
     }
     let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
@@ -525,12 +525,12 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     // The rollout workers beside the learners write into their replay buffers (an MPI learner rank's link does).
     let replay_writers = if samples { workers.len() } else { 0 };
     for (p, (&learner, signals)) in learners.iter().zip(learner_signals).enumerate() {
-        let (cfg, env, plane, sync) = (cfg.clone(), env.clone(), plane.clone(), learner_sync.clone());
+        let (plan, plane, sync) = (plan.clone(), plane.clone(), learner_sync.clone());
         app.construct(learner, move || {
-            LearnerNode::new(p, &cfg, &env, &plane, signals, sync).with_replay_writers(replay_writers)
+            LearnerNode::new(p, &plan, &plane, signals, sync).with_replay_writers(replay_writers)
         });
     }
-    let mut stats = RunStats::new(&cfg, process_start);
+    let mut stats = RunStats::new(cfg, process_start);
     // A multi-agent env's agents each get their statistics.
     if env.num_agents > 1 {
         stats.track_agents(&env.agent_names);
@@ -544,7 +544,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     let report_interval =
         (cfg.run.report_interval_sec > 0.0).then(|| Duration::from_secs_f64(cfg.run.report_interval_sec));
     let save_every = Duration::from_secs_f64(cfg.checkpoint.save_every_sec);
-    let pbt = pbt_population(&cfg, experiment.as_ref())?;
+    let pbt = pbt_population(cfg, experiment.as_ref())?;
     let replays = plane.replays.clone();
     app.construct(runner, move || {
         RunnerNode::new(

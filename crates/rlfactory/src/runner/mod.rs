@@ -55,10 +55,9 @@ pub fn child_build(app: &mut AppBuilder) -> Result<(), BuildError> {
 /// app's configuration.
 pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(), BuildError> {
     let spec: GraphSpec = app.config()?;
-    tch::set_num_threads(spec.config.run.num_threads);
+    tch::set_num_threads(spec.plan.config.run.num_threads);
     let parts = Parts {
-        cfg: spec.config,
-        env: spec.env,
+        plan: spec.plan,
         registry,
         process_start: Instant::now(),
         plane: spec.plane,
@@ -174,8 +173,8 @@ fn disk_full_line(cfg: &Config, faults: &[String]) -> Option<String> {
 /// prints or writes anything.
 pub fn check_resources(plan: &RunPlan) -> Result<()> {
     let cfg = &plan.config;
-    plan_plane(cfg, &plan.env, RankPart::Whole)?.check_fits(cfg)?;
-    plane::check_replay_disk(cfg, &plan.env).map(|_| ())
+    plan_plane(plan, RankPart::Whole)?.check_fits(cfg)?;
+    plane::check_replay_disk(plan).map(|_| ())
 }
 
 /// As [`train`], with the envs of `registry` (the binary's children must build their graph with
@@ -228,19 +227,17 @@ fn run_part(
 ) -> Result<Option<Summary>> {
     let cfg = &planned.config;
     tch::set_num_threads(cfg.run.num_threads);
-    // The env's description, from the one env the plan built to learn it, for every part of the run planned here.
-    let env_spec = planned.env.clone();
     // One run per experiment: the lock is this process's until the function returns (after the last saves).
     let lock = (cfg.run.save_experiment && part.learns())
         .then(|| rlf_experiment::ExperimentLock::acquire(&cfg.run.train_dir, &cfg.run.experiment))
         .transpose()?;
     if lock.is_some() && cfg.checkpoint.restart_behavior == crate::config::RestartBehaviorArg::Resume {
-        plane::check_resumable(cfg, &env_spec)?;
+        plane::check_resumable(planned)?;
     }
-    let plan = plan_plane(cfg, &env_spec, part)?;
+    let plan = plan_plane(planned, part)?;
     plan.check_fits(cfg)?;
     let replay_save_bytes = match lock {
-        Some(_) => plane::check_replay_disk(cfg, &env_spec)?,
+        Some(_) => plane::check_replay_disk(planned)?,
         None => 0,
     };
     let (experiment, resumed) = if cfg.run.save_experiment && part.learns() {
@@ -289,17 +286,16 @@ fn run_part(
             None => eprintln!("[rlfactory] {line}"),
         }
     }
+    // Every process gets the plan: the config, and the env's description from the one env built to learn it.
     let spec = GraphSpec {
-        config: cfg.clone(),
-        env: env_spec.clone(),
+        plan: planned.clone(),
         plane: regions.plane.clone(),
         part,
     };
     let saves_experiment = experiment.is_some();
     let summary_slot = Arc::default();
     let parts = Parts {
-        cfg: cfg.clone(),
-        env: env_spec.clone(),
+        plan: planned.clone(),
         registry: registry.clone(),
         process_start,
         plane: regions.plane.clone(),
@@ -335,7 +331,7 @@ fn run_part(
             let num_policies = cfg.sampling.num_policies;
             for policy in lost_learners(&outcome, num_policies) {
                 let name = graph::learner_name(policy, num_policies);
-                match recovery::save_published(cfg, &planned.env, &regions.weights[policy], summary, policy) {
+                match recovery::save_published(planned, &regions.weights[policy], summary, policy) {
                     Ok(()) => message.push_str(&format!(
                         "; saved a checkpoint of the weights the {name} last published"
                     )),

@@ -13,9 +13,9 @@ use super::mpi::Ranks;
 use super::summary::ReplaySummary;
 use crate::config::{Algo, Config};
 use crate::data::{ObsLayout, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape, TransitionLayout};
-use crate::env::EnvSpec;
 use crate::error::{Result, RlfError};
 use crate::model::{ActorCritic, Policy};
+use crate::plan::RunPlan;
 use crate::sampling::ReplayWriter;
 
 /// Handles of the regions, for the processes that map them.
@@ -68,8 +68,7 @@ impl DataPlane {
 /// builds an env to learn its spaces), the data plane and the part of the graph its rank runs.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct GraphSpec {
-    pub config: Config,
-    pub env: EnvSpec,
+    pub plan: RunPlan,
     pub plane: DataPlane,
     pub part: RankPart,
 }
@@ -175,10 +174,11 @@ pub(super) struct PlanePlan {
 }
 
 /// The plane of `cfg` for the part of the graph this process's rank runs.
-pub(super) fn plan_plane(cfg: &Config, spec: &EnvSpec, part: RankPart) -> Result<PlanePlan> {
+pub(super) fn plan_plane(plan: &RunPlan, part: RankPart) -> Result<PlanePlan> {
+    let (cfg, spec) = (&plan.config, &plan.env);
     // Each network's size: policies whose agents differ have networks of their own shapes.
     let models = (0..cfg.sampling.num_policies)
-        .map(|p| new_policy(cfg, spec, p))
+        .map(|p| new_policy(plan, p))
         .collect::<Result<Vec<_>>>()?;
     let s = &cfg.sampling;
     let num_agents = spec.num_agents;
@@ -197,7 +197,7 @@ pub(super) fn plan_plane(cfg: &Config, spec: &EnvSpec, part: RankPart) -> Result
     let replays = match cfg.off_policy.algo {
         Algo::Appo => Vec::new(),
         Algo::Dqn | Algo::Sac => (0..models.len())
-            .map(|p| transition_layout(cfg, spec, p))
+            .map(|p| transition_layout(plan, p))
             .collect::<Result<Vec<_>>>()?,
     };
     Ok(PlanePlan {
@@ -398,14 +398,15 @@ impl PlaneRegions {
 }
 
 /// An off-policy rollout worker's writer into every policy's replay buffer (none for APPO).
-pub(super) fn replay_writer(cfg: &Config, spec: &EnvSpec, plane: &DataPlane) -> Result<Option<ReplayWriter>> {
+pub(super) fn replay_writer(plan: &RunPlan, plane: &DataPlane) -> Result<Option<ReplayWriter>> {
+    let cfg = &plan.config;
     if plane.replays.is_empty() {
         return Ok(None);
     }
     let mut rings = Vec::new();
     let mut layouts = Vec::new();
     for policy in 0..cfg.sampling.num_policies {
-        let (ring, layout) = (plane.open_replay(policy)?, transition_layout(cfg, spec, policy)?);
+        let (ring, layout) = (plane.open_replay(policy)?, transition_layout(plan, policy)?);
         if ring.row_words() != layout.row_words() {
             return Err(crate::RlfError::Protocol {
                 component: "rollout worker",
@@ -429,9 +430,8 @@ pub(super) fn replay_writer(cfg: &Config, spec: &EnvSpec, plane: &DataPlane) -> 
 
 /// The rows of policy `policy`'s replay buffer for `cfg`'s env (`spec`): its agents' observations, byte-valued parts
 /// packed as bytes.
-pub(super) fn transition_layout(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<TransitionLayout> {
-    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
-    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+pub(super) fn transition_layout(plan: &RunPlan, policy: usize) -> Result<TransitionLayout> {
+    let (observation_space, action_space) = plan.policy_spaces(policy)?;
     Ok(TransitionLayout::new(
         ObsLayout::of(observation_space),
         action_space.action_dim().unwrap_or(1),
@@ -456,12 +456,13 @@ fn rate_limit(cfg: &Config) -> Option<RateLimit> {
 /// Before anything is written into the folder of a run that resumes: each policy's newest intact checkpoint fits
 /// the network this run builds for it (every variable by name and shape), so that a resume with other layers or
 /// another algorithm fails with the folder as it was.
-pub(super) fn check_resumable(cfg: &Config, spec: &EnvSpec) -> Result<()> {
+pub(super) fn check_resumable(plan: &RunPlan) -> Result<()> {
+    let cfg = &plan.config;
     for policy in 0..cfg.sampling.num_policies {
         let Some(state) = crate::experiment::resume_state(cfg, policy)? else {
             continue;
         };
-        new_policy(cfg, spec, policy)?.load_named_tensors(&state.tensors).map_err(|e| {
+        new_policy(plan, policy)?.load_named_tensors(&state.tensors).map_err(|e| {
             RlfError::Config(format!(
                 "cannot resume from {}: {e}; nothing was changed (--restart_behavior restart starts the experiment \
                  anew)",
@@ -475,14 +476,15 @@ pub(super) fn check_resumable(cfg: &Config, spec: &EnvSpec) -> Result<()> {
 /// With `--save_replay_buffer`, before anything is written into the experiment folder: the disk that holds it has
 /// room for the largest copies of every replay buffer (each full, with its priorities, twice: a save writes the new
 /// copy before it deletes the old). Returns the bytes one set of copies takes at most, for the log.
-pub(super) fn check_replay_disk(cfg: &Config, spec: &EnvSpec) -> Result<u64> {
+pub(super) fn check_replay_disk(plan: &RunPlan) -> Result<u64> {
+    let cfg = &plan.config;
     let o = &cfg.off_policy;
     if !o.algo.is_off_policy() || !o.save_replay_buffer || !cfg.run.save_experiment {
         return Ok(0);
     }
     let mut bytes = 0u64;
     for policy in 0..cfg.sampling.num_policies {
-        let row = 4 * transition_layout(cfg, spec, policy)?.row_words() as u64 + 8;
+        let row = 4 * transition_layout(plan, policy)?.row_words() as u64 + 8;
         bytes = bytes.saturating_add(row.saturating_mul(o.replay_buffer_size as u64));
     }
     let dir = cfg.run.train_dir.join(&cfg.run.experiment);
@@ -501,10 +503,10 @@ pub(super) fn check_replay_disk(cfg: &Config, spec: &EnvSpec) -> Result<u64> {
 }
 
 /// The acting network of policy `policy` for `cfg`'s algorithm ([`crate::algo::Algorithm::acting_network`]), seeded
-/// as [`new_model`] seeds the actor-critic.
-pub(super) fn new_policy(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<Box<dyn Policy>> {
-    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
-    let (observation_space, action_space) = spec.policy_spaces(policy, mapping.by_agent.as_deref())?;
+/// by `--seed` and the policy ([`seed_policy`]): every process that builds it starts from the same weights.
+pub(super) fn new_policy(plan: &RunPlan, policy: usize) -> Result<Box<dyn Policy>> {
+    let cfg = &plan.config;
+    let (observation_space, action_space) = plan.policy_spaces(policy)?;
     seed_policy(cfg, policy);
     crate::algo::algorithm(cfg.off_policy.algo).acting_network(observation_space, action_space, cfg)
 }

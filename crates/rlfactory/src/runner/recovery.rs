@@ -5,23 +5,23 @@ use rlf_shm::SharedWeights;
 use super::plane::new_policy;
 use super::summary::Summary;
 use crate::algo::TrainingState;
-use crate::config::{BestMetric, Config};
-use crate::env::EnvSpec;
+use crate::config::BestMetric;
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer};
 use crate::model::PolicyWeights;
+use crate::plan::RunPlan;
 
 /// Saves the weights (with the normalisers) the lost learner of `policy` last published, so that
 /// the run can resume from them. Adam starts afresh; the learning rate is the last one policy 0
 /// reported (policy 0's, or the configured one).
 pub(super) fn save_published(
-    cfg: &Config,
-    env: &EnvSpec,
+    plan: &RunPlan,
     weights: &SharedWeights,
     summary: &Summary,
     policy: usize,
 ) -> Result<()> {
-    let mut model = new_policy(cfg, env, policy)?;
+    let cfg = &plan.config;
+    let mut model = new_policy(plan, policy)?;
     let mut published = PolicyWeights {
         values: vec![0.0; weights.len()],
     };

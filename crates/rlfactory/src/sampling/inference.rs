@@ -531,6 +531,7 @@ mod tests {
     use crate::data::{ObsLayout, TrajectoryShape};
     use crate::env::{EnvRegistry, EnvSpec};
     use crate::model::QNetwork;
+    use crate::plan::RunPlan;
     use crate::sampling::{RolloutWorker, WorkerCounts};
 
     /// εz-greedy in a turn-based env (treasurehunt, 5 agents moving in turn, one Q-network, ε = 1): a column whose
@@ -583,8 +584,16 @@ mod tests {
             schedule: cfg.off_policy.clone(),
             total: 1000,
         });
-        let mut worker =
-            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        let mut worker = RolloutWorker::new(
+            0,
+            &RunPlan::resolve(&cfg, &registry).expect("plan"),
+            &registry,
+            pool,
+            0,
+            WorkerCounts::default(),
+            None,
+        )
+        .expect("worker");
         worker.start().expect("reset");
         let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
         let (mut networks, mut actions) = (vec![0.0; columns], vec![0.0; columns]);

@@ -34,6 +34,7 @@ use crate::data::{KeptWindows, NStepAdder, TransitionLayout};
 use crate::env::group::{close_unused, EnvGroup};
 use crate::env::{ActionMapper, EnvRegistry, Envs, VecBuffers};
 use crate::error::{Result, RlfError};
+use crate::plan::RunPlan;
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use rlf_shm::{InsertError, ReplayRing};
@@ -478,19 +479,20 @@ fn sync_rounds(cfg: &Config, columns: usize, workers: usize) -> Option<usize> {
 }
 
 impl RolloutWorker {
-    /// Process `incarnation` of rollout worker `index` of the run configured by `cfg`, with envs
+    /// Process `incarnation` of rollout worker `index` of the run `plan` plans, with envs
     /// from `registry`, continuing `counts`. Its trajectories go into `pool` (which it marks as
     /// its own), whose free slots it learns from [`on_slots_reclaimed`](Self::on_slots_reclaimed).
     /// With `group` (an env group's lead rank) each split's envs are stepped over the group's ranks.
     pub fn new(
         index: usize,
-        cfg: &Config,
+        plan: &RunPlan,
         registry: &EnvRegistry,
         pool: TrajectoryPool,
         incarnation: u32,
         counts: WorkerCounts,
         group: Option<&EnvGroup>,
     ) -> Result<Self> {
+        let cfg = &plan.config;
         let s = &cfg.sampling;
         let per_split = s.num_envs_per_worker / s.worker_num_splits;
         // An env group's splits first: when one fails, the later ones are closed so that no member waits for them
@@ -517,11 +519,10 @@ impl RolloutWorker {
                 Some(envs) => envs,
                 None => Envs::make(registry, &cfg.env, per_split)?,
             };
-            let mapping = crate::plan::policy_mapping(cfg, &envs.agent_names())?;
             let first_env = index * s.num_envs_per_worker + k * per_split;
             let num_agents = envs.num_agents();
             let mut assigner = PolicyAssigner::new(
-                &mapping,
+                &plan.mapping,
                 num_agents,
                 per_split,
                 first_env,
@@ -578,7 +579,7 @@ impl RolloutWorker {
                 assigner,
                 self_play,
                 protagonists: vec![0; per_split],
-                teams: crate::plan::agent_teams(cfg, &envs.agent_names(), envs.teams())?,
+                teams: plan.teams.clone(),
                 builtin,
                 builtin_rng: Pcg64Mcg::seed_from_u64(
                     (cfg.env.seed + first_env as u64) ^ 0xb117_1a00_0000_0001,
@@ -1160,8 +1161,16 @@ mod tests {
             vec![(Box::new(model), weights)],
             vec![TrajectoryPool::open(&pool.handle()).expect("mapped")],
         );
-        let mut worker =
-            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        let mut worker = RolloutWorker::new(
+            0,
+            &RunPlan::resolve(&cfg, &registry).expect("plan"),
+            &registry,
+            pool,
+            0,
+            WorkerCounts::default(),
+            None,
+        )
+        .expect("worker");
         worker.start().expect("reset");
         let requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
         RecurrentRig {
@@ -1229,8 +1238,16 @@ mod tests {
                 )
             })
             .collect();
-        let mut worker =
-            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        let mut worker = RolloutWorker::new(
+            0,
+            &RunPlan::resolve(&cfg, &registry).expect("plan"),
+            &registry,
+            pool,
+            0,
+            WorkerCounts::default(),
+            None,
+        )
+        .expect("worker");
         worker.start().expect("reset");
         let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
         for t in 0..6 {
@@ -1455,8 +1472,16 @@ mod tests {
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
         let registry = EnvRegistry::with_builtin();
-        let mut worker =
-            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        let mut worker = RolloutWorker::new(
+            0,
+            &RunPlan::resolve(&cfg, &registry).expect("plan"),
+            &registry,
+            pool,
+            0,
+            WorkerCounts::default(),
+            None,
+        )
+        .expect("worker");
         for slot in 0..2 {
             worker.on_snapshot_taken(&SnapshotTaken {
                 policy: 0,
@@ -1593,9 +1618,17 @@ mod tests {
             1,
             0.5,
         );
-        let mut worker = RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None)
-            .expect("worker")
-            .with_replay(writer);
+        let mut worker = RolloutWorker::new(
+            0,
+            &RunPlan::resolve(&cfg, &registry).expect("plan"),
+            &registry,
+            pool,
+            0,
+            WorkerCounts::default(),
+            None,
+        )
+        .expect("worker")
+        .with_replay(writer);
         worker.start().expect("reset");
         let mut requests = worker.on_slots_reclaimed(0, &[0]).expect("free slots");
         for _ in 0..200 {
@@ -1687,8 +1720,16 @@ mod tests {
         };
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
-        let mut worker =
-            RolloutWorker::new(0, &cfg, &registry, pool, 0, WorkerCounts::default(), None).expect("worker");
+        let mut worker = RolloutWorker::new(
+            0,
+            &RunPlan::resolve(&cfg, &registry).expect("plan"),
+            &registry,
+            pool,
+            0,
+            WorkerCounts::default(),
+            None,
+        )
+        .expect("worker");
         worker.start().expect("reset");
         let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
         let (mut obs, mut networks) = (vec![0.0; 8 * shape.obs_dim], vec![0.0; 8]);

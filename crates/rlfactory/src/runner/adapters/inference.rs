@@ -3,10 +3,9 @@
 use rlf_signal::{Component, Ctx, Signal};
 
 use super::{or_fail, sent, NextTurn};
-use crate::config::Config;
-use crate::env::EnvSpec;
 use crate::error::{Result, RlfError};
 use crate::model::Policy;
+use crate::plan::RunPlan;
 use crate::runner::plane::{new_policy, DataPlane};
 use crate::sampling::{ActionsReady, Exploration, InferenceWorker, PolicyRequest};
 
@@ -27,18 +26,18 @@ impl InferenceNode {
     /// network starts from its learner's seed, then follows the weights that learner publishes; each self-play
     /// snapshot's follows its slot of the pool.
     pub fn new(
-        cfg: &Config,
-        spec: &EnvSpec,
+        plan: &RunPlan,
         plane: &DataPlane,
         group: usize,
         actions_ready: Vec<Signal<ActionsReady>>,
         next_turn: Signal<NextTurn>,
     ) -> Self {
+        let cfg = &plan.config;
         let num_networks = cfg.num_networks();
         let setup = (0..num_networks)
             .filter(|&n| cfg.inference_group_of_network(n) == group)
             .map(|n| {
-                let model: Box<dyn Policy> = new_policy(cfg, spec, cfg.policy_of_network(n))?;
+                let model: Box<dyn Policy> = new_policy(plan, cfg.policy_of_network(n))?;
                 Ok((n, model, plane.open_weights(n)?))
             })
             .collect::<Result<Vec<_>>>()

@@ -10,8 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{or_fail, sent};
 use crate::algo::adam::GradientSync;
 use crate::algo::allreduce::AllreduceGradients;
-use crate::config::{snapshot_slot, Config, LrScheduleKind};
-use crate::env::{EnvSpec, Space};
+use crate::config::{snapshot_slot, LrScheduleKind};
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, PoolSnapshot, Resumed};
 use crate::learning::{
@@ -19,6 +18,7 @@ use crate::learning::{
     TrainingReport,
 };
 use crate::model::Draws;
+use crate::plan::RunPlan;
 use crate::runner::mpi::LearnerSync;
 use crate::runner::plane::{seed_policy, transition_layout, DataPlane};
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken};
@@ -97,16 +97,16 @@ impl LearnerNode {
     /// continues from the policy's newest intact checkpoint.
     pub fn new(
         policy: usize,
-        cfg: &Config,
-        env: &EnvSpec,
+        plan: &RunPlan,
         plane: &DataPlane,
         signals: LearnerSignals,
         sync: Option<LearnerSync>,
     ) -> Self {
+        let cfg = &plan.config;
         let setup = if cfg.off_policy.algo.is_off_policy() {
-            off_policy_setup(policy, cfg, env, plane)
+            off_policy_setup(policy, plan, plane)
         } else {
-            on_policy_setup(policy, cfg, env, plane, sync)
+            on_policy_setup(policy, plan, plane, sync)
         };
         Self {
             learner: None,
@@ -138,11 +138,11 @@ impl LearnerNode {
 /// With `sync`, one of several learners of the policy (on MPI ranks): they start from the same seed, and none resumes.
 fn on_policy_setup(
     policy: usize,
-    cfg: &Config,
-    spec: &EnvSpec,
+    plan: &RunPlan,
     plane: &DataPlane,
     sync: Option<LearnerSync>,
 ) -> Result<Setup> {
+    let cfg = &plan.config;
     if cfg.run.learner_threads > 0 {
         // The learner's own process (in serial mode, the one loop's).
         tch::set_num_threads(cfg.run.learner_threads);
@@ -154,31 +154,33 @@ fn on_policy_setup(
         .map(|s| Ok::<_, RlfError>(AllreduceGradients::new(s.learners()?, s.check_every)))
         .transpose()?;
     let algorithm = crate::algo::algorithm(cfg.off_policy.algo);
-    let built = policy_spaces(cfg, spec, policy).and_then(|(observation_space, action_space)| {
-        let algo = algorithm
-            .on_policy_learner(observation_space, action_space, cfg, &|| seed_policy(cfg, policy))?
-            .ok_or_else(|| {
-                RlfError::Config(format!(
-                    "--algo {} learns from no trajectories",
-                    cfg.off_policy.algo.name()
-                ))
-            })?;
-        let policies = (policy, cfg.num_networks());
-        let mut learner = Learner::new(algo, policies, plane.open_weights(policy)?, plane.open_pools()?);
-        let checkpointer = if cfg.run.save_experiment {
-            Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
-        } else {
-            None
-        };
-        if sync.is_some() && learner.version() > 0 {
-            return Err(RlfError::Config(
+    let built = plan
+        .policy_spaces(policy)
+        .and_then(|(observation_space, action_space)| {
+            let algo = algorithm
+                .on_policy_learner(observation_space, action_space, cfg, &|| seed_policy(cfg, policy))?
+                .ok_or_else(|| {
+                    RlfError::Config(format!(
+                        "--algo {} learns from no trajectories",
+                        cfg.off_policy.algo.name()
+                    ))
+                })?;
+            let policies = (policy, cfg.num_networks());
+            let mut learner = Learner::new(algo, policies, plane.open_weights(policy)?, plane.open_pools()?);
+            let checkpointer = if cfg.run.save_experiment {
+                Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
+            } else {
+                None
+            };
+            if sync.is_some() && learner.version() > 0 {
+                return Err(RlfError::Config(
                 "several learner ranks cannot resume a checkpoint yet (their Adam moments would differ): \
                  start a new experiment (--restart_behavior restart)"
                     .into(),
             ));
-        }
-        Ok((learner, checkpointer))
-    });
+            }
+            Ok((learner, checkpointer))
+        });
     let (mut learner, mut checkpointer) = match (built, sync.take()) {
         (Ok((mut learner, checkpointer)), Some(sync)) => {
             learner.set_gradient_sync(Box::new(sync));
@@ -188,7 +190,7 @@ fn on_policy_setup(
         (Err(e), Some(mut sync)) => {
             // The network's size, for the collective the others wait in (a model that cannot be built fails on
             // every learner alike).
-            let (observation_space, action_space) = policy_spaces(cfg, spec, policy)?;
+            let (observation_space, action_space) = plan.policy_spaces(policy)?;
             let parameters = algorithm
                 .acting_network(observation_space, action_space, cfg)?
                 .variables()
@@ -226,31 +228,26 @@ fn on_policy_setup(
     })
 }
 
-/// The observation and action spaces of policy `policy`'s agents.
-fn policy_spaces<'a>(cfg: &Config, spec: &'a EnvSpec, policy: usize) -> Result<(&'a Space, &'a Space)> {
-    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
-    spec.policy_spaces(policy, mapping.by_agent.as_deref())
-}
-
 /// The transitions policy `policy`'s replay buffer takes over the run: its share of `--train_for_env_steps` (which
 /// counts every agent's steps), by the agents `--agent_policy_map` gives it, else an even share of the policies.
-fn expected_inserts(cfg: &Config, spec: &EnvSpec, policy: usize) -> Result<u64> {
-    let mapping = crate::plan::policy_mapping(cfg, &spec.agent_names)?;
+fn expected_inserts(plan: &RunPlan, policy: usize) -> u64 {
+    let mapping = &plan.mapping;
     let share = match &mapping.by_agent {
         Some(by_agent) => {
             by_agent.iter().filter(|&&p| p == policy).count() as f64 / by_agent.len().max(1) as f64
         }
         None => 1.0 / mapping.num_policies.max(1) as f64,
     };
-    Ok((cfg.run.train_for_env_steps as f64 * share).ceil() as u64)
+    (plan.config.run.train_for_env_steps as f64 * share).ceil() as u64
 }
 
 /// A DQN or SAC learner on the policy's replay buffer, continuing from its newest checkpoint if any (weights, target
 /// networks and Adam) and from the buffer the data plane restored (its priorities, counters and schedules).
-fn off_policy_setup(policy: usize, cfg: &Config, spec: &EnvSpec, plane: &DataPlane) -> Result<Setup> {
+fn off_policy_setup(policy: usize, plan: &RunPlan, plane: &DataPlane) -> Result<Setup> {
+    let cfg = &plan.config;
     let o = &cfg.off_policy;
-    let layout = transition_layout(cfg, spec, policy)?;
-    let (observation_space, action_space) = policy_spaces(cfg, spec, policy)?;
+    let layout = transition_layout(plan, policy)?;
+    let (observation_space, action_space) = plan.policy_spaces(policy)?;
     let seed = || seed_policy(cfg, policy);
     let algo = crate::algo::algorithm(o.algo)
         .off_policy_learner(observation_space, action_space, cfg, &seed)?
@@ -271,11 +268,10 @@ fn off_policy_setup(policy: usize, cfg: &Config, spec: &EnvSpec, plane: &DataPla
             o.prioritized_replay_beta,
             o.prioritized_replay_eps,
         );
-        learner = learner.with_prioritized_replay(exponents, expected_inserts(cfg, spec, policy)?);
+        learner = learner.with_prioritized_replay(exponents, expected_inserts(plan, policy));
     }
     if cfg.optimizer.lr_schedule == LrScheduleKind::LinearDecay {
-        learner =
-            learner.with_linear_lr_decay(cfg.optimizer.learning_rate, expected_inserts(cfg, spec, policy)?);
+        learner = learner.with_linear_lr_decay(cfg.optimizer.learning_rate, expected_inserts(plan, policy));
     }
     let mut checkpointer = if cfg.run.save_experiment {
         Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)

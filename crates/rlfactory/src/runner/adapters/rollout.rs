@@ -4,12 +4,12 @@ use rlf_shm::ShmArray;
 use rlf_signal::{Component, Ctx, Signal, WorkQueue};
 
 use super::{or_fail, sent, NextTurn};
-use crate::config::Config;
 use crate::data::TrajectoryPool;
 use crate::env::group::{close_unused, EnvGroup};
-use crate::env::{EnvRegistry, EnvSpec};
+use crate::env::EnvRegistry;
 use crate::error::{Result, RlfError};
 use crate::learning::PolicyUpdated;
+use crate::plan::RunPlan;
 use crate::runner::counters::CounterLayout;
 use crate::runner::plane::{replay_writer, DataPlane};
 use crate::sampling::{
@@ -41,7 +41,7 @@ pub(in crate::runner) struct RolloutNode {
     /// The pool and the counters, mapped by the constructor; the worker is built in `on_start`,
     /// which knows the process's incarnation.
     setup: Option<Result<Mapped>>,
-    cfg: Config,
+    plan: RunPlan,
     registry: EnvRegistry,
     signals: RolloutSignals,
     /// The env group its envs span (an env group's lead rank).
@@ -63,13 +63,13 @@ pub(crate) type Mapped = (TrajectoryPool, ShmArray<u64>, Option<ReplayWriter>);
 
 impl RolloutNode {
     /// What rollout worker `index` maps, in its loop's process (see [`Mapped`]).
-    pub fn map(index: usize, cfg: &Config, env: &EnvSpec, plane: &DataPlane) -> Result<Mapped> {
+    pub fn map(index: usize, plan: &RunPlan, plane: &DataPlane) -> Result<Mapped> {
         let pool = plane
             .pools
             .get(index)
             .ok_or_else(|| RlfError::Config(format!("no trajectory pool for rollout worker {index}")))
             .and_then(TrajectoryPool::open)?;
-        let replay = replay_writer(cfg, env, plane)?;
+        let replay = replay_writer(plan, plane)?;
         Ok((pool, ShmArray::open(&plane.counters)?, replay))
     }
 
@@ -78,7 +78,7 @@ impl RolloutNode {
     pub fn new(
         index: usize,
         place: (usize, usize),
-        cfg: Config,
+        plan: RunPlan,
         registry: EnvRegistry,
         setup: Result<Mapped>,
         signals: RolloutSignals,
@@ -92,7 +92,7 @@ impl RolloutNode {
             queued: Vec::new(),
             scheduled: false,
             setup: Some(setup),
-            cfg,
+            plan,
             registry,
             signals,
             group,
@@ -111,7 +111,7 @@ impl RolloutNode {
             Err(e) => {
                 // No split of this worker will be made: its env group's members must not wait for them.
                 if let Some(group) = &self.group {
-                    let splits = self.cfg.sampling.worker_num_splits;
+                    let splits = self.plan.config.sampling.worker_num_splits;
                     for channel in self.index * splits..(self.index + 1) * splits {
                         let _ = close_unused(group, channel);
                     }
@@ -129,14 +129,14 @@ impl RolloutNode {
         let (global, workers) = self.place;
         let mut worker = RolloutWorker::new(
             self.index,
-            &self.cfg,
+            &self.plan,
             &self.registry,
             pool,
             incarnation,
             counts,
             self.group.as_ref(),
         )?
-        .in_run(&self.cfg, global, workers);
+        .in_run(&self.plan.config, global, workers);
         if let Some(replay) = replay {
             worker = worker.with_replay(replay);
         }
