@@ -35,6 +35,8 @@ pub struct EnvSpec {
     pub builtin_players: Vec<String>,
     /// Each agent's team ([`rlf_env::MultiAgentEnv::team`]).
     pub teams: Vec<usize>,
+    /// Why the env cannot save its state for an exact resume (`Env::save_state`); `None` when it can.
+    pub cannot_save_state: Option<String>,
 }
 
 impl EnvSpec {
@@ -63,6 +65,7 @@ impl EnvSpec {
                 obs_dim: env.obs_dim(),
                 builtin_players: env.builtin_players().iter().map(|&p| p.to_owned()).collect(),
                 teams: (0..n).map(|a| env.team(a)).collect(),
+                cannot_save_state: Some("multi-agent envs keep no exact state".into()),
             });
         }
         if !cfg.env_kwargs.trim().is_empty() {
@@ -80,6 +83,10 @@ impl EnvSpec {
             obs_dim: env.observation_space().flat_dim(),
             builtin_players: Vec::new(),
             teams: vec![0],
+            cannot_save_state: env
+                .save_state(&mut Vec::new())
+                .err()
+                .map(|e| format!("the env cannot save its state: {e}")),
         })
     }
 

@@ -191,24 +191,16 @@ pub fn train_planned(plan: &RunPlan, registry: &EnvRegistry, process_start: Inst
 
 /// Whether a stop of this run keeps every component's state for an exact resume, or why not: a serial run on
 /// single-agent envs that can save their state, without self-play or PBT.
-fn keeps_exact_state(
-    cfg: &Config,
-    registry: &EnvRegistry,
-    part: RankPart,
-) -> std::result::Result<(), String> {
+fn keeps_exact_state(plan: &RunPlan, part: RankPart) -> std::result::Result<(), String> {
+    let cfg = &plan.config;
     let why = if !cfg.run.serial_mode || part != RankPart::Whole {
         "not serial mode"
     } else if cfg.sampling.self_play || cfg.pbt.with_pbt {
         "self-play and PBT keep no exact state"
     } else if cfg.off_policy.algo.is_off_policy() && !cfg.off_policy.save_replay_buffer {
         "the replay buffer is not saved (--save_replay_buffer false)"
-    } else if registry.is_multi_agent(&cfg.env.env) {
-        "multi-agent envs keep no exact state"
     } else {
-        let env = crate::env::make_single(registry, &cfg.env).map_err(|e| e.to_string())?;
-        return env
-            .save_state(&mut Vec::new())
-            .map_err(|e| format!("the env cannot save its state: {e}"));
+        return plan.env.cannot_save_state.clone().map_or(Ok(()), Err);
     };
     Err(why.into())
 }
@@ -246,9 +238,7 @@ fn run_part(
     } else {
         (None, None)
     };
-    let exact = experiment
-        .as_ref()
-        .map(|_| keeps_exact_state(cfg, registry, part));
+    let exact = experiment.as_ref().map(|_| keeps_exact_state(planned, part));
     let (kept, kept_line) = match experiment {
         Some(_) => crate::experiment::read_kept_state(cfg, resumed.as_ref())?,
         None => (None, None),

@@ -497,6 +497,41 @@ fn signal_when(
     (status, log)
 }
 
+/// A serial run whose stop cannot keep an exact state says why as it starts (the run plan learned it from the one
+/// env it built): a multi-agent env, and a Gymnasium env (which cannot save its state); a native single-agent env's
+/// run says it keeps one.
+#[test]
+fn a_serial_run_says_at_its_start_whether_a_stop_keeps_an_exact_state() {
+    for (env, said) in [
+        (
+            "treasurehunt",
+            "a stop keeps no exact state (multi-agent envs keep no exact state)",
+        ),
+        (
+            "gym:CartPole-v1",
+            "a stop keeps no exact state (the env cannot save its state: ",
+        ),
+        (
+            "CartPole-v1",
+            "a stop keeps every component's state in kept_state.bin for an exact resume",
+        ),
+    ] {
+        let dir = temp_dir("says-exact");
+        let out = common::run(&[
+            "train",
+            &format!("--env={env}"),
+            "--serial_mode",
+            "--experiment=exp",
+            &format!("--train_dir={}", dir.path().display()),
+            "--train_for_env_steps=2000",
+            "--report_interval_sec=0",
+        ]);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{env}: {stderr}");
+        assert!(stderr.contains(said), "{env}: no `{said}` in\n{stderr}");
+    }
+}
+
 /// Item 3 of issue 32: a serial run, stopped by SIGINT at an arbitrary instant, then its resume stopped again, then a
 /// start SIGKILLed as it begins, then resumed to the end, ends with every tensor of its last checkpoint (the networks, the targets, Adam's moments, the
 /// normalisers' statistics) bit-identical to those of the same run never stopped: for DQN with prioritised replay,
