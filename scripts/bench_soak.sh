@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Memory over a long run (issue 32): trains at full speed for SECONDS (default 900) and every 10 s samples the
-# proportional set size (PSS: shared memory counted once, split between the processes that map it) of every process
-# of the run, its private part (heap, stacks), and the KiB allocated to the run's segments in /dev/shm. Prints the
-# samples, then the growth of each from the sample at 60 s to the last one. The target: under 2%.
+# Memory over a long run (issue 32): trains at full speed for SECONDS (default 900) and every 10 s samples, summed
+# over every process of the run, the resident set size (RSS: shared pages counted in every process that maps them),
+# the proportional set size (PSS: shared memory counted once, split between the processes that map it), its private
+# part (heap, stacks), and the KiB allocated to the run's segments in /dev/shm. Prints the samples, then the growth of
+# each from the sample at 60 s to the last one. The target: under 2%.
 # Usage: bash scripts/bench_soak.sh [cartpole|treasurehunt ...]   (default: both)
 #   cartpole      CartPole-v1, APPO, the default config (parallel)
 #   treasurehunt  Treasurehunt, 5 DQN learners (configs/treasurehunt-iqn-like.toml, parallel)
@@ -19,8 +20,9 @@ fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
-# The sum of `field` (Pss: shared memory counted once, split between the processes that map it; Pss_Anon: its private
-# part, heap and stacks) over every process of the session `sid`, in KiB.
+# The sum of `field` (Rss: resident pages, shared ones in every process; Pss: shared memory counted once, split between
+# the processes that map it; Pss_Anon: its private part, heap and stacks) over every process of the session `sid`, in
+# KiB.
 session_sum() {
     local total=0 pid kib
     for pid in $(ps -o pid= -s "$1"); do
@@ -50,28 +52,28 @@ for run in "${runs[@]}"; do
         --report_interval_sec 60 2>"$out/$run.log" &
     sid=$!
     echo "== $run: ${flags[*]}, ${seconds} s (pid $sid)"
-    echo "   t(s)  processes  PSS(KiB)  private(KiB)  /dev/shm(KiB)"
+    echo "   t(s)  processes  RSS(KiB)  PSS(KiB)  private(KiB)  /dev/shm(KiB)"
     samples="$out/$run.samples"
     : >"$samples"
     start=$SECONDS
     while kill -0 "$sid" 2>/dev/null; do
         t=$((SECONDS - start))
-        line="$t $(ps -o pid= -s "$sid" | wc -l) $(session_sum "$sid" Pss) $(session_sum "$sid" Pss_Anon) $(shm_used "$sid")"
+        line="$t $(ps -o pid= -s "$sid" | wc -l) $(session_sum "$sid" Rss) $(session_sum "$sid" Pss) $(session_sum "$sid" Pss_Anon) $(shm_used "$sid")"
         echo "$line" >>"$samples"
-        printf '   %4d  %9d  %8d  %12d  %13d\n' $line
+        printf '   %4d  %9d  %8d  %8d  %12d  %13d\n' $line
         # The run ends the wait early; the sampler has nothing else to do.
         timeout 10 tail --pid="$sid" -f /dev/null || true
     done
     wait "$sid" || { tail -5 "$out/$run.log"; exit 1; }
     awk -v run="$run" '
-        $1 >= 60 && !base { base = $3; anon = $4; shm = $5; processes = $2 }
+        $1 >= 60 && !base { rss = $3; base = $4; anon = $5; shm = $6; processes = $2 }
         # The last sample of the whole run (not one taken while its processes exit).
-        base && $2 == processes { last = $3; last_anon = $4; last_shm = $5 }
+        base && $2 == processes { last_rss = $3; last = $4; last_anon = $5; last_shm = $6 }
         END {
             if (!base) { print run ": too short to measure (no sample at 60 s)"; exit }
-            printf "%s: from 60 s to the end, PSS %d -> %d KiB (%+.2f%%), private %d -> %d KiB (%+.2f%%), /dev/shm %d -> %d KiB (%+.2f%%)\n", \
-                run, base, last, 100 * (last - base) / base, anon, last_anon, 100 * (last_anon - anon) / anon, \
-                shm, last_shm, 100 * (last_shm - shm) / (shm ? shm : 1)
+            printf "%s: from 60 s to the end, RSS %d -> %d KiB (%+.2f%%), PSS %d -> %d KiB (%+.2f%%), private %d -> %d KiB (%+.2f%%), /dev/shm %d -> %d KiB (%+.2f%%)\n", \
+                run, rss, last_rss, 100 * (last_rss - rss) / rss, base, last, 100 * (last - base) / base, \
+                anon, last_anon, 100 * (last_anon - anon) / anon, shm, last_shm, 100 * (last_shm - shm) / (shm ? shm : 1)
         }' "$samples"
     grep -E 'benchmark: ' "$out/$run.log" | tail -1
 done
