@@ -273,7 +273,11 @@ fn run(
     if !cfg.distributed.mpi {
         runner::check_resources(&plan)?;
     }
-    eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
+    if cfg.run.verbose {
+        eprintln!("[rlfactory] training {} with:\n{}", cfg.env.env, cfg.to_toml()?);
+    } else {
+        eprintln!("[rlfactory] {}", start_line(cfg));
+    }
     if !reaper {
         eprintln!("[rlfactory] no shared-memory reaper: this process already runs several threads");
     }
@@ -285,9 +289,10 @@ fn run(
     } else {
         runner::train_planned(&plan, registry, process_start)?
     };
-    let json = serde_json::to_string_pretty(&summary)
-        .map_err(|e| RlfError::Config(format!("cannot serialise the summary: {e}")))?;
-    eprintln!("[rlfactory] done: {json}");
+    let program = std::env::args().next().unwrap_or_else(|| "rlfactory".to_owned());
+    for line in end_lines(cfg, &summary, &program) {
+        eprintln!("[rlfactory] {line}");
+    }
     if cfg.run.benchmark {
         eprintln!(
             "[rlfactory] benchmark: steady-state fps {:.0} ({} env frames, overall fps {:.0})",
@@ -295,6 +300,8 @@ fn run(
         );
     }
     if let Some(path) = &cfg.run.summary_json {
+        let json = serde_json::to_string_pretty(&summary)
+            .map_err(|e| RlfError::Config(format!("cannot serialise the summary: {e}")))?;
         std::fs::write(path, &json).map_err(|source| RlfError::Io {
             what: "writing the summary to",
             path: path.clone(),
@@ -302,6 +309,74 @@ fn run(
         })?;
     }
     Ok(summary.signal)
+}
+
+/// What a run says as it starts (the whole config with `--verbose`): the env, the algorithm, the budget and where
+/// the experiment goes.
+fn start_line(cfg: &Config) -> String {
+    let r = &cfg.run;
+    let mut budget = format!("up to {} env frames", r.train_for_env_steps);
+    if r.train_for_seconds < crate::config::UNLIMITED_SECONDS {
+        budget.push_str(&format!(" or {} s", r.train_for_seconds));
+    }
+    if let Some(target) = r.stop_at_reward {
+        budget.push_str(&format!(", until a mean return of {target}"));
+    }
+    let saved = if r.save_experiment {
+        format!("into {}", r.train_dir.join(&r.experiment).display())
+    } else {
+        "saving nothing (--save_experiment false)".to_owned()
+    };
+    format!(
+        "training {} with {} ({budget}), {saved}; --verbose prints the whole config",
+        cfg.env.env,
+        cfg.off_policy.algo.name()
+    )
+}
+
+/// What a run says at its end: frames, time and return, then where the experiment is and the commands that open its
+/// curves and play its policy (`program` is how this binary was called).
+fn end_lines(cfg: &Config, summary: &runner::Summary, program: &str) -> Vec<String> {
+    use runner::StopReason;
+    let r = &cfg.run;
+    let ret = summary
+        .mean_return
+        .map_or_else(|| "n/a (no episode ended)".to_owned(), |m| format!("{m:.2}"));
+    let why = match summary.stop_reason {
+        StopReason::EnvSteps => "the frame budget".to_owned(),
+        StopReason::Seconds => "the time budget".to_owned(),
+        StopReason::Reward => format!("a mean return of {}", r.stop_at_reward.unwrap_or_default()),
+        StopReason::Failed => "a failure".to_owned(),
+        StopReason::Interrupted => "a signal".to_owned(),
+        StopReason::OtherLearner => "another learner rank".to_owned(),
+    };
+    let mut lines = vec![format!(
+        "done: {} env frames in {:.1} s ({:.0} fps), mean return {ret} over the last {} episodes; stopped at {why}",
+        summary.env_frames, summary.wall_seconds, summary.fps_overall, r.stats_avg
+    )];
+    if summary.policies.len() > 1 {
+        for (p, policy) in summary.policies.iter().enumerate() {
+            let ret = policy
+                .mean_return
+                .map_or_else(|| "n/a".to_owned(), |m| format!("{m:.2}"));
+            lines.push(format!("policy {p}: mean return {ret}"));
+        }
+    }
+    if r.save_experiment {
+        let dir = r.train_dir.join(&r.experiment);
+        lines.push(format!(
+            "saved in {}: config.json, checkpoints, TensorBoard scalars, the learning curve",
+            dir.display()
+        ));
+        lines.push(format!("curves: tensorboard --logdir {}", dir.display()));
+        lines.push(format!(
+            "watch the policy: {program} enjoy --env {} --experiment {} --train_dir {}",
+            cfg.env.env,
+            r.experiment,
+            r.train_dir.display()
+        ));
+    }
+    lines
 }
 
 /// clap's error as one line: its message without the usage and tips.

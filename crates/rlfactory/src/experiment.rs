@@ -566,6 +566,11 @@ impl ExperimentRun {
         Ok(self.exp.log(line)?)
     }
 
+    /// Writes `line` to the log file only (what the terminal shows with `--verbose`).
+    pub fn note(&self, line: &str) -> Result<()> {
+        Ok(self.exp.log(line)?)
+    }
+
     /// Records scalars of policy `policy` at step `env_steps` (buffered until
     /// [`flush`](Self::flush)) and adds a mean return to its learning curve.
     pub fn write_scalars(&mut self, policy: usize, env_steps: u64, scalars: &[(String, f64)]) -> Result<()> {

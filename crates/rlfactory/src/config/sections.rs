@@ -680,6 +680,9 @@ pub struct RunConfig {
     /// Write a JSON summary of the run to this file at exit.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// Print the whole resolved config at the start (an experiment saves it in `config.json` either way).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub verbose: bool,
     /// Learner and inference device.
     #[arg(long, value_enum)]
     pub device: DeviceKind,
@@ -730,6 +733,7 @@ impl Default for RunConfig {
             train_for_seconds: UNLIMITED_SECONDS,
             stop_at_reward: None,
             summary_json: None,
+            verbose: false,
             device: DeviceKind::Cpu,
             num_threads: 1,
             learner_threads: 0,

@@ -244,7 +244,16 @@ fn run_part(
         None => (None, None),
     };
     let mut regions = create_plane(cfg, plan)?;
-    let mut lines = regions.memory_lines();
+    // The shared memory's sizes: in the log file, and on the terminal with --verbose.
+    for line in regions.memory_lines() {
+        match &experiment {
+            Some(e) if !cfg.run.verbose => e.note(&line)?,
+            Some(e) => e.log(&line)?,
+            None if cfg.run.verbose => eprintln!("[rlfactory] {line}"),
+            None => {}
+        }
+    }
+    let mut lines = Vec::new();
     match &exact {
         Some(Ok(())) => lines.push(format!(
             "a stop keeps every component's state in {} for an exact resume (serial mode)",

@@ -9,7 +9,7 @@ use super::summary::{
     AgentSummary, BuiltinSummary, PolicySummary, SavedSelfPlay, SelfPlaySummary, SnapshotSummary, StopReason,
     Summary,
 };
-use crate::config::{BestMetric, Config};
+use crate::config::{BestMetric, Config, UNLIMITED_SECONDS};
 use crate::experiment::CheckpointRequest;
 use crate::learning::TrainingReport;
 use crate::sampling::{RolloutReport, SelfPlayGame, SnapshotRequest, SnapshotTaken};
@@ -681,8 +681,40 @@ impl RunStats {
         due
     }
 
-    /// A progress report: the line (frames, FPS since the last report, mean return, policy lag)
-    /// and `perf/_fps`.
+    /// The frames so far against the run's budget: the share of `--train_for_env_steps` or of
+    /// `--train_for_seconds` done, whichever is ahead, and the time left at `fps` (or by the clock),
+    /// whichever ends first; on a terminal, a bar before it.
+    fn budget_progress(&self, fps: f64) -> String {
+        let frames = self.env_frames;
+        let elapsed = self.sampling_start.elapsed().as_secs_f64();
+        let by_frames = frames as f64 / self.max_frames.max(1) as f64;
+        let timed = self.max_seconds.is_finite() && self.max_seconds < UNLIMITED_SECONDS;
+        let by_time = if timed { elapsed / self.max_seconds } else { 0.0 };
+        let done = by_frames.max(by_time).min(1.0);
+        let mut left = self.max_frames.saturating_sub(frames) as f64 / fps.max(1e-9);
+        if timed {
+            left = left.min((self.max_seconds - elapsed).max(0.0));
+        }
+        let eta = if left.is_finite() && left < 1e7 {
+            format_seconds(left)
+        } else {
+            "n/a".to_owned()
+        };
+        let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            let filled = (done * 20.0).round() as usize;
+            format!("[{}{}] ", "#".repeat(filled), ".".repeat(20 - filled))
+        } else {
+            String::new()
+        };
+        format!(
+            "{bar}frames {frames} of {} ({:.1}%, ETA {eta})",
+            self.max_frames,
+            100.0 * done
+        )
+    }
+
+    /// A progress report: the line (frames against the budget, FPS since the last report, mean
+    /// return, policy lag) and `perf/_fps`.
     pub fn report(&mut self) -> Report {
         let now = Instant::now();
         let (then, frames) = self.last_line;
@@ -693,8 +725,11 @@ impl RunStats {
             .mean_return()
             .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.1}"));
         let mut line = format!(
-            "frames {} | fps {:.0} | mean return {} ({} episodes)",
-            self.env_frames, fps, ret, self.episodes
+            "{} | fps {:.0} | mean return {} ({} episodes)",
+            self.budget_progress(fps),
+            fps,
+            ret,
+            self.episodes
         );
         for (i, p) in self.policies.iter().enumerate() {
             let tag = if self.policies.len() == 1 {
@@ -802,6 +837,16 @@ pub struct Report {
     pub scalars: Scalars,
 }
 
+/// `seconds` as a person reads a duration: `42 s`, `3 min 05 s`, `2 h 14 min`.
+pub fn format_seconds(seconds: f64) -> String {
+    let s = seconds.round() as u64;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min {:02} s", s / 60, s % 60),
+        _ => format!("{} h {:02} min", s / 3600, s / 60 % 60),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -860,6 +905,31 @@ mod tests {
             Some(StopReason::EnvSteps)
         );
         assert_eq!(r.summary().stop_reason, StopReason::EnvSteps);
+    }
+
+    #[test]
+    fn the_progress_line_says_how_much_of_the_budget_is_done_and_what_is_left() {
+        let mut r = runner(&["train_for_env_steps = 1000"]);
+        r.on_rollout_reported(&rollout(250, &[]));
+        let line = r.report().line;
+        assert!(line.contains("frames 250 of 1000 (25.0%, ETA "), "{line}");
+        let mut r = runner(&["train_for_env_steps = 1000", "train_for_seconds = 3600"]);
+        r.on_rollout_reported(&rollout(10, &[]));
+        let line = r.report().line;
+        assert!(line.contains("frames 10 of 1000 (1.0%, ETA "), "{line}");
+        let eta = line
+            .split("ETA ")
+            .nth(1)
+            .and_then(|e| e.split(')').next())
+            .expect("an ETA");
+        assert!(
+            eta.ends_with(" s") || eta.contains("min") || eta.contains(" h "),
+            "{eta}"
+        );
+        assert_eq!(
+            [0.4, 59.0, 61.0, 3599.0, 7300.0].map(format_seconds),
+            ["0 s", "59 s", "1 min 01 s", "59 min 59 s", "2 h 01 min"]
+        );
     }
 
     #[test]

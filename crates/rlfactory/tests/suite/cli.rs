@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use crate::common;
 use rlfactory::cli::{parse_invocation, Invocation};
 use rlfactory::config::Config;
 
@@ -458,4 +459,82 @@ fn usage_errors_are_found_before_any_work() {
     ];
     rejects(&export, "--out ");
     rejects(&export, "there is no folder");
+}
+
+/// A default run's terminal (issue 34's quiet terminal): one line saying what is trained and where it goes, progress
+/// lines with the frames against the budget and the time left, and at the end the frames, time and return, the
+/// folder and the commands that open the curves and play the policy; no config dump (`--verbose` prints it) and no
+/// JSON (`--summary_json` writes it).
+#[test]
+fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
+    let dir = common::temp_dir("terminal");
+    let train_dir = dir.path().display().to_string();
+    let run = |extra: &[&str]| {
+        let output = common::output(
+            Command::new(common::BIN)
+                .args([
+                    "train",
+                    "--env=CartPole-v1",
+                    "--experiment=e",
+                    "--train_for_env_steps=30000",
+                ])
+                .args(["--report_interval_sec=0.3", "--restart_behavior=overwrite"])
+                .arg(format!("--train_dir={train_dir}"))
+                .args(extra),
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{stderr}");
+        stderr
+    };
+    let stderr = run(&[]);
+    let lines: Vec<&str> = stderr.lines().collect();
+    let exp = format!("{train_dir}/e");
+    assert_eq!(
+        lines[0],
+        format!(
+            "[rlfactory] training CartPole-v1 with appo (up to 30000 env frames), into {exp}; --verbose prints the \
+             whole config"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        lines.iter().all(|l| l.starts_with("[rlfactory] ")),
+        "every line is the program's:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("lr_schedule") && !stderr.contains('{'),
+        "no config dump, no JSON:\n{stderr}"
+    );
+    let progress: Vec<&&str> = lines.iter().filter(|l| l.contains("| fps ")).collect();
+    assert!(
+        progress
+            .iter()
+            .all(|l| l.contains(" of 30000 (") && l.contains("%, ETA ")),
+        "{stderr}"
+    );
+    let end = &lines[lines.len() - 4..];
+    assert!(
+        end[0].starts_with("[rlfactory] done: ")
+            && end[0].contains(" env frames in ")
+            && end[0].contains(" fps), mean return "),
+        "{stderr}"
+    );
+    assert_eq!(
+        end[1..],
+        [
+            format!("[rlfactory] saved in {exp}: config.json, checkpoints, TensorBoard scalars, the learning curve"),
+            format!("[rlfactory] curves: tensorboard --logdir {exp}"),
+            format!(
+                "[rlfactory] watch the policy: {} enjoy --env CartPole-v1 --experiment e --train_dir {train_dir}",
+                common::BIN
+            ),
+        ],
+        "{stderr}"
+    );
+    assert!(lines.len() < 40, "{} lines:\n{stderr}", lines.len());
+    let verbose = run(&["--verbose"]);
+    assert!(
+        verbose.starts_with("[rlfactory] training CartPole-v1 with:\n") && verbose.contains("lr_schedule = "),
+        "{verbose}"
+    );
 }

@@ -527,7 +527,7 @@ fn sigint_to_mpirun_saves_the_learners_last_checkpoint_with_adams_moments() {
         .unwrap_or_else(|| panic!("the learner rank says where it stopped:\n{log}"));
     assert!(
         log.contains("rank 0: stopped by a signal, exits without finalizing MPI")
-            && log.contains("[rlfactory] done: {"),
+            && log.contains("[rlfactory] done: "),
         "the learner rank ends its run itself, not killed in MPI_Finalize:\n{log}"
     );
     let newest = common::checkpoint_sidecars(dir.path())
