@@ -531,8 +531,7 @@ mod tests {
     use crate::data::{ObsLayout, TrajectoryShape};
     use crate::env::{EnvRegistry, EnvSpec};
     use crate::model::QNetwork;
-    use crate::plan::RunPlan;
-    use crate::sampling::{RolloutWorker, WorkerCounts};
+    use crate::sampling::RolloutWorker;
 
     /// εz-greedy in a turn-based env (treasurehunt, 5 agents moving in turn, one Q-network, ε = 1): a column whose
     /// agent waits for its turn keeps its hold untouched, and the agent to move repeats its held action, counting
@@ -584,16 +583,7 @@ mod tests {
             schedule: cfg.off_policy.clone(),
             total: 1000,
         });
-        let mut worker = RolloutWorker::new(
-            0,
-            &RunPlan::resolve(&cfg, &registry).expect("plan"),
-            &registry,
-            pool,
-            0,
-            WorkerCounts::default(),
-            None,
-        )
-        .expect("worker");
+        let mut worker = RolloutWorker::first_of(&cfg, &registry, pool);
         worker.start().expect("reset");
         let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
         let (mut networks, mut actions) = (vec![0.0; columns], vec![0.0; columns]);

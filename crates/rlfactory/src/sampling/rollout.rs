@@ -1099,6 +1099,15 @@ impl RolloutWorker {
 }
 
 #[cfg(test)]
+impl RolloutWorker {
+    /// Rollout worker 0 of a run of `cfg` (planned against `registry`), writing into `pool`: the unit tests' worker.
+    pub(crate) fn first_of(cfg: &Config, registry: &EnvRegistry, pool: TrajectoryPool) -> Self {
+        let plan = RunPlan::resolve(cfg, registry).expect("plan");
+        RolloutWorker::new(0, &plan, registry, pool, 0, WorkerCounts::default(), None).expect("worker")
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::data::TrajectoryShape;
@@ -1161,16 +1170,7 @@ mod tests {
             vec![(Box::new(model), weights)],
             vec![TrajectoryPool::open(&pool.handle()).expect("mapped")],
         );
-        let mut worker = RolloutWorker::new(
-            0,
-            &RunPlan::resolve(&cfg, &registry).expect("plan"),
-            &registry,
-            pool,
-            0,
-            WorkerCounts::default(),
-            None,
-        )
-        .expect("worker");
+        let mut worker = RolloutWorker::first_of(&cfg, &registry, pool);
         worker.start().expect("reset");
         let requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
         RecurrentRig {
@@ -1238,16 +1238,7 @@ mod tests {
                 )
             })
             .collect();
-        let mut worker = RolloutWorker::new(
-            0,
-            &RunPlan::resolve(&cfg, &registry).expect("plan"),
-            &registry,
-            pool,
-            0,
-            WorkerCounts::default(),
-            None,
-        )
-        .expect("worker");
+        let mut worker = RolloutWorker::first_of(&cfg, &registry, pool);
         worker.start().expect("reset");
         let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
         for t in 0..6 {
@@ -1472,16 +1463,7 @@ mod tests {
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
         let registry = EnvRegistry::with_builtin();
-        let mut worker = RolloutWorker::new(
-            0,
-            &RunPlan::resolve(&cfg, &registry).expect("plan"),
-            &registry,
-            pool,
-            0,
-            WorkerCounts::default(),
-            None,
-        )
-        .expect("worker");
+        let mut worker = RolloutWorker::first_of(&cfg, &registry, pool);
         for slot in 0..2 {
             worker.on_snapshot_taken(&SnapshotTaken {
                 policy: 0,
@@ -1618,17 +1600,7 @@ mod tests {
             1,
             0.5,
         );
-        let mut worker = RolloutWorker::new(
-            0,
-            &RunPlan::resolve(&cfg, &registry).expect("plan"),
-            &registry,
-            pool,
-            0,
-            WorkerCounts::default(),
-            None,
-        )
-        .expect("worker")
-        .with_replay(writer);
+        let mut worker = RolloutWorker::first_of(&cfg, &registry, pool).with_replay(writer);
         worker.start().expect("reset");
         let mut requests = worker.on_slots_reclaimed(0, &[0]).expect("free slots");
         for _ in 0..200 {
@@ -1720,16 +1692,7 @@ mod tests {
         };
         let pool = TrajectoryPool::create(shape, 2).expect("pool");
         let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
-        let mut worker = RolloutWorker::new(
-            0,
-            &RunPlan::resolve(&cfg, &registry).expect("plan"),
-            &registry,
-            pool,
-            0,
-            WorkerCounts::default(),
-            None,
-        )
-        .expect("worker");
+        let mut worker = RolloutWorker::first_of(&cfg, &registry, pool);
         worker.start().expect("reset");
         let mut requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
         let (mut obs, mut networks) = (vec![0.0; 8 * shape.obs_dim], vec![0.0; 8]);
