@@ -315,9 +315,12 @@ fn run(
 /// the experiment goes.
 fn start_line(cfg: &Config) -> String {
     let r = &cfg.run;
-    let mut budget = format!("up to {} env frames", r.train_for_env_steps);
+    let mut budget = format!("budget: {} env frames", r.train_for_env_steps);
     if r.train_for_seconds < crate::config::UNLIMITED_SECONDS {
-        budget.push_str(&format!(" or {} s", r.train_for_seconds));
+        budget = format!(
+            "budget: {} s or {} env frames",
+            r.train_for_seconds, r.train_for_env_steps
+        );
     }
     if let Some(target) = r.stop_at_reward {
         budget.push_str(&format!(", until a mean return of {target}"));

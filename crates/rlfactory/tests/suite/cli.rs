@@ -492,7 +492,7 @@ fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
     assert_eq!(
         lines[0],
         format!(
-            "[rlfactory] training CartPole-v1 with appo (up to 30000 env frames), into {exp}; --verbose prints the \
+            "[rlfactory] training CartPole-v1 with appo (budget: 30000 env frames), into {exp}; --verbose prints the \
              whole config"
         ),
         "{stderr}"

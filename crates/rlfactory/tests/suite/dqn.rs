@@ -638,6 +638,7 @@ fn dqn_on_connect_four_packs_the_board_as_bytes_and_trains_on_it() {
         &format!("--summary_json={}", out.display()),
         "--train_for_env_steps=20000",
         "--report_interval_sec=0",
+        "--verbose",
     ]);
     let log = text(&output.stderr);
     assert!(output.status.success(), "{log}");

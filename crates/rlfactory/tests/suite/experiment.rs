@@ -156,7 +156,7 @@ fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export()
         assert!(exp.join(file).is_file(), "{file} missing");
     }
     let log = std::fs::read_to_string(exp.join("log.txt")).expect("log");
-    assert!(log.contains("frames ") && log.contains("saved "), "{log}");
+    assert!(log.contains("| fps ") && log.contains("saved "), "{log}");
 
     // TensorBoard's reader sees our tags at our steps with our values.
     let events = event_files(dir);
@@ -362,7 +362,7 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_continues_frames_and_lr_schedul
         let line = lines
             .recv_timeout(Duration::from_secs(30))
             .expect("a progress line");
-        if line.contains("frames ") && !line.contains("version 0") {
+        if line.contains("| fps ") && !line.contains("version 0") {
             break;
         }
     }

@@ -137,7 +137,8 @@ fn wait_for_progress(lines: &mpsc::Receiver<String>) -> Vec<String> {
         let line = lines
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("no progress line ({e}):\n{}", seen.join("\n")));
-        let started = line.contains("frames ") && !line.contains("frames 0 ");
+        // A progress line (`frames N of M (...) | fps ...`) past the first frames.
+        let started = line.contains("| fps ") && !line.contains("frames 0 ");
         seen.push(line);
         if started {
             return seen;
