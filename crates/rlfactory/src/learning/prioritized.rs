@@ -74,7 +74,7 @@ impl SumTree {
     }
 }
 
-/// Priorities saved with a replay buffer ([`PrioritizedSampler::saved`]).
+/// Priorities saved with a replay buffer (by the prioritised sampler's `saved`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SavedPriorities {
     /// The priority of each saved insert, oldest first (0: not yet given one).

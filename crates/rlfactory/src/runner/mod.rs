@@ -1,5 +1,5 @@
 //! The runner: creates the shared-memory data plane, builds and wires every component
-//! ([`graph::build_graph`], one function), runs them, and turns the outcome into a [`Summary`] or
+//! (`graph::build_graph`, one function), runs them, and turns the outcome into a [`Summary`] or
 //! an error naming the component that failed.
 //!
 //! | module | job |
@@ -49,10 +49,9 @@ pub fn child_build(app: &mut AppBuilder) -> Result<(), BuildError> {
     child_build_with(app, EnvRegistry::with_builtin())
 }
 
-/// The build function of a child process whose envs come from `registry`
-/// (`rlf_signal::child_entry` with it comes first in the binary's `main`, as
-/// [`crate::cli::main`] does): the same graph as the parent's, from the [`GraphSpec`] in the
-/// app's configuration.
+/// The build function of a child process whose envs come from `registry` (`rlf_signal::child_entry` with it comes
+/// first in the binary's `main`, as [`crate::cli::main`] does): the same graph as the parent's, from the graph's spec
+/// (the run plan and the data plane) in the app's configuration.
 pub fn child_build_with(app: &mut AppBuilder, registry: EnvRegistry) -> Result<(), BuildError> {
     let spec: GraphSpec = app.config()?;
     tch::set_num_threads(spec.plan.config.run.num_threads);
