@@ -480,8 +480,8 @@ fn connect_four_team_self_play_beats_the_random_player_nine_times_in_ten() {
 /// one, else plays at random) as the opponent in half the games and the pool the rest
 /// (`--self_play_builtin_opponents heuristic --self_play_builtin_prob 0.5`): after 2M moves the
 /// policy wins at least 90% of 200 games against the uniformly random player (the test), on
-/// average over seeds 1 and 2 in `--serial_mode`, as its two siblings (in parallel mode seed 1 alone
-/// gave 93.5-97.5% and once 89.5% beside the rest of the suite). Its games against the heuristic are
+/// average over seeds 1 and 2 in `--serial_mode`, as its two siblings (in parallel mode seed 1 gave
+/// 94.5% and 95.5% in two runs alone, and 89.5% once beside the rest of the suite). Its games against the heuristic are
 /// counted apart from the pool's, and it wins a fair share of them. Measured on an Intel Xeon: 96.0%
 /// and 95.5% (0.495 and 0.41 against the heuristic while training), 96.5% and 95.5% with
 /// `ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE`, 67 s a run.
