@@ -7,10 +7,15 @@
 //! and the call. A number in the `info` of the step that ends an episode under the key
 //! `true_objective` (Sample Factory's convention) becomes [`Info::true_objective`].
 //!
+//! An id that is an absolute path (`gym:/path/env.pkl`) names a file holding a pickled callable that returns a
+//! Gymnasium env (with the `--env_kwargs` as keyword arguments): what `rlfactory.train(env=MyEnv)` writes with
+//! cloudpickle, so that a class of the user's script is made in every worker process.
+//!
 //! # Finding Python and the packages
 //! The binary links the libpython pyo3 was built against and finds it at run time through an rpath
 //! (set by this crate's `build.rs`). Packages come from `sys.path`: set `PYTHONPATH`, or set
-//! `VIRTUAL_ENV` to a venv and its `site-packages` is added when the first env is made.
+//! `VIRTUAL_ENV` to a venv and its `site-packages` is added when the first env is made (without it, the venv whose
+//! `bin/` holds the binary, where `pip install .` puts it).
 //! `scripts/setup_python.sh` creates such a venv with the pinned gymnasium.
 //!
 //! ```no_run
@@ -35,6 +40,11 @@ const HELPER: &std::ffi::CStr = c"
 import os, site, sys
 
 _venv = os.environ.get('VIRTUAL_ENV')
+if not _venv:
+    # A binary installed in a venv's bin/ (`pip install .`) and run without activating it: that venv.
+    _home = os.path.dirname(os.path.dirname(os.path.realpath('/proc/self/exe')))
+    if os.path.exists(os.path.join(_home, 'pyvenv.cfg')):
+        _venv = _home
 if _venv:
     site.addsitedir(os.path.join(_venv, 'lib', 'python%d.%d' % sys.version_info[:2], 'site-packages'))
 
@@ -120,6 +130,14 @@ def _value(text):
     return {'true': True, 'false': False, 'none': None}.get(text.lower(), text)
 
 
+def factory(path):
+    # An env id that is an absolute path names a file holding a pickled callable that makes the env (rlfactory's
+    # Python API writes it with cloudpickle, which pickles a class or function of the user's `__main__` by value).
+    import pickle
+    with open(path, 'rb') as f:
+        return pickle.load(f)
+
+
 # Gymnasium's registry is a plain dict that every gym.register iterates; a make that imports a module registering
 # envs (ale_py, minatar) while another thread registers or makes raised 'dictionary changed size during iteration'.
 # Makes are one at a time in a process (waiting on the lock lets go of the GIL).
@@ -135,7 +153,8 @@ def make(env_id, kwargs):
         opening()
         env = None
         try:
-            env = gym.make(env_id, **{k: _value(v) for k, v in kwargs})
+            kwargs = {k: _value(v) for k, v in kwargs}
+            env = factory(env_id)(**kwargs) if env_id.startswith('/') else gym.make(env_id, **kwargs)
             return env, describe(env.observation_space), describe(env.action_space)
         except BaseException:
             closing(env)

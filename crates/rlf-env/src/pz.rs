@@ -6,6 +6,9 @@
 //!   (Parallel API) if it has one, else its `env(**kwargs)` (AEC API; classic board games such as
 //!   `pettingzoo.classic.connect_four_v3` only have this one).
 //! - `pza:<module>`: always the AEC API, `env(**kwargs)`, even when the module has `parallel_env`.
+//! - `pz:/path/env.pkl` (an absolute path): the env returned by the pickled callable in that file, called with
+//!   the keyword arguments (`rlfactory.train(env=...)` writes it); an AEC env (one with `agent_iter`) through
+//!   the AEC API, else the Parallel one.
 //!
 //! The module is imported with `importlib.import_module`, so any installed package's module that
 //! follows PettingZoo's conventions works. Keyword arguments come as `(key, value)` strings; each
@@ -92,8 +95,8 @@ from gymnasium import spaces
 # PettingZoo's MPE and classic modules import pygame, which greets on stdout unless told not to.
 os.environ.setdefault('PYGAME_HIDE_SUPPORT_PROMPT', '1')
 
-# `describe`, `flatten`, `opening` and `closing` (which count open envs, for pygame's sake) are the Gymnasium
-# bridge's, set on this module before any Bridge is made.
+# `describe`, `flatten`, `factory`, `opening` and `closing` (which count open envs, for pygame's sake) are the
+# Gymnasium bridge's, set on this module before any Bridge is made.
 
 
 def literal(text):
@@ -114,19 +117,27 @@ class Bridge:
             raise
 
     def _make(self, module_name, force_aec, kwargs):
-        module = importlib.import_module(module_name)
         kwargs = {key: literal(value) for key, value in kwargs}
+        if module_name.startswith('/'):
+            self.env = factory(module_name)(**kwargs)
+            # AEC envs (PettingZoo's AECEnv and its wrappers) iterate over whose turn it is; Parallel envs do not.
+            self.parallel = not force_aec and not hasattr(type(self.env), 'agent_iter')
+        else:
+            self._make_module(module_name, force_aec, kwargs)
+        self.agents = list(self.env.possible_agents)
+        self.index = {agent: k for k, agent in enumerate(self.agents)}
+        self.observation_spaces = [self.env.observation_space(a) for a in self.agents]
+        self.action_spaces = [self.env.action_space(a) for a in self.agents]
+        self.dim = 0
+
+    def _make_module(self, module_name, force_aec, kwargs):
+        module = importlib.import_module(module_name)
         self.parallel = not force_aec and hasattr(module, 'parallel_env')
         maker = 'parallel_env' if self.parallel else 'env'
         if not callable(getattr(module, maker, None)):
             wanted = 'env()' if force_aec else 'parallel_env() or env()'
             raise AttributeError('module %s has no %s: not a PettingZoo env module' % (module_name, wanted))
         self.env = getattr(module, maker)(**kwargs)
-        self.agents = list(self.env.possible_agents)
-        self.index = {agent: k for k, agent in enumerate(self.agents)}
-        self.observation_spaces = [self.env.observation_space(a) for a in self.agents]
-        self.action_spaces = [self.env.action_space(a) for a in self.agents]
-        self.dim = 0
 
     def describe(self):
         return (
@@ -335,7 +346,7 @@ fn pz_helper_module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
         .get_or_try_init(py, || {
             let gym = helper_module(py)?;
             let helper = PyModule::from_code(py, HELPER, c"rlf_pz_bridge.py", c"rlf_pz_bridge")?;
-            for name in ["describe", "flatten", "opening", "closing"] {
+            for name in ["describe", "flatten", "factory", "opening", "closing"] {
                 helper.setattr(name, gym.getattr(name)?)?;
             }
             Ok(helper.unbind())

@@ -186,3 +186,44 @@ fn makes_from_several_threads_that_import_registering_modules_do_not_race() {
         result.expect("make");
     }
 }
+
+/// Pickles `expression` (a callable) into a new file of a temporary folder with cloudpickle, as
+/// `rlfactory.train(env=...)` does. Returns the folder and the file.
+fn pickled_factory(expression: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("factory.pkl").to_str().unwrap().to_owned();
+    Python::attach(|py| {
+        let code = std::ffi::CString::new(format!(
+            "import functools, cloudpickle, gymnasium\nwith open({path:?}, 'wb') as f:\n    cloudpickle.dump({expression}, f)\n"
+        ))
+        .unwrap();
+        py.run(&code, None, None).unwrap();
+    });
+    (dir, path)
+}
+
+#[test]
+fn an_absolute_path_is_a_pickled_callable_that_makes_the_env() {
+    let (_dir, path) = pickled_factory("functools.partial(gymnasium.make, 'CartPole-v1')");
+    let registry = EnvRegistry::with_builtin();
+    let mut made = registry.make(&format!("gym:{path}")).unwrap();
+    let mut reference = registry.make("gym:CartPole-v1").unwrap();
+    assert_eq!(made.observation_space(), reference.observation_space());
+    let (mut a, mut b) = (vec![0.0; 4], vec![0.0; 4]);
+    made.reset(Some(3), &mut a).unwrap();
+    reference.reset(Some(3), &mut b).unwrap();
+    assert_eq!(a, b);
+    for t in 0..20 {
+        let (sa, sb) = (
+            made.step(Action::Discrete(t % 2), &mut a).unwrap(),
+            reference.step(Action::Discrete(t % 2), &mut b).unwrap(),
+        );
+        assert_eq!((sa, &a), (sb, &b), "step {t}");
+    }
+    let missing = registry.make("gym:/no/such/factory.pkl").err().expect("no file");
+    let text = missing.to_string();
+    assert!(
+        text.contains("gym:/no/such/factory.pkl") && text.contains("No such file"),
+        "{text}"
+    );
+}

@@ -544,3 +544,40 @@ fn agents_with_action_spaces_of_different_kinds_read_their_own_slots() {
     let too_wide = [0.0; 9];
     assert!(env.step(ActionBatch::Continuous(&too_wide), buf.view()).is_err());
 }
+
+#[test]
+fn an_absolute_path_is_a_pickled_callable_whose_env_picks_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let pickle = |name: &str, expression: &str| {
+        let path = dir.path().join(name).to_str().unwrap().to_owned();
+        Python::attach(|py| {
+            let code = std::ffi::CString::new(format!(
+                "import cloudpickle, importlib\nwith open({path:?}, 'wb') as f:\n    cloudpickle.dump({expression}, f)\n"
+            ))
+            .unwrap();
+            py.run(&code, None, None).unwrap();
+        });
+        format!("pz:{path}")
+    };
+    let registry = EnvRegistry::with_builtin();
+    let parallel = pickle(
+        "spread.pkl",
+        "importlib.import_module('pettingzoo.mpe.simple_spread_v3').parallel_env",
+    );
+    assert!(registry.is_multi_agent(&parallel));
+    let kwargs = parse_kwargs(SPREAD_KWARGS).unwrap();
+    let env = PettingZooEnv::from_id(&parallel, &kwargs).unwrap();
+    assert_eq!(env.api(), PettingZooApi::Parallel);
+    assert_eq!(env.agents(), ["agent_0", "agent_1", "agent_2"]);
+    let aec = pickle(
+        "connect_four.pkl",
+        "importlib.import_module('pettingzoo.classic.connect_four_v3').env",
+    );
+    let env = PettingZooEnv::from_id(&aec, &[]).unwrap();
+    assert_eq!(
+        env.api(),
+        PettingZooApi::Aec,
+        "an env with agent_iter takes turns"
+    );
+    assert_eq!(env.agents(), ["player_0", "player_1"]);
+}

@@ -551,14 +551,23 @@ pub fn stop_signal() -> Option<i32> {
     Some(STOP_SIGNAL.load(Ordering::SeqCst)).filter(|&s| s != 0)
 }
 
-/// A child's first steps: it dies with its parent (a SIGTERM then makes its loop drain and stop), checks that the
-/// parent is still there, and names its main thread `rlf-loop-<id>` (`/proc/<pid>/comm`, `ps`, `top`).
-fn become_child(parent: u32, loop_id: u32) -> Result<(), RunError> {
+/// Makes the death of process `parent`, this process's parent, send this process a SIGTERM (which stops an app or a
+/// loop as Ctrl-C does), and checks that `parent` is still there: a process started by another program (a Python
+/// script that runs `rlfactory train`) stops with it instead of running on unseen. The signal comes when the thread
+/// of `parent` that started this process ends (Linux's parent-death signal).
+pub fn stop_with_parent(parent: u32) -> Result<(), RunError> {
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
         .map_err(|e| io_err("setting the parent-death signal")(e.into()))?;
     if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(parent) {
         return Err(RunError::Role(format!("parent process {parent} is gone")));
     }
+    Ok(())
+}
+
+/// A child's first steps: it dies with its parent (a SIGTERM then makes its loop drain and stop), checks that the
+/// parent is still there, and names its main thread `rlf-loop-<id>` (`/proc/<pid>/comm`, `ps`, `top`).
+fn become_child(parent: u32, loop_id: u32) -> Result<(), RunError> {
+    stop_with_parent(parent)?;
     let name = CString::new(format!("rlf-loop-{loop_id}")).map_err(|e| RunError::Role(e.to_string()))?;
     rustix::thread::set_name(&name).map_err(|e| io_err("naming the process")(e.into()))
 }

@@ -101,7 +101,7 @@ mod kept;
 mod supervisor;
 pub mod transport;
 
-pub use app::{child_entry, stop_requested, stop_signal, App, RunError, CHILD_ENV};
+pub use app::{child_entry, stop_requested, stop_signal, stop_with_parent, App, RunError, CHILD_ENV};
 pub use event_loop::{Ctx, EmitError, Inlet, Pulse, TimerId};
 pub use graph::{
     AppBuilder, BuildError, Component, LoopRef, ObjectRef, Payload, Placement, Signal, WorkQueue,

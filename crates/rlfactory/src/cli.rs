@@ -194,9 +194,19 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
     if std::env::var_os("OMP_WAIT_POLICY").is_none() {
         std::env::set_var("OMP_WAIT_POLICY", "PASSIVE");
     }
+    // NumPy's OpenBLAS starts a thread per core when a Python env first imports it: in every worker of a run of many
+    // processes on few cores, and in this one before the shared-memory reaper is forked (which needs one thread).
+    // One thread each, as Sample Factory's workers have, unless the user chose.
+    if std::env::var_os("OPENBLAS_NUM_THREADS").is_none() {
+        std::env::set_var("OPENBLAS_NUM_THREADS", "1");
+    }
     let child_registry = registry.clone();
     if let Some(code) = rlf_signal::child_entry(move |app| runner::child_build_with(app, child_registry)) {
         return code;
+    }
+    if let Err(e) = stop_with_starter() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
     }
     // Timings (`seconds_to_reward`, `wall_seconds`) count from the kernel's start of the process.
     let now = Instant::now();
@@ -244,6 +254,22 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The variable in which a program that starts `rlfactory` (the Python package's `rlfactory.train`) gives its process
+/// id: the run then stops, as on SIGTERM, when that process dies (see [`rlf_signal::stop_with_parent`]).
+pub const PARENT_PID_ENV: &str = "RLFACTORY_PARENT_PID";
+
+/// Stops this process with the program that started it, when that program asked (in [`PARENT_PID_ENV`]).
+fn stop_with_starter() -> Result<(), String> {
+    let Some(value) = std::env::var_os(PARENT_PID_ENV) else {
+        return Ok(());
+    };
+    let pid = value
+        .to_str()
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or_else(|| format!("{PARENT_PID_ENV}={value:?} is not a process id"))?;
+    rlf_signal::stop_with_parent(pid).map_err(|e| format!("{PARENT_PID_ENV}: {e}"))
 }
 
 /// Runs the command; returns the signal that interrupted a training run, if one did.

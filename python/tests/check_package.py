@@ -1,0 +1,176 @@
+"""The Python package as a user meets it (run by `scripts/test_package` in a venv where `pip install .` put it).
+
+An env class defined in this script trains in parallel mode through `rlfactory.train` to a return threshold; the
+policy loaded with `rlfactory.load_policy` takes, on every observation `rlfactory.enjoy --eval_deterministic` saw,
+the action enjoy took (the env records both); a bad flag is a `ConfigError` with the binary's one-line message; an
+interrupted run stops cleanly; `help(rlfactory.train)` lists the flags; a PettingZoo env class trains. Each check
+prints a line as cargo's tests do, and the last line the totals; the exit code is 1 if one failed.
+"""
+
+import json
+import os
+import pydoc
+import signal
+import sys
+import tempfile
+import threading
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import rlfactory
+
+THRESHOLD = 18.0
+
+
+class SignEnv(gym.Env):
+    """Four values in [-1, 1]; the right action is 1 when the first two sum above 0. A reward of 1 for each right
+    action, 20 steps an episode: a random policy scores 10, a perfect one 20. With `SIGN_ENV_RECORD` set, each step
+    appends the observation and the action taken to that file (one JSON list per line)."""
+
+    def __init__(self, length=20):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.length = length
+        self.record = os.environ.get("SIGN_ENV_RECORD")
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.obs = self.np_random.uniform(-1.0, 1.0, 4).astype(np.float32)
+        return self.obs, {}
+
+    def step(self, action):
+        right = int(self.obs[0] + self.obs[1] > 0)
+        if self.record:
+            with open(self.record, "a") as f:
+                f.write(json.dumps([self.obs.tolist(), int(action)]) + "\n")
+        self.t += 1
+        self.obs = self.np_random.uniform(-1.0, 1.0, 4).astype(np.float32)
+        return self.obs, float(int(action) == right), False, self.t >= self.length, {}
+
+
+class SignGame:
+    """SignEnv for two agents at once (a PettingZoo Parallel env): each sees its own four values."""
+
+    metadata = {"name": "sign_game_v0"}
+
+    def __init__(self, length=10):
+        self.possible_agents = ["a_0", "a_1"]
+        self.length = length
+        self.rng = np.random.default_rng(0)
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def _observe(self):
+        self.obs = {a: self.rng.uniform(-1.0, 1.0, 4).astype(np.float32) for a in self.agents}
+        return dict(self.obs)
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        rewards = {a: float(int(actions[a]) == int(self.obs[a][0] + self.obs[a][1] > 0)) for a in self.agents}
+        self.t += 1
+        done = self.t >= self.length
+        obs = self._observe()
+        flags = {a: False for a in self.agents}
+        truncated = {a: done for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, flags, truncated, {a: {} for a in rewards}
+
+    def close(self):
+        pass
+
+
+RESULTS = []
+
+
+def check(condition, what):
+    """One check, reported as cargo reports a test (scripts/test counts them)."""
+    print(f"test python_package: {what} ... {'ok' if condition else 'FAILED'}", flush=True)
+    RESULTS.append(bool(condition))
+    return condition
+
+
+def main():
+    train_dir = tempfile.mkdtemp(prefix="rlfactory-package-")
+    print(f"numpy {np.__version__}, gymnasium {gym.__version__}, torch {torch.__version__}", flush=True)
+
+    summary = rlfactory.train(
+        env=SignEnv,
+        experiment="sign",
+        train_dir=train_dir,
+        num_workers=2,
+        num_envs_per_worker=16,
+        train_for_env_steps=2_000_000,
+        stop_at_reward=THRESHOLD,
+        seed=1,
+    )
+    check(summary.mean_return is not None and summary.mean_return >= THRESHOLD,
+          f"trained a class of this script in parallel mode: mean return {summary.mean_return} >= {THRESHOLD} "
+          f"after {summary.env_frames} frames")
+
+    policy = rlfactory.load_policy("sign", train_dir=train_dir)
+    check(isinstance(policy, torch.nn.Module), "load_policy gives a torch.nn.Module")
+
+    record = os.path.join(train_dir, "enjoy_steps.jsonl")
+    os.environ["SIGN_ENV_RECORD"] = record
+    try:
+        rlfactory.enjoy(experiment="sign", train_dir=train_dir, max_num_episodes=5, eval_deterministic=True)
+    finally:
+        del os.environ["SIGN_ENV_RECORD"]
+    with open(record) as f:
+        steps = [json.loads(line) for line in f]
+    obs = torch.tensor([s[0] for s in steps], dtype=torch.float32)
+    taken = torch.tensor([s[1] for s in steps])
+    greedy = policy.act(obs)
+    agree = int((greedy == taken).sum())
+    check(len(steps) == 100 and agree == len(steps),
+          f"load_policy's greedy actions equal enjoy --eval_deterministic's on its {len(steps)} observations "
+          f"({agree} agree)")
+
+    try:
+        rlfactory.train(env=SignEnv, train_dir=train_dir, experiment="bad", num_workers=0)
+        check(False, "a bad flag raises ConfigError")
+    except rlfactory.ConfigError as e:
+        check("num_workers" in str(e) and "\n" not in str(e), f"a bad flag raises ConfigError: {e}")
+
+    # Ctrl-C in a notebook or a terminal: a KeyboardInterrupt in this process stops the run cleanly, with its
+    # checkpoint, and is raised again.
+    timer = threading.Timer(6.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        rlfactory.train(env=SignEnv, experiment="interrupted", train_dir=train_dir, train_for_env_steps=10**9)
+        check(False, "a KeyboardInterrupt stops the run")
+    except KeyboardInterrupt:
+        folder = os.path.join(train_dir, "interrupted")
+        saved = [d for d in os.listdir(os.path.join(folder, "checkpoint_p0")) if d.startswith("checkpoint_")]
+        check(bool(saved), f"a KeyboardInterrupt stops the run with a checkpoint ({saved})")
+    finally:
+        timer.cancel()
+
+    doc = pydoc.render_doc(rlfactory.train)
+    check("--num_workers" in doc and "--train_for_env_steps" in doc, "help(rlfactory.train) lists the flags")
+
+    game = rlfactory.train(env=SignGame, experiment="game", train_dir=train_dir, train_for_env_steps=40_000)
+    check(game.env_frames >= 40_000 and len(game.agents) == 2,
+          f"a PettingZoo env class of this script trains ({game.env_frames} frames, {len(game.agents)} agents)")
+
+    passed, failed = RESULTS.count(True), RESULTS.count(False)
+    print(f"test result: {'FAILED' if failed else 'ok'}. {passed} passed; {failed} failed", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
