@@ -10,7 +10,9 @@ prints a line as cargo's tests do, and the last line the totals; the exit code i
 import json
 import os
 import pydoc
+import select
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -103,6 +105,33 @@ def check(condition, what):
     return condition
 
 
+def check_orphan_stops(train_dir):
+    """A Python process that dies (SIGKILL) takes its run with it: the binary gets SIGTERM, saves its checkpoint,
+    exits, and leaves no shared-memory segment of its own behind."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = (
+        f"import sys; sys.path.insert(0, {here!r}); import rlfactory; from check_package import SignEnv; "
+        f"rlfactory.train(env=SignEnv, experiment='orphan', train_dir={train_dir!r}, train_for_env_steps=10**9)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    for line in parent.stdout:
+        if b"| fps " in line and b"frames 0 of" not in line:
+            break
+    with open(f"/proc/{parent.pid}/task/{parent.pid}/children") as f:
+        runner = int(f.read().split()[0])
+    pidfd = os.pidfd_open(runner)
+    parent.kill()
+    parent.wait()
+    exited = bool(select.select([pidfd], [], [], 60.0)[0])
+    os.close(pidfd)
+    folder = os.path.join(train_dir, "orphan", "checkpoint_p0")
+    saved = [d for d in os.listdir(folder) if d.endswith(".safetensors")] if os.path.isdir(folder) else []
+    left = [n for n in os.listdir("/dev/shm") if n.startswith(f"rlf.{runner}.")]
+    check(exited and saved and not left,
+          f"a run whose Python process is killed stops within 60 s (exited: {exited}), with its checkpoint "
+          f"({saved}) and no shared memory of its own left ({left})")
+
+
 def main():
     train_dir = tempfile.mkdtemp(prefix="rlfactory-package-")
     print(f"numpy {np.__version__}, gymnasium {gym.__version__}, torch {torch.__version__}", flush=True)
@@ -162,6 +191,8 @@ def main():
 
     doc = pydoc.render_doc(rlfactory.train)
     check("--num_workers" in doc and "--train_for_env_steps" in doc, "help(rlfactory.train) lists the flags")
+
+    check_orphan_stops(train_dir)
 
     game = rlfactory.train(env=SignGame, experiment="game", train_dir=train_dir, train_for_env_steps=40_000)
     check(game.env_frames >= 40_000 and len(game.agents) == 2,

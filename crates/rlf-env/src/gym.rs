@@ -195,6 +195,20 @@ def set_state(env, state):
     return np.asarray(state, dtype=np.float32)
 ";
 
+/// Points the embedded interpreter at the installation whose libpython this binary links (`PYTHONHOME`, unless
+/// set). Without it, the interpreter takes its standard library from the first `python3` on `PATH`, which may be
+/// another installation of the same version (a system Python beside a pyenv one), whose extension modules then fail
+/// to import. Call it first thing in `main`, while the process has one thread (it sets an environment variable);
+/// `rlfactory::cli::main` does.
+pub fn pin_python_home() {
+    let Some(prefix) = option_env!("RLF_PYTHON_PREFIX") else {
+        return;
+    };
+    if std::env::var_os("PYTHONHOME").is_none() && std::path::Path::new(prefix).is_dir() {
+        std::env::set_var("PYTHONHOME", prefix);
+    }
+}
+
 /// What the helper's `step` returns: the observation, reward, flags, the episode's
 /// `info["true_objective"]` on the step that ends it, and `info["lives"]` when the env reports it.
 type GymStep<'py> = (Bound<'py, PyAny>, f64, bool, bool, Option<f64>, Option<u32>);

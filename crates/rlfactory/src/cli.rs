@@ -187,6 +187,8 @@ impl Config {
 /// for a usage or config error, 1 for a failure at run time (the error on one line), 128 +
 /// signal for a run stopped by SIGINT or SIGTERM (after its last checkpoint).
 pub fn main(registry: EnvRegistry) -> ExitCode {
+    #[cfg(feature = "python")]
+    rlf_env::gym::pin_python_home();
     rlf_shm::process::keep_freed_memory();
     // libtorch's OpenMP threads spin after every parallel region unless told otherwise, taking the cores the rollout
     // and inference workers need; they sleep instead (in the processes started from here: the environment is read
