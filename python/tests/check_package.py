@@ -7,6 +7,7 @@ interrupted run stops cleanly; `help(rlfactory.train)` lists the flags; a Pettin
 prints a line as cargo's tests do, and the last line the totals; the exit code is 1 if one failed.
 """
 
+import glob
 import json
 import os
 import pydoc
@@ -105,6 +106,55 @@ def check(condition, what):
     return condition
 
 
+def wandb_records(path):
+    """The records of a W&B run file (`run-<id>.wandb` of an offline run): a 7-byte header, then blocks of 32 KiB of
+    records, each a 7-byte header (checksum, little-endian length, kind: whole, first, middle or last part) and a
+    serialised `wandb_internal_pb2.Record`."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = open(path, "rb").read()
+    pos, block, parts = 7, 32768, []
+    while data[:4] == b":W&B" and pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        parts = [chunk] if kind in (1, 2) else parts + [chunk]
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(b"".join(parts))
+            yield record
+
+
+def check_wandb(train_dir):
+    """`with_wandb` offline: the run file in the experiment folder holds the config, the return scalar at each
+    summary and the learning curve's image."""
+    os.environ["WANDB_MODE"] = "offline"
+    try:
+        summary = rlfactory.train(env="CartPole-v1", experiment="wandb", train_dir=train_dir, with_wandb=True,
+                                  wandb_project="rlfactory-tests", train_for_env_steps=60_000)
+    finally:
+        del os.environ["WANDB_MODE"]
+    runs = glob.glob(os.path.join(train_dir, "wandb", "wandb", "offline-run-*", "run-*.wandb"))
+    rows, config = [], {}
+    for record in wandb_records(runs[0]) if runs else []:
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+        elif kind == "run":
+            config.update({i.key: json.loads(i.value_json) for i in record.run.config.update})
+    returns = [(r["env_frames"], r["reward/reward"]) for r in rows if "reward/reward" in r]
+    image = any(r.get("learning_curve/_type") == "image-file" for r in rows)
+    env = config.get("env", {}).get("value") if isinstance(config.get("env"), dict) else config.get("env")
+    check(len(runs) == 1 and len(returns) >= 3 and returns[-1][0] == summary.env_frames and env == "CartPole-v1"
+          and image,
+          f"with_wandb offline: the run file holds {len(returns)} returns (the last {returns[-1:]}, the summary's "
+          f"{summary.env_frames} frames, {summary.mean_return}), the config's env {env!r}, the curve (image: {image})")
+
+
 def check_orphan_stops(train_dir):
     """A Python process that dies (SIGKILL) takes its run with it: the binary gets SIGTERM, saves its checkpoint,
     exits, and leaves no shared-memory segment of its own behind."""
@@ -134,7 +184,11 @@ def check_orphan_stops(train_dir):
 
 def main():
     train_dir = tempfile.mkdtemp(prefix="rlfactory-package-")
-    print(f"numpy {np.__version__}, gymnasium {gym.__version__}, torch {torch.__version__}", flush=True)
+    import ale_py
+    import pettingzoo
+
+    print(f"numpy {np.__version__}, gymnasium {gym.__version__}, pettingzoo {pettingzoo.__version__}, "
+          f"ale-py {ale_py.__version__}, torch {torch.__version__}", flush=True)
 
     summary = rlfactory.train(
         env=SignEnv,
@@ -193,6 +247,18 @@ def main():
     check("--num_workers" in doc and "--train_for_env_steps" in doc, "help(rlfactory.train) lists the flags")
 
     check_orphan_stops(train_dir)
+    check_wandb(train_dir)
+
+    # The bridges with this environment's versions (registered ids; the suite's golden-file tests pin older ones).
+    for env, flags in [
+        ("gym:Acrobot-v1", {}),
+        ("pz:pettingzoo.classic.connect_four_v3", {}),
+        ("atari_pong", dict(num_workers=1, num_envs_per_worker=2, batch_size=256)),
+    ]:
+        run = rlfactory.train(env=env, train_dir=train_dir, experiment=env.replace(":", "_"),
+                              train_for_env_steps=4000, save_experiment=False, **flags)
+        check(run.env_frames >= 4000 and run.episodes > 0,
+              f"{env} trains with this environment's packages ({run.env_frames} frames, {run.episodes} episodes)")
 
     game = rlfactory.train(env=SignGame, experiment="game", train_dir=train_dir, train_for_env_steps=40_000)
     check(game.env_frames >= 40_000 and len(game.agents) == 2,

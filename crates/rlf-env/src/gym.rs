@@ -255,6 +255,13 @@ pub(crate) fn helper_module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
         .map(|module| module.bind(py).clone())
 }
 
+/// Imports the Python module `name` with the packages envs see (the venv's `site-packages`, see the module doc), for
+/// the other users of the embedded interpreter (the `wandb` package of rlfactory's `--with_wandb`).
+pub fn import_module<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyModule>> {
+    helper_module(py)?;
+    PyModule::import(py, name)
+}
+
 /// Builds a [`Space`] from the helper's `describe` tuple.
 pub(crate) fn translate(desc: &Bound<'_, PyAny>) -> Result<Space, String> {
     let err = |e: PyErr| format!("bad space description: {e}");

@@ -519,6 +519,9 @@ pub struct ExperimentRun {
     summaries: Vec<SummaryWriter>,
     curves: Vec<Vec<(u64, f64)>>,
     title: String,
+    /// The W&B run of `--with_wandb`.
+    #[cfg(feature = "python")]
+    wandb: Option<crate::wandb::WandbRun>,
 }
 
 impl ExperimentRun {
@@ -540,11 +543,18 @@ impl ExperimentRun {
             curves.push(curve);
             summaries.push(exp.summary_writer(policy)?);
         }
+        #[cfg(feature = "python")]
+        let wandb = match cfg.wandb.with_wandb {
+            true => Some(crate::wandb::WandbRun::start(cfg, exp.dir())?),
+            false => None,
+        };
         let run = Self {
             exp,
             summaries,
             curves,
             title: cfg.env.env.clone(),
+            #[cfg(feature = "python")]
+            wandb,
         };
         if let Some(old) = run.exp.moved_to() {
             run.log(&format!(
@@ -585,6 +595,35 @@ impl ExperimentRun {
             summary.add_scalar(tag, *value as f32, step)?;
             if tag == REWARD_TAG {
                 curve.push((env_steps, *value));
+            }
+        }
+        #[cfg(feature = "python")]
+        if let Some(wandb) = &self.wandb {
+            wandb.log(policy, env_steps, scalars)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the W&B run (`--with_wandb`) with the learning curves drawn by [`plot`](Self::plot).
+    pub fn close(&mut self) -> Result<()> {
+        #[cfg(feature = "python")]
+        if let Some(wandb) = self.wandb.take() {
+            let mut images: Vec<(String, String)> = (0..self.curves.len())
+                .map(|p| {
+                    let key = if self.curves.len() > 1 {
+                        format!("learning_curve_p{p}")
+                    } else {
+                        "learning_curve".to_owned()
+                    };
+                    (key, self.exp.plot_path(p).to_string_lossy().into_owned())
+                })
+                .collect();
+            if self.curves.len() > 1 {
+                let all = self.exp.dir().join("learning_curve.png");
+                images.push(("learning_curve".to_owned(), all.to_string_lossy().into_owned()));
+            }
+            if let Some(note) = wandb.finish(&images)? {
+                self.log(&note)?;
             }
         }
         Ok(())

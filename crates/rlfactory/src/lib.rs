@@ -28,5 +28,7 @@ pub mod pbt;
 pub mod plan;
 pub mod runner;
 pub mod sampling;
+#[cfg(feature = "python")]
+pub mod wandb;
 
 pub use error::{Result, RlfError};

@@ -407,6 +407,18 @@ impl Config {
             return err("--keep_checkpoints must be at least 1".into());
         }
         self.validate_distributed()?;
+        if self.wandb.with_wandb && (!r.save_experiment || r.benchmark) {
+            return err(
+                "--with_wandb needs an experiment folder (the W&B run lives in it): not with \
+                 --save_experiment=false or --benchmark"
+                    .into(),
+            );
+        }
+        if self.wandb.with_wandb && !cfg!(feature = "python") {
+            return err(
+                "--with_wandb needs the Python bridge: build rlfactory with --features python".into(),
+            );
+        }
         if r.num_threads < 1 {
             return err(format!("--num_threads must be at least 1, got {}", r.num_threads));
         }

@@ -79,4 +79,8 @@ pub struct Config {
     #[command(flatten)]
     #[serde(flatten)]
     pub distributed: DistributedConfig,
+    /// Weights & Biases.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub wandb: WandbConfig,
 }

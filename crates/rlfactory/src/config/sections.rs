@@ -748,6 +748,48 @@ impl Default for RunConfig {
     }
 }
 
+/// Weights & Biases (Sample Factory's flags), through the `wandb` package of the Python environment the binary runs
+/// in (the `python` feature).
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
+#[command(rename_all = "snake_case")]
+#[serde(default)]
+pub struct WandbConfig {
+    /// Log the run to Weights & Biases: the config, the TensorBoard scalars, and the learning curves at the end (the
+    /// run lives in the experiment folder's `wandb/`, and a resumed experiment continues it; `WANDB_MODE=offline`
+    /// keeps it on this machine).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub with_wandb: bool,
+    /// The W&B entity (user or team; empty: the logged-in user's default).
+    #[arg(long)]
+    pub wandb_user: String,
+    /// The W&B project.
+    #[arg(long)]
+    pub wandb_project: String,
+    /// The W&B group of runs (empty: none).
+    #[arg(long)]
+    pub wandb_group: String,
+    /// The W&B job type.
+    #[arg(long)]
+    pub wandb_job_type: String,
+    /// W&B tags, comma-separated.
+    #[arg(long)]
+    pub wandb_tags: String,
+}
+
+/// The reference values (the command line's defaults).
+impl Default for WandbConfig {
+    fn default() -> Self {
+        Self {
+            with_wandb: false,
+            wandb_user: String::new(),
+            wandb_project: "rlfactory".to_owned(),
+            wandb_group: String::new(),
+            wandb_job_type: "rlfactory".to_owned(),
+            wandb_tags: String::new(),
+        }
+    }
+}
+
 /// The default of `--train_for_seconds`: no time limit.
 pub const UNLIMITED_SECONDS: f64 = 1e10;
 

@@ -538,3 +538,37 @@ fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
         "{verbose}"
     );
 }
+
+/// `--with_wandb` needs an experiment folder (refused before the run), and the `wandb` package of the Python
+/// environment: the repository's test venv has none, so the run stops at its start with one line saying how to get
+/// it, and writes no checkpoint. (`scripts/test_package` logs a run offline where wandb is installed.)
+#[test]
+fn with_wandb_needs_an_experiment_folder_and_says_how_to_get_wandb() {
+    rejects(
+        &["train", "--env", "CartPole-v1", "--with_wandb", "--benchmark"],
+        "--with_wandb needs an experiment folder",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let train_dir = dir.path().to_str().unwrap();
+    let (code, stderr) = run(&[
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--with_wandb",
+        "--train_dir",
+        train_dir,
+        "--train_for_env_steps",
+        "10000",
+    ]);
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains("cannot import wandb") && errors[0].contains("pip install wandb"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("default_experiment/checkpoint_p0").exists(),
+        "nothing trained"
+    );
+}

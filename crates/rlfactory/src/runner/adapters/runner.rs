@@ -299,6 +299,7 @@ impl RunnerNode {
         };
         exp.flush()?;
         exp.plot()?;
+        exp.close()?;
         let ret = summary
             .mean_return
             .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.2}"));
