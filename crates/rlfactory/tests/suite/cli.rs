@@ -572,3 +572,53 @@ fn with_wandb_needs_an_experiment_folder_and_says_how_to_get_wandb() {
         "nothing trained"
     );
 }
+
+/// The binaries moved to another folder (hard-linked there: the same files, at a path no build wrote into them) find
+/// libtorch through `LIBTORCH` and train; without it, and with no Python torch to fall back on, the `rlfactory`
+/// command says in one line how to point at libtorch, instead of the dynamic loader's failure.
+#[test]
+fn moved_binaries_find_libtorch_through_libtorch_or_say_how_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = std::path::Path::new(env!("CARGO_BIN_EXE_rlfactory"));
+    for name in ["rlfactory", "rlfactory-core"] {
+        let from = built.with_file_name(name);
+        let to = dir.path().join(name);
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).unwrap();
+        }
+    }
+    let libtorch = std::env::var("LIBTORCH").expect("the tests run with LIBTORCH set");
+    let moved = |libtorch: Option<&str>| {
+        let mut cmd = Command::new(dir.path().join("rlfactory"));
+        // No `python3` on PATH: no Python torch to find.
+        cmd.env_clear()
+            .env("PATH", dir.path())
+            .current_dir(dir.path())
+            .args([
+                "train",
+                "--env",
+                "CartPole-v1",
+                "--train_for_env_steps",
+                "5000",
+                "--save_experiment=false",
+            ]);
+        if let Some(l) = libtorch {
+            cmd.env("LIBTORCH", l);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = moved(Some(&libtorch));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("done: "), "{stderr}");
+    let (code, stderr) = moved(None);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: libtorch not found: set LIBTORCH"),
+        "{stderr}"
+    );
+}
