@@ -24,6 +24,8 @@ PYGAME_VERSION="2.3.0"
 # out (--no-deps): MinAtar's plotting stack (matplotlib, pandas, seaborn, scipy) is for its own examples, and
 # VizDoom's pygame-ce would replace PettingZoo's pygame (both are the `pygame` module); neither is needed to step.
 ALE_PY_VERSION="0.9.0"
+# `enjoy --save_video` encodes with ffmpeg; this package ships a static one (with libx264), found through the venv.
+IMAGEIO_FFMPEG_VERSION="0.8.1"
 MINATAR_VERSION="1.0.15"
 VIZDOOM_VERSION="1.3.2"
 
@@ -41,7 +43,8 @@ _rlf_setup_python() {
         printf '*\n' >"${venv}/.gitignore"
     fi
     pins=("gymnasium==${GYMNASIUM_VERSION}" "numpy==${NUMPY_VERSION}" "pettingzoo==${PETTINGZOO_VERSION}"
-        "pygame==${PYGAME_VERSION}" "ale-py==${ALE_PY_VERSION}")
+        "pygame==${PYGAME_VERSION}" "ale-py==${ALE_PY_VERSION}"
+        "imageio-ffmpeg==${IMAGEIO_FFMPEG_VERSION}")
     loose=("MinAtar==${MINATAR_VERSION}" "vizdoom==${VIZDOOM_VERSION}")
     # Installed versions come from the packages' metadata (importing pygame would print its banner); a
     # missing package raises, which fails the check too.

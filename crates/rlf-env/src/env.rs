@@ -99,6 +99,24 @@ pub trait Env: Send {
         let _ = input;
         Err(crate::state::unsupported(self.id(), "load_state"))
     }
+
+    /// The env as a picture of its current state (what a video of an episode shows: the native classic-control envs
+    /// draw themselves as Gymnasium does, a Gymnasium env gives its `rgb_array` render, Atari its screen), or `None`
+    /// for an env that draws nothing, the default. Wrappers pass it through.
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        Ok(None)
+    }
+}
+
+/// A picture of an env: `height` rows of `width` pixels, 3 bytes (red, green, blue) each, top row first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Pixels per row.
+    pub width: usize,
+    /// Rows.
+    pub height: usize,
+    /// `height * width * 3` bytes.
+    pub rgb: Vec<u8>,
 }
 
 impl<E: Env + ?Sized> Env for Box<E> {
@@ -122,6 +140,9 @@ impl<E: Env + ?Sized> Env for Box<E> {
     }
     fn save_state(&self, out: &mut Vec<u8>) -> Result<(), EnvError> {
         (**self).save_state(out)
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        (**self).render()
     }
     fn load_state(&mut self, input: &mut &[u8]) -> Result<(), EnvError> {
         (**self).load_state(input)

@@ -34,7 +34,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyModule;
 
 use crate::env::check_action;
-use crate::{Action, BoxSpace, Env, EnvError, Info, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Info, Space, Step};
 
 const HELPER: &std::ffi::CStr = c"
 import os, site, sys
@@ -183,6 +183,19 @@ def step(env, kind, action):
     lives = info.get('lives') if isinstance(info, dict) else None
     lives = None if lives is None else int(lives)
     return flatten(env.observation_space, obs), float(reward), bool(terminated), bool(truncated), objective, lives
+
+
+def render(env):
+    # Gymnasium envs read their render_mode at each render() call: set it to rgb_array on the env itself (classic
+    # control draws with pygame, ALE returns its screen), whatever mode the env was made with.
+    env.unwrapped.render_mode = 'rgb_array'
+    frame = env.render()
+    if frame is None:
+        return None
+    frame = np.ascontiguousarray(frame, dtype=np.uint8)
+    if frame.ndim != 3 or frame.shape[2] != 3:
+        raise ValueError('render() gave an array of shape %r, not (height, width, 3)' % (frame.shape,))
+    return int(frame.shape[1]), int(frame.shape[0]), frame.tobytes()
 
 
 def set_state(env, state):
@@ -462,6 +475,17 @@ impl Env for GymEnv {
 
     /// Sets `env.unwrapped.state` (classic-control envs keep their state there) and writes the
     /// observation from the env's `_get_obs`/`_get_ob` if it has one, else the state cast to `f32`.
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        Python::attach(|py| {
+            let rendered = helper_module(py)
+                .and_then(|helper| helper.getattr("render"))
+                .and_then(|render| render.call1((self.env.bind(py),)))
+                .and_then(|frame| frame.extract::<Option<(usize, usize, Vec<u8>)>>())
+                .map_err(python_error(&self.id, "render"))?;
+            Ok(rendered.map(|(width, height, rgb)| Frame { width, height, rgb }))
+        })
+    }
+
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<(), EnvError> {
         self.check_buffer("set_state", obs)?;
         Python::attach(|py| {

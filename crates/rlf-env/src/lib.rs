@@ -102,7 +102,7 @@ pub mod treasurehunt;
 mod vector;
 pub mod wrappers;
 
-pub use env::{check_action, check_obs_buffer, check_observation, Env, EpisodeStats, Info, Step};
+pub use env::{check_action, check_obs_buffer, check_observation, Env, EpisodeStats, Frame, Info, Step};
 pub use error::EnvError;
 pub use multi_agent::{AgentEpisodes, MultiAgentEnv, SingleAgent};
 pub use multi_vector::{action_slots, ActionSlots, MultiVecEnv};

@@ -9,7 +9,7 @@
 //! length in [`VecEnv::infos`]`()[i].episode`, both until the next `step`.
 
 use crate::env::{check_action, check_observation};
-use crate::{ActionBatch, Env, EnvError, EnvRegistry, EpisodeStats, Info, Space};
+use crate::{ActionBatch, Env, EnvError, EnvRegistry, EpisodeStats, Frame, Info, Space};
 
 /// Mutable views of the per-step output arrays of a [`VecEnv`] (or of a
 /// [`MultiAgentEnv`](crate::MultiAgentEnv), one slot per agent): slot `i` owns
@@ -117,6 +117,14 @@ pub(crate) fn in_slot(index: usize) -> impl FnOnce(EnvError) -> EnvError {
 }
 
 impl VecEnv {
+    /// Env `i` as a picture (see [`Env::render`]): `None` for an env that draws nothing.
+    pub fn render(&mut self, i: usize) -> Result<Option<Frame>, EnvError> {
+        match self.envs.get_mut(i) {
+            Some(env) => env.render(),
+            None => Ok(None),
+        }
+    }
+
     /// Bundles `envs`, which must be non-empty, share their spaces, and have a discrete, box or
     /// multi-discrete action space.
     pub fn new(envs: Vec<Box<dyn Env>>) -> Result<Self, EnvError> {

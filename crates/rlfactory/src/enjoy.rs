@@ -70,6 +70,7 @@ use crate::error::{Result, RlfError};
 use crate::experiment::{self, RestoredState};
 use crate::model::{ActOutput, ActorCritic, Policy};
 use crate::plan::RunPlan;
+use crate::video::Recorder;
 
 /// Which experiment and checkpoint to load.
 #[derive(Debug, Clone, Args)]
@@ -108,6 +109,20 @@ pub struct EnjoyArgs {
     /// Seed of the envs (env `i` gets `seed + i`) and of action sampling.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Write a video of the episodes into the experiment folder (`--video_name`; MP4, H.264): env 0's pictures
+    /// after its reset and after every step (Gymnasium envs' `rgb_array` renders, Atari's screen, the native
+    /// classic-control envs drawn as Gymnasium draws them). Needs ffmpeg (or Python's imageio-ffmpeg).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub save_video: bool,
+    /// Frames the video holds at most (the episodes go on).
+    #[arg(long, default_value_t = 1_000_000_000)]
+    pub video_frames: u64,
+    /// The video's file name in the experiment folder.
+    #[arg(long, default_value = "replay.mp4")]
+    pub video_name: String,
+    /// Frames per second of the video.
+    #[arg(long, default_value_t = 30.0)]
+    pub fps: f64,
 }
 
 /// `rlfactory eval`.
@@ -184,7 +199,32 @@ impl EnjoyArgs {
         if self.max_num_episodes == 0 {
             return Err(RlfError::Config("--max_num_episodes must be at least 1".into()));
         }
+        if self.save_video && (self.video_name.is_empty() || self.video_name.contains('/')) {
+            return Err(RlfError::Config(format!(
+                "--video_name {:?}: a file name in the experiment folder",
+                self.video_name
+            )));
+        }
         self.source.check()
+    }
+
+    /// The recorder of `--save_video`, if asked.
+    fn recorder(&self) -> Result<Option<Recorder>> {
+        self.save_video
+            .then(|| {
+                let path = self.source.dir().join(&self.video_name);
+                Recorder::new(path, self.fps, self.video_frames, &self.source.env)
+            })
+            .transpose()
+    }
+
+    /// Finishes the video, and says where it is.
+    fn finish_video(&self, video: Option<Recorder>) -> Result<()> {
+        if let Some(video) = video {
+            let (path, frames) = video.finish()?;
+            eprintln!("[rlfactory] wrote {} ({frames} frames)", path.display());
+        }
+        Ok(())
     }
 }
 
@@ -426,6 +466,7 @@ impl Lineup {
 
 /// Runs `episodes` episodes of `lineup` on `envs` (of `cfg`'s env) stepped together, in the
 /// order they finish; `on_episode` sees each one.
+#[allow(clippy::too_many_arguments)]
 pub fn run_episodes(
     cfg: &Config,
     mut envs: Envs,
@@ -433,6 +474,7 @@ pub fn run_episodes(
     episodes: usize,
     deterministic: bool,
     seed: u64,
+    mut video: Option<&mut Recorder>,
     mut on_episode: impl FnMut(usize, &Episode) -> Result<()>,
 ) -> Result<Vec<Episode>> {
     let mut mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.action_mode())?;
@@ -440,10 +482,16 @@ pub fn run_episodes(
     let mut buf = VecBuffers::new(columns, envs.obs_dim());
     ActorCritic::seed(seed);
     envs.reset(Some(seed), &mut buf.obs)?;
+    if let Some(video) = video.as_deref_mut() {
+        video.capture(&mut envs)?;
+    }
     let mut done = Vec::with_capacity(episodes);
     while done.len() < episodes {
         let out = lineup.act(&buf.obs, deterministic)?;
         envs.step(mapper.map(&out.actions), buf.view())?;
+        if let Some(video) = video.as_deref_mut() {
+            video.capture(&mut envs)?;
+        }
         lineup.forget(&envs, &buf.terminated, &buf.truncated);
         let agents = lineup.reported.len().max(1);
         for c in (0..columns).filter(|&c| lineup.reported[c % agents]) {
@@ -471,6 +519,7 @@ fn mean_return(episodes: &[Episode]) -> f64 {
 pub fn enjoy(args: &EnjoyArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
     let (cfg, mut lineup) = Lineup::load(&args.source, registry)?;
     let envs = Envs::make(registry, &cfg.env, 1)?;
+    let mut video = args.recorder()?;
     let episodes = run_episodes(
         &cfg,
         envs,
@@ -478,6 +527,7 @@ pub fn enjoy(args: &EnjoyArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
         args.max_num_episodes,
         args.eval_deterministic,
         args.seed,
+        video.as_mut(),
         |k, e| {
             println!("episode {k}: return {:.2}, length {}", e.episode_return, e.length);
             Ok(())
@@ -488,6 +538,7 @@ pub fn enjoy(args: &EnjoyArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
         mean_return(&episodes),
         episodes.len()
     );
+    args.finish_video(video)?;
     Ok(episodes)
 }
 
@@ -502,6 +553,7 @@ pub fn eval(args: &EvalArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
     let (cfg, mut lineup) = Lineup::load(&args.enjoy.source, registry)?;
     let mut csv = args.csv.as_deref().map(Csv::create).transpose()?;
     let envs = Envs::make(registry, &cfg.env, args.num_envs)?;
+    let mut video = args.enjoy.recorder()?;
     let episodes = run_episodes(
         &cfg,
         envs,
@@ -509,6 +561,7 @@ pub fn eval(args: &EvalArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
         args.enjoy.max_num_episodes,
         args.enjoy.eval_deterministic,
         args.enjoy.seed,
+        video.as_mut(),
         |k, e| {
             println!(
                 "episode {k} (env {}): return {:.2}, length {}",
@@ -523,6 +576,7 @@ pub fn eval(args: &EvalArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
     if let Some(csv) = csv {
         csv.finish()?;
     }
+    args.enjoy.finish_video(video)?;
     println!(
         "mean return {:.2} over {} episodes",
         mean_return(&episodes),

@@ -3,7 +3,7 @@
 use std::f64::consts::PI;
 
 use super::{discrete_action, read_state, write_obs, ResetRng};
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Space, Step};
 
 const ID: &str = "Acrobot-v1";
 const DT: f64 = 0.2;
@@ -122,6 +122,10 @@ fn bound(x: f64, m: f64, big_m: f64) -> f64 {
 }
 
 impl Env for Acrobot {
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        Ok(Some(super::draw::acrobot(&self.state, LINK_LENGTH_1, 1.0)))
+    }
+
     fn id(&self) -> &str {
         ID
     }

@@ -1,7 +1,7 @@
 //! CartPole-v1 (Barto, Sutton & Anderson), as Gymnasium's `CartPoleEnv`.
 
 use super::{discrete_action, read_state, write_obs, ResetRng};
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Space, Step};
 
 const ID: &str = "CartPole-v1";
 const GRAVITY: f64 = 9.8;
@@ -63,6 +63,10 @@ impl CartPole {
 }
 
 impl Env for CartPole {
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        Ok(Some(super::draw::cartpole(&self.state, X_THRESHOLD, LENGTH)))
+    }
+
     fn id(&self) -> &str {
         ID
     }

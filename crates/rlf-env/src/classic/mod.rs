@@ -12,6 +12,7 @@
 
 mod acrobot;
 mod cartpole;
+mod draw;
 mod mountain_car;
 mod mountain_car_continuous;
 mod pendulum;

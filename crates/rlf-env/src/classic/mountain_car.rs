@@ -1,7 +1,7 @@
 //! MountainCar-v0, as Gymnasium's `MountainCarEnv`.
 
 use super::{discrete_action, read_state, write_obs, ResetRng};
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Space, Step};
 
 const ID: &str = "MountainCar-v0";
 pub(super) const MIN_POSITION: f64 = -1.2;
@@ -54,6 +54,15 @@ impl MountainCar {
 }
 
 impl Env for MountainCar {
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        Ok(Some(super::draw::mountain_car(
+            self.state[0],
+            MIN_POSITION,
+            MAX_POSITION,
+            GOAL_POSITION,
+        )))
+    }
+
     fn id(&self) -> &str {
         ID
     }

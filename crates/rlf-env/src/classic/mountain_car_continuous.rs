@@ -2,7 +2,7 @@
 
 use super::mountain_car::{observation_space, MAX_POSITION, MAX_SPEED, MIN_POSITION};
 use super::{read_state, scalar_action, write_obs, ResetRng};
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Space, Step};
 
 const ID: &str = "MountainCarContinuous-v0";
 const MIN_ACTION: f64 = -1.0;
@@ -50,6 +50,15 @@ impl MountainCarContinuous {
 }
 
 impl Env for MountainCarContinuous {
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        Ok(Some(super::draw::mountain_car(
+            self.state[0],
+            MIN_POSITION,
+            MAX_POSITION,
+            GOAL_POSITION,
+        )))
+    }
+
     fn id(&self) -> &str {
         ID
     }

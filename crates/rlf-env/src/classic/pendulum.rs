@@ -3,7 +3,7 @@
 use std::f64::consts::PI;
 
 use super::{read_state, scalar_action, write_obs, ResetRng};
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Space, Step};
 
 const ID: &str = "Pendulum-v1";
 const MAX_SPEED: f64 = 8.0;
@@ -74,6 +74,10 @@ fn angle_normalize(x: f64) -> f64 {
 }
 
 impl Env for Pendulum {
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        Ok(Some(super::draw::pendulum(&self.state)))
+    }
+
     fn id(&self) -> &str {
         ID
     }

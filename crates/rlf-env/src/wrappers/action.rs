@@ -1,4 +1,4 @@
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Space, Step};
 
 /// The `Box` action space of `env`, or an [`EnvError::Unsupported`] naming the wrapper.
 fn box_action_space<'a, E: Env>(env: &'a E, wrapper: &str) -> Result<&'a BoxSpace, EnvError> {
@@ -58,6 +58,9 @@ impl<E: Env> ClipAction<E> {
 impl<E: Env> Env for ClipAction<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()
@@ -133,6 +136,9 @@ impl<E: Env> RescaleAction<E> {
 impl<E: Env> Env for RescaleAction<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()

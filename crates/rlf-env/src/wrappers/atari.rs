@@ -11,7 +11,7 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use super::ResizeImage;
-use crate::{Action, BoxSpace, Env, EnvError, Info, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Info, Space, Step};
 
 /// Starts each episode with a random number of no-op actions (action 0), 1 to `noop_max`.
 #[derive(Debug, Clone)]
@@ -35,6 +35,9 @@ impl<E: Env> NoopReset<E> {
 impl<E: Env> Env for NoopReset<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()
@@ -89,6 +92,9 @@ impl<E: Env> MaxAndSkip<E> {
 impl<E: Env> Env for MaxAndSkip<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()
@@ -145,6 +151,9 @@ impl<E: Env> Env for EpisodicLife<E> {
     fn id(&self) -> &str {
         self.inner.id()
     }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
+    }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()
     }
@@ -188,6 +197,9 @@ impl<E: Env> FireReset<E> {
 impl<E: Env> Env for FireReset<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()
@@ -245,6 +257,9 @@ impl<E: Env> ClipReward<E> {
 impl<E: Env> Env for ClipReward<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()
@@ -316,6 +331,9 @@ impl<E: Env> FrameStack<E> {
 impl<E: Env> Env for FrameStack<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         &self.observation_space

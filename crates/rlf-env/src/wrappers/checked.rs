@@ -1,5 +1,5 @@
 use crate::env::{check_action, check_obs_buffer, check_observation};
-use crate::{Action, Env, EnvError, Space, Step};
+use crate::{Action, Env, EnvError, Frame, Space, Step};
 
 /// Validates what goes in and out of an env, turning misuse into [`EnvError`]s: the observation
 /// buffer must have the space's flat size, actions must belong to the action space (see
@@ -20,6 +20,9 @@ impl<E: Env> CheckedEnv<E> {
 impl<E: Env> Env for CheckedEnv<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()

@@ -1,4 +1,4 @@
-use crate::{Action, Env, EnvError, EpisodeStats, Space, Step};
+use crate::{Action, Env, EnvError, EpisodeStats, Frame, Space, Step};
 
 /// Accumulates the return and length of the running episode and reports them in
 /// [`Info::episode`](crate::Info::episode) on its last step, as Gymnasium's
@@ -27,6 +27,9 @@ impl<E: Env> EpisodeStatistics<E> {
 impl<E: Env> Env for EpisodeStatistics<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()

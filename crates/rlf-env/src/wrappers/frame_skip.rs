@@ -1,4 +1,4 @@
-use crate::{Action, Env, EnvError, Space, Step};
+use crate::{Action, Env, EnvError, Frame, Space, Step};
 
 /// Repeats each action `skip` times, summing the rewards and stopping early when the episode ends;
 /// the observation is the last one.
@@ -24,6 +24,9 @@ impl<E: Env> FrameSkip<E> {
 impl<E: Env> Env for FrameSkip<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()

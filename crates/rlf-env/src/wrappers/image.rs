@@ -1,6 +1,6 @@
 //! Resizing an image observation, or the image part of a Dict observation, by area interpolation.
 
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Space, Step};
 
 /// For each output cell of a resize from `n` to `m` values along one axis, the input cells it covers and their
 /// weights (the fraction of the output cell each covers): area interpolation, as OpenCV's `INTER_AREA`.
@@ -144,6 +144,9 @@ impl<E: Env> ResizeImage<E> {
 impl<E: Env> Env for ResizeImage<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         &self.observation_space

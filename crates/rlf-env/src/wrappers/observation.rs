@@ -1,4 +1,4 @@
-use crate::{Action, BoxSpace, Env, EnvError, Space, Step};
+use crate::{Action, BoxSpace, Env, EnvError, Frame, Space, Step};
 
 /// `Env` for an observation wrapper (fields `inner` and `observation_space`) whose method `$map` rewrites, in place,
 /// every observation the inner env writes.
@@ -7,6 +7,9 @@ macro_rules! env_rewriting_observations {
         impl<E: Env> Env for $wrapper<E> {
             fn id(&self) -> &str {
                 self.inner.id()
+            }
+            fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+                self.inner.render()
             }
             fn observation_space(&self) -> &Space {
                 &self.observation_space
@@ -153,6 +156,9 @@ impl<E: Env> SelectObservation<E> {
 impl<E: Env> Env for SelectObservation<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         &self.observation_space

@@ -1,4 +1,4 @@
-use crate::{Action, Env, EnvError, Space, Step};
+use crate::{Action, Env, EnvError, Frame, Space, Step};
 
 /// Truncates episodes after `max_episode_steps` steps, as Gymnasium's `TimeLimit`: the step that
 /// reaches the limit reports `truncated = true` (possibly together with `terminated`).
@@ -33,6 +33,9 @@ impl<E: Env> TimeLimit<E> {
 impl<E: Env> Env for TimeLimit<E> {
     fn id(&self) -> &str {
         self.inner.id()
+    }
+    fn render(&mut self) -> Result<Option<Frame>, EnvError> {
+        self.inner.render()
     }
     fn observation_space(&self) -> &Space {
         self.inner.observation_space()

@@ -5,7 +5,8 @@
 pub mod group;
 
 pub use rlf_env::{
-    parse_kwargs, ActionBatch, EnvRegistry, EpisodeStats, MultiVecEnv, Space, StepBuffers, VecBuffers, VecEnv,
+    parse_kwargs, ActionBatch, EnvRegistry, EpisodeStats, Frame, MultiVecEnv, Space, StepBuffers, VecBuffers,
+    VecEnv,
 };
 
 use rlf_env::wrappers::{RescaleObservation, SelectObservation};
@@ -227,6 +228,15 @@ impl Envs {
         let comm = group.comm(channel)?;
         let group = GroupVecEnv::lead(comm, n, |k| single_envs(registry, cfg, k))?;
         Ok(Envs::Group(Box::new(group)))
+    }
+
+    /// Env `i` of single-agent envs as a picture ([`rlf_env::Env::render`]); `None` for an env that draws nothing
+    /// and for multi-agent envs and env groups.
+    pub fn render(&mut self, i: usize) -> Result<Option<Frame>> {
+        match self {
+            Envs::Single(v) => Ok(v.render(i)?),
+            Envs::Multi(_) | Envs::Group(_) => Ok(None),
+        }
     }
 
     /// Appends the envs' whole state for an exact resume ([`rlf_env::Env::save_state`]): single-agent envs on this
