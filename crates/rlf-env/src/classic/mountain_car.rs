@@ -53,14 +53,14 @@ impl MountainCar {
     }
 }
 
+/// The hill with the car at `position` and the flag at `goal` (both MountainCar envs).
+pub(super) fn draw(position: f64, goal: f64) -> Frame {
+    super::draw::mountain_car(position, MIN_POSITION, MAX_POSITION, goal)
+}
+
 impl Env for MountainCar {
     fn render(&mut self) -> Result<Option<Frame>, EnvError> {
-        Ok(Some(super::draw::mountain_car(
-            self.state[0],
-            MIN_POSITION,
-            MAX_POSITION,
-            GOAL_POSITION,
-        )))
+        Ok(Some(draw(self.state[0], GOAL_POSITION)))
     }
 
     fn id(&self) -> &str {

@@ -51,12 +51,7 @@ impl MountainCarContinuous {
 
 impl Env for MountainCarContinuous {
     fn render(&mut self) -> Result<Option<Frame>, EnvError> {
-        Ok(Some(super::draw::mountain_car(
-            self.state[0],
-            MIN_POSITION,
-            MAX_POSITION,
-            GOAL_POSITION,
-        )))
+        Ok(Some(super::mountain_car::draw(self.state[0], GOAL_POSITION)))
     }
 
     fn id(&self) -> &str {

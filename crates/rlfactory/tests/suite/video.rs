@@ -66,6 +66,24 @@ fn train(train_dir: &str, env: &str, flags: &[&str]) {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
+/// `rlfactory enjoy --env <env> --save_video` of experiment `v` in `train_dir`, with `flags`; must succeed.
+fn enjoy_with_video(train_dir: &str, env: &str, flags: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "enjoy",
+        "--env",
+        env,
+        "--train_dir",
+        train_dir,
+        "--experiment",
+        "v",
+        "--save_video",
+    ];
+    args.extend_from_slice(flags);
+    let out = run(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    out
+}
+
 #[test]
 fn enjoy_saves_a_video_of_native_cartpole_drawn_as_gymnasium_draws_it() {
     let dir = common::temp_dir("video");
@@ -75,19 +93,7 @@ fn enjoy_saves_a_video_of_native_cartpole_drawn_as_gymnasium_draws_it() {
         "CartPole-v1",
         &["--train_for_env_steps", "5000", "--serial_mode"],
     );
-    let out = run(&[
-        "enjoy",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        train_dir,
-        "--experiment",
-        "v",
-        "--max_num_episodes",
-        "2",
-        "--save_video",
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = enjoy_with_video(train_dir, "CartPole-v1", &["--max_num_episodes", "2"]);
     let steps: usize = text(&out.stdout)
         .lines()
         .filter_map(|l| l.split("length ").nth(1)?.trim().parse::<usize>().ok())
@@ -97,21 +103,11 @@ fn enjoy_saves_a_video_of_native_cartpole_drawn_as_gymnasium_draws_it() {
     // The reset's picture, then one after every step.
     assert_eq!(decode(&video), (steps + 1, 600, 400));
 
-    let out = run(&[
-        "enjoy",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
+    enjoy_with_video(
         train_dir,
-        "--experiment",
-        "v",
-        "--save_video",
-        "--video_frames",
-        "7",
-        "--video_name",
-        "short.mp4",
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+        "CartPole-v1",
+        &["--video_frames", "7", "--video_name", "short.mp4"],
+    );
     assert_eq!(decode(&dir.path().join("v/short.mp4")), (7, 600, 400));
 
     let out = Command::new(common::BIN)
@@ -156,20 +152,10 @@ fn enjoy_saves_a_video_of_atari_screens() {
             "256",
         ],
     );
-    let out = run(&[
-        "enjoy",
-        "--env",
-        "atari_pong",
-        "--train_dir",
+    enjoy_with_video(
         train_dir,
-        "--experiment",
-        "v",
-        "--max_num_episodes",
-        "1",
-        "--save_video",
-        "--video_frames",
-        "40",
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+        "atari_pong",
+        &["--max_num_episodes", "1", "--video_frames", "40"],
+    );
     assert_eq!(decode(&dir.path().join("v/replay.mp4")), (40, 160, 210));
 }
