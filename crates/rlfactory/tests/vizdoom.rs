@@ -1,13 +1,13 @@
 //! VizDoom through the Gymnasium bridge (feature `python`; `scripts/setup_python.sh` installs it): built-in
-//! scenarios start and step with a Dict of the screen and the game variables, and `doom_basic` trains a thousand
-//! frames through the real binary with a convolutional encoder for the screen and an MLP for the variables. A test
-//! binary of its own, apart from the suite: VizDoom's game crashes a process that ran ALE (`suite/pixels.rs`) before
-//! it (a segfault in libpython when the two shared the suite's process).
+//! scenarios start and step with a Dict of the screen and the game variables and render their screen, and
+//! `doom_basic` trains a thousand frames through the real binary with a convolutional encoder for the screen and an
+//! MLP for the variables. A test binary of its own, apart from the suite: VizDoom's game crashes a process that ran
+//! ALE (`suite/pixels.rs`) before it (a segfault in libpython when the two shared the suite's process).
 
 mod common;
 
 use common::train_summary;
-use rlf_env::{Action, EnvRegistry, Space};
+use rlf_env::{Action, Env, EnvRegistry, Space};
 
 /// The shape of the `Box` at `key` of a Dict observation space.
 fn shape_of(space: &Space, key: &str) -> Vec<usize> {
@@ -44,6 +44,11 @@ fn vizdoom_starts_steps_screen_and_variables_and_trains() {
         let screen = &obs[variables..];
         assert!(screen.iter().all(|v| (0.0..=255.0).contains(v)), "{id}");
         assert!(screen.iter().any(|&v| v != screen[0]), "{id}: a blank screen");
+        // What a video of it shows (`enjoy --save_video`): the game's screen as Gymnasium's rgb_array render.
+        let frame = env.render().expect("render").expect("a picture");
+        assert!(frame.width >= 128 && frame.height >= 72, "{id}: {}x{}", frame.width, frame.height);
+        assert_eq!(frame.rgb.len(), frame.width * frame.height * 3, "{id}");
+        assert!(frame.rgb.iter().any(|&v| v != frame.rgb[0]), "{id}: a blank picture");
     }
     let s = train_summary(&[
         "--env=doom_basic".to_owned(),
