@@ -46,9 +46,17 @@ fn vizdoom_starts_steps_screen_and_variables_and_trains() {
         assert!(screen.iter().any(|&v| v != screen[0]), "{id}: a blank screen");
         // What a video of it shows (`enjoy --save_video`): the game's screen as Gymnasium's rgb_array render.
         let frame = env.render().expect("render").expect("a picture");
-        assert!(frame.width >= 128 && frame.height >= 72, "{id}: {}x{}", frame.width, frame.height);
+        assert!(
+            frame.width >= 128 && frame.height >= 72,
+            "{id}: {}x{}",
+            frame.width,
+            frame.height
+        );
         assert_eq!(frame.rgb.len(), frame.width * frame.height * 3, "{id}");
-        assert!(frame.rgb.iter().any(|&v| v != frame.rgb[0]), "{id}: a blank picture");
+        assert!(
+            frame.rgb.iter().any(|&v| v != frame.rgb[0]),
+            "{id}: a blank picture"
+        );
     }
     let s = train_summary(&[
         "--env=doom_basic".to_owned(),
