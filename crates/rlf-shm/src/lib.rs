@@ -1,6 +1,7 @@
 //! Shared memory for rlfactory: named regions, a crash-safe multi-process MPMC byte queue, shared arrays, a replay
 //! ring for off-policy learners ([`replay`]: rows visible only once complete, a wake-up on an insert count, Reverb's
-//! rate limit) (and the one process-wide allocator setting, [`process`], that also needs a raw OS call).
+//! rate limit) (and, in [`process`], the allocator and floating-point settings that also need a raw OS call or a CPU
+//! register).
 //!
 //! This is the only crate of the workspace allowed `unsafe`; every block states its invariant.
 //!
