@@ -2,9 +2,13 @@
 
 The module mirrors the Rust network variable for variable (the names and layouts the binary's `export` documents):
 observations are normalised with the running statistics (`--normalize_input`, clipped to ±10), divided by
-`--obs_scale`, and go through the actor's and the critic's MLP encoders (one shared with
-`--actor_critic_share_weights`), each hidden layer followed by `--nonlinearity`; the action head gives the logits or
-the Gaussian mean, the value head the value. `load_state_dict(..., strict=True)` fills it, so a name or a shape that
+`--obs_scale`, and go through the actor's and the critic's encoders (one shared with `--actor_critic_share_weights`):
+an MLP, each hidden layer followed by `--nonlinearity`; convolutions (`--encoder_conv_layers`) over the image part
+of the observation, each followed by a ReLU, then the MLP over their output and the other parts; or one network per
+part of the observation (`--encoder_conv_architecture`: a named convolutional network and its MLP for an image, an
+MLP for each other part). The action head gives the logits (illegal ones masked out by a Dict's `action_mask`) or
+the Gaussian mean, the value head the value. Where each part of the observation lies in the flat vector comes from
+the file's metadata (`observation_layout`). `load_state_dict(..., strict=True)` fills it, so a name or a shape that
 differs is an error, not a silent mismatch.
 """
 
@@ -41,6 +45,10 @@ _DTYPES = {"F32": "float32", "F64": "float64", "I64": "int64", "I32": "int32", "
 def read_safetensors(path: Union[str, os.PathLike]) -> Dict[str, Any]:
     """The tensors of a safetensors file (an 8-byte little-endian header length, a JSON header naming each tensor's
     dtype, shape and byte range, then the bytes)."""
+    return _read_safetensors(path)[0]
+
+
+def _read_safetensors(path: Union[str, os.PathLike]) -> Tuple[Dict[str, Any], Dict[str, str]]:
     torch = _torch()
     data = Path(path).read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
@@ -54,7 +62,29 @@ def read_safetensors(path: Union[str, os.PathLike]) -> Dict[str, Any]:
         dtype = getattr(torch, _DTYPES[entry["dtype"]])
         flat = torch.frombuffer(bytearray(body[start:end]), dtype=dtype)
         tensors[name] = flat.reshape(entry["shape"])
-    return tensors
+    return tensors, header.get("__metadata__", {})
+
+
+# `--encoder_conv_architecture`'s convolutions but IMPALA's residual network: (channels, kernel, stride).
+_ARCHITECTURES = {
+    "convnet_simple": [(32, 8, 4), (64, 4, 2), (128, 3, 2)],
+    "convnet_impala": [(16, 8, 4), (32, 4, 2)],
+    "convnet_atari": [(32, 8, 4), (64, 4, 2), (64, 3, 1)],
+}
+
+
+def _conv_layers(spec: str) -> list:
+    """`--encoder_conv_layers` as (channels, kernel, stride): `32x8s4,64x3` (stride 1 when not written)."""
+    layers = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        channels, rest = part.split("x")
+        kernel, _, stride = rest.partition("s")
+        layers.append((int(channels), int(kernel), int(stride or 1)))
+    return layers
+
+
+def _out_size(size: int, kernel: int, stride: int, padding: int) -> int:
+    return (size + 2 * padding - kernel) // stride + 1
 
 
 def _mlp_sizes(state: Dict[str, Any], prefix: str) -> list:
@@ -69,23 +99,133 @@ def _mlp_sizes(state: Dict[str, Any], prefix: str) -> list:
     return sizes
 
 
-def _build(state: Dict[str, Any], config: Dict[str, Any]) -> Any:
+def _build(state: Dict[str, Any], config: Dict[str, Any], layout: list) -> Any:
     torch = _torch()
     nn = torch.nn
-    activations = {"tanh": torch.tanh, "relu": torch.relu, "elu": torch.nn.functional.elu}
+    functional = torch.nn.functional
+    activations = {"tanh": torch.tanh, "relu": torch.relu, "elu": functional.elu}
+    activation = activations[config["nonlinearity"]]
 
-    class Mlp(nn.Module):
-        def __init__(self, sizes: list, nonlinearity: str):
+    def linear_layers(module: Any, inputs: int, sizes: list) -> int:
+        for i, size in enumerate(sizes):
+            module.add_module(f"fc{i}", nn.Linear(inputs, size))
+            inputs = size
+        return inputs
+
+    def through_linear(module: Any, x: Any, n: int) -> Any:
+        for i in range(n):
+            x = activation(getattr(module, f"fc{i}")(x))
+        return x
+
+    class ImageNet(nn.Module):
+        """`--encoder_conv_architecture` over one image part (`[H, W, C]`, or `[C, H, W]` when the first dimension
+        is the smallest), then `--encoder_conv_mlp_layers`."""
+
+        def __init__(self, dims: list):
             super().__init__()
-            for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
-                setattr(self, f"fc{i}", nn.Linear(a, b))
-            self.n = len(sizes) - 1
-            self.activation = activations[nonlinearity]
+            self.channels_first = dims[0] < min(dims[1], dims[2])
+            h, w, c = (dims[1], dims[2], dims[0]) if self.channels_first else dims
+            self.shape = (h, w, c)
+            self.ops: list = []
+            architecture = config["encoder_conv_architecture"]
+            if architecture == "resnet_impala":
+                for i, channels in enumerate([16, 32, 32]):
+                    self.add_module(f"conv{i}", nn.Conv2d(c, channels, 3, 1, 1))
+                    self.ops.append(("pool", f"conv{i}"))
+                    h, w, c = _out_size(h, 3, 2, 1), _out_size(w, 3, 2, 1), channels
+                    for b in range(2):
+                        block = nn.Module()
+                        block.add_module("conv0", nn.Conv2d(c, c, 3, 1, 1))
+                        block.add_module("conv1", nn.Conv2d(c, c, 3, 1, 1))
+                        self.add_module(f"res{i}_{b}", block)
+                        self.ops.append(("residual", f"res{i}_{b}"))
+                self.ops.append(("act", ""))
+            else:
+                for i, (channels, kernel, stride) in enumerate(_ARCHITECTURES[architecture]):
+                    self.add_module(f"conv{i}", nn.Conv2d(c, channels, kernel, stride))
+                    self.ops.append(("conv", f"conv{i}"))
+                    h, w, c = _out_size(h, kernel, stride, 0), _out_size(w, kernel, stride, 0), channels
+            self.n = len(config["encoder_conv_mlp_layers"])
+            self.size = linear_layers(self, h * w * c, config["encoder_conv_mlp_layers"])
 
         def forward(self, x: Any) -> Any:
-            for i in range(self.n):
-                x = self.activation(getattr(self, f"fc{i}")(x))
-            return x
+            h, w, c = self.shape
+            y = x.reshape(-1, c, h, w) if self.channels_first else x.reshape(-1, h, w, c).permute(0, 3, 1, 2)
+            for kind, name in self.ops:
+                if kind == "conv":
+                    y = activation(getattr(self, name)(y))
+                elif kind == "pool":
+                    y = functional.max_pool2d(getattr(self, name)(y), 3, 2, 1)
+                elif kind == "residual":
+                    block = getattr(self, name)
+                    y = block.conv1(activation(block.conv0(activation(y)))) + y
+                else:
+                    y = activation(y)
+            return through_linear(self, y.flatten(1), self.n)
+
+    class VectorNet(nn.Module):
+        """A part that is not an image, under `--encoder_conv_architecture`: `--encoder_mlp_layers`."""
+
+        def __init__(self, inputs: int):
+            super().__init__()
+            self.n = len(config["encoder_mlp_layers"])
+            self.size = linear_layers(self, inputs, config["encoder_mlp_layers"])
+
+        def forward(self, x: Any) -> Any:
+            return through_linear(self, x, self.n)
+
+    class Encoder(nn.Module):
+        """The encoder `config` asks for, over the whole flat observation, with the Rust network's state-dict names:
+        `fc<i>` (an MLP); `conv<i>` then `fc<i>` (`--encoder_conv_layers` over the one image part, each followed by
+        a ReLU and padded to keep the size at stride 1, their flat output and the other parts into the MLP); or
+        `<part>.…` (`--encoder_conv_architecture`: one network per non-empty part, outputs concatenated)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            obs_dim = sum(p["length"] for p in layout)
+            self._parts: list = []
+            self._convs = 0
+            if config["encoder_conv_architecture"] != "none":
+                self._size = 0
+                for part in layout:
+                    if part["length"] == 0:
+                        continue
+                    shape = part.get("shape")
+                    net = ImageNet(shape) if shape is not None and len(shape) == 3 else VectorNet(part["length"])
+                    self.add_module(part["name"], net)
+                    self._parts.append((part["offset"], part["length"], part["name"]))
+                    self._size += net.size
+                return
+            inputs = obs_dim
+            if config["encoder_conv_layers"]:
+                images = [p for p in layout if len(p.get("shape") or []) == 3]
+                if len(images) != 1:
+                    raise ConfigError(
+                        f"--encoder_conv_layers needs one image in the observation; it has {len(images)}"
+                    )
+                image = images[0]
+                h, w, c = image["shape"]
+                self._image = (image["offset"], (h, w, c))
+                self._rest = [(p["offset"], p["length"]) for p in layout if p is not image and p["length"] > 0]
+                for i, (channels, kernel, stride) in enumerate(_conv_layers(config["encoder_conv_layers"])):
+                    padding = kernel // 2 if stride == 1 else 0
+                    self.add_module(f"conv{i}", nn.Conv2d(c, channels, kernel, stride, padding))
+                    h, w, c = _out_size(h, kernel, stride, padding), _out_size(w, kernel, stride, padding), channels
+                    self._convs += 1
+                inputs = h * w * c + sum(n for _, n in self._rest)
+            self._n = len(config["encoder_mlp_layers"])
+            self._size = linear_layers(self, inputs, config["encoder_mlp_layers"])
+
+        def forward(self, x: Any) -> Any:
+            if self._parts:
+                return torch.cat([getattr(self, name)(x[..., at : at + n]) for at, n, name in self._parts], -1)
+            if self._convs:
+                at, (h, w, c) = self._image
+                y = x[..., at : at + h * w * c].reshape(-1, h, w, c).permute(0, 3, 1, 2)
+                for i in range(self._convs):
+                    y = torch.relu(getattr(self, f"conv{i}")(y))
+                x = torch.cat([y.flatten(1)] + [x[..., o : o + n] for o, n in self._rest], -1)
+            return through_linear(self, x, self._n)
 
     class RunningMeanStd(nn.Module):
         def __init__(self, dim: int):
@@ -96,17 +236,13 @@ def _build(state: Dict[str, Any], config: Dict[str, Any]) -> Any:
 
     class ActorCritic(nn.Module):
         """The trained actor-critic: `forward(obs)` gives (logits or Gaussian mean, value); `act(obs)` the greedy
-        action (the most likely class, or the mean, before the env's action space maps it)."""
+        action (the most likely legal class, or the mean, before the env's action space maps it)."""
 
         def __init__(self) -> None:
             super().__init__()
-            nonlinearity = config["nonlinearity"]
             self.obs_scale = float(config.get("obs_scale", 1.0))
-            self.actor_encoder = Mlp(_mlp_sizes(state, "actor_encoder"), nonlinearity)
-            if "critic_encoder.fc0.weight" in state:
-                self.critic_encoder = Mlp(_mlp_sizes(state, "critic_encoder"), nonlinearity)
-            else:
-                self.critic_encoder = None
+            self.actor_encoder = Encoder()
+            self.critic_encoder = None if config.get("actor_critic_share_weights") else Encoder()
             out, hidden = state["action_head.weight"].shape
             self.action_head = nn.Linear(hidden, out)
             self.value_head = nn.Linear(state["value_head.weight"].shape[1], 1)
@@ -120,18 +256,25 @@ def _build(state: Dict[str, Any], config: Dict[str, Any]) -> Any:
                 self.obs_normalizer = RunningMeanStd(state["obs_normalizer.mean"].shape[0])
             if "returns_normalizer.mean" in state:
                 self.returns_normalizer = RunningMeanStd(1)
+            masks = [p for p in layout if p["name"] == "action_mask"] if len(layout) > 1 else []
+            self.action_mask = (masks[0]["offset"], masks[0]["length"]) if masks else None
 
         def forward(self, obs: Any) -> Tuple[Any, Any]:
-            x = obs.to(torch.float32)
+            raw = obs.to(torch.float32)
+            x = raw
             if hasattr(self, "obs_normalizer"):
                 rms = self.obs_normalizer
                 x = ((x - rms.mean) / torch.sqrt(rms.var + 1e-5)).clamp(-10.0, 10.0)
-            x = x / self.obs_scale
+            if self.obs_scale != 1.0:
+                x = x / self.obs_scale
             actor = self.actor_encoder(x)
             critic = actor if self.critic_encoder is None else self.critic_encoder(x)
             out = self.action_head(actor)
             if self.adaptive_std:
                 out = out[..., : out.shape[-1] // 2]
+            if self.action_mask is not None:
+                at, n = self.action_mask
+                out = out.masked_fill(raw[..., at : at + n] < 0.5, float("-inf"))
             value = self.value_head(critic).squeeze(-1)
             if hasattr(self, "returns_normalizer"):
                 rms = self.returns_normalizer
@@ -157,9 +300,11 @@ def load_policy(
     env: Optional[Any] = None,
 ) -> Any:
     """The trained policy of `<train_dir>/<experiment>` as a `torch.nn.Module` (in eval mode): `model(obs)` gives
-    (logits or Gaussian mean, value) for a batch of flat float32 observations, `model.act(obs)` the greedy actions,
-    which are `rlfactory enjoy --eval_deterministic`'s on the same observations. MLP encoders (the default network
-    of vector observations); convolutional, recurrent and custom encoders raise ConfigError."""
+    (logits or Gaussian mean, value) for a batch of flat float32 observations (a Dict's parts flattened and
+    concatenated in its key order, as the env bridges do), `model.act(obs)` the greedy actions, which are
+    `rlfactory enjoy --eval_deterministic`'s on the same observations. APPO's networks with MLP and convolutional
+    encoders (`--encoder_conv_layers`, `--encoder_conv_architecture`); recurrent cores, custom encoders and DQN or
+    SAC networks raise ConfigError."""
     folder = Path(train_dir) / experiment
     try:
         with open(folder / "config.json") as f:
@@ -167,18 +312,11 @@ def load_policy(
     except FileNotFoundError:
         raise ConfigError(f"{folder / 'config.json'}: no such file (is {folder} an experiment folder?)") from None
     unsupported = [
-        flag
-        for flag, plain in [
-            ("use_rnn", False),
-            ("encoder_custom", ""),
-            ("encoder_conv_layers", ""),
-            ("encoder_conv_architecture", "none"),
-        ]
-        if config.get(flag, plain) != plain
+        flag for flag, plain in [("use_rnn", False), ("encoder_custom", "")] if config.get(flag, plain) != plain
     ]
     if config.get("algo", "appo") != "appo" or unsupported:
         what = f"--algo {config.get('algo')}" if config.get("algo", "appo") != "appo" else f"--{unsupported[0]}"
-        raise ConfigError(f"load_policy builds APPO's MLP actor-critic; {folder} was trained with {what}")
+        raise ConfigError(f"load_policy builds APPO's feed-forward actor-critic; {folder} was trained with {what}")
     with tempfile.TemporaryDirectory(prefix="rlfactory-") as tmp:
         out = os.path.join(tmp, "policy.safetensors")
         export(
@@ -189,5 +327,5 @@ def load_policy(
             policy_index=policy_index,
             load_checkpoint_kind=load_checkpoint_kind,
         )
-        state = read_safetensors(out)
-    return _build(state, config)
+        state, metadata = _read_safetensors(out)
+    return _build(state, config, json.loads(metadata["observation_layout"]))

@@ -2,9 +2,10 @@
 
 An env class defined in this script trains in parallel mode through `rlfactory.train` to a return threshold; the
 policy loaded with `rlfactory.load_policy` takes, on every observation `rlfactory.enjoy --eval_deterministic` saw,
-the action enjoy took (the env records both); a bad flag is a `ConfigError` with the binary's one-line message; an
-interrupted run stops cleanly; `help(rlfactory.train)` lists the flags; a PettingZoo env class trains. Each check
-prints a line as cargo's tests do, and the last line the totals; the exit code is 1 if one failed.
+the action enjoy took (the env records both), and so do convolutional policies of a Dict with an image; a bad flag
+is a `ConfigError` with the binary's one-line message; an interrupted run stops cleanly; `help(rlfactory.train)`
+lists the flags; a PettingZoo env class trains. Each check prints a line as cargo's tests do, and the last line the
+totals; the exit code is 1 if one failed.
 """
 
 import glob
@@ -52,6 +53,42 @@ class SignEnv(gym.Env):
         self.t += 1
         self.obs = self.np_random.uniform(-1.0, 1.0, 4).astype(np.float32)
         return self.obs, float(int(action) == right), False, self.t >= self.length, {}
+
+
+class PixelSign(gym.Env):
+    """A Dict observation: a 36x36 RGB picture of noise whose left or right half is lit, and two values; the right
+    action is the lit side. With `PIXEL_ENV_RECORD` set, each step appends the observation (flat, as the bridge
+    flattens it: the parts in the space's key order) and the action taken to that file."""
+
+    def __init__(self, length=20):
+        self.observation_space = gym.spaces.Dict({
+            "pixels": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8),
+            "position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        })
+        self.action_space = gym.spaces.Discrete(2)
+        self.length = length
+        self.record = os.environ.get("PIXEL_ENV_RECORD")
+
+    def _observe(self):
+        pixels = self.np_random.integers(0, 64, (36, 36, 3), dtype=np.uint8)
+        self.side = int(self.np_random.integers(2))
+        pixels[:, 18 * self.side : 18 * (self.side + 1), :] += 128
+        self.obs = {"pixels": pixels, "position": self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32)}
+        return self.obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        if self.record:
+            flat = np.concatenate([self.obs[k].astype(np.float32).ravel() for k in self.observation_space.spaces])
+            with open(self.record, "a") as f:
+                f.write(json.dumps([flat.tolist(), int(action)]) + "\n")
+        right = self.side
+        self.t += 1
+        return self._observe(), float(int(action) == right), False, self.t >= self.length, {}
 
 
 class SignGame:
@@ -182,6 +219,42 @@ def check_orphan_stops(train_dir):
           f"({saved}) and no shared memory of its own left ({left})")
 
 
+def check_actions_against_enjoy(policy, experiment, train_dir, variable):
+    """Runs enjoy --eval_deterministic (5 episodes of 20 steps) with the env recording each observation and action in
+    the file named by `variable`: how many steps, on how many of them `policy.act` takes enjoy's action, and how many
+    different actions enjoy took (a policy of one action would agree with anything)."""
+    record = os.path.join(train_dir, f"{experiment}_steps.jsonl")
+    os.environ[variable] = record
+    try:
+        rlfactory.enjoy(experiment=experiment, train_dir=train_dir, max_num_episodes=5, eval_deterministic=True)
+    finally:
+        del os.environ[variable]
+    with open(record) as f:
+        steps = [json.loads(line) for line in f]
+    obs = torch.tensor([s[0] for s in steps], dtype=torch.float32)
+    taken = torch.tensor([s[1] for s in steps])
+    greedy = policy.act(obs)
+    return len(steps), int((greedy == taken).sum()), len(set(taken.tolist()))
+
+
+def check_convolutional_policies(train_dir):
+    """load_policy of the two convolutional encoders over a Dict of an image and a vector: a named network per part
+    (`--encoder_conv_architecture`) and convolutions over the image then an MLP (`--encoder_conv_layers`)."""
+    for experiment, flags in [
+        ("pixels_named", dict(encoder_conv_architecture="convnet_simple", encoder_conv_mlp_layers="64",
+                              obs_scale=255.0)),
+        ("pixels_layers", dict(encoder_conv_layers="8x3s2,8x3", normalize_input=True)),
+    ]:
+        rlfactory.train(env=PixelSign, experiment=experiment, train_dir=train_dir, serial_mode=True,
+                        train_for_env_steps=4000, seed=1, **flags)
+        policy = rlfactory.load_policy(experiment, train_dir=train_dir)
+        n, agree, kinds = check_actions_against_enjoy(policy, experiment, train_dir, "PIXEL_ENV_RECORD")
+        flag = next(iter(flags))
+        check(n == 100 and agree == n and kinds == 2,
+              f"load_policy of a --{flag} policy over a Dict with an image takes enjoy's greedy actions on its {n} "
+              f"observations ({agree} agree)")
+
+
 def main():
     train_dir = tempfile.mkdtemp(prefix="rlfactory-package-")
     import ale_py
@@ -207,21 +280,10 @@ def main():
     policy = rlfactory.load_policy("sign", train_dir=train_dir)
     check(isinstance(policy, torch.nn.Module), "load_policy gives a torch.nn.Module")
 
-    record = os.path.join(train_dir, "enjoy_steps.jsonl")
-    os.environ["SIGN_ENV_RECORD"] = record
-    try:
-        rlfactory.enjoy(experiment="sign", train_dir=train_dir, max_num_episodes=5, eval_deterministic=True)
-    finally:
-        del os.environ["SIGN_ENV_RECORD"]
-    with open(record) as f:
-        steps = [json.loads(line) for line in f]
-    obs = torch.tensor([s[0] for s in steps], dtype=torch.float32)
-    taken = torch.tensor([s[1] for s in steps])
-    greedy = policy.act(obs)
-    agree = int((greedy == taken).sum())
-    check(len(steps) == 100 and agree == len(steps),
-          f"load_policy's greedy actions equal enjoy --eval_deterministic's on its {len(steps)} observations "
-          f"({agree} agree)")
+    n, agree, kinds = check_actions_against_enjoy(policy, "sign", train_dir, "SIGN_ENV_RECORD")
+    check(n == 100 and agree == n and kinds == 2,
+          f"load_policy's greedy actions equal enjoy --eval_deterministic's on its {n} observations ({agree} agree)")
+    check_convolutional_policies(train_dir)
 
     try:
         rlfactory.train(env=SignEnv, train_dir=train_dir, experiment="bad", num_workers=0)

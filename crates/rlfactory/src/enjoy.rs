@@ -21,6 +21,13 @@
 //! | `obs_normalizer.{mean,var,count}` | running observation statistics (`--normalize_input`) |
 //! | `returns_normalizer.{mean,var,count}` | running return statistics (`--normalize_returns`) |
 //!
+//! The file's metadata (`__metadata__`) holds `observation_layout`: JSON naming each part of the observation (one
+//! part, `obs`, unless it is a Dict) with its `offset` and `length` in the flat vector the network reads, and a
+//! Box's `shape` (an image's `[H, W, C]` or `[C, H, W]`); the weights alone do not say where the image is.
+//! Convolutional encoders add `actor_encoder.conv<i>.{weight,bias}` (`--encoder_conv_layers`, before the MLP's
+//! `fc<i>`) or one network per part, `actor_encoder.<part>.…` (`--encoder_conv_architecture`); Python's
+//! `rlfactory.load_policy` builds all of these.
+//!
 //! An equivalent `torch.nn.Module` (default CartPole-v1 settings: 64,64 tanh MLP encoders, separate
 //! actor and critic, discrete actions, no normalisers) loads it with `strict=True`:
 //!
@@ -700,12 +707,87 @@ fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> 
     Ok(record)
 }
 
-/// `rlfactory export`: writes the policy's state dict (see the module doc).
+/// `rlfactory export`: writes the policy's state dict (see the module doc), with the observation's layout in the
+/// file's metadata.
 pub fn export(args: &ExportArgs, registry: &EnvRegistry) -> Result<()> {
-    let (_, _, model) = args.source.load(registry)?;
+    let (_, plan, model) = args.source.load(registry)?;
+    let (observation_space, _) = plan
+        .env
+        .policy_spaces(args.source.policy_index, plan.mapping.by_agent.as_deref())?;
     model.save(&args.out)?;
+    // libtorch writes its own format unless the name ends in `.safetensors`; only that format has metadata.
+    if args.out.extension().is_some_and(|e| e == "safetensors") {
+        let layout = observation_layout(observation_space).to_string();
+        add_safetensors_metadata(&args.out, &[("observation_layout", &layout)])?;
+    }
     eprintln!("[rlfactory] wrote {}", args.out.display());
     Ok(())
+}
+
+/// Where each part of an observation of `space` lies in the flat vector the network reads (what the weights alone
+/// do not say): a list of `{"name", "offset", "length"}`, with `"shape"` for a Box (an image's `[H, W, C]` or
+/// `[C, H, W]`); one part named `obs` unless the space is a Dict.
+fn observation_layout(space: &rlf_env::Space) -> serde_json::Value {
+    let parts: Vec<(&str, &rlf_env::Space)> = match space {
+        rlf_env::Space::Dict(parts) => parts.iter().map(|(k, s)| (k.as_str(), s)).collect(),
+        other => vec![("obs", other)],
+    };
+    let mut offset = 0;
+    let described = parts
+        .into_iter()
+        .map(|(name, part)| {
+            let length = part.flat_dim();
+            let mut entry = serde_json::json!({"name": name, "offset": offset, "length": length});
+            if let rlf_env::Space::Box(b) = part {
+                entry["shape"] = serde_json::json!(b.shape());
+            }
+            offset += length;
+            entry
+        })
+        .collect();
+    serde_json::Value::Array(described)
+}
+
+/// Adds string `entries` to the `__metadata__` of the safetensors file at `path` (an 8-byte little-endian header
+/// length, the JSON header, then the tensors' bytes, whose offsets count from the header's end and so do not move).
+fn add_safetensors_metadata(path: &Path, entries: &[(&str, &str)]) -> Result<()> {
+    let io = |what: &'static str| {
+        move |source: std::io::Error| RlfError::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        }
+    };
+    let bad = |why: String| RlfError::Io {
+        what: "adding metadata to",
+        path: path.to_owned(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
+    };
+    let bytes = std::fs::read(path).map_err(io("reading"))?;
+    let (len, rest) = bytes
+        .split_first_chunk::<8>()
+        .ok_or_else(|| bad("shorter than a safetensors header".into()))?;
+    let len = usize::try_from(u64::from_le_bytes(*len)).map_err(|e| bad(e.to_string()))?;
+    if rest.len() < len {
+        return Err(bad(format!("a header of {len} bytes in {} bytes", rest.len())));
+    }
+    let (header, body) = rest.split_at(len);
+    let mut header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(header).map_err(|e| bad(e.to_string()))?;
+    let metadata = header
+        .entry("__metadata__")
+        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    for (key, value) in entries {
+        metadata[*key] = serde_json::Value::String((*value).to_owned());
+    }
+    let mut header = serde_json::to_vec(&header).map_err(|e| bad(e.to_string()))?;
+    // The tensors' bytes start 8-aligned, as safetensors writes them.
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut out = Vec::with_capacity(8 + header.len() + body.len());
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(body);
+    std::fs::write(path, out).map_err(io("writing"))
 }
 
 /// The episodes CSV.

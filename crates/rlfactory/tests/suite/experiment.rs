@@ -256,7 +256,7 @@ fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export()
     let script = "import sys, json\n\
         from safetensors.numpy import load_file\n\
         print(json.dumps({k: [list(v.shape), str(v.dtype), v.ravel().tolist()] for k, v in load_file(sys.argv[1]).items()}))\n";
-    let read = Command::new(python)
+    let read = Command::new(&python)
         .args(["-c", script])
         .arg(&exported)
         .output()
@@ -285,6 +285,21 @@ fn a_trained_experiment_has_scalars_checkpoints_and_runs_enjoy_eval_and_export()
         assert_eq!(Some(values.as_slice()), t.as_f32(), "{name}");
     }
     assert_eq!(theirs["actor_encoder.fc0.weight"].0, vec![64, 4]);
+    // Its metadata says where each part of the observation lies (what `load_policy` needs for images and Dicts).
+    let script = "import sys\n\
+        from safetensors import safe_open\n\
+        print(safe_open(sys.argv[1], 'numpy').metadata()['observation_layout'])\n";
+    let read = Command::new(python)
+        .args(["-c", script])
+        .arg(&exported)
+        .output()
+        .expect("python");
+    assert!(read.status.success(), "{}", text(&read.stderr));
+    let layout: serde_json::Value = serde_json::from_slice(&read.stdout).expect("json");
+    assert_eq!(
+        layout,
+        serde_json::json!([{"name": "obs", "offset": 0, "length": 4, "shape": [4]}])
+    );
 
     // A corrupt newest checkpoint: resuming names it and continues from the previous one.
     let newest = ckpts.last().expect("a checkpoint").with_extension("safetensors");
