@@ -1,4 +1,5 @@
-"""A trained actor-critic as a `torch.nn.Module`, from the state dict `rlfactory export` writes.
+"""A trained policy (APPO's actor-critic, DQN's Q-network) as a `torch.nn.Module`, from the state dict that
+`rlfactory export` writes.
 
 The module mirrors the Rust network variable for variable (the names and layouts the binary's `export` documents):
 observations are normalised with the running statistics (`--normalize_input`, clipped to ±10), divided by
@@ -227,6 +228,11 @@ def _build(state: Dict[str, Any], config: Dict[str, Any], layout: list) -> Any:
                 x = torch.cat([y.flatten(1)] + [x[..., o : o + n] for o, n in self._rest], -1)
             return through_linear(self, x, self._n)
 
+    def action_mask() -> Optional[Tuple[int, int]]:
+        """Where a Dict observation's `action_mask` lies (1 for a legal action), if it has one."""
+        masks = [p for p in layout if p["name"] == "action_mask"] if len(layout) > 1 else []
+        return (masks[0]["offset"], masks[0]["length"]) if masks else None
+
     class RunningMeanStd(nn.Module):
         def __init__(self, dim: int):
             super().__init__()
@@ -256,8 +262,7 @@ def _build(state: Dict[str, Any], config: Dict[str, Any], layout: list) -> Any:
                 self.obs_normalizer = RunningMeanStd(state["obs_normalizer.mean"].shape[0])
             if "returns_normalizer.mean" in state:
                 self.returns_normalizer = RunningMeanStd(1)
-            masks = [p for p in layout if p["name"] == "action_mask"] if len(layout) > 1 else []
-            self.action_mask = (masks[0]["offset"], masks[0]["length"]) if masks else None
+            self.action_mask = action_mask()
 
         def forward(self, obs: Any) -> Tuple[Any, Any]:
             raw = obs.to(torch.float32)
@@ -286,7 +291,38 @@ def _build(state: Dict[str, Any], config: Dict[str, Any], layout: list) -> Any:
             out, _ = self.forward(obs)
             return out if self.gaussian else out.argmax(-1)
 
-    model = ActorCritic()
+    class QNetwork(nn.Module):
+        """DQN's trained network: `forward(obs)` gives the Q-values (`q_head`, or the dueling head's
+        `V + A - mean(A)`), `act(obs)` the greedy action (the largest legal Q-value)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = Encoder()
+            if "q_head.weight" in state:
+                self.q_head = nn.Linear(self.encoder._size, state["q_head.weight"].shape[0])
+            else:
+                self.value_head = nn.Linear(self.encoder._size, 1)
+                self.advantage_head = nn.Linear(self.encoder._size, state["advantage_head.weight"].shape[0])
+            self.obs_scale = float(config.get("obs_scale", 1.0))
+            self.action_mask = action_mask()
+
+        def forward(self, obs: Any) -> Any:
+            raw = obs.to(torch.float32)
+            h = self.encoder(raw / self.obs_scale if self.obs_scale != 1.0 else raw)
+            if hasattr(self, "q_head"):
+                return self.q_head(h)
+            a = self.advantage_head(h)
+            return self.value_head(h) + a - a.mean(-1, keepdim=True)
+
+        @torch.no_grad()
+        def act(self, obs: Any) -> Any:
+            q = self.forward(obs)
+            if self.action_mask is not None:
+                at, n = self.action_mask
+                q = q.masked_fill(obs.to(torch.float32)[..., at : at + n] < 0.5, float("-inf"))
+            return q.argmax(-1)
+
+    model = QNetwork() if config.get("algo") == "dqn" else ActorCritic()
     model.load_state_dict(state, strict=True)
     model.eval()
     return model
@@ -302,9 +338,9 @@ def load_policy(
     """The trained policy of `<train_dir>/<experiment>` as a `torch.nn.Module` (in eval mode): `model(obs)` gives
     (logits or Gaussian mean, value) for a batch of flat float32 observations (a Dict's parts flattened and
     concatenated in its key order, as the env bridges do), `model.act(obs)` the greedy actions, which are
-    `rlfactory enjoy --eval_deterministic`'s on the same observations. APPO's networks with MLP and convolutional
-    encoders (`--encoder_conv_layers`, `--encoder_conv_architecture`); recurrent cores, custom encoders and DQN or
-    SAC networks raise ConfigError."""
+    `rlfactory enjoy --eval_deterministic`'s on the same observations. APPO's actor-critic and DQN's Q-network
+    (`model(obs)` gives the Q-values), with MLP and convolutional encoders (`--encoder_conv_layers`,
+    `--encoder_conv_architecture`); recurrent cores, custom encoders and SAC's networks raise ConfigError."""
     folder = Path(train_dir) / experiment
     try:
         with open(folder / "config.json") as f:
@@ -314,9 +350,11 @@ def load_policy(
     unsupported = [
         flag for flag, plain in [("use_rnn", False), ("encoder_custom", "")] if config.get(flag, plain) != plain
     ]
-    if config.get("algo", "appo") != "appo" or unsupported:
-        what = f"--algo {config.get('algo')}" if config.get("algo", "appo") != "appo" else f"--{unsupported[0]}"
-        raise ConfigError(f"load_policy builds APPO's feed-forward actor-critic; {folder} was trained with {what}")
+    if config.get("algo", "appo") not in ("appo", "dqn") or unsupported:
+        what = f"--{unsupported[0]}" if unsupported else f"--algo {config.get('algo')}"
+        raise ConfigError(
+            f"load_policy builds APPO's feed-forward actor-critic and DQN's Q-network; {folder} was trained with {what}"
+        )
     with tempfile.TemporaryDirectory(prefix="rlfactory-") as tmp:
         out = os.path.join(tmp, "policy.safetensors")
         export(

@@ -284,6 +284,12 @@ def main():
     check(n == 100 and agree == n and kinds == 2,
           f"load_policy's greedy actions equal enjoy --eval_deterministic's on its {n} observations ({agree} agree)")
     check_convolutional_policies(train_dir)
+    rlfactory.train(env=SignEnv, experiment="sign_dqn", train_dir=train_dir, algo="dqn", serial_mode=True,
+                    train_for_env_steps=6000, seed=1)
+    q_network = rlfactory.load_policy("sign_dqn", train_dir=train_dir)
+    n, agree, kinds = check_actions_against_enjoy(q_network, "sign_dqn", train_dir, "SIGN_ENV_RECORD")
+    check(n == 100 and agree == n and kinds == 2,
+          f"load_policy of a DQN Q-network takes enjoy's greedy actions on its {n} observations ({agree} agree)")
 
     try:
         rlfactory.train(env=SignEnv, train_dir=train_dir, experiment="bad", num_workers=0)
