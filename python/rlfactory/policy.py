@@ -242,13 +242,30 @@ def _build(state: Dict[str, Any], config: Dict[str, Any], layout: list) -> Any:
 
     class ActorCritic(nn.Module):
         """The trained actor-critic: `forward(obs)` gives (logits or Gaussian mean, value); `act(obs)` the greedy
-        action (the most likely legal class, or the mean, before the env's action space maps it)."""
+        action (the most likely legal class, or the mean, before the env's action space maps it). With a recurrent
+        core (`--use_rnn`), both take the state too and give the next one: `forward(obs, state)` gives (out, value,
+        next state), `act(obs, state)` (actions, next state); `initial_state(n)` is an episode's first state (zeros)
+        and `state_dim` its width (the actor core's hidden states, and cell states for an LSTM, then the critic
+        core's)."""
 
         def __init__(self) -> None:
             super().__init__()
             self.obs_scale = float(config.get("obs_scale", 1.0))
             self.actor_encoder = Encoder()
             self.critic_encoder = None if config.get("actor_critic_share_weights") else Encoder()
+            self.recurrent = bool(config.get("use_rnn"))
+            if self.recurrent:
+                core = nn.LSTM if config["rnn_type"] == "lstm" else nn.GRU
+                self.layers, self.size = config["rnn_num_layers"], config["rnn_size"]
+                self.lstm = config["rnn_type"] == "lstm"
+                self.actor_core = core(self.actor_encoder._size, self.size, self.layers, batch_first=True)
+                self.critic_core = (
+                    None
+                    if self.critic_encoder is None
+                    else core(self.critic_encoder._size, self.size, self.layers, batch_first=True)
+                )
+                per_core = (2 if self.lstm else 1) * self.layers * self.size
+                self.state_dim = per_core * (1 if self.critic_core is None else 2)
             out, hidden = state["action_head.weight"].shape
             self.action_head = nn.Linear(hidden, out)
             self.value_head = nn.Linear(state["value_head.weight"].shape[1], 1)
@@ -264,7 +281,26 @@ def _build(state: Dict[str, Any], config: Dict[str, Any], layout: list) -> Any:
                 self.returns_normalizer = RunningMeanStd(1)
             self.action_mask = action_mask()
 
-        def forward(self, obs: Any) -> Tuple[Any, Any]:
+        def initial_state(self, n: int) -> Any:
+            return torch.zeros(n, self.state_dim)
+
+        def _step(self, core: Any, x: Any, state: Any) -> Tuple[Any, Any]:
+            """One step of `core` from `state` `[B, layers * size]` (then as many cell values for an LSTM)."""
+            b, part = x.shape[0], self.layers * self.size
+
+            def layered(t: Any) -> Any:
+                return t.reshape(b, self.layers, self.size).transpose(0, 1).contiguous()
+
+            def flat(t: Any) -> Any:
+                return t.transpose(0, 1).reshape(b, part)
+
+            if self.lstm:
+                out, (h, c) = core(x.unsqueeze(1), (layered(state[:, :part]), layered(state[:, part:])))
+                return out.squeeze(1), torch.cat([flat(h), flat(c)], 1)
+            out, h = core(x.unsqueeze(1), layered(state))
+            return out.squeeze(1), flat(h)
+
+        def forward(self, obs: Any, state: Optional[Any] = None) -> Tuple[Any, ...]:
             raw = obs.to(torch.float32)
             x = raw
             if hasattr(self, "obs_normalizer"):
@@ -274,6 +310,16 @@ def _build(state: Dict[str, Any], config: Dict[str, Any], layout: list) -> Any:
                 x = x / self.obs_scale
             actor = self.actor_encoder(x)
             critic = actor if self.critic_encoder is None else self.critic_encoder(x)
+            if self.recurrent:
+                state = self.initial_state(x.shape[0]) if state is None else state.to(torch.float32)
+                if self.critic_core is None:
+                    actor, next_state = self._step(self.actor_core, actor, state)
+                    critic = actor
+                else:
+                    d = self.state_dim // 2
+                    actor, next_actor = self._step(self.actor_core, actor, state[:, :d])
+                    critic, next_critic = self._step(self.critic_core, critic, state[:, d:])
+                    next_state = torch.cat([next_actor, next_critic], 1)
             out = self.action_head(actor)
             if self.adaptive_std:
                 out = out[..., : out.shape[-1] // 2]
@@ -284,12 +330,13 @@ def _build(state: Dict[str, Any], config: Dict[str, Any], layout: list) -> Any:
             if hasattr(self, "returns_normalizer"):
                 rms = self.returns_normalizer
                 value = value * torch.sqrt(rms.var + 1e-5) + rms.mean
-            return out, value
+            return (out, value, next_state) if self.recurrent else (out, value)
 
         @torch.no_grad()
-        def act(self, obs: Any) -> Any:
-            out, _ = self.forward(obs)
-            return out if self.gaussian else out.argmax(-1)
+        def act(self, obs: Any, state: Optional[Any] = None) -> Any:
+            out, _, *rest = self.forward(obs, state)
+            greedy = out if self.gaussian else out.argmax(-1)
+            return (greedy, rest[0]) if self.recurrent else greedy
 
     class QNetwork(nn.Module):
         """DQN's trained network: `forward(obs)` gives the Q-values (`q_head`, or the dueling head's
@@ -340,20 +387,22 @@ def load_policy(
     concatenated in its key order, as the env bridges do), `model.act(obs)` the greedy actions, which are
     `rlfactory enjoy --eval_deterministic`'s on the same observations. APPO's actor-critic and DQN's Q-network
     (`model(obs)` gives the Q-values), with MLP and convolutional encoders (`--encoder_conv_layers`,
-    `--encoder_conv_architecture`); recurrent cores, custom encoders and SAC's networks raise ConfigError."""
+    `--encoder_conv_architecture`) and APPO's GRU or LSTM core (`--use_rnn`: `act(obs, state)` gives the actions
+    and the next state; `initial_state(n)` starts an episode); custom encoders and SAC's networks raise
+    ConfigError."""
     folder = Path(train_dir) / experiment
     try:
         with open(folder / "config.json") as f:
             config = json.load(f)
     except FileNotFoundError:
         raise ConfigError(f"{folder / 'config.json'}: no such file (is {folder} an experiment folder?)") from None
-    unsupported = [
-        flag for flag, plain in [("use_rnn", False), ("encoder_custom", "")] if config.get(flag, plain) != plain
-    ]
+    unsupported = [flag for flag, plain in [("encoder_custom", "")] if config.get(flag, plain) != plain]
+    if config.get("algo", "appo") == "dqn" and config.get("use_rnn"):
+        unsupported.append("use_rnn")
     if config.get("algo", "appo") not in ("appo", "dqn") or unsupported:
         what = f"--{unsupported[0]}" if unsupported else f"--algo {config.get('algo')}"
         raise ConfigError(
-            f"load_policy builds APPO's feed-forward actor-critic and DQN's Q-network; {folder} was trained with {what}"
+            f"load_policy builds APPO's actor-critic and DQN's Q-network; {folder} was trained with {what}"
         )
     with tempfile.TemporaryDirectory(prefix="rlfactory-") as tmp:
         out = os.path.join(tmp, "policy.safetensors")

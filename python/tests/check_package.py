@@ -237,6 +237,36 @@ def check_actions_against_enjoy(policy, experiment, train_dir, variable):
     return len(steps), int((greedy == taken).sum()), len(set(taken.tolist()))
 
 
+def check_recurrent_policies(train_dir):
+    """load_policy of APPO with a recurrent core: a GRU shared by actor and critic, and separate two-layer LSTMs; the
+    state goes from step to step as enjoy's does, from zeros at each episode's start (SignEnv's are 20 steps)."""
+    for experiment, flags in [
+        ("sign_gru", dict(rnn_type="gru", actor_critic_share_weights=True)),
+        ("sign_lstm", dict(rnn_type="lstm", rnn_num_layers=2, rnn_size=32)),
+    ]:
+        rlfactory.train(env=SignEnv, experiment=experiment, train_dir=train_dir, serial_mode=True, use_rnn=True,
+                        train_for_env_steps=4000, seed=1, **flags)
+        policy = rlfactory.load_policy(experiment, train_dir=train_dir)
+        record = os.path.join(train_dir, f"{experiment}_steps.jsonl")
+        os.environ["SIGN_ENV_RECORD"] = record
+        try:
+            rlfactory.enjoy(experiment=experiment, train_dir=train_dir, max_num_episodes=5, eval_deterministic=True)
+        finally:
+            del os.environ["SIGN_ENV_RECORD"]
+        with open(record) as f:
+            steps = [json.loads(line) for line in f]
+        agree, state = 0, None
+        for t, (obs, taken) in enumerate(steps):
+            if t % 20 == 0:
+                state = policy.initial_state(1)
+            action, state = policy.act(torch.tensor([obs], dtype=torch.float32), state)
+            agree += int(action.item() == taken)
+        kinds = len({taken for _, taken in steps})
+        check(len(steps) == 100 and agree == len(steps) and kinds == 2,
+              f"load_policy of a --use_rnn --rnn_type {flags['rnn_type']} policy, stepped with its state, takes "
+              f"enjoy's greedy actions on its {len(steps)} observations ({agree} agree)")
+
+
 def check_convolutional_policies(train_dir):
     """load_policy of the two convolutional encoders over a Dict of an image and a vector: a named network per part
     (`--encoder_conv_architecture`) and convolutions over the image then an MLP (`--encoder_conv_layers`)."""
@@ -284,6 +314,7 @@ def main():
     check(n == 100 and agree == n and kinds == 2,
           f"load_policy's greedy actions equal enjoy --eval_deterministic's on its {n} observations ({agree} agree)")
     check_convolutional_policies(train_dir)
+    check_recurrent_policies(train_dir)
     rlfactory.train(env=SignEnv, experiment="sign_dqn", train_dir=train_dir, algo="dqn", serial_mode=True,
                     train_for_env_steps=6000, seed=1)
     q_network = rlfactory.load_policy("sign_dqn", train_dir=train_dir)
