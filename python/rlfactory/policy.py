@@ -1,5 +1,5 @@
-"""A trained policy (APPO's actor-critic, DQN's Q-network) as a `torch.nn.Module`, from the state dict that
-`rlfactory export` writes.
+"""A trained policy (APPO's actor-critic, DQN's Q-network, SAC's actor) as a `torch.nn.Module`, from the state
+dict that `rlfactory export` writes.
 
 The module mirrors the Rust network variable for variable (the names and layouts the binary's `export` documents):
 observations are normalised with the running statistics (`--normalize_input`, clipped to ±10), divided by
@@ -369,7 +369,37 @@ def _build(state: Dict[str, Any], config: Dict[str, Any], layout: list) -> Any:
                 q = q.masked_fill(obs.to(torch.float32)[..., at : at + n] < 0.5, float("-inf"))
             return q.argmax(-1)
 
-    model = QNetwork() if config.get("algo") == "dqn" else ActorCritic()
+    class SacActorNet(nn.Module):
+        """`actor.…`: the encoder, then the Gaussian's mean and log standard deviation heads."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = Encoder()
+            action_dim = state["actor.mean.weight"].shape[0]
+            self.mean = nn.Linear(self.encoder._size, action_dim)
+            self.log_std = nn.Linear(self.encoder._size, action_dim)
+
+    class SacActor(nn.Module):
+        """SAC's trained actor: `forward(obs)` gives the Gaussian's mean and log standard deviation (clamped to
+        [-20, 2]) before the tanh squash; `act(obs)` the greedy action `tanh(mean)` in [-1, 1] (the env's bounds are
+        reached by scaling, `low + (a + 1) / 2 * (high - low)`)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.obs_scale = float(config.get("obs_scale", 1.0))
+            self.actor = SacActorNet()
+
+        def forward(self, obs: Any) -> Tuple[Any, Any]:
+            x = obs.to(torch.float32)
+            h = self.actor.encoder(x / self.obs_scale if self.obs_scale != 1.0 else x)
+            return self.actor.mean(h), self.actor.log_std(h).clamp(-20.0, 2.0)
+
+        @torch.no_grad()
+        def act(self, obs: Any) -> Any:
+            return torch.tanh(self.forward(obs)[0])
+
+    algo = config.get("algo", "appo")
+    model = QNetwork() if algo == "dqn" else SacActor() if algo == "sac" else ActorCritic()
     model.load_state_dict(state, strict=True)
     model.eval()
     return model
@@ -388,8 +418,8 @@ def load_policy(
     `rlfactory enjoy --eval_deterministic`'s on the same observations. APPO's actor-critic and DQN's Q-network
     (`model(obs)` gives the Q-values), with MLP and convolutional encoders (`--encoder_conv_layers`,
     `--encoder_conv_architecture`) and APPO's GRU or LSTM core (`--use_rnn`: `act(obs, state)` gives the actions
-    and the next state; `initial_state(n)` starts an episode); custom encoders and SAC's networks raise
-    ConfigError."""
+    and the next state; `initial_state(n)` starts an episode), and SAC's actor (`act(obs)` gives `tanh(mean)`, in
+    [-1, 1] before the env's bounds scale it); custom encoders (the user's own Rust network) raise ConfigError."""
     folder = Path(train_dir) / experiment
     try:
         with open(folder / "config.json") as f:
@@ -397,12 +427,12 @@ def load_policy(
     except FileNotFoundError:
         raise ConfigError(f"{folder / 'config.json'}: no such file (is {folder} an experiment folder?)") from None
     unsupported = [flag for flag, plain in [("encoder_custom", "")] if config.get(flag, plain) != plain]
-    if config.get("algo", "appo") == "dqn" and config.get("use_rnn"):
+    if config.get("algo", "appo") != "appo" and config.get("use_rnn"):
         unsupported.append("use_rnn")
-    if config.get("algo", "appo") not in ("appo", "dqn") or unsupported:
+    if config.get("algo", "appo") not in ("appo", "dqn", "sac") or unsupported:
         what = f"--{unsupported[0]}" if unsupported else f"--algo {config.get('algo')}"
         raise ConfigError(
-            f"load_policy builds APPO's actor-critic and DQN's Q-network; {folder} was trained with {what}"
+            f"load_policy builds APPO's actor-critic, DQN's Q-network and SAC's actor; {folder} was trained with {what}"
         )
     with tempfile.TemporaryDirectory(prefix="rlfactory-") as tmp:
         out = os.path.join(tmp, "policy.safetensors")

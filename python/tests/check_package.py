@@ -55,6 +55,25 @@ class SignEnv(gym.Env):
         return self.obs, float(int(action) == right), False, self.t >= self.length, {}
 
 
+class SignBox(SignEnv):
+    """SignEnv with one continuous action in [-1, 1]: the reward is 1 minus the distance to the sign of the first two
+    values' sum. With `SIGN_ENV_RECORD` set, each step appends the observation and the action taken."""
+
+    def __init__(self, length=20):
+        super().__init__(length)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def step(self, action):
+        value = float(np.asarray(action).ravel()[0])
+        if self.record:
+            with open(self.record, "a") as f:
+                f.write(json.dumps([self.obs.tolist(), value]) + "\n")
+        target = 1.0 if self.obs[0] + self.obs[1] > 0 else -1.0
+        self.t += 1
+        self.obs = self.np_random.uniform(-1.0, 1.0, 4).astype(np.float32)
+        return self.obs, 1.0 - abs(value - target), False, self.t >= self.length, {}
+
+
 class PixelSign(gym.Env):
     """A Dict observation: a 36x36 RGB picture of noise whose left or right half is lit, and two values; the right
     action is the lit side. With `PIXEL_ENV_RECORD` set, each step appends the observation (flat, as the bridge
@@ -237,6 +256,31 @@ def check_actions_against_enjoy(policy, experiment, train_dir, variable):
     return len(steps), int((greedy == taken).sum()), len(set(taken.tolist()))
 
 
+def check_sac_actor(train_dir):
+    """load_policy of SAC's actor: its greedy actions, tanh of the mean, are those enjoy took (the env's bounds are
+    [-1, 1], so unscaled), to float32 rounding (1e-5), and they vary with the observation a hundred times more than
+    that (a short run: the actor has not learned yet, but a wrong layout or squash would show)."""
+    rlfactory.train(env=SignBox, experiment="sign_sac", train_dir=train_dir, algo="sac", serial_mode=True,
+                    train_for_env_steps=3000, learning_starts=500, seed=1)
+    actor = rlfactory.load_policy("sign_sac", train_dir=train_dir)
+    record = os.path.join(train_dir, "sign_sac_steps.jsonl")
+    os.environ["SIGN_ENV_RECORD"] = record
+    try:
+        rlfactory.enjoy(experiment="sign_sac", train_dir=train_dir, max_num_episodes=5, eval_deterministic=True)
+    finally:
+        del os.environ["SIGN_ENV_RECORD"]
+    with open(record) as f:
+        steps = [json.loads(line) for line in f]
+    obs = torch.tensor([s[0] for s in steps], dtype=torch.float32)
+    taken = torch.tensor([s[1] for s in steps])
+    greedy = actor.act(obs).squeeze(-1)
+    gap = float((greedy - taken).abs().max())
+    spread = float(taken.std())
+    check(len(steps) == 100 and gap < 1e-5 and spread > 1e-3,
+          f"load_policy of SAC's actor takes enjoy's greedy actions on its {len(steps)} observations (largest "
+          f"difference {gap:.2e}, the actions' spread {spread:.3f})")
+
+
 def check_recurrent_policies(train_dir):
     """load_policy of APPO with a recurrent core: a GRU shared by actor and critic, and separate two-layer LSTMs; the
     state goes from step to step as enjoy's does, from zeros at each episode's start (SignEnv's are 20 steps)."""
@@ -315,6 +359,7 @@ def main():
           f"load_policy's greedy actions equal enjoy --eval_deterministic's on its {n} observations ({agree} agree)")
     check_convolutional_policies(train_dir)
     check_recurrent_policies(train_dir)
+    check_sac_actor(train_dir)
     rlfactory.train(env=SignEnv, experiment="sign_dqn", train_dir=train_dir, algo="dqn", serial_mode=True,
                     train_for_env_steps=6000, seed=1)
     q_network = rlfactory.load_policy("sign_dqn", train_dir=train_dir)
