@@ -1,5 +1,5 @@
-//! Process-wide settings (the allocator's, the CPU's floating-point mode) and process operations that need a raw OS call
-//! or a CPU register.
+//! Process-wide settings (the allocator's), a thread's floating-point mode for a learner's steps, and process
+//! operations that need a raw OS call or a CPU register.
 
 use std::time::Duration;
 
@@ -34,52 +34,99 @@ pub fn keep_freed_memory() -> bool {
     }
 }
 
-/// Makes the CPU treat subnormal floats (below 1.2e-38 in magnitude) as zero, in this thread and the threads and
-/// forked processes it starts afterwards (they inherit the floating-point control register; a process that execs
-/// starts from the default again), as PyTorch's `torch.set_flush_denormal(True)` does.
+/// While it lives, the CPU treats subnormal floats (below 1.2e-38 in magnitude) as zero in this thread, as PyTorch's
+/// `torch.set_flush_denormal(True)` makes it; dropping it restores the thread's previous mode. Threads started
+/// meanwhile inherit the mode for good (libtorch's worker threads, which only compute tensors).
 ///
 /// Adam's first moment of a weight whose gradient stays zero (a dead ReLU unit's) decays by β₁ at every step into the
 /// subnormal range, where each operation on it takes the CPU's slow microcode path: in a DQN learner on Acrobot a
 /// third of the second layer's moments were subnormal after 8K steps, and Adam's elementwise operations took a
 /// quarter of each step. The values lost are below every weight's rounding step (a subnormal moment moves a weight by
-/// less than 1e-30), so training computes the same weights. Returns whether the CPU has the setting (x86-64's MXCSR
-/// flush-to-zero and denormals-are-zero bits, aarch64's FPCR flush-to-zero bit).
-pub fn flush_denormals() -> bool {
+/// less than 1e-30), so training computes the same weights. A learner holds one around its SGD steps only: an
+/// embedded Python env computes with the default mode (NumPy warns when it finds subnormals flushed). The mode is
+/// x86-64's MXCSR flush-to-zero and denormals-are-zero bits, aarch64's FPCR flush-to-zero bit; elsewhere nothing
+/// changes.
+#[derive(Debug)]
+pub struct FlushDenormals {
+    previous: Option<u64>,
+}
+
+impl FlushDenormals {
+    /// Flushes subnormals in this thread until the guard is dropped.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        let previous = float_mode();
+        if let Some(mode) = previous {
+            set_float_mode(mode | FLUSH_BITS);
+        }
+        Self { previous }
+    }
+}
+
+impl Drop for FlushDenormals {
+    fn drop(&mut self) {
+        if let Some(mode) = self.previous {
+            set_float_mode(mode);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+const FLUSH_BITS: u64 = (1 << 15) | (1 << 6);
+#[cfg(target_arch = "aarch64")]
+const FLUSH_BITS: u64 = 1 << 24;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const FLUSH_BITS: u64 = 0;
+
+/// The floating-point control register of this thread (MXCSR, FPCR), if this CPU has one we set.
+fn float_mode() -> Option<u64> {
     #[cfg(target_arch = "x86_64")]
     {
-        const FLUSH_TO_ZERO: u32 = 1 << 15;
-        const DENORMALS_ARE_ZERO: u32 = 1 << 6;
         let mut csr: u32 = 0;
         // SAFETY: `stmxcsr` stores the 32-bit MXCSR register at the address of `csr`, a live, aligned, writable u32.
         unsafe {
             std::arch::asm!("stmxcsr [{}]", in(reg) &mut csr, options(nostack, preserves_flags));
         }
-        csr |= FLUSH_TO_ZERO | DENORMALS_ARE_ZERO;
-        // SAFETY: `ldmxcsr` loads MXCSR from the address of `csr`, a live, aligned u32 holding the register as read
-        // above with only the two flush bits set: exceptions stay masked and the rounding mode stays the default.
-        unsafe {
-            std::arch::asm!("ldmxcsr [{}]", in(reg) &csr, options(nostack, preserves_flags, readonly));
-        }
-        true
+        Some(u64::from(csr))
     }
     #[cfg(target_arch = "aarch64")]
     {
-        const FLUSH_TO_ZERO: u64 = 1 << 24;
-        let mut fpcr: u64;
+        let fpcr: u64;
         // SAFETY: reading FPCR has no side effect.
         unsafe {
             std::arch::asm!("mrs {}, fpcr", out(reg) fpcr, options(nomem, nostack, preserves_flags));
         }
-        fpcr |= FLUSH_TO_ZERO;
-        // SAFETY: writes FPCR as read above with only the flush-to-zero bit set: traps and rounding mode unchanged.
-        unsafe {
-            std::arch::asm!("msr fpcr, {}", in(reg) fpcr, options(nomem, nostack, preserves_flags));
-        }
-        true
+        Some(fpcr)
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        false
+        None
+    }
+}
+
+/// Sets the register [`float_mode`] read to `mode`: that value, with at most the flush bits changed.
+fn set_float_mode(mode: u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let csr = mode as u32;
+        // SAFETY: `ldmxcsr` loads MXCSR from the address of `csr`, a live, aligned u32 holding the register as
+        // `float_mode` read it with at most the two flush bits changed: exceptions stay masked and the rounding mode
+        // stays what it was.
+        unsafe {
+            std::arch::asm!("ldmxcsr [{}]", in(reg) &csr, options(nostack, preserves_flags, readonly));
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // SAFETY: writes FPCR as `float_mode` read it with at most the flush-to-zero bit changed: traps and rounding
+        // mode unchanged.
+        unsafe {
+            std::arch::asm!("msr fpcr, {}", in(reg) mode, options(nomem, nostack, preserves_flags));
+        }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = mode;
     }
 }
 
@@ -229,20 +276,21 @@ mod tests {
     }
 
     #[test]
-    fn subnormals_become_zero_in_the_thread_that_asked_and_the_threads_it_starts() {
+    fn subnormals_are_zero_while_the_guard_lives_in_its_thread_and_the_threads_it_starts() {
         let tiny = std::hint::black_box(f32::MIN_POSITIVE);
         let halve = |x: f32| std::hint::black_box(x) / std::hint::black_box(2.0_f32);
-        let before = std::thread::spawn(move || halve(tiny)).join().expect("thread");
-        assert!(before > 0.0 && before < tiny, "{before}");
-        let after = std::thread::spawn(move || {
-            assert!(super::flush_denormals());
-            let here = halve(tiny);
+        let subnormal = move |x: f32| x > 0.0 && x < tiny;
+        let flushes = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+        std::thread::spawn(move || {
+            assert!(subnormal(halve(tiny)));
+            let guard = super::FlushDenormals::new();
             let started = std::thread::spawn(move || halve(tiny)).join().expect("thread");
-            (here, started)
+            assert_eq!((halve(tiny) == 0.0, started == 0.0), (flushes, flushes));
+            drop(guard);
+            assert!(subnormal(halve(tiny)), "the mode is restored");
         })
         .join()
         .expect("thread");
-        assert_eq!(after, (0.0, 0.0));
     }
 
     #[test]

@@ -190,8 +190,6 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
     #[cfg(feature = "python")]
     rlf_env::gym::pin_python_home();
     rlf_shm::process::keep_freed_memory();
-    // Subnormal floats as zero in every thread of this process (they inherit it): see the function.
-    rlf_shm::process::flush_denormals();
     // libtorch's OpenMP threads spin after every parallel region unless told otherwise, taking the cores the rollout
     // and inference workers need; they sleep instead (in the processes started from here: the environment is read
     // when libtorch loads), unless the user chose a policy.

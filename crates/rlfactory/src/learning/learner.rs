@@ -241,7 +241,10 @@ impl Learner {
             self.digested = true;
             Some(dataset.digest()?)
         };
-        let metrics = self.algo.train(&dataset)?;
+        let metrics = {
+            let _flush = rlf_shm::process::FlushDenormals::new();
+            self.algo.train(&dataset)?
+        };
         let report = TrainingReport {
             policy: self.policy,
             version: self.algo.version(),

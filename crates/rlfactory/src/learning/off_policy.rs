@@ -285,6 +285,8 @@ impl OffPolicyLearner {
 
     /// Up to `max_steps` SGD steps (until `until` at most, and while a rate-limited buffer allows them).
     fn train(&mut self, max_steps: usize, until: Option<Instant>) -> Result<Round> {
+        // Adam's moments of dead units decay into subnormals, which cost the CPU's slow path: see the guard.
+        let _flush = rlf_shm::process::FlushDenormals::new();
         let (mut metrics, mut update) = (Default::default(), None);
         for _ in 0..max_steps {
             if let Some((lr, inserts)) = self.lr_decay {
