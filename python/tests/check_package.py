@@ -238,10 +238,9 @@ def check_orphan_stops(train_dir):
           f"({saved}) and no shared memory of its own left ({left})")
 
 
-def check_actions_against_enjoy(policy, experiment, train_dir, variable):
+def enjoy_steps(experiment, train_dir, variable):
     """Runs enjoy --eval_deterministic (5 episodes of 20 steps) with the env recording each observation and action in
-    the file named by `variable`: how many steps, on how many of them `policy.act` takes enjoy's action, and how many
-    different actions enjoy took (a policy of one action would agree with anything)."""
+    the file named by `variable`; the recorded (observation, action) pairs."""
     record = os.path.join(train_dir, f"{experiment}_steps.jsonl")
     os.environ[variable] = record
     try:
@@ -249,7 +248,13 @@ def check_actions_against_enjoy(policy, experiment, train_dir, variable):
     finally:
         del os.environ[variable]
     with open(record) as f:
-        steps = [json.loads(line) for line in f]
+        return [json.loads(line) for line in f]
+
+
+def check_actions_against_enjoy(policy, experiment, train_dir, variable):
+    """How many steps enjoy took (`enjoy_steps`), on how many of them `policy.act` takes enjoy's action, and how many
+    different actions enjoy took (a policy of one action would agree with anything)."""
+    steps = enjoy_steps(experiment, train_dir, variable)
     obs = torch.tensor([s[0] for s in steps], dtype=torch.float32)
     taken = torch.tensor([s[1] for s in steps])
     greedy = policy.act(obs)
@@ -263,14 +268,7 @@ def check_sac_actor(train_dir):
     rlfactory.train(env=SignBox, experiment="sign_sac", train_dir=train_dir, algo="sac", serial_mode=True,
                     train_for_env_steps=3000, learning_starts=500, seed=1)
     actor = rlfactory.load_policy("sign_sac", train_dir=train_dir)
-    record = os.path.join(train_dir, "sign_sac_steps.jsonl")
-    os.environ["SIGN_ENV_RECORD"] = record
-    try:
-        rlfactory.enjoy(experiment="sign_sac", train_dir=train_dir, max_num_episodes=5, eval_deterministic=True)
-    finally:
-        del os.environ["SIGN_ENV_RECORD"]
-    with open(record) as f:
-        steps = [json.loads(line) for line in f]
+    steps = enjoy_steps("sign_sac", train_dir, "SIGN_ENV_RECORD")
     obs = torch.tensor([s[0] for s in steps], dtype=torch.float32)
     taken = torch.tensor([s[1] for s in steps])
     greedy = actor.act(obs).squeeze(-1)
@@ -291,14 +289,7 @@ def check_recurrent_policies(train_dir):
         rlfactory.train(env=SignEnv, experiment=experiment, train_dir=train_dir, serial_mode=True, use_rnn=True,
                         train_for_env_steps=4000, seed=1, **flags)
         policy = rlfactory.load_policy(experiment, train_dir=train_dir)
-        record = os.path.join(train_dir, f"{experiment}_steps.jsonl")
-        os.environ["SIGN_ENV_RECORD"] = record
-        try:
-            rlfactory.enjoy(experiment=experiment, train_dir=train_dir, max_num_episodes=5, eval_deterministic=True)
-        finally:
-            del os.environ["SIGN_ENV_RECORD"]
-        with open(record) as f:
-            steps = [json.loads(line) for line in f]
+        steps = enjoy_steps(experiment, train_dir, "SIGN_ENV_RECORD")
         agree, state = 0, None
         for t, (obs, taken) in enumerate(steps):
             if t % 20 == 0:
