@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::builder::PossibleValuesParser;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -93,15 +94,18 @@ fn cli_command() -> Result<clap::Command, RlfError> {
     Ok(Cli::command()
         .args_override_self(true)
         .mut_subcommand("train", |train| {
-            defaults
-                .into_iter()
-                .fold(train.allow_negative_numbers(true), |train, (key, value)| {
+            defaults.into_iter().fold(
+                train.allow_negative_numbers(true).mut_arg("algo", |a| {
+                    a.value_parser(PossibleValuesParser::new(crate::algo::names()))
+                }),
+                |train, (key, value)| {
                     if train.get_arguments().any(|a| a.get_id() == key.as_str()) {
                         train.mut_arg(key, |a| a.default_value(value).required(false))
                     } else {
                         train
                     }
-                })
+                },
+            )
         }))
 }
 
@@ -146,7 +150,7 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
         &command_line,
     )?;
     let plan = RunPlan::resolve(&config, registry)?;
-    config.check_train_usage()?;
+    plan.check_train_usage()?;
     Ok(Invocation::Train(Box::new(plan)))
 }
 
@@ -175,8 +179,7 @@ impl Config {
             None => None,
         };
         let config = Config::layered(file.as_ref().map(|(path, s)| (*path, s)), &given)?;
-        RunPlan::resolve(&config, &EnvRegistry::with_builtin())?;
-        config.check_train_usage()?;
+        RunPlan::resolve(&config, &EnvRegistry::with_builtin())?.check_train_usage()?;
         Ok(config)
     }
 }
@@ -360,8 +363,7 @@ fn start_line(cfg: &Config) -> String {
     };
     format!(
         "training {} with {} ({budget}), {saved}; --verbose prints the whole config",
-        cfg.env.env,
-        cfg.off_policy.algo.name()
+        cfg.env.env, cfg.learning.algo
     )
 }
 
@@ -441,7 +443,6 @@ mod tests {
     /// config is valid.
     #[test]
     fn off_policy_algos_take_their_own_shipped_configs() {
-        use crate::config::Algo;
         for (env, batch) in [
             ("CartPole-v1", 64),
             ("Acrobot-v1", 128),
@@ -450,8 +451,8 @@ mod tests {
         ] {
             let cfg = Config::for_env(env, &["algo = 'dqn'"]).expect("a valid config");
             assert_eq!(
-                (cfg.off_policy.algo, cfg.appo.batch_size),
-                (Algo::Dqn, batch),
+                (cfg.learning.algo.as_str(), cfg.appo.batch_size),
+                ("dqn", batch),
                 "{env}"
             );
         }
@@ -462,11 +463,11 @@ mod tests {
         let sac = Config::for_env("Pendulum-v1", &["algo = 'sac'"]).expect("a valid config");
         assert_eq!(
             (
-                sac.off_policy.algo,
+                sac.learning.algo.as_str(),
                 sac.off_policy.replay_ratio,
                 sac.off_policy.tau
             ),
-            (Algo::Sac, 256.0, 0.005)
+            ("sac", 256.0, 0.005)
         );
         let cartpole = Config::for_env("CartPole-v1", &["algo = 'sac'"])
             .unwrap_err()
@@ -479,11 +480,19 @@ mod tests {
             .expect("a valid config");
         assert_eq!(
             (
-                cfg.off_policy.algo,
+                cfg.learning.algo.as_str(),
                 cfg.appo.batch_size,
                 cfg.model.normalize_input
             ),
-            (Algo::Dqn, 128, false)
+            ("dqn", 128, false)
+        );
+        // A name no algorithm registered is one line naming those that are, wherever it was written.
+        let unknown = Config::for_env("CartPole-v1", &["algo = 'ppo'"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            unknown,
+            "invalid configuration: --algo ppo: there is no such algorithm (there are: appo, dqn, sac)"
         );
     }
 

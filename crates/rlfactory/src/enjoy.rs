@@ -317,11 +317,9 @@ impl CheckpointSource {
         let (observation_space, action_space) = plan
             .env
             .policy_spaces(self.policy_index, plan.mapping.by_agent.as_deref())?;
-        let mut model = crate::algo::algorithm(cfg.off_policy.algo).acting_network(
-            observation_space,
-            action_space,
-            cfg,
-        )?;
+        let mut model = plan
+            .algorithm()?
+            .acting_network(observation_space, action_space, cfg)?;
         model.load_named_tensors(&state.tensors)?;
         // Sampled moves explore as at the end of training (DQN's ε); deterministic ones are greedy.
         model.set_exploration(cfg.off_policy.exploration_final_eps);
@@ -484,7 +482,8 @@ pub fn run_episodes(
     mut video: Option<&mut Recorder>,
     mut on_episode: impl FnMut(usize, &Episode) -> Result<()>,
 ) -> Result<Vec<Episode>> {
-    let mut mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.action_mode())?;
+    let mode = crate::algo::algorithm(&cfg.learning.algo)?.continuous_action_mode(cfg);
+    let mut mapper = ActionMapper::for_agents(&envs.action_spaces(), mode)?;
     let columns = envs.num_columns();
     let mut buf = VecBuffers::new(columns, envs.obs_dim());
     ActorCritic::seed(seed);

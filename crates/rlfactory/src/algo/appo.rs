@@ -63,6 +63,19 @@ use crate::pbt::Hyper;
 pub struct AppoAlgorithm;
 
 impl super::Algorithm for AppoAlgorithm {
+    fn name(&self) -> &'static str {
+        "appo"
+    }
+
+    fn learns_from_replay(&self) -> bool {
+        false
+    }
+
+    /// APPO takes every setting its learner reads; the config's own checks cover them.
+    fn check_config(&self, _cfg: &Config) -> Result<()> {
+        Ok(())
+    }
+
     fn acting_network(
         &self,
         observation_space: &rlf_env::Space,

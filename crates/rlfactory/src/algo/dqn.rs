@@ -31,6 +31,39 @@ use crate::model::{NamedTensor, Policy, PolicyWeights, QNetwork};
 pub struct DqnAlgorithm;
 
 impl super::Algorithm for DqnAlgorithm {
+    fn name(&self) -> &'static str {
+        "dqn"
+    }
+
+    fn learns_from_replay(&self) -> bool {
+        true
+    }
+
+    fn check_config(&self, cfg: &Config) -> Result<()> {
+        super::check_off_policy(cfg, self.name())
+    }
+
+    fn check_training(&self, cfg: &Config) -> Result<()> {
+        super::check_off_policy_training(cfg, self.name())
+    }
+
+    /// ε-greedy: ε falls linearly from `--exploration_initial_eps` to `--exploration_final_eps` over
+    /// `--exploration_fraction` of `--train_for_env_steps`, then stays.
+    fn exploration(&self, cfg: &Config) -> Option<super::ExplorationSchedule> {
+        let o = &cfg.off_policy;
+        Some(super::ExplorationSchedule {
+            initial: o.exploration_initial_eps,
+            last: o.exploration_final_eps,
+            hold: 0,
+            span: o.exploration_fraction * cfg.run.train_for_env_steps as f64,
+            duration_mu: o.exploration_duration_mu,
+        })
+    }
+
+    fn explores_epsilon_greedy(&self) -> bool {
+        true
+    }
+
     fn acting_network(
         &self,
         observation_space: &rlf_env::Space,

@@ -1,5 +1,5 @@
 //! The math of the algorithms, one file each; what every algorithm tells the rest of the crate ([`Algorithm`],
-//! registered in [`algorithm`]); the face the trajectory learner sees of an algorithm that learns from the trajectory
+//! each registered by one line of [`ALGORITHMS`] and found by its `--algo` name with [`algorithm`]); the face the trajectory learner sees of an algorithm that learns from the trajectory
 //! slots ([`OnPolicyAlgo`]: APPO), and what the off-policy ones share: a batch of transitions ([`Transitions`]) and
 //! the face the off-policy learner sees ([`OffPolicyAlgo`]: DQN, SAC).
 
@@ -11,21 +11,58 @@ pub mod sac;
 
 use std::collections::BTreeMap;
 
+use clap::ValueEnum;
 use rlf_env::Space;
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
 use self::adam::GradientSync;
 use self::appo::Dataset;
-use crate::config::{Algo, Config};
+use crate::config::{Config, ContinuousActionMode, LrScheduleKind};
 use crate::data::TransitionLayout;
 use crate::error::{Result, RlfError};
 use crate::model::{Draws, NamedTensor, Policy, PolicyWeights};
 use crate::pbt::Hyper;
 
-/// What an algorithm tells the rest of the crate: the network that acts for a policy and the action spaces it can
-/// learn. Each algorithm's implementation is in its own file; [`algorithm`] registers them.
+/// What an algorithm tells the rest of the crate: its name, where it learns from, the checks of a configuration
+/// it makes, how its actors act, the network that acts for a policy and its learner. Each algorithm's implementation
+/// is in its own file; [`ALGORITHMS`] registers them.
 pub trait Algorithm: Sync {
+    /// Its name on the command line (`--algo NAME`) and in config files.
+    fn name(&self) -> &'static str;
+
+    /// Whether it learns from a replay buffer (the off-policy learner's) rather than from the trajectory slots.
+    fn learns_from_replay(&self) -> bool;
+
+    /// Its checks of a configuration that need no env, each a one-line error naming the flags (run by
+    /// [`crate::plan::RunPlan::resolve`] after [`Config::validate`]).
+    fn check_config(&self, cfg: &Config) -> Result<()>;
+
+    /// Settings a training run refuses that a saved experiment may still be played with (`enjoy`, `eval`): checked
+    /// before a run as [`Config::check_train_usage`] is. None by default.
+    fn check_training(&self, cfg: &Config) -> Result<()> {
+        let _ = cfg;
+        Ok(())
+    }
+
+    /// How raw continuous actions reach the env: by default as `--continuous_action_mode` says.
+    fn continuous_action_mode(&self, cfg: &Config) -> ContinuousActionMode {
+        cfg.model.continuous_action_mode
+    }
+
+    /// How its actors mix uniformly random actions into their network's, by the transitions in the policy's replay
+    /// buffer; `None` (the default): they act as the network says.
+    fn exploration(&self, cfg: &Config) -> Option<ExplorationSchedule> {
+        let _ = cfg;
+        None
+    }
+
+    /// Whether its actors explore ε-greedily, so that `--exploration_duration_mu` may repeat their exploratory
+    /// actions. No by default.
+    fn explores_epsilon_greedy(&self) -> bool {
+        false
+    }
+
     /// A policy's acting network, with fresh weights, for the spaces of its agents: what the inference workers run
     /// and what `enjoy`, `eval`, `export` and a resume's check load a checkpoint into.
     fn acting_network(
@@ -61,12 +98,137 @@ pub trait Algorithm: Sync {
     ) -> Result<Option<Box<dyn OffPolicyAlgo>>>;
 }
 
-/// The algorithm `algo` names: the one registration of each.
-pub fn algorithm(algo: Algo) -> &'static dyn Algorithm {
-    match algo {
-        Algo::Appo => &appo::AppoAlgorithm,
-        Algo::Dqn => &dqn::DqnAlgorithm,
-        Algo::Sac => &sac::SacAlgorithm,
+/// Every algorithm: the one registration line of each.
+pub const ALGORITHMS: &[&dyn Algorithm] = &[&appo::AppoAlgorithm, &dqn::DqnAlgorithm, &sac::SacAlgorithm];
+
+/// The registered algorithms' names, in order.
+pub fn names() -> Vec<&'static str> {
+    ALGORITHMS.iter().map(|a| a.name()).collect()
+}
+
+/// The algorithm named `name` (`--algo`), or a one-line error listing the names.
+pub fn algorithm(name: &str) -> Result<&'static dyn Algorithm> {
+    ALGORITHMS
+        .iter()
+        .copied()
+        .find(|a| a.name() == name)
+        .ok_or_else(|| {
+            RlfError::Config(format!(
+                "--algo {name}: there is no such algorithm (there are: {})",
+                names().join(", ")
+            ))
+        })
+}
+
+/// The algorithm `cfg` names, after the checks of `cfg` that depend on it and need no env: the flags that only some
+/// algorithms read, then the algorithm's own ([`Algorithm::check_config`]).
+pub fn checked(cfg: &Config) -> Result<&'static dyn Algorithm> {
+    let algo = algorithm(&cfg.learning.algo)?;
+    let o = &cfg.off_policy;
+    if o.prioritized_replay && !algo.learns_from_replay() {
+        let replayed: Vec<String> = ALGORITHMS
+            .iter()
+            .filter(|a| a.learns_from_replay())
+            .map(|a| format!("--algo {}", a.name()))
+            .collect();
+        return Err(RlfError::Config(format!(
+            "--prioritized_replay needs a replay buffer: {}",
+            replayed.join(" or ")
+        )));
+    }
+    if o.exploration_duration_mu != 0.0 && !algo.explores_epsilon_greedy() {
+        return Err(RlfError::Config(format!(
+            "--exploration_duration_mu holds DQN's ε-greedy exploratory actions; --algo {} explores otherwise",
+            algo.name()
+        )));
+    }
+    algo.check_config(cfg)?;
+    Ok(algo)
+}
+
+/// The checks every off-policy algorithm makes of a configuration (see [`Algorithm::check_config`]): what the
+/// off-policy learner supports so far, and a replay buffer that fits the run.
+pub fn check_off_policy(cfg: &Config, name: &str) -> Result<()> {
+    let err = |m: String| Err(RlfError::Config(m));
+    for (flag, on) in [
+        ("--self_play", cfg.sampling.self_play),
+        ("--with_pbt", cfg.pbt.with_pbt),
+        ("--async_rl=false", !cfg.run.async_rl),
+        ("--use_rnn", cfg.model.use_rnn),
+        ("--mpi", cfg.distributed.mpi),
+    ] {
+        if on {
+            return err(format!("{flag} is not supported with --algo {name} yet"));
+        }
+    }
+    let o = &cfg.off_policy;
+    if o.replay_buffer_size < cfg.appo.batch_size {
+        return err(format!(
+            "--replay_buffer_size ({}) must hold at least one --batch_size ({})",
+            o.replay_buffer_size, cfg.appo.batch_size
+        ));
+    }
+    if cfg.run.serial_mode && o.replay_ratio <= 0.0 {
+        return err(format!(
+            "--serial_mode with --algo {name} needs --replay_ratio > 0 (one loop trains what the ratio says)"
+        ));
+    }
+    Ok(())
+}
+
+/// The settings every off-policy algorithm refuses to train with, which its networks and learner do not read (see
+/// [`Algorithm::check_training`]).
+pub fn check_off_policy_training(cfg: &Config, name: &str) -> Result<()> {
+    for (flag, on) in [
+        ("--normalize_input", cfg.model.normalize_input),
+        ("--normalize_returns", cfg.model.normalize_returns),
+    ] {
+        if on {
+            return Err(RlfError::Config(format!(
+                "{flag} is not supported with --algo {name} yet"
+            )));
+        }
+    }
+    match cfg.optimizer.lr_schedule {
+        LrScheduleKind::Constant | LrScheduleKind::LinearDecay => Ok(()),
+        kind => Err(RlfError::Config(format!(
+            "--lr_schedule {} adapts to APPO's KL divergence; --algo {name} takes constant or linear_decay",
+            kind.to_possible_value().as_ref().map_or("", |v| v.get_name())
+        ))),
+    }
+}
+
+/// How an off-policy algorithm's actors explore ([`Algorithm::exploration`]): the share ε of uniformly random
+/// actions stays at `initial` for the first `hold` transitions inserted, then moves linearly to `last` over `span`
+/// more, and stays there; each exploratory action lasts a duration drawn from a zeta distribution of exponent
+/// `duration_mu` (0: one step).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExplorationSchedule {
+    /// ε at the start.
+    pub initial: f64,
+    /// ε at the end, and after.
+    pub last: f64,
+    /// Transitions before ε starts to move.
+    pub hold: u64,
+    /// Transitions over which it moves (0: at once).
+    pub span: f64,
+    /// The exponent of the exploratory actions' durations (`--exploration_duration_mu`).
+    pub duration_mu: f64,
+}
+
+impl ExplorationSchedule {
+    /// ε once `inserted` transitions are in the replay buffer.
+    pub fn epsilon(&self, inserted: u64) -> f64 {
+        if inserted < self.hold {
+            return self.initial;
+        }
+        let moved = (inserted - self.hold) as f64;
+        let progress = if self.span > 0.0 {
+            (moved / self.span).min(1.0)
+        } else {
+            1.0
+        };
+        self.initial + progress * (self.last - self.initial)
     }
 }
 
@@ -243,5 +405,58 @@ pub trait OffPolicyAlgo: std::fmt::Debug {
     fn load_sampler_state(&mut self, state: &[u8]) -> Result<()> {
         let _ = state;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each registered algorithm is found by its own name, names are unique, and an unknown one is refused in one
+    /// line that lists them.
+    #[test]
+    fn every_registered_algorithm_is_found_by_its_name() {
+        let names = names();
+        assert_eq!(names, ["appo", "dqn", "sac"]);
+        for name in &names {
+            assert_eq!(algorithm(name).expect("registered").name(), *name);
+        }
+        let error = algorithm("ppo").err().map(|e| e.to_string());
+        assert_eq!(
+            error.as_deref(),
+            Some("invalid configuration: --algo ppo: there is no such algorithm (there are: appo, dqn, sac)")
+        );
+        assert!(!algorithm("appo").expect("appo").learns_from_replay());
+        assert!(algorithm("dqn").expect("dqn").learns_from_replay());
+    }
+
+    /// DQN's ε falls linearly over `--exploration_fraction` of the run and stays; SAC acts at random until
+    /// `--learning_starts` transitions are in, then samples its actor; APPO has no schedule.
+    #[test]
+    fn each_algorithm_explores_on_its_schedule() {
+        let mut cfg = Config::default();
+        cfg.run.train_for_env_steps = 1000;
+        cfg.off_policy.exploration_fraction = 0.5;
+        cfg.off_policy.exploration_initial_eps = 1.0;
+        cfg.off_policy.exploration_final_eps = 0.1;
+        cfg.off_policy.learning_starts = 300;
+        let dqn = algorithm("dqn")
+            .expect("dqn")
+            .exploration(&cfg)
+            .expect("ε-greedy");
+        let at = |s: &ExplorationSchedule, n| (s.epsilon(n) * 1e6).round() / 1e6;
+        assert_eq!(
+            [at(&dqn, 0), at(&dqn, 250), at(&dqn, 500), at(&dqn, 900)],
+            [1.0, 0.55, 0.1, 0.1]
+        );
+        let sac = algorithm("sac")
+            .expect("sac")
+            .exploration(&cfg)
+            .expect("random at first");
+        assert_eq!(
+            [at(&sac, 0), at(&sac, 299), at(&sac, 300), at(&sac, 5000)],
+            [1.0, 1.0, 0.0, 0.0]
+        );
+        assert!(algorithm("appo").expect("appo").exploration(&cfg).is_none());
     }
 }

@@ -25,7 +25,7 @@ use tch::{Kind, Reduction, Tensor};
 
 use super::adam::{Adam, AdamConfig};
 use super::{OffPolicyAlgo, Transitions};
-use crate::config::{Config, OffPolicyConfig, OptimizerConfig};
+use crate::config::{Config, ContinuousActionMode, ConvArchitecture, OffPolicyConfig, OptimizerConfig};
 use crate::error::{Result, RlfError};
 use crate::model::{NamedTensor, Policy, PolicyWeights, SacActor, TwinQ};
 
@@ -34,6 +34,50 @@ use crate::model::{NamedTensor, Policy, PolicyWeights, SacActor, TwinQ};
 pub struct SacAlgorithm;
 
 impl super::Algorithm for SacAlgorithm {
+    fn name(&self) -> &'static str {
+        "sac"
+    }
+
+    fn learns_from_replay(&self) -> bool {
+        true
+    }
+
+    fn check_config(&self, cfg: &Config) -> Result<()> {
+        let m = &cfg.model;
+        if !m.encoder_conv_layers.0.is_empty()
+            || m.encoder_conv_architecture != ConvArchitecture::None
+            || m.obs_scale != 1.0
+        {
+            return Err(RlfError::Config(
+                "--algo sac takes unscaled observations and MLP encoders only: drop --encoder_conv_layers, \
+                 --encoder_conv_architecture and --obs_scale"
+                    .into(),
+            ));
+        }
+        super::check_off_policy(cfg, self.name())
+    }
+
+    fn check_training(&self, cfg: &Config) -> Result<()> {
+        super::check_off_policy_training(cfg, self.name())
+    }
+
+    /// The actor acts in [−1, 1], scaled to the bounds.
+    fn continuous_action_mode(&self, _cfg: &Config) -> ContinuousActionMode {
+        ContinuousActionMode::Scale
+    }
+
+    /// Uniformly random actions until `--learning_starts` transitions are in (as Stable-Baselines3), then none: it
+    /// explores by sampling its actor.
+    fn exploration(&self, cfg: &Config) -> Option<super::ExplorationSchedule> {
+        Some(super::ExplorationSchedule {
+            initial: 1.0,
+            last: 0.0,
+            hold: cfg.off_policy.learning_starts,
+            span: 0.0,
+            duration_mu: 0.0,
+        })
+    }
+
     fn acting_network(
         &self,
         observation_space: &rlf_env::Space,

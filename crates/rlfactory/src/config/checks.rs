@@ -3,8 +3,6 @@
 
 use std::path::Path;
 
-use clap::ValueEnum;
-
 use super::*;
 use crate::error::{Result, RlfError};
 
@@ -39,7 +37,6 @@ impl Config {
             ));
         }
         for (flag, on) in [
-            ("--algo dqn or sac", self.off_policy.algo.is_off_policy()),
             ("--num_policies above 1", s.num_policies > 1),
             ("--self_play", s.self_play),
         ] {
@@ -75,83 +72,21 @@ impl Config {
         if d.mpi && !cfg!(feature = "mpi") {
             return err("--mpi: this build has no MPI (build rlfactory with the `mpi` feature)".into());
         }
-        self.refuse_off_policy_normalization()
-    }
-
-    /// Settings a run of `--algo dqn` or `--algo sac` refuses to train with, which their networks and learners do not
-    /// read (an experiment saved with them before they were refused still loads for `enjoy` and `eval`: they never
-    /// applied).
-    pub fn refuse_off_policy_normalization(&self) -> Result<()> {
-        if !self.off_policy.algo.is_off_policy() {
-            return Ok(());
-        }
-        for (flag, on) in [
-            ("--normalize_input", self.model.normalize_input),
-            ("--normalize_returns", self.model.normalize_returns),
-        ] {
-            if on {
-                return Err(RlfError::Config(format!(
-                    "{flag} is not supported with --algo {} yet",
-                    self.off_policy.algo.name()
-                )));
-            }
-        }
-        if !matches!(
-            self.optimizer.lr_schedule,
-            LrScheduleKind::Constant | LrScheduleKind::LinearDecay
-        ) {
-            let kind = self.optimizer.lr_schedule.to_possible_value();
-            return Err(RlfError::Config(format!(
-                "--lr_schedule {} adapts to APPO's KL divergence; --algo {} takes constant or linear_decay",
-                kind.as_ref().map_or("", |v| v.get_name()),
-                self.off_policy.algo.name()
-            )));
-        }
         Ok(())
     }
 
-    /// The checks of `--algo dqn` and `--algo sac` that need no env: what they support so far, and settings in
-    /// range (the env's action spaces are checked by [`crate::plan::RunPlan::resolve`]).
+    /// The off-policy settings in range (read by `--algo dqn` and `--algo sac`, whose own checks are theirs: see
+    /// `crate::algo::Algorithm::check_config`).
     fn validate_off_policy(&self) -> Result<()> {
         let err = |m: String| Err(RlfError::Config(m));
         let o = &self.off_policy;
-        let algo = o.algo.name();
-        for (flag, on) in [
-            ("--self_play", self.sampling.self_play),
-            ("--with_pbt", self.pbt.with_pbt),
-            ("--async_rl=false", !self.run.async_rl),
-        ] {
-            if on {
-                return err(format!("{flag} is not supported with --algo {algo} yet"));
-            }
-        }
-        if o.algo == Algo::Sac
-            && (!self.model.encoder_conv_layers.0.is_empty()
-                || self.model.encoder_conv_architecture != ConvArchitecture::None
-                || self.model.obs_scale != 1.0)
-        {
-            return err(
-                "--algo sac takes unscaled observations and MLP encoders only: drop --encoder_conv_layers, \
-                 --encoder_conv_architecture and --obs_scale"
-                    .into(),
-            );
-        }
         if o.n_step == 0 || o.publish_interval == 0 || o.target_update_interval == 0 {
             return err(
                 "--n_step, --publish_interval and --target_update_interval must be at least 1".into(),
             );
         }
-        if o.replay_buffer_size < self.appo.batch_size {
-            return err(format!(
-                "--replay_buffer_size ({}) must hold at least one --batch_size ({})",
-                o.replay_buffer_size, self.appo.batch_size
-            ));
-        }
         if !(o.tau > 0.0 && o.tau <= 1.0) {
             return err(format!("--tau must be in (0, 1], got {}", o.tau));
-        }
-        if self.run.serial_mode && o.replay_ratio <= 0.0 {
-            return err(format!("--serial_mode with --algo {algo} needs --replay_ratio > 0 (one loop trains what the ratio says)"));
         }
         if !(o.replay_ratio >= 0.0 && o.replay_ratio.is_finite()) {
             return err(format!(
@@ -287,17 +222,7 @@ impl Config {
                 "--encoder_conv_layers and --encoder_conv_architecture both choose the convolutions: give one".into(),
             );
         }
-        if self.off_policy.algo.is_off_policy() {
-            self.validate_off_policy()?;
-        } else if self.off_policy.prioritized_replay {
-            return err("--prioritized_replay needs a replay buffer: --algo dqn or --algo sac".into());
-        }
-        if self.off_policy.exploration_duration_mu != 0.0 && self.off_policy.algo != Algo::Dqn {
-            return err(format!(
-                "--exploration_duration_mu holds DQN's ε-greedy exploratory actions; --algo {} explores otherwise",
-                self.off_policy.algo.name()
-            ));
-        }
+        self.validate_off_policy()?;
         let builtin = self.builtin_opponents();
         if !(0.0..=1.0).contains(&s.self_play_builtin_prob) {
             return err(format!(
@@ -457,12 +382,8 @@ impl Config {
         if d.workflow == Workflow::Async && !self.run.async_rl {
             return err("--workflow async needs --async_rl=true (--workflow sync is the one in lockstep)");
         }
-        if self.run.serial_mode
-            || self.off_policy.algo.is_off_policy()
-            || self.sampling.num_policies > 1
-            || self.sampling.self_play
-        {
-            return err("--mpi runs APPO with one policy on ranks in parallel mode so far (no --serial_mode, --algo dqn|sac, --num_policies above 1 or --self_play)");
+        if self.run.serial_mode || self.sampling.num_policies > 1 || self.sampling.self_play {
+            return err("--mpi runs one policy on ranks in parallel mode so far (no --serial_mode, --num_policies above 1 or --self_play)");
         }
         Ok(())
     }

@@ -29,16 +29,6 @@ impl Config {
         usize::try_from(self.appo.recurrence).unwrap_or(self.sampling.rollout)
     }
 
-    /// How raw continuous actions reach the env: SAC's actor acts in [−1, 1], scaled to the bounds; APPO's
-    /// Gaussian samples as `--continuous_action_mode` says.
-    pub fn action_mode(&self) -> ContinuousActionMode {
-        if self.off_policy.algo == Algo::Sac {
-            ContinuousActionMode::Scale
-        } else {
-            self.model.continuous_action_mode
-        }
-    }
-
     /// The built-in players self-play mixes into the opponents (`--self_play_builtin_opponents`),
     /// in order.
     pub fn builtin_opponents(&self) -> Vec<&str> {

@@ -6,7 +6,7 @@
 //! # Where values come from, later ones winning
 //! 1. [`Config::default`] (the reference values),
 //! 2. the shipped defaults for the env (`configs/<env>.toml`, or `configs/<env>-dqn.toml` with `--algo dqn` on the
-//!    command line; see [`shipped_config`]),
+//!    command line or in the file; see [`shipped_config`]),
 //! 3. the file given with `--config FILE`,
 //! 4. the values given on the command line,
 //!
@@ -55,6 +55,10 @@ pub struct Config {
     #[command(flatten)]
     #[serde(flatten)]
     pub appo: AppoConfig,
+    /// The learning algorithm.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub learning: LearningConfig,
     /// The optimiser, whatever the algorithm.
     #[command(flatten)]
     #[serde(flatten)]

@@ -492,34 +492,28 @@ impl Default for OptimizerConfig {
     }
 }
 
-/// The learning algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[value(rename_all = "snake_case")]
-pub enum Algo {
-    /// Asynchronous PPO (on-policy, from the trajectory slots).
-    Appo,
-    /// DQN (off-policy, from a replay buffer; `Discrete` actions).
-    Dqn,
-    /// Soft actor-critic (off-policy, from a replay buffer; `Box` actions).
-    Sac,
+/// The learning algorithm: the one setting every run reads to know what learns.
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
+#[command(rename_all = "snake_case")]
+#[serde(default)]
+pub struct LearningConfig {
+    /// The learning algorithm, by its registered name (`crate::algo` registers each; the command line lists them).
+    #[arg(long)]
+    pub algo: String,
 }
 
-impl Algo {
-    /// Whether it learns from a replay buffer (DQN, SAC) rather than from the trajectory slots (APPO).
-    pub fn is_off_policy(self) -> bool {
-        self != Algo::Appo
-    }
-
-    /// Its name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Algo::Appo => "appo",
-            Algo::Dqn => "dqn",
-            Algo::Sac => "sac",
+/// The reference values (the command line's defaults).
+impl Default for LearningConfig {
+    fn default() -> Self {
+        Self {
+            algo: DEFAULT_ALGO.to_owned(),
         }
     }
 }
+
+/// The algorithm a run learns with unless told otherwise; its shipped configs are `configs/<env>.toml` (another
+/// algorithm's are `configs/<env>-<algo>.toml`).
+pub const DEFAULT_ALGO: &str = "appo";
 
 /// Off-policy learning (`--algo dqn`, `--algo sac`): the replay buffer, its rate limit, targets and exploration. The batch
 /// size and the discount are those of [`AppoConfig`]'s flags, the learning rate, Adam and gradient clipping
@@ -528,9 +522,6 @@ impl Algo {
 #[command(rename_all = "snake_case")]
 #[serde(default)]
 pub struct OffPolicyConfig {
-    /// The learning algorithm.
-    #[arg(long, value_enum)]
-    pub algo: Algo,
     /// Transitions each policy's replay buffer holds (the oldest are overwritten).
     #[arg(long)]
     pub replay_buffer_size: usize,
@@ -598,7 +589,6 @@ pub struct OffPolicyConfig {
 impl Default for OffPolicyConfig {
     fn default() -> Self {
         Self {
-            algo: Algo::Appo,
             replay_buffer_size: 100_000,
             save_replay_buffer: true,
             learning_starts: 1000,
@@ -618,24 +608,6 @@ impl Default for OffPolicyConfig {
             prioritized_replay_beta: 0.4,
             prioritized_replay_eps: 1e-6,
         }
-    }
-}
-
-impl OffPolicyConfig {
-    /// The actors' exploration after `steps` env steps of a run of `total`: DQN's ε (linear from the initial to
-    /// the final value over `--exploration_fraction` of the run, then constant); SAC's share of uniformly random
-    /// actions (all of them until `--learning_starts`, as Stable-Baselines3, then none: it explores by sampling).
-    pub fn epsilon(&self, steps: u64, total: u64) -> f64 {
-        if self.algo == Algo::Sac {
-            return if steps < self.learning_starts { 1.0 } else { 0.0 };
-        }
-        let span = self.exploration_fraction * total as f64;
-        let progress = if span > 0.0 {
-            (steps as f64 / span).min(1.0)
-        } else {
-            1.0
-        };
-        self.exploration_initial_eps + progress * (self.exploration_final_eps - self.exploration_initial_eps)
     }
 }
 

@@ -1,48 +1,80 @@
 //! Where a configuration's values come from (see [`crate::config`]): the shipped settings, files of settings and the
 //! command line, layered in one place.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::Args;
-use serde::Deserialize;
 
-use super::{Algo, Config, EnvConfig, OffPolicyConfig, Workflow, BENCHMARK_SECONDS, UNLIMITED_SECONDS};
+use super::{Config, EnvConfig, Workflow, BENCHMARK_SECONDS, DEFAULT_ALGO, UNLIMITED_SECONDS};
 use crate::error::{Result, RlfError};
 
-/// The shipped default settings for `env` and `algo`, as TOML, if there are any (an env's APPO settings are not
-/// DQN's: without settings of its own, DQN starts from the reference values).
-pub fn shipped_config(env: &str, algo: Algo) -> Option<&'static str> {
-    match algo {
-        Algo::Dqn => {
-            return match env {
-                "CartPole-v1" => Some(include_str!("../../configs/CartPole-v1-dqn.toml")),
-                "Acrobot-v1" => Some(include_str!("../../configs/Acrobot-v1-dqn.toml")),
-                "MountainCar-v0" => Some(include_str!("../../configs/MountainCar-v0-dqn.toml")),
-                "treasurehunt" => Some(include_str!("../../configs/treasurehunt-dqn.toml")),
-                _ => None,
-            };
-        }
-        Algo::Sac => {
-            return match env {
-                "Pendulum-v1" => Some(include_str!("../../configs/Pendulum-v1-sac.toml")),
-                _ => None,
-            };
-        }
-        Algo::Appo => {}
-    }
-    match env {
-        "CartPole-v1" => Some(include_str!("../../configs/CartPole-v1.toml")),
-        "Acrobot-v1" => Some(include_str!("../../configs/Acrobot-v1.toml")),
-        "MountainCar-v0" => Some(include_str!("../../configs/MountainCar-v0.toml")),
-        "MountainCarContinuous-v0" => Some(include_str!("../../configs/MountainCarContinuous-v0.toml")),
-        "Pendulum-v1" => Some(include_str!("../../configs/Pendulum-v1.toml")),
-        "connect_four" => Some(include_str!("../../configs/connect_four.toml")),
-        "treasurehunt" => Some(include_str!("../../configs/treasurehunt.toml")),
-        "minatar_breakout" => Some(include_str!("../../configs/minatar_breakout.toml")),
-        atari if atari.starts_with("atari_") => Some(include_str!("../../configs/atari.toml")),
-        doom if doom.starts_with("doom_") => Some(include_str!("../../configs/doom.toml")),
-        _ => None,
-    }
+/// The settings files shipped with rlfactory, by name: `<env>.toml` for the default algorithm ([`DEFAULT_ALGO`]),
+/// `<env>-<algo>.toml` for another (an env's APPO settings are not DQN's: without settings of its own, an algorithm
+/// starts from the reference values); `atari.toml` and `doom.toml` for every env of those families.
+const SHIPPED: &[(&str, &str)] = &[
+    ("CartPole-v1.toml", include_str!("../../configs/CartPole-v1.toml")),
+    ("Acrobot-v1.toml", include_str!("../../configs/Acrobot-v1.toml")),
+    (
+        "MountainCar-v0.toml",
+        include_str!("../../configs/MountainCar-v0.toml"),
+    ),
+    (
+        "MountainCarContinuous-v0.toml",
+        include_str!("../../configs/MountainCarContinuous-v0.toml"),
+    ),
+    ("Pendulum-v1.toml", include_str!("../../configs/Pendulum-v1.toml")),
+    (
+        "connect_four.toml",
+        include_str!("../../configs/connect_four.toml"),
+    ),
+    (
+        "treasurehunt.toml",
+        include_str!("../../configs/treasurehunt.toml"),
+    ),
+    (
+        "minatar_breakout.toml",
+        include_str!("../../configs/minatar_breakout.toml"),
+    ),
+    ("atari.toml", include_str!("../../configs/atari.toml")),
+    ("doom.toml", include_str!("../../configs/doom.toml")),
+    (
+        "CartPole-v1-dqn.toml",
+        include_str!("../../configs/CartPole-v1-dqn.toml"),
+    ),
+    (
+        "Acrobot-v1-dqn.toml",
+        include_str!("../../configs/Acrobot-v1-dqn.toml"),
+    ),
+    (
+        "MountainCar-v0-dqn.toml",
+        include_str!("../../configs/MountainCar-v0-dqn.toml"),
+    ),
+    (
+        "treasurehunt-dqn.toml",
+        include_str!("../../configs/treasurehunt-dqn.toml"),
+    ),
+    (
+        "Pendulum-v1-sac.toml",
+        include_str!("../../configs/Pendulum-v1-sac.toml"),
+    ),
+];
+
+/// The shipped default settings for `env` learned by `algo`, as TOML with the file's name (`configs/<name>`), if
+/// there are any (see [`SHIPPED`]).
+pub fn shipped_config(env: &str, algo: &str) -> Option<(&'static str, &'static str)> {
+    let family = if env.starts_with("atari_") {
+        "atari"
+    } else if env.starts_with("doom_") {
+        "doom"
+    } else {
+        env
+    };
+    let name = if algo == DEFAULT_ALGO {
+        format!("{family}.toml")
+    } else {
+        format!("{family}-{algo}.toml")
+    };
+    SHIPPED.iter().copied().find(|(file, _)| *file == name)
 }
 
 /// A flat table of settings, keys named as the flags (see the module doc).
@@ -76,7 +108,7 @@ pub fn read_settings(path: &Path) -> Result<Settings> {
 
 impl Config {
     /// The defaults for `env` learned by `algo`: the reference values, then the shipped config.
-    pub fn for_env_defaults(env: &str, algo: Algo) -> Result<Config> {
+    pub fn for_env_defaults(env: &str, algo: &str) -> Result<Config> {
         let mut config = Config {
             env: EnvConfig {
                 env: env.to_owned(),
@@ -84,11 +116,8 @@ impl Config {
             },
             ..Config::default()
         };
-        if let Some(text) = shipped_config(env, algo) {
-            let origin = PathBuf::from(match algo {
-                Algo::Appo => format!("configs/{env}.toml"),
-                off_policy => format!("configs/{env}-{}.toml", off_policy.name()),
-            });
+        if let Some((file, text)) = shipped_config(env, algo) {
+            let origin = Path::new("configs").join(file);
             config.apply(&parse_settings(text, &origin)?, &origin)?;
         }
         Ok(config)
@@ -112,10 +141,8 @@ impl Config {
                     .into(),
             ));
         }
-        // A value that is no algorithm is reported below, naming where it was written.
-        let algo = given("algo")
-            .and_then(|value| Algo::deserialize(value.clone()).ok())
-            .unwrap_or(OffPolicyConfig::default().algo);
+        // A name that is no algorithm's has no shipped settings; the run plan's checks report it.
+        let algo = given("algo").and_then(|v| v.as_str()).unwrap_or(DEFAULT_ALGO);
         let mut config = Config::for_env_defaults(env, algo)?;
         if let Some((path, settings)) = file {
             config.apply(settings, path)?;

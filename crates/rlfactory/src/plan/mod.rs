@@ -1,5 +1,5 @@
 //! The run plan: a [`Config`] held against the env it names. [`RunPlan::resolve`] runs the config's own checks
-//! ([`Config::validate`], which need no env), builds the env's description once ([`EnvSpec::of`]) and checks what
+//! ([`Config::validate`], which need no env) and those of the algorithm it names ([`crate::algo::checked`]), builds the env's description once ([`EnvSpec::of`]) and checks what
 //! only the env can say: each policy's spaces under `--agent_policy_map`, the teams self-play draws opponents by,
 //! the action spaces the algorithm takes ([`crate::algo::Algorithm::check_actions`]), the built-in players, and sync mode's rounds. A config that
 //! resolves trains; every error names the flag.
@@ -8,6 +8,7 @@ mod agent_maps;
 
 use serde::{Deserialize, Serialize};
 
+use crate::algo::Algorithm;
 use crate::config::Config;
 use crate::env::{EnvRegistry, EnvSpec, Space};
 use crate::error::{Result, RlfError};
@@ -22,6 +23,9 @@ pub struct RunPlan {
     pub config: Config,
     /// The env's spaces, agents and teams.
     pub env: EnvSpec,
+    /// Whether the algorithm learns from replay buffers rather than from the trajectory slots
+    /// ([`Algorithm::learns_from_replay`]).
+    pub learns_from_replay: bool,
     /// How the env's agents map to policies.
     pub mapping: Mapping,
     /// The team of each agent (`--agent_team_map`'s, else the env's).
@@ -29,6 +33,19 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
+    /// The algorithm the plan learns with (its name checked by [`RunPlan::resolve`]).
+    pub fn algorithm(&self) -> Result<&'static dyn Algorithm> {
+        crate::algo::algorithm(&self.config.learning.algo)
+    }
+
+    /// The usage errors of a training run (exit code 2), found before any work: the config's
+    /// ([`Config::check_train_usage`]) and the algorithm's ([`Algorithm::check_training`]). A saved experiment's
+    /// `config.json` need not pass them to be played.
+    pub fn check_train_usage(&self) -> Result<()> {
+        self.config.check_train_usage()?;
+        self.algorithm()?.check_training(&self.config)
+    }
+
     /// The observation and action spaces of policy `policy`'s agents.
     pub fn policy_spaces(&self, policy: usize) -> Result<(&Space, &Space)> {
         self.env.policy_spaces(policy, self.mapping.by_agent.as_deref())
@@ -37,6 +54,7 @@ impl RunPlan {
     /// Checks `cfg` (see the module's documentation) with the envs of `registry`.
     pub fn resolve(cfg: &Config, registry: &EnvRegistry) -> Result<RunPlan> {
         cfg.validate()?;
+        let algorithm = crate::algo::checked(cfg)?;
         let err = |m: String| Err(RlfError::Config(m));
         let env = match EnvSpec::of(registry, &cfg.env) {
             Ok(spec) => spec,
@@ -69,7 +87,7 @@ impl RunPlan {
                 ));
             }
         }
-        crate::algo::algorithm(cfg.off_policy.algo).check_actions(&cfg.env.env, &env.action_spaces)?;
+        algorithm.check_actions(&cfg.env.env, &env.action_spaces)?;
         if !cfg.model.encoder_custom.is_empty() {
             crate::model::registered_encoder(&cfg.model.encoder_custom)?;
         }
@@ -99,6 +117,7 @@ impl RunPlan {
         Ok(RunPlan {
             config: cfg.clone(),
             env,
+            learns_from_replay: algorithm.learns_from_replay(),
             mapping,
             teams,
         })

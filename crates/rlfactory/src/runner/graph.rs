@@ -222,7 +222,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     // rollout workers' slots (at the start, until its first wait timed out). It has no batches to build: it runs on
     // the main loop. (A rank that does not learn has no learner loop and no batcher.)
     let batcher = learns.then(|| {
-        let l = if cfg.off_policy.algo.is_off_policy() {
+        let l = if plan.learns_from_replay {
             main
         } else {
             learner_loops[0]
@@ -267,7 +267,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
                 .pbt
                 .with_pbt
                 .then(|| app.signal::<PbtWeightsSaved, _>(l, "pbt_weights_saved")),
-            train_tick: (cfg.off_policy.algo.is_off_policy() && !cfg.run.serial_mode)
+            train_tick: (plan.learns_from_replay && !cfg.run.serial_mode)
                 .then(|| app.signal::<TrainTick, _>(l, "train_tick")),
         })
         .collect();
@@ -431,7 +431,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             app.connect(signals.rollout_reported, link, ActorLink::on_rollout_reported);
             app.connect(signals.worker_started, link, ActorLink::on_worker_started);
         }
-        if cfg.off_policy.algo.is_off_policy() && cfg.run.serial_mode {
+        if plan.learns_from_replay && cfg.run.serial_mode {
             // On one loop the learners train what each trajectory's transitions allow, right after it.
             for &learner in &learners {
                 app.connect(

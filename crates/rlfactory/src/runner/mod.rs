@@ -196,7 +196,7 @@ fn keeps_exact_state(plan: &RunPlan, part: RankPart) -> std::result::Result<(), 
         "not serial mode"
     } else if cfg.sampling.self_play || cfg.pbt.with_pbt {
         "self-play and PBT keep no exact state"
-    } else if cfg.off_policy.algo.is_off_policy() && !cfg.off_policy.save_replay_buffer {
+    } else if plan.learns_from_replay && !cfg.off_policy.save_replay_buffer {
         "the replay buffer is not saved (--save_replay_buffer false)"
     } else {
         return plan.env.cannot_save_state.clone().map_or(Ok(()), Err);
@@ -351,7 +351,7 @@ fn run_part(
         workers: part.pools(cfg),
     }
     .summarise(&regions.counters, &mut summary);
-    if cfg.off_policy.algo.is_off_policy() {
+    if planned.learns_from_replay {
         // The batcher takes no part: the rollout workers' trajectories all went to the replay buffers.
         summary.trajectories_in_flight = 0;
         summary.replay = regions.replay_summaries(cfg.off_policy.learning_starts);

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::counters::CounterLayout;
 use super::mpi::Ranks;
 use super::summary::ReplaySummary;
-use crate::config::{Algo, Config};
+use crate::config::Config;
 use crate::data::{ObsLayout, TrajectoryPool, TrajectoryPoolHandle, TrajectoryShape, TransitionLayout};
 use crate::error::{Result, RlfError};
 use crate::model::{ActorCritic, Policy};
@@ -194,11 +194,12 @@ pub(super) fn plan_plane(plan: &RunPlan, part: RankPart) -> Result<PlanePlan> {
         state_dim: models[0].state_dim(),
         obs_bytes: obs_layout.bytes(),
     };
-    let replays = match cfg.off_policy.algo {
-        Algo::Appo => Vec::new(),
-        Algo::Dqn | Algo::Sac => (0..models.len())
+    let replays = if plan.learns_from_replay {
+        (0..models.len())
             .map(|p| transition_layout(plan, p))
-            .collect::<Result<Vec<_>>>()?,
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
     };
     Ok(PlanePlan {
         slots: buffers_per_worker(cfg, num_agents, part.all_workers(cfg)),
@@ -479,7 +480,7 @@ pub(super) fn check_resumable(plan: &RunPlan) -> Result<()> {
 pub(super) fn check_replay_disk(plan: &RunPlan) -> Result<u64> {
     let cfg = &plan.config;
     let o = &cfg.off_policy;
-    if !o.algo.is_off_policy() || !o.save_replay_buffer || !cfg.run.save_experiment {
+    if !plan.learns_from_replay || !o.save_replay_buffer || !cfg.run.save_experiment {
         return Ok(0);
     }
     let mut bytes = 0u64;
@@ -508,7 +509,8 @@ pub(super) fn new_policy(plan: &RunPlan, policy: usize) -> Result<Box<dyn Policy
     let cfg = &plan.config;
     let (observation_space, action_space) = plan.policy_spaces(policy)?;
     seed_policy(cfg, policy);
-    crate::algo::algorithm(cfg.off_policy.algo).acting_network(observation_space, action_space, cfg)
+    plan.algorithm()?
+        .acting_network(observation_space, action_space, cfg)
 }
 
 /// Seeds libtorch's generator for a network of policy `policy`: `--seed` and the policy, so that every process that

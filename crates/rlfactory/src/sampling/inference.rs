@@ -23,7 +23,7 @@
 use rlf_shm::{ReplayRing, SharedWeights};
 
 use super::{ActionsReady, PolicyRequest, INACTIVE};
-use crate::config::OffPolicyConfig;
+use crate::algo::ExplorationSchedule;
 use crate::data::{Field, TrajectoryPool};
 use crate::error::{Result, RlfError};
 use crate::model::{ActOutput, Durations, Hold, Policy, PolicyWeights};
@@ -88,10 +88,8 @@ pub struct InferenceWorker {
 pub struct Exploration {
     /// By policy.
     pub replays: Vec<ReplayRing>,
-    /// The schedule.
-    pub schedule: OffPolicyConfig,
-    /// Env steps of the run (`--train_for_env_steps`).
-    pub total: u64,
+    /// The algorithm's schedule.
+    pub schedule: ExplorationSchedule,
 }
 
 impl InferenceWorker {
@@ -199,7 +197,7 @@ impl InferenceWorker {
     /// exploratory actions: εz-greedy). Each inference worker keeps the holds of the columns it answers: with several
     /// workers answering one split, a hold goes on only when its worker answers that split again.
     pub fn with_exploration(self, exploration: Exploration) -> Self {
-        let mu = exploration.schedule.exploration_duration_mu;
+        let mu = exploration.schedule.duration_mu;
         Self {
             durations: (mu > 0.0).then(|| Durations::zeta(mu)),
             exploration: Some(exploration),
@@ -228,7 +226,7 @@ impl InferenceWorker {
                 if let Some(replay) = e.replays.get(served.network) {
                     served
                         .policy
-                        .set_exploration(e.schedule.epsilon(replay.inserted(), e.total));
+                        .set_exploration(e.schedule.epsilon(replay.inserted()));
                 }
             }
         }
@@ -580,8 +578,10 @@ mod tests {
         )
         .with_exploration(Exploration {
             replays: Vec::new(),
-            schedule: cfg.off_policy.clone(),
-            total: 1000,
+            schedule: crate::algo::algorithm("dqn")
+                .expect("registered")
+                .exploration(&cfg)
+                .expect("ε-greedy"),
         });
         let mut worker = RolloutWorker::first_of(&cfg, &registry, pool);
         worker.start().expect("reset");

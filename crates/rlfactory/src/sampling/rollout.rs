@@ -528,7 +528,10 @@ impl RolloutWorker {
                 first_env,
                 cfg.env.seed + first_env as u64,
             );
-            let mapper = ActionMapper::for_agents(&envs.action_spaces(), cfg.action_mode())?;
+            let mapper = ActionMapper::for_agents(
+                &envs.action_spaces(),
+                plan.algorithm()?.continuous_action_mode(cfg),
+            )?;
             let (shape, columns) = (pool.shape(), envs.num_columns());
             if shape.num_envs != columns
                 || shape.obs_dim != envs.obs_dim()

@@ -44,6 +44,10 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
         &["train", "--env", "CartPole-v1", "--with_vtrace=maybe"],
         "not a boolean",
     );
+    rejects(
+        &["train", "--env", "CartPole-v1", "--algo", "ppo"],
+        "appo, dqn, sac",
+    );
     rejects(&["train", "--rollout", "8"], "--env");
     rejects(
         &["train", "--env", "CartPole-v1", "--batch_size", "100"],

@@ -44,17 +44,13 @@ impl InferenceNode {
             .and_then(|networks| {
                 let worker = InferenceWorker::for_networks(networks, num_networks, plane.open_pools()?)
                     .with_builtin(cfg.builtin_opponents().len());
-                if plane.replays.is_empty() {
+                let Some(schedule) = plan.algorithm()?.exploration(cfg) else {
                     return Ok(worker);
-                }
+                };
                 let replays = (0..cfg.sampling.num_policies)
                     .map(|p| plane.open_replay(p))
                     .collect::<Result<Vec<_>>>()?;
-                Ok(worker.with_exploration(Exploration {
-                    replays,
-                    schedule: cfg.off_policy.clone(),
-                    total: cfg.run.train_for_env_steps,
-                }))
+                Ok(worker.with_exploration(Exploration { replays, schedule }))
             });
         Self {
             worker: None,

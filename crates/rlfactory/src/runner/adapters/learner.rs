@@ -103,7 +103,7 @@ impl LearnerNode {
         sync: Option<LearnerSync>,
     ) -> Self {
         let cfg = &plan.config;
-        let setup = if cfg.off_policy.algo.is_off_policy() {
+        let setup = if plan.learns_from_replay {
             off_policy_setup(policy, plan, plane)
         } else {
             on_policy_setup(policy, plan, plane, sync)
@@ -153,17 +153,14 @@ fn on_policy_setup(
     let mut sync = sync
         .map(|s| Ok::<_, RlfError>(AllreduceGradients::new(s.learners()?, s.check_every)))
         .transpose()?;
-    let algorithm = crate::algo::algorithm(cfg.off_policy.algo);
+    let algorithm = plan.algorithm()?;
     let built = plan
         .policy_spaces(policy)
         .and_then(|(observation_space, action_space)| {
             let algo = algorithm
                 .on_policy_learner(observation_space, action_space, cfg, &|| seed_policy(cfg, policy))?
                 .ok_or_else(|| {
-                    RlfError::Config(format!(
-                        "--algo {} learns from no trajectories",
-                        cfg.off_policy.algo.name()
-                    ))
+                    RlfError::Config(format!("--algo {} learns from no trajectories", algorithm.name()))
                 })?;
             let policies = (policy, cfg.num_networks());
             let mut learner = Learner::new(algo, policies, plane.open_weights(policy)?, plane.open_pools()?);
@@ -249,9 +246,15 @@ fn off_policy_setup(policy: usize, plan: &RunPlan, plane: &DataPlane) -> Result<
     let layout = transition_layout(plan, policy)?;
     let (observation_space, action_space) = plan.policy_spaces(policy)?;
     let seed = || seed_policy(cfg, policy);
-    let algo = crate::algo::algorithm(o.algo)
+    let algorithm = plan.algorithm()?;
+    let algo = algorithm
         .off_policy_learner(observation_space, action_space, cfg, &seed)?
-        .ok_or_else(|| RlfError::Config(format!("--algo {} learns from no replay buffer", o.algo.name())))?;
+        .ok_or_else(|| {
+            RlfError::Config(format!(
+                "--algo {} learns from no replay buffer",
+                algorithm.name()
+            ))
+        })?;
     let mut learner = OffPolicyLearner::new(
         algo,
         policy,
