@@ -1,9 +1,13 @@
 //! Learner step time: rlfactory's APPO learner against the same PPO step written directly on
 //! libtorch (same network 4→64→64 actor and critic, tanh; batch 1024; Adam; gradient clipping).
 //!
-//! `cargo run --release -p rlfactory --example learner_bench -- [--json] [--steps N] [--only raw|1|10]`
+//! `cargo run --release -p rlfactory --example learner_bench -- [--json] [--steps N] [--only raw|1|10|products]`
 //!
-//! `--only` times one of the three (raw libtorch, rlfactory with 1 or 10 epochs per dataset) and
+//! `products` times the step's matrix products alone, in float32 and in bfloat16: each layer's forward product
+//! and its backward ones (the weight's gradient, and the input's for every layer but the first), the arithmetic
+//! floor of the step on this machine (its FLOPs and the products' rate are printed).
+//!
+//! `--only` times one of them (raw libtorch, rlfactory with 1 or 10 epochs per dataset, the products) and
 //! `--steps` sets how many timed steps (200): `scripts/bench_learner.sh` runs each under
 //! callgrind with 0 and N steps, so that the difference counts the instructions of N steps alone,
 //! a figure that the machine's load does not move.
@@ -109,6 +113,54 @@ impl Raw {
     }
 }
 
+/// The matrix products of one SGD step of the bench's actor and critic (obs_dim → 64 → 64 → 2 and → 1), alone.
+struct Products {
+    /// Per layer: its input `[B, in]`, its weight `[out, in]`, the gradient of its output `[B, out]`, and whether
+    /// the input's gradient is computed (not for the observation).
+    layers: Vec<(Tensor, Tensor, Tensor, bool)>,
+}
+
+impl Products {
+    fn new(obs_dim: i64, kind: Kind) -> Self {
+        let n = BATCH as i64;
+        let opts = (kind, tch::Device::Cpu);
+        let layers = [2, 1]
+            .into_iter()
+            .flat_map(|out| [(obs_dim, 64), (64, 64), (64, out)])
+            .map(|(i, o)| {
+                (
+                    Tensor::randn([n, i], opts),
+                    Tensor::randn([o, i], opts),
+                    Tensor::randn([n, o], opts),
+                    i != obs_dim,
+                )
+            })
+            .collect();
+        Self { layers }
+    }
+
+    /// Floating-point operations of one step (2 per multiply-add).
+    fn flops(&self) -> f64 {
+        self.layers
+            .iter()
+            .map(|(x, w, _, input_grad)| {
+                let (b, [o, i]) = (x.size()[0], [w.size()[0], w.size()[1]]);
+                (2 * b * i * o) as f64 * if *input_grad { 3.0 } else { 2.0 }
+            })
+            .sum()
+    }
+
+    fn step(&self) {
+        for (x, w, dy, input_grad) in &self.layers {
+            let _y = x.mm(&w.tr());
+            let _dw = dy.tr().mm(x);
+            if *input_grad {
+                let _dx = dy.mm(w);
+            }
+        }
+    }
+}
+
 fn time_per_step(
     mut f: impl FnMut() -> anyhow::Result<()>,
     steps: usize,
@@ -158,6 +210,22 @@ fn main() -> anyhow::Result<()> {
         f64::NAN
     };
 
+    let mut products = Vec::new();
+    if wanted("products") {
+        for (name, kind) in [("float32", Kind::Float), ("bfloat16", Kind::BFloat16)] {
+            let p = Products::new(obs_dim as i64, kind);
+            let s = time_per_step(
+                || {
+                    p.step();
+                    Ok(())
+                },
+                steps,
+                1,
+            )?;
+            products.push((name, p.flops(), s));
+        }
+    }
+
     let data = dataset(obs_dim);
     let mut results = Vec::new();
     for epochs in [1usize, 10] {
@@ -200,10 +268,21 @@ fn main() -> anyhow::Result<()> {
                 )
             })
             .collect();
+        let products: Vec<String> = products
+            .iter()
+            .map(|(kind, flops, s)| {
+                format!(
+                    "{{\"kind\": \"{kind}\", \"flops\": {flops}, \"step_us\": {:.1}, \"gflops\": {:.1}}}",
+                    s * 1e6,
+                    flops / s / 1e9
+                )
+            })
+            .collect();
         println!(
-            "{{\"batch\": {BATCH}, \"raw_libtorch_step_us\": {:.1}, \"rlfactory\": [{}]}}",
+            "{{\"batch\": {BATCH}, \"raw_libtorch_step_us\": {:.1}, \"rlfactory\": [{}], \"products\": [{}]}}",
             raw_step * 1e6,
-            ours.join(", ")
+            ours.join(", "),
+            products.join(", ")
         );
     } else {
         println!("batch {BATCH}: raw libtorch PPO step {:.1} µs", raw_step * 1e6);
@@ -212,6 +291,14 @@ fn main() -> anyhow::Result<()> {
                 "rlfactory Appo::train, {e} epoch(s) per dataset: {:.1} µs per SGD step ({:+.1}% vs raw)",
                 s * 1e6,
                 (s / raw_step - 1.0) * 100.0
+            );
+        }
+        for (kind, flops, s) in &products {
+            println!(
+                "the step's matrix products alone, {kind}: {:.1} µs ({:.1} MFLOP, {:.1} GFLOP/s)",
+                s * 1e6,
+                flops / 1e6,
+                flops / s / 1e9
             );
         }
     }
