@@ -117,6 +117,8 @@ impl From<&OptimizerConfig> for AdamConfig {
 
 struct Param {
     name: String,
+    /// Where the values start in the flat tensor.
+    offset: usize,
     value: Tensor,
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
@@ -171,6 +173,7 @@ impl Adam {
                 };
                 value.f_set_data(&view(&flat)?)?;
                 let param = Param {
+                    offset: usize::try_from(offset).unwrap_or_default(),
                     exp_avg: view(&exp_avg)?,
                     exp_avg_sq: view(&exp_avg_sq)?,
                     name,
@@ -305,6 +308,37 @@ impl Adam {
             })
             .collect::<Result<Vec<_>>>()?;
         tch::no_grad(|| self.step_flat(Tensor::f_cat(&flat, 0)?, max_norm))
+    }
+
+    /// Where `param` (one of the tensors this optimiser was made with, or a shallow clone of one) starts in the
+    /// flat values of [`Adam::values`]; `None` for another tensor.
+    pub fn offset_of(&self, param: &Tensor) -> Option<usize> {
+        self.params
+            .iter()
+            .find(|p| p.value.data_ptr() == param.data_ptr() && p.value.size() == param.size())
+            .map(|p| p.offset)
+    }
+
+    /// Every parameter's values, flat, in the order of the parameters this optimiser was made with.
+    pub fn values(&self) -> Result<Vec<f32>> {
+        Ok(Vec::<f32>::try_from(&self.flat)?)
+    }
+
+    /// As [`Adam::clip_and_step`], with every gradient given flat, laid out as [`Adam::values`].
+    pub fn clip_and_step_flat(&mut self, grads: &[f32], max_norm: f64) -> Result<f64> {
+        let parameters = self.flat.numel();
+        if grads.len() != parameters {
+            return Err(RlfError::WeightMismatch(format!(
+                "{} gradients for {parameters} parameter values",
+                grads.len()
+            )));
+        }
+        tch::no_grad(|| {
+            self.step_flat(
+                Tensor::f_from_slice(grads)?.f_to_device(self.flat.device())?,
+                max_norm,
+            )
+        })
     }
 
     /// `lr / (1 − β₁ᵗ)` and `√(1 − β₂ᵗ)` at the current step.

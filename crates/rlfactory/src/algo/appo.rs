@@ -52,11 +52,11 @@ use std::collections::BTreeMap;
 use tch::{Kind, Tensor};
 
 use super::adam::Adam;
-
+use super::appo_dense::{self, DenseDataset};
 use super::{OnPolicyAlgo, TrainingState};
 use crate::config::{AppoConfig, Config, LrScheduleKind, OptimizerConfig};
 use crate::error::{Result, RlfError};
-use crate::model::{ActorCritic, Draws, NamedTensor, Policy};
+use crate::model::{ActorCritic, DenseActorCritic, Draws, NamedTensor, Policy};
 use crate::pbt::Hyper;
 
 /// APPO to the rest of the crate: an actor-critic acts; any action space is learned.
@@ -555,6 +555,9 @@ pub struct Appo {
     after_step: Option<Box<dyn FnMut() + Send>>,
     /// The minibatches' orders.
     draws: Draws,
+    /// The network's layers in Adam's flat parameters when the step is differentiated by hand
+    /// ([`appo_dense`](super::appo_dense)); `None` trains through autograd.
+    dense: Option<DenseActorCritic>,
 }
 
 impl std::fmt::Debug for Appo {
@@ -688,6 +691,10 @@ impl Appo {
         total_frames: u64,
     ) -> Result<Self> {
         let optimizer = Adam::new(model.variables().trainable(), optim.into(), optim.learning_rate)?;
+        let parameters = optimizer.values()?.len();
+        let dense = model
+            .dense(|t| optimizer.offset_of(t))
+            .filter(|net| !cfg.with_vtrace && net.len() == parameters);
         Ok(Self {
             schedule: LrSchedule::new(
                 optim.lr_schedule,
@@ -703,7 +710,45 @@ impl Appo {
             frames_trained: 0,
             after_step: None,
             draws: Draws::from_torch(),
+            dense,
         })
+    }
+
+    /// Whether the SGD steps are differentiated by hand ([`appo_dense`](super::appo_dense)) rather than by
+    /// autograd.
+    pub fn differentiates_by_hand(&self) -> bool {
+        self.dense.is_some()
+    }
+
+    /// The dataset's rows for the hand-written step.
+    fn dense_dataset(&self, p: &Prepared) -> Result<DenseDataset> {
+        let obs = tch::no_grad(|| self.model.normalized_obs(&p.obs));
+        let obs_dim = usize::try_from(obs.size().get(1).copied().unwrap_or(1)).unwrap_or(1);
+        Ok(DenseDataset {
+            obs: to_vec(&obs)?,
+            obs_dim,
+            actions: to_vec(&p.actions)?.iter().map(|&a| a as usize).collect(),
+            old_log_probs: to_vec(&p.old_log_probs)?,
+            advantages: to_vec(&p.advantages)?,
+            targets: to_vec(&p.targets_norm)?,
+            old_values: to_vec(&p.old_values_norm)?,
+            mask: to_vec(&p.mask)?,
+        })
+    }
+
+    /// After an SGD step: the policy version, the heartbeat, and the KL-adaptive schedule (from `kl`, the
+    /// step's KL divergence).
+    fn after_sgd_step(&mut self, kl: impl FnOnce() -> Result<f64>, epoch_kl: &mut Vec<f64>) -> Result<()> {
+        self.version += 1;
+        if let Some(f) = &mut self.after_step {
+            f();
+        }
+        if self.schedule.needs_kl() {
+            let kl = kl()?;
+            self.schedule.on_minibatch(kl);
+            epoch_kl.push(kl);
+        }
+        Ok(())
     }
 
     /// The network being trained.
@@ -1215,6 +1260,10 @@ impl Appo {
             None => (n, mb_size),
         };
         let whole = !self.cfg.with_vtrace && !recurrent && acted_rows.is_none() && mb_size == n;
+        let dense_data = match self.dense {
+            Some(_) => Some(self.dense_dataset(&p)?),
+            None => None,
+        };
         let mut sums: Vec<Tensor> = Vec::new();
         let mut grad_norm_sum = 0.0;
         let mut steps = 0usize;
@@ -1231,6 +1280,24 @@ impl Appo {
                 })
             };
             for mb in 0..mb_per_epoch {
+                if let (Some(net), Some(rows)) = (&self.dense, &dense_data) {
+                    let part = order
+                        .as_deref()
+                        .map(|o| &o[(mb * mb_size).min(units)..((mb + 1) * mb_size).min(units)]);
+                    if part.is_some_and(<[i64]>::is_empty) {
+                        continue;
+                    }
+                    let params = self.optimizer.values()?;
+                    let (grads, row) = appo_dense::gradients(net, &params, rows, part, &self.cfg, value_clip);
+                    self.optimizer.set_lr(self.schedule.lr());
+                    grad_norm_sum += self
+                        .optimizer
+                        .clip_and_step_flat(&grads, self.optim.max_grad_norm)?;
+                    steps += 1;
+                    self.after_sgd_step(|| Ok(f64::from(row[4])), &mut epoch_kl)?;
+                    sums.push(Tensor::f_from_slice(&row)?);
+                    continue;
+                }
                 // The minibatch's rows, its sequences (V-trace) and its chunks (recurrent).
                 let (idx, seqs, chunks) = match &order {
                     None => (None, Vec::new(), Vec::new()),
@@ -1312,16 +1379,8 @@ impl Appo {
                 l.total.f_backward()?;
                 self.optimizer.set_lr(self.schedule.lr());
                 grad_norm_sum += self.optimizer.clip_and_step(self.optim.max_grad_norm)?;
-                self.version += 1;
                 steps += 1;
-                if let Some(f) = &mut self.after_step {
-                    f();
-                }
-                if self.schedule.needs_kl() {
-                    let kl = f64::try_from(&l.kl)?;
-                    self.schedule.on_minibatch(kl);
-                    epoch_kl.push(kl);
-                }
+                self.after_sgd_step(|| Ok(f64::try_from(&l.kl)?), &mut epoch_kl)?;
                 let row = Tensor::stack(
                     &[
                         l.policy.detach(),

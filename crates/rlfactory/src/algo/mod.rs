@@ -6,6 +6,7 @@
 pub mod adam;
 pub mod allreduce;
 pub mod appo;
+mod appo_dense;
 pub mod dqn;
 pub mod sac;
 

@@ -4,6 +4,7 @@
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
+use super::dense::{DenseActorCritic, DenseLayer, DenseMlp};
 use super::encoder::{linear, Encoder};
 use super::recurrent::Core;
 use super::weights::{rows_tensor, to_vec, Variables};
@@ -325,12 +326,54 @@ impl ActorCritic {
         (dist, value, Some(rows(&after)))
     }
 
-    /// The encoders' outputs (the critic's is the actor's with shared weights).
-    fn encode(&self, obs: &Tensor) -> (Tensor, Tensor) {
-        let x = match &self.obs_rms {
+    /// The observations as the encoders read them: normalised with `--normalize_input`, else as they are.
+    pub fn normalized_obs(&self, obs: &Tensor) -> Tensor {
+        match &self.obs_rms {
             Some(rms) => rms.normalize(obs, OBS_CLIP),
             None => obs.shallow_clone(),
+        }
+    }
+
+    /// This network's layers where `offset_of` finds them in a flat buffer of the parameters, when the
+    /// hand-written learner covers it ([`DenseActorCritic`]): float32 MLP encoders over the whole observation, no
+    /// recurrent core, one categorical action without a mask, on the CPU. `None` for any other network.
+    pub fn dense(&self, offset_of: impl Fn(&Tensor) -> Option<usize>) -> Option<DenseActorCritic> {
+        if self.actor_core.is_some() || self.action_mask.is_some() || self.device() != tch::Device::Cpu {
+            return None;
+        }
+        let ActionHead::Categorical { .. } = self.head else {
+            return None;
         };
+        let layer = |l: &nn::Linear| -> Option<DenseLayer> {
+            let size = l.ws.size();
+            Some(DenseLayer {
+                weight: offset_of(&l.ws)?,
+                bias: offset_of(l.bs.as_ref()?)?,
+                outputs: usize::try_from(*size.first()?).ok()?,
+                inputs: usize::try_from(*size.get(1)?).ok()?,
+            })
+        };
+        let mlp = |encoder: &Encoder| -> Option<DenseMlp> {
+            let mlp = encoder.plain_mlp().filter(|m| m.in_float32())?;
+            Some(DenseMlp {
+                layers: mlp.parameters().map(layer).collect::<Option<_>>()?,
+                nonlinearity: mlp.nonlinearity(),
+            })
+        };
+        Some(DenseActorCritic {
+            actor: mlp(&self.actor)?,
+            critic: match &self.critic {
+                Some(critic) => Some(mlp(critic)?),
+                None => None,
+            },
+            action_out: layer(&self.action_out)?,
+            value_out: layer(&self.value_out)?,
+        })
+    }
+
+    /// The encoders' outputs (the critic's is the actor's with shared weights).
+    fn encode(&self, obs: &Tensor) -> (Tensor, Tensor) {
+        let x = self.normalized_obs(obs);
         let actor_h = self.actor.forward(&x);
         let critic_h = match &self.critic {
             Some(critic) => critic.forward(&x),

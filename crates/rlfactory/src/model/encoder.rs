@@ -520,6 +520,16 @@ impl Mlp {
     pub(super) fn parameters(&self) -> impl Iterator<Item = &nn::Linear> {
         self.layers.iter()
     }
+
+    /// The activation after each layer.
+    pub(super) fn nonlinearity(&self) -> Nonlinearity {
+        self.nonlinearity
+    }
+
+    /// Whether the layers multiply in float32 (not `--matmul_precision medium`).
+    pub(super) fn in_float32(&self) -> bool {
+        !self.bf16
+    }
 }
 
 /// Where the image of an observation lies in its flat form: a Box of shape `(H, W, C)`, the

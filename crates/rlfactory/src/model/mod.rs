@@ -14,6 +14,7 @@
 
 mod actor_critic;
 mod custom;
+mod dense;
 mod distribution;
 mod draws;
 mod encoder;
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use actor_critic::{ActionHead, ActorCritic, ACTION_MASK_KEY};
 pub use custom::{register_encoder, registered_encoder, EncoderBuilder, EncoderNet};
+pub use dense::{DenseActorCritic, DenseForward};
 pub use distribution::Distribution;
 pub use draws::Draws;
 pub use normalize::RunningMeanStd;
