@@ -191,13 +191,13 @@ impl DenseActorCritic {
         mlp(&self.actor) + self.critic.as_ref().map_or(0, mlp) + self.action_out.len() + self.value_out.len()
     }
 
-    /// The logits and the (normalised) values of the rows of `obs` under `params`.
+    /// The logits and the (normalised) values of the rows of `obs` under `params`. A separate critic runs on a
+    /// second thread beside the actor.
     pub fn forward(&self, params: &[f32], obs: &ArrayView2<'_, f32>) -> DenseForward {
-        let actor = self.actor.forward(params, obs);
-        let critic = self
-            .critic
-            .as_ref()
-            .map_or_else(Vec::new, |c| c.forward(params, obs));
+        let (actor, critic) = match &self.critic {
+            Some(critic) => beside(|| self.actor.forward(params, obs), || critic.forward(params, obs)),
+            None => (self.actor.forward(params, obs), Vec::new()),
+        };
         let (logits, values) = {
             let actor_h = self.actor.output(&actor, obs.view());
             let critic_h = match &self.critic {
@@ -221,7 +221,7 @@ impl DenseActorCritic {
     }
 
     /// Every parameter's gradient, flat, from the gradients of the logits and the values of the forward pass
-    /// `fwd` over `obs`.
+    /// `fwd` over `obs`. A separate critic's gradients are computed on a second thread beside the actor's.
     pub fn backward(
         &self,
         params: &[f32],
@@ -230,35 +230,56 @@ impl DenseActorCritic {
         dlogits: &Array2<f32>,
         dvalues: &[f32],
     ) -> Vec<f32> {
-        let mut grads = vec![0.0; params.len()];
         let dvalues = ArrayView2::from_shape((dvalues.len(), 1), dvalues)
             .expect("one value gradient per row")
             .to_owned();
         let actor_h = self.actor.output(&fwd.actor, obs.view());
-        let mut dh_actor = self
-            .action_out
-            .backward(params, &actor_h, dlogits, &mut grads, true)
-            .expect("asked for the input's gradient");
-        match &self.critic {
-            Some(critic) => {
-                let critic_h = critic.output(&fwd.critic, obs.view());
-                let dh_critic = self
-                    .value_out
-                    .backward(params, &critic_h, &dvalues, &mut grads, true)
-                    .expect("asked for the input's gradient");
-                critic.backward(params, obs, &fwd.critic, dh_critic, &mut grads);
-            }
-            None => {
-                let dh_value = self
+        // The actor's gradients, with those of a shared encoder's value head folded in.
+        let actor = |shared_value: bool| {
+            let mut grads = vec![0.0; params.len()];
+            let mut dh = self
+                .action_out
+                .backward(params, &actor_h, dlogits, &mut grads, true)
+                .expect("asked for the input's gradient");
+            if shared_value {
+                dh += &self
                     .value_out
                     .backward(params, &actor_h, &dvalues, &mut grads, true)
                     .expect("asked for the input's gradient");
-                dh_actor += &dh_value;
             }
-        }
-        self.actor.backward(params, obs, &fwd.actor, dh_actor, &mut grads);
+            self.actor.backward(params, obs, &fwd.actor, dh, &mut grads);
+            grads
+        };
+        let Some(critic) = &self.critic else {
+            return actor(true);
+        };
+        let critic = || {
+            let mut grads = vec![0.0; params.len()];
+            let critic_h = critic.output(&fwd.critic, obs.view());
+            let dh = self
+                .value_out
+                .backward(params, &critic_h, &dvalues, &mut grads, true)
+                .expect("asked for the input's gradient");
+            critic.backward(params, obs, &fwd.critic, dh, &mut grads);
+            grads
+        };
+        let (mut grads, theirs) = beside(|| actor(false), critic);
+        // Each parameter is the actor's or the critic's: the other's gradient of it is 0.
+        grads.iter_mut().zip(theirs).for_each(|(g, t)| *g += t);
         grads
     }
+}
+
+/// `a()` on this thread and `b()` on another, at once; a panic of `b` goes on here.
+fn beside<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B + Send) -> (A, B) {
+    std::thread::scope(|scope| {
+        let b = scope.spawn(b);
+        let a = a();
+        (
+            a,
+            b.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        )
+    })
 }
 
 #[cfg(test)]
