@@ -42,7 +42,11 @@
 //!     in a random order, each unrolled from its first step's recorded state, the state zeroed after a step that
 //!     ended its episode (as acting did), with invalid steps masked rather than dropped; backpropagation through
 //!     time stops at the chunk's start ([`ActorCritic::forward_sequences`]). With V-trace a chunk is a sequence.
-//! 15. Metrics carry Sample Factory's names: `train/policy_loss`, `train/value_loss`,
+//! 15. Written out by hand: for the networks [`ActorCritic::dense`] covers (float32 MLP encoders, no recurrent core,
+//!     one categorical action without a mask) and GAE, each minibatch's forward pass, loss (8–11) and gradients are
+//!     computed in Rust over Adam's flat parameters ([`appo_dense`](super::appo_dense)), matching autograd's, and
+//!     Adam steps from them (12); any other network goes through autograd.
+//! 16. Metrics carry Sample Factory's names: `train/policy_loss`, `train/value_loss`,
 //!     `train/exploration_loss`, `train/entropy`, `train/kl_divergence`, `train/grad_norm`,
 //!     `train/fraction_clipped`, `train/adv_mean`, `train/adv_std`, `train/version_diff_min`,
 //!     `train/version_diff_avg`, `train/version_diff_max`, `train/valids_fraction`, `train/lr`, `train/loss`.
@@ -1260,6 +1264,10 @@ impl Appo {
             None => (n, mb_size),
         };
         let whole = !self.cfg.with_vtrace && !recurrent && acted_rows.is_none() && mb_size == n;
+        // On a machine of more than two CPUs, a separate critic's hand-written passes run on a second thread. On two
+        // (BENCHMARKS.md, 2026-11-28) it made one process's CartPole 3-7% faster but took the CPU the rollout and
+        // inference workers and another MPI rank need (1 learner + 1 actor rank: 90% of one process's FPS -> 74%).
+        let two_threads = std::thread::available_parallelism().is_ok_and(|n| n.get() > 2);
         let dense_data = match self.dense {
             Some(_) => Some(self.dense_dataset(&p)?),
             None => None,
@@ -1288,7 +1296,8 @@ impl Appo {
                         continue;
                     }
                     let params = self.optimizer.values()?;
-                    let (grads, row) = appo_dense::gradients(net, &params, rows, part, &self.cfg, value_clip);
+                    let (grads, row) =
+                        appo_dense::gradients(net, &params, rows, part, (&self.cfg, value_clip), two_threads);
                     self.optimizer.set_lr(self.schedule.lr());
                     grad_norm_sum += self
                         .optimizer

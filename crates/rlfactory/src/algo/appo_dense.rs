@@ -37,14 +37,15 @@ pub(super) struct DenseDataset {
 pub(super) type LossRow = [f32; 8];
 
 /// One minibatch's forward pass, loss and backward pass: every parameter's gradient (flat, as `params`) and the
-/// loss terms. `rows` picks the dataset's rows (all of them, in order, when `None`).
+/// loss terms. `rows` picks the dataset's rows (all of them, in order, when `None`); with `two_threads` a separate
+/// critic is computed on a second thread.
 pub(super) fn gradients(
     net: &DenseActorCritic,
     params: &[f32],
     data: &DenseDataset,
     rows: Option<&[i64]>,
-    cfg: &AppoConfig,
-    value_clip: f64,
+    (cfg, value_clip): (&AppoConfig, f64),
+    two_threads: bool,
 ) -> (Vec<f32>, LossRow) {
     let picked: Vec<usize> = match rows {
         Some(rows) => rows.iter().filter_map(|&r| usize::try_from(r).ok()).collect(),
@@ -56,9 +57,12 @@ pub(super) fn gradients(
         obs.extend_from_slice(&data.obs[r * d..(r + 1) * d]);
     }
     let obs = ArrayView2::from_shape((picked.len(), d), &obs).expect("the rows were gathered whole");
-    let fwd = net.forward(params, &obs);
+    let fwd = net.forward(params, &obs, two_threads);
     let (dlogits, dvalues, row) = loss(&fwd.logits, &fwd.values, data, &picked, cfg, value_clip);
-    (net.backward(params, &obs, &fwd, &dlogits, &dvalues), row)
+    (
+        net.backward(params, &obs, &fwd, (&dlogits, &dvalues), two_threads),
+        row,
+    )
 }
 
 /// The loss of the rows `picked` of `data` given their `logits` and `values`, and its gradients with respect to
@@ -263,7 +267,12 @@ mod tests {
                 old_values: vec(&old_values),
                 mask: vec(&mask),
             };
-            let (hand, row) = gradients(&net, &params, &data, None, &cfg, value_clip);
+            let (hand, row) = gradients(&net, &params, &data, None, (&cfg, value_clip), false);
+            let (beside, _) = gradients(&net, &params, &data, None, (&cfg, value_clip), true);
+            assert_eq!(
+                hand, beside,
+                "the critic on a second thread computes the same gradients"
+            );
             let scale = autograd.iter().fold(0f32, |m, g| m.max(g.abs()));
             for (i, (h, a)) in hand.iter().zip(&autograd).enumerate() {
                 assert!(

@@ -191,12 +191,13 @@ impl DenseActorCritic {
         mlp(&self.actor) + self.critic.as_ref().map_or(0, mlp) + self.action_out.len() + self.value_out.len()
     }
 
-    /// The logits and the (normalised) values of the rows of `obs` under `params`. A separate critic runs on a
-    /// second thread beside the actor.
-    pub fn forward(&self, params: &[f32], obs: &ArrayView2<'_, f32>) -> DenseForward {
+    /// The logits and the (normalised) values of the rows of `obs` under `params`. With `two_threads`, a separate
+    /// critic runs on a second thread beside the actor.
+    pub fn forward(&self, params: &[f32], obs: &ArrayView2<'_, f32>, two_threads: bool) -> DenseForward {
+        let actor = || self.actor.forward(params, obs);
         let (actor, critic) = match &self.critic {
-            Some(critic) => beside(|| self.actor.forward(params, obs), || critic.forward(params, obs)),
-            None => (self.actor.forward(params, obs), Vec::new()),
+            Some(critic) => beside(two_threads, actor, || critic.forward(params, obs)),
+            None => (actor(), Vec::new()),
         };
         let (logits, values) = {
             let actor_h = self.actor.output(&actor, obs.view());
@@ -221,14 +222,15 @@ impl DenseActorCritic {
     }
 
     /// Every parameter's gradient, flat, from the gradients of the logits and the values of the forward pass
-    /// `fwd` over `obs`. A separate critic's gradients are computed on a second thread beside the actor's.
+    /// `fwd` over `obs`. With `two_threads`, a separate critic's gradients are computed on a second thread beside
+    /// the actor's.
     pub fn backward(
         &self,
         params: &[f32],
         obs: &ArrayView2<'_, f32>,
         fwd: &DenseForward,
-        dlogits: &Array2<f32>,
-        dvalues: &[f32],
+        (dlogits, dvalues): (&Array2<f32>, &[f32]),
+        two_threads: bool,
     ) -> Vec<f32> {
         let dvalues = ArrayView2::from_shape((dvalues.len(), 1), dvalues)
             .expect("one value gradient per row")
@@ -263,15 +265,23 @@ impl DenseActorCritic {
             critic.backward(params, obs, &fwd.critic, dh, &mut grads);
             grads
         };
-        let (mut grads, theirs) = beside(|| actor(false), critic);
+        let (mut grads, theirs) = beside(two_threads, || actor(false), critic);
         // Each parameter is the actor's or the critic's: the other's gradient of it is 0.
         grads.iter_mut().zip(theirs).for_each(|(g, t)| *g += t);
         grads
     }
 }
 
-/// `a()` on this thread and `b()` on another, at once; a panic of `b` goes on here.
-fn beside<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B + Send) -> (A, B) {
+/// `a()` on this thread and `b()` on another, at once, with `two_threads` (a panic of `b` goes on here); else one
+/// after the other.
+fn beside<A: Send, B: Send>(
+    two_threads: bool,
+    a: impl FnOnce() -> A + Send,
+    b: impl FnOnce() -> B + Send,
+) -> (A, B) {
+    if !two_threads {
+        return (a(), b());
+    }
     std::thread::scope(|scope| {
         let b = scope.spawn(b);
         let a = a();

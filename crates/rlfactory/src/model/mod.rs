@@ -6,6 +6,8 @@
 //!   the action space ([`ActionHead`]), a value head; shared or separate actor and critic;
 //!   orthogonal initialisation; running normalisation of observations and returns, stored beside
 //!   the weights.
+//! - [`DenseActorCritic`]: an [`ActorCritic`] of MLPs seen as layers in a flat parameter buffer, its forward and
+//!   backward passes written out in Rust (ndarray's products), for the APPO learner's hand-written step.
 //! - [`QNetwork`]: the same encoders with one Q-value per action (or a dueling head), acting ε-greedily, for DQN.
 //! - [`SacActor`] and [`TwinQ`]: soft actor-critic's squashed-Gaussian actor and its twin Q-networks (`Box` actions).
 //! - [`Policy`]: what inference needs: act on a batch of observations, export and import weights,
