@@ -724,14 +724,30 @@ impl Appo {
         self.dense.is_some()
     }
 
-    /// The dataset's rows for the hand-written step.
-    fn dense_dataset(&self, p: &Prepared) -> Result<DenseDataset> {
+    /// The dataset's rows for the hand-written step of `net`; an action that is not one of its categories is an
+    /// error.
+    fn dense_dataset(&self, net: &DenseActorCritic, p: &Prepared) -> Result<DenseDataset> {
         let obs = tch::no_grad(|| self.model.normalized_obs(&p.obs));
         let obs_dim = usize::try_from(obs.size().get(1).copied().unwrap_or(1)).unwrap_or(1);
+        let categories = net.action_out.outputs;
+        let actions = to_vec(&p.actions)?
+            .into_iter()
+            .map(|a| {
+                let category = a as usize;
+                if a.fract() == 0.0 && a >= 0.0 && category < categories {
+                    Ok(category)
+                } else {
+                    Err(RlfError::Protocol {
+                        component: "learner",
+                        message: format!("dataset action {a} is not one of the {categories} categories"),
+                    })
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(DenseDataset {
             obs: to_vec(&obs)?,
             obs_dim,
-            actions: to_vec(&p.actions)?.iter().map(|&a| a as usize).collect(),
+            actions,
             old_log_probs: to_vec(&p.old_log_probs)?,
             advantages: to_vec(&p.advantages)?,
             targets: to_vec(&p.targets_norm)?,
@@ -1268,8 +1284,8 @@ impl Appo {
         // (BENCHMARKS.md, 2026-11-28) it made one process's CartPole 3-7% faster but took the CPU the rollout and
         // inference workers and another MPI rank need (1 learner + 1 actor rank: 90% of one process's FPS -> 74%).
         let two_threads = std::thread::available_parallelism().is_ok_and(|n| n.get() > 2);
-        let dense_data = match self.dense {
-            Some(_) => Some(self.dense_dataset(&p)?),
+        let dense_data = match &self.dense {
+            Some(net) => Some(self.dense_dataset(net, &p)?),
             None => None,
         };
         let mut sums: Vec<Tensor> = Vec::new();

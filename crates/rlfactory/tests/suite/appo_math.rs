@@ -481,6 +481,42 @@ fn train_once(data: &Dataset, vtrace: bool) -> (Vec<f32>, Vec<f32>, f64) {
     (before, after, metrics["train/valids_fraction"])
 }
 
+/// The default CartPole network (an MLP actor and critic, two actions) is trained by the hand-written step, which
+/// refuses a dataset whose action is not one of the two, in one line, without changing the model.
+#[test]
+fn the_hand_written_step_refuses_an_action_outside_the_categories() {
+    let _turn = common::torch_rng();
+    let cfg = Config::for_env("CartPole-v1", &["batch_size = 64"]).unwrap();
+    let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
+    let model = ActorCritic::new(
+        env.observation_space(),
+        env.action_space(),
+        &cfg.model,
+        cfg.run.device,
+    )
+    .unwrap();
+    let mut appo = Appo::new(model, &cfg.appo, &cfg.optimizer, 1_000_000).unwrap();
+    assert!(
+        appo.differentiates_by_hand(),
+        "the default CartPole network is an MLP actor-critic"
+    );
+    let data = cartpole_dataset(&[1.0; 128]);
+    let before = appo.model().weights().unwrap().values;
+    let bad = Dataset {
+        actions: data.actions.index_fill(0, &Tensor::from_slice(&[7i64]), 2.0),
+        ..data
+    };
+    let err = appo.train(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("dataset action 2 is not one of the 2 categories") && !err.contains('\n'),
+        "{err}"
+    );
+    assert!(
+        before == appo.model().weights().unwrap().values,
+        "nothing trained"
+    );
+}
+
 fn differing(a: &[f32], b: &[f32]) -> usize {
     a.iter().zip(b).filter(|(x, y)| x != y).count()
 }
