@@ -1,8 +1,8 @@
 //! The actor-critic of plain MLPs computed and differentiated by hand, in Rust, for the APPO learner
 //! ([`DenseActorCritic`]): its forward pass and its backward pass from the gradients of the logits and the values,
 //! over the parameters as one flat slice (Adam's layout), with ndarray's matrix products and no libtorch call per
-//! operation. A CartPole minibatch of 1,024 rows through autograd is about sixty libtorch operations, each a
-//! dispatch and an allocation; here it is sixteen products and loops over the rows.
+//! operation. A CartPole minibatch through autograd is a few hundred libtorch operations, each a dispatch and an
+//! allocation (BENCHMARKS.md, "The limit"); here it is sixteen matrix products and loops over the rows.
 //!
 //! It covers the network [`ActorCritic::dense`](super::ActorCritic::dense) accepts: float32 MLP encoders over the
 //! whole observation (shared or separate actor and critic), no recurrent core, one categorical action without a
