@@ -60,7 +60,7 @@ use super::appo_dense::{self, DenseDataset};
 use super::{OnPolicyAlgo, TrainingState};
 use crate::config::{AppoConfig, Config, LrScheduleKind, OptimizerConfig};
 use crate::error::{Result, RlfError};
-use crate::model::{ActorCritic, DenseActorCritic, Draws, NamedTensor, Policy};
+use crate::model::{ActorCritic, DenseActorCritic, DenseHead, Draws, NamedTensor, Policy};
 use crate::pbt::Hyper;
 
 /// APPO to the rest of the crate: an actor-critic acts; any action space is learned.
@@ -729,24 +729,19 @@ impl Appo {
     fn dense_dataset(&self, net: &DenseActorCritic, p: &Prepared) -> Result<DenseDataset> {
         let obs = tch::no_grad(|| self.model.normalized_obs(&p.obs));
         let obs_dim = usize::try_from(obs.size().get(1).copied().unwrap_or(1)).unwrap_or(1);
+        let actions = to_vec(&p.actions)?;
         let categories = net.action_out.outputs;
-        let actions = to_vec(&p.actions)?
-            .into_iter()
-            .map(|a| {
-                let category = a as usize;
-                if a.fract() == 0.0 && a >= 0.0 && category < categories {
-                    Ok(category)
-                } else {
-                    Err(RlfError::Protocol {
-                        component: "learner",
-                        message: format!("dataset action {a} is not one of the {categories} categories"),
-                    })
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let category = |a: f32| a.fract() == 0.0 && a >= 0.0 && (a as usize) < categories;
+        if let (DenseHead::Categorical, Some(a)) = (net.head, actions.iter().find(|&&a| !category(a))) {
+            return Err(RlfError::Protocol {
+                component: "learner",
+                message: format!("dataset action {a} is not one of the {categories} categories"),
+            });
+        }
         Ok(DenseDataset {
             obs: to_vec(&obs)?,
             obs_dim,
+            action_dim: crate::model::Policy::action_dim(&self.model),
             actions,
             old_log_probs: to_vec(&p.old_log_probs)?,
             advantages: to_vec(&p.advantages)?,

@@ -15,7 +15,10 @@
 use ndarray::{Array2, ArrayView2};
 
 use crate::config::AppoConfig;
-use crate::model::DenseActorCritic;
+use crate::model::{DenseActorCritic, DenseHead};
+
+/// ½ log 2π: a Gaussian's log-density is `−z²/2 − log σ − ½ log 2π` per dimension.
+const HALF_LOG_TWO_PI: f64 = 0.918_938_533_204_672_7;
 
 /// A dataset's rows as the hand-written step reads them (row order, as `Prepared`'s tensors).
 #[derive(Debug, Default)]
@@ -23,7 +26,10 @@ pub(super) struct DenseDataset {
     /// Observations as the encoders read them (normalised with `--normalize_input`), `obs_dim` per row.
     pub(super) obs: Vec<f32>,
     pub(super) obs_dim: usize,
-    pub(super) actions: Vec<usize>,
+    /// Actions as stored, `action_dim` per row: a category's index (checked to be one of the head's) or a
+    /// Gaussian's raw sample.
+    pub(super) actions: Vec<f32>,
+    pub(super) action_dim: usize,
     pub(super) old_log_probs: Vec<f32>,
     pub(super) advantages: Vec<f32>,
     /// Value targets and behaviour values, normalised units.
@@ -49,7 +55,7 @@ pub(super) fn gradients(
 ) -> (Vec<f32>, LossRow) {
     let picked: Vec<usize> = match rows {
         Some(rows) => rows.iter().filter_map(|&r| usize::try_from(r).ok()).collect(),
-        None => (0..data.actions.len()).collect(),
+        None => (0..data.mask.len()).collect(),
     };
     let d = data.obs_dim;
     let mut obs = Vec::with_capacity(picked.len() * d);
@@ -58,23 +64,44 @@ pub(super) fn gradients(
     }
     let obs = ArrayView2::from_shape((picked.len(), d), &obs).expect("the rows were gathered whole");
     let fwd = net.forward(params, &obs, two_threads);
-    let (dlogits, dvalues, row) = loss(&fwd.logits, &fwd.values, data, &picked, cfg, value_clip);
-    (
-        net.backward(params, &obs, &fwd, (&dlogits, &dvalues), two_threads),
-        row,
-    )
+    let log_std = match net.head {
+        DenseHead::Categorical => &[][..],
+        DenseHead::Gaussian { log_std } => &params[log_std..log_std + net.action_out.outputs],
+    };
+    let grads = loss(
+        &fwd.logits,
+        log_std,
+        &fwd.values,
+        data,
+        &picked,
+        (cfg, value_clip),
+    );
+    let mut all = net.backward(params, &obs, &fwd, (&grads.logits, &grads.values), two_threads);
+    if let DenseHead::Gaussian { log_std } = net.head {
+        all[log_std..log_std + grads.log_std.len()].copy_from_slice(&grads.log_std);
+    }
+    (all, grads.row)
 }
 
-/// The loss of the rows `picked` of `data` given their `logits` and `values`, and its gradients with respect to
-/// them.
+/// The gradients of the loss with respect to the action head's outputs, the log standard deviations of a Gaussian
+/// head (empty for a categorical) and the values, and the loss terms.
+struct LossGradients {
+    logits: Array2<f32>,
+    log_std: Vec<f32>,
+    values: Vec<f32>,
+    row: LossRow,
+}
+
+/// The loss of the rows `picked` of `data` given their `logits` (a categorical's, or a Gaussian's means with
+/// `log_std`, one per dimension; empty for a categorical) and `values`, and its gradients.
 fn loss(
     logits: &Array2<f32>,
+    log_std: &[f32],
     values: &[f32],
     data: &DenseDataset,
     picked: &[usize],
-    cfg: &AppoConfig,
-    value_clip: f64,
-) -> (Array2<f32>, Vec<f32>, LossRow) {
+    (cfg, value_clip): (&AppoConfig, f64),
+) -> LossGradients {
     let n = picked.len();
     let mask: Vec<f64> = picked.iter().map(|&r| f64::from(data.mask[r])).collect();
     let count = mask.iter().sum::<f64>().max(1.0);
@@ -96,19 +123,34 @@ fn loss(
     let mut dlogits = Array2::<f32>::zeros(logits.dim());
     let mut dvalues = vec![0.0f32; n];
     let (mut policy, mut value, mut entropy, mut kl, mut clipped) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut dlog_std = vec![0.0f64; log_std.len()];
+    let log_std: Vec<f64> = log_std.iter().map(|&s| f64::from(s)).collect();
+    // A Gaussian's entropy does not depend on the state: Σ (log σ + ½ + ½ log 2π).
+    let gaussian_entropy: f64 = log_std.iter().map(|s| s + 0.5 + HALF_LOG_TWO_PI).sum();
     let mut log_p = vec![0.0f64; logits.ncols()];
+    let k = data.action_dim;
     for (i, &r) in picked.iter().enumerate() {
         let weight = mask[i] / count;
-        // log π(·|s) by a stable log-softmax, and the entropy.
-        let z = logits.row(i);
-        let max = z.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        let sum: f64 = z.iter().map(|&v| f64::from(v - max).exp()).sum();
-        for (lp, &v) in log_p.iter_mut().zip(z.iter()) {
-            *lp = f64::from(v - max) - sum.ln();
-        }
-        let h: f64 = -log_p.iter().map(|lp| lp.exp() * lp).sum::<f64>();
-        let action = data.actions[r];
-        let log_ratio = log_p[action] - f64::from(data.old_log_probs[r]);
+        let out = logits.row(i);
+        let action = &data.actions[r * k..(r + 1) * k];
+        // z = (a − μ) / σ per dimension of a Gaussian.
+        let standardised = |d: usize| (f64::from(action[d]) - f64::from(out[d])) / log_std[d].exp();
+        // log π(a|s) and the entropy: by a stable log-softmax for a categorical.
+        let (log_prob, h) = if log_std.is_empty() {
+            let max = out.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let sum: f64 = out.iter().map(|&v| f64::from(v - max).exp()).sum();
+            for (lp, &v) in log_p.iter_mut().zip(out.iter()) {
+                *lp = f64::from(v - max) - sum.ln();
+            }
+            let h = -log_p.iter().map(|lp| lp.exp() * lp).sum::<f64>();
+            (log_p[action[0] as usize], h)
+        } else {
+            let log_prob = (0..k)
+                .map(|d| -0.5 * standardised(d).powi(2) - log_std[d] - HALF_LOG_TWO_PI)
+                .sum::<f64>();
+            (log_prob, gaussian_entropy)
+        };
+        let log_ratio = log_prob - f64::from(data.old_log_probs[r]);
         let ratio = log_ratio.exp();
         let a = advantages[i];
         let surrogate = a * ratio;
@@ -122,10 +164,19 @@ fn loss(
         entropy += weight * h;
         kl += weight * ((ratio - 1.0) - log_ratio);
         clipped += weight * f64::from(u8::from((ratio - 1.0).abs() > eps));
-        for (j, (dz, &lp)) in dlogits.row_mut(i).iter_mut().zip(&log_p).enumerate() {
-            let p = lp.exp();
-            let chosen = f64::from(u8::from(j == action));
-            *dz = (d_log_prob * (chosen - p) + weight * c_e * p * (lp + h)) as f32;
+        if log_std.is_empty() {
+            for (j, (dz, &lp)) in dlogits.row_mut(i).iter_mut().zip(&log_p).enumerate() {
+                let p = lp.exp();
+                let chosen = f64::from(u8::from(j == action[0] as usize));
+                *dz = (d_log_prob * (chosen - p) + weight * c_e * p * (lp + h)) as f32;
+            }
+        } else {
+            // ∂ log π / ∂μ = z / σ and ∂ log π / ∂ log σ = z² − 1; the entropy's ∂H / ∂ log σ = 1.
+            for (d, dmean) in dlogits.row_mut(i).iter_mut().enumerate() {
+                let z = standardised(d);
+                *dmean = (d_log_prob * z / log_std[d].exp()) as f32;
+                dlog_std[d] += d_log_prob * (z * z - 1.0) - weight * c_e;
+            }
         }
         let (v, target, old) = (
             f64::from(values[i]),
@@ -165,7 +216,12 @@ fn loss(
         adv_var.sqrt(),
     ]
     .map(|x| x as f32);
-    (dlogits, dvalues, row)
+    LossGradients {
+        logits: dlogits,
+        log_std: dlog_std.into_iter().map(|g| g as f32).collect(),
+        values: dvalues,
+        row,
+    }
 }
 
 #[cfg(test)]
@@ -180,25 +236,33 @@ mod tests {
     use crate::model::{ActorCritic, Policy};
 
     /// The hand-written gradients of every parameter equal autograd's for APPO's loss, for tanh, ReLU and ELU
-    /// layers, separate or shared actor and critic, with the entropy bonus and value clipping on, on masked rows
-    /// with ratios inside and outside the clipping range.
+    /// layers, separate or shared actor and critic, a categorical or a Gaussian head (its log standard deviations
+    /// included), with the entropy bonus and value clipping on, on masked rows with ratios inside and outside the
+    /// clipping range.
     #[test]
     fn hand_written_gradients_match_autograd() {
         let cases = [
-            (Nonlinearity::Tanh, false, 0.0, 0.0),
-            (Nonlinearity::Tanh, true, 0.01, 0.3),
-            (Nonlinearity::Relu, false, 0.003, 0.3),
-            (Nonlinearity::Elu, true, 0.0, 0.0),
+            (Nonlinearity::Tanh, false, 0.0, 0.0, false),
+            (Nonlinearity::Tanh, true, 0.01, 0.3, false),
+            (Nonlinearity::Relu, false, 0.003, 0.3, false),
+            (Nonlinearity::Elu, true, 0.0, 0.0, false),
+            (Nonlinearity::Tanh, false, 0.0, 0.0, true),
+            (Nonlinearity::Relu, true, 0.01, 0.3, true),
         ];
-        for (nonlinearity, shared, entropy_coeff, value_clip) in cases {
+        for (nonlinearity, shared, entropy_coeff, value_clip, gaussian) in cases {
             tch::manual_seed(7);
             let mut model_cfg = Config::default().model;
             model_cfg.encoder_mlp_layers = "16,12".parse().expect("layers");
             model_cfg.nonlinearity = nonlinearity;
             model_cfg.actor_critic_share_weights = shared;
             let space = Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![5]).expect("box"));
-            let model =
-                ActorCritic::new(&space, &Space::discrete(3), &model_cfg, DeviceKind::Cpu).expect("model");
+            model_cfg.initial_stddev = 0.7;
+            let (action_space, action_dim) = if gaussian {
+                (Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![2]).expect("box")), 2)
+            } else {
+                (Space::discrete(3), 1)
+            };
+            let model = ActorCritic::new(&space, &action_space, &model_cfg, DeviceKind::Cpu).expect("model");
             let adam_cfg = AdamConfig {
                 beta1: 0.9,
                 beta2: 0.999,
@@ -209,14 +273,22 @@ mod tests {
                 .dense(|t| adam.offset_of(t))
                 .expect("an MLP actor-critic is covered");
             let params = adam.values().expect("values");
-            assert_eq!(net.len(), params.len(), "every parameter is a layer's");
+            assert_eq!(
+                net.len(),
+                params.len(),
+                "every parameter is a layer's or the head's"
+            );
             let cfg = AppoConfig {
                 exploration_loss_coeff: entropy_coeff,
                 ..Config::default().appo
             };
             let n = 48i64;
             let obs = Tensor::randn([n, 5], (Kind::Float, tch::Device::Cpu));
-            let actions = Tensor::randint(3, [n, 1], (Kind::Int64, tch::Device::Cpu));
+            let actions = if gaussian {
+                Tensor::randn([n, 2], (Kind::Float, tch::Device::Cpu))
+            } else {
+                Tensor::randint(3, [n, 1], (Kind::Float, tch::Device::Cpu))
+            };
             let (behaviour, values) = tch::no_grad(|| model.forward(&obs));
             // Behaviour probabilities away from the current ones, so that some ratios leave [1 − ε, 1 + ε].
             let old_log_probs =
@@ -256,11 +328,8 @@ mod tests {
             let data = DenseDataset {
                 obs: vec(&obs),
                 obs_dim: 5,
-                actions: Vec::<i64>::try_from(actions.reshape([-1]))
-                    .expect("actions")
-                    .iter()
-                    .map(|&a| a as usize)
-                    .collect(),
+                actions: vec(&actions),
+                action_dim,
                 old_log_probs: vec(&old_log_probs),
                 advantages: vec(&advantages),
                 targets: vec(&targets),

@@ -4,7 +4,7 @@
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
-use super::dense::{DenseActorCritic, DenseLayer, DenseMlp};
+use super::dense::{DenseActorCritic, DenseHead, DenseLayer, DenseMlp};
 use super::encoder::{linear, Encoder};
 use super::recurrent::Core;
 use super::weights::{rows_tensor, to_vec, Variables};
@@ -336,13 +336,20 @@ impl ActorCritic {
 
     /// This network's layers where `offset_of` finds them in a flat buffer of the parameters, when the
     /// hand-written learner covers it ([`DenseActorCritic`]): float32 MLP encoders over the whole observation, no
-    /// recurrent core, one categorical action without a mask, on the CPU. `None` for any other network.
+    /// recurrent core, one categorical action without a mask or a Gaussian of state-independent standard deviations,
+    /// on the CPU. `None` for any other network.
     pub fn dense(&self, offset_of: impl Fn(&Tensor) -> Option<usize>) -> Option<DenseActorCritic> {
         if self.actor_core.is_some() || self.action_mask.is_some() || self.device() != tch::Device::Cpu {
             return None;
         }
-        let ActionHead::Categorical { .. } = self.head else {
-            return None;
+        let head = match self.head {
+            ActionHead::Categorical { .. } => DenseHead::Categorical,
+            ActionHead::Gaussian {
+                adaptive_std: false, ..
+            } => DenseHead::Gaussian {
+                log_std: offset_of(self.log_std.as_ref()?)?,
+            },
+            _ => return None,
         };
         let layer = |l: &nn::Linear| -> Option<DenseLayer> {
             let size = l.ws.size();
@@ -367,6 +374,7 @@ impl ActorCritic {
                 None => None,
             },
             action_out: layer(&self.action_out)?,
+            head,
             value_out: layer(&self.value_out)?,
         })
     }

@@ -5,8 +5,8 @@
 //! allocation (BENCHMARKS.md, "The limit"); here it is sixteen matrix products and loops over the rows.
 //!
 //! It covers the network [`ActorCritic::dense`](super::ActorCritic::dense) accepts: float32 MLP encoders over the
-//! whole observation (shared or separate actor and critic), no recurrent core, one categorical action without a
-//! mask. Everything else trains through autograd.
+//! whole observation (shared or separate actor and critic), no recurrent core, and one categorical action without a
+//! mask or a Gaussian of state-independent standard deviations. Everything else trains through autograd.
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
@@ -162,13 +162,24 @@ impl DenseMlp {
     }
 }
 
+/// The action distribution the action head's outputs parameterise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DenseHead {
+    /// A categorical over the outputs as logits.
+    Categorical,
+    /// Independent Gaussians of the outputs as means, with state-independent log standard deviations (one per
+    /// output) starting at this offset of the flat parameters.
+    Gaussian { log_std: usize },
+}
+
 /// The actor-critic's layers in the flat parameters: the actor's MLP, the critic's (none when the critic reads the
-/// actor's), the action head (the logits) and the value head.
+/// actor's), the action head (the logits, or the means) and its distribution, and the value head.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DenseActorCritic {
     pub(crate) actor: DenseMlp,
     pub(crate) critic: Option<DenseMlp>,
     pub(crate) action_out: DenseLayer,
+    pub(crate) head: DenseHead,
     pub(crate) value_out: DenseLayer,
 }
 
@@ -188,7 +199,15 @@ impl DenseActorCritic {
     /// How many flat parameters the layers cover (each exactly once).
     pub(crate) fn len(&self) -> usize {
         let mlp = |m: &DenseMlp| m.layers.iter().map(DenseLayer::len).sum::<usize>();
-        mlp(&self.actor) + self.critic.as_ref().map_or(0, mlp) + self.action_out.len() + self.value_out.len()
+        let log_std = match self.head {
+            DenseHead::Categorical => 0,
+            DenseHead::Gaussian { .. } => self.action_out.outputs,
+        };
+        mlp(&self.actor)
+            + self.critic.as_ref().map_or(0, mlp)
+            + self.action_out.len()
+            + log_std
+            + self.value_out.len()
     }
 
     /// The logits and the (normalised) values of the rows of `obs` under `params`. With `two_threads`, a separate

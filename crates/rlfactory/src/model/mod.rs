@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub use actor_critic::{ActionHead, ActorCritic, ACTION_MASK_KEY};
 pub use custom::{register_encoder, registered_encoder, EncoderBuilder, EncoderNet};
+pub(crate) use dense::DenseHead;
 pub use dense::{DenseActorCritic, DenseForward};
 pub use distribution::Distribution;
 pub use draws::Draws;
