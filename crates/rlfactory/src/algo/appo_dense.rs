@@ -7,8 +7,10 @@
 //! With `m` the mask, `C = max(Σ m, 1)`, `Â` the (normalised) advantages, `r = π/μ` and `p` the action
 //! probabilities, the gradients of the total loss are, per row:
 //! - of log π(a): `−(m/C) Â r` where the unclipped surrogate is the smaller term (else 0: the clipped term is
-//!   constant in π), and of the logits through it `∂ log π(a) / ∂ zⱼ = 1[j = a] − pⱼ`;
-//! - of the entropy bonus `−c_e H`: `(m/C) c_e pⱼ (log pⱼ + H)` per logit;
+//!   constant in π); through it, a categorical's logits get `∂ log π(a) / ∂ zⱼ = 1[j = a] − pⱼ`, a Gaussian's
+//!   means `z / σ` and its log standard deviations `z² − 1` (summed over the rows), with `z = (a − μ) / σ`;
+//! - of the entropy bonus `−c_e H`: `(m/C) c_e pⱼ (log pⱼ + H)` per logit of a categorical, `−(m/C) c_e` per log
+//!   standard deviation of a Gaussian (whose entropy is `Σ log σ + ½ + ½ log 2π`, the same in every state);
 //! - of the value loss `½ c_v (V − target)²`: `(m/C) c_v (V − target)`, or with `--ppo_clip_value` the
 //!   gradient of the larger of the clipped and unclipped errors (0 where the clipped one is larger).
 
