@@ -248,7 +248,7 @@ fn main() -> anyhow::Result<()> {
             &cfg.model,
             cfg.run.device,
         )?;
-        let mut appo = Appo::new(model, &cfg.appo, &cfg.optimizer, u64::MAX)?;
+        let mut appo = Appo::new(model, &cfg, u64::MAX)?;
         let step = time_per_step(
             || appo.train(&data).map(drop).map_err(Into::into),
             steps / epochs,

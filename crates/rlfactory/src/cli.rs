@@ -451,7 +451,7 @@ mod tests {
         ] {
             let cfg = Config::for_env(env, &["algo = 'dqn'"]).expect("a valid config");
             assert_eq!(
-                (cfg.learning.algo.as_str(), cfg.appo.batch_size),
+                (cfg.learning.algo.as_str(), cfg.learning.batch_size),
                 ("dqn", batch),
                 "{env}"
             );
@@ -481,7 +481,7 @@ mod tests {
         assert_eq!(
             (
                 cfg.learning.algo.as_str(),
-                cfg.appo.batch_size,
+                cfg.learning.batch_size,
                 cfg.model.normalize_input
             ),
             ("dqn", 128, false)
@@ -523,13 +523,16 @@ mod tests {
         assert_eq!(
             (
                 cfg.env.env.as_str(),
-                cfg.appo.batch_size,
+                cfg.learning.batch_size,
                 cfg.off_policy.learning_starts
             ),
             ("Acrobot-v1", 128, 321)
         );
         let cfg = parse(&["--config", path, "--env", "CartPole-v1"]).expect("a valid config");
-        assert_eq!((cfg.env.env.as_str(), cfg.appo.batch_size), ("CartPole-v1", 64));
+        assert_eq!(
+            (cfg.env.env.as_str(), cfg.learning.batch_size),
+            ("CartPole-v1", 64)
+        );
         let bare = dir.path().join("bare.toml");
         std::fs::write(&bare, "learning_starts = 321\n").expect("write");
         let error = parse(&["--config", bare.to_str().expect("utf-8 path")]).unwrap_err();

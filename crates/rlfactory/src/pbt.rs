@@ -22,7 +22,7 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{AppoConfig, OptimizerConfig, PbtConfig};
+use crate::config::{AppoConfig, Config, LearningConfig, OptimizerConfig, PbtConfig};
 
 /// Mutations multiply or divide a value by a factor drawn from this range.
 const PERTURB: std::ops::Range<f64> = 1.1..1.5;
@@ -49,28 +49,28 @@ pub struct Hyper {
 }
 
 impl Hyper {
-    /// The values of `cfg` and `optim`.
-    pub fn of(cfg: &AppoConfig, optim: &OptimizerConfig) -> Self {
+    /// The values of `cfg`.
+    pub fn of(cfg: &Config) -> Self {
         Self {
-            learning_rate: optim.learning_rate,
-            exploration_loss_coeff: cfg.exploration_loss_coeff,
-            value_loss_coeff: cfg.value_loss_coeff,
-            ppo_clip_ratio: cfg.ppo_clip_ratio,
-            ppo_clip_value: cfg.ppo_clip_value,
-            max_grad_norm: optim.max_grad_norm,
-            gamma: cfg.gamma,
+            learning_rate: cfg.optimizer.learning_rate,
+            exploration_loss_coeff: cfg.appo.exploration_loss_coeff,
+            value_loss_coeff: cfg.appo.value_loss_coeff,
+            ppo_clip_ratio: cfg.appo.ppo_clip_ratio,
+            ppo_clip_value: cfg.appo.ppo_clip_value,
+            max_grad_norm: cfg.optimizer.max_grad_norm,
+            gamma: cfg.learning.gamma,
         }
     }
 
-    /// Writes these values into `cfg` and `optim`.
-    pub fn apply(&self, cfg: &mut AppoConfig, optim: &mut OptimizerConfig) {
+    /// Writes these values into the sections that hold them.
+    pub fn apply(&self, appo: &mut AppoConfig, learning: &mut LearningConfig, optim: &mut OptimizerConfig) {
         optim.learning_rate = self.learning_rate;
-        cfg.exploration_loss_coeff = self.exploration_loss_coeff;
-        cfg.value_loss_coeff = self.value_loss_coeff;
-        cfg.ppo_clip_ratio = self.ppo_clip_ratio;
-        cfg.ppo_clip_value = self.ppo_clip_value;
+        appo.exploration_loss_coeff = self.exploration_loss_coeff;
+        appo.value_loss_coeff = self.value_loss_coeff;
+        appo.ppo_clip_ratio = self.ppo_clip_ratio;
+        appo.ppo_clip_value = self.ppo_clip_value;
         optim.max_grad_norm = self.max_grad_norm;
-        cfg.gamma = self.gamma;
+        learning.gamma = self.gamma;
     }
 
     /// Each value, with probability `rate`, multiplied or divided (even odds) by a factor drawn
@@ -271,7 +271,7 @@ mod tests {
 
     fn pbt(n: usize, overrides: &[&str]) -> Pbt {
         let cfg = crate::config::Config::for_env("CartPole-v1", overrides).expect("config");
-        Pbt::new(&cfg.pbt, Hyper::of(&cfg.appo, &cfg.optimizer), n, &[], 3)
+        Pbt::new(&cfg.pbt, Hyper::of(&cfg), n, &[], 3)
     }
 
     const FLAGS: [&str; 4] = [
@@ -376,13 +376,13 @@ mod tests {
     fn gamma_mutates_through_one_minus_gamma_and_stays_in_range() {
         let cfg = crate::config::Config::for_env("CartPole-v1", &[]).expect("config");
         let mut rng = Pcg64Mcg::seed_from_u64(1);
-        let mut h = Hyper::of(&cfg.appo, &cfg.optimizer);
+        let mut h = Hyper::of(&cfg);
         for _ in 0..200 {
             h = h.mutate(1.0, true, &mut rng);
             assert!((GAMMA_RANGE.0..=GAMMA_RANGE.1).contains(&h.gamma), "{}", h.gamma);
         }
-        let (mut appo, mut optim) = (cfg.appo.clone(), cfg.optimizer.clone());
-        h.apply(&mut appo, &mut optim);
-        assert_eq!(Hyper::of(&appo, &optim), h);
+        let mut applied = cfg.clone();
+        h.apply(&mut applied.appo, &mut applied.learning, &mut applied.optimizer);
+        assert_eq!(Hyper::of(&applied), h);
     }
 }

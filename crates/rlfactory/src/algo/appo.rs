@@ -58,7 +58,7 @@ use tch::{Kind, Tensor};
 use super::adam::Adam;
 use super::appo_dense::{self, DenseDataset};
 use super::{OnPolicyAlgo, TrainingState};
-use crate::config::{AppoConfig, Config, LrScheduleKind, OptimizerConfig};
+use crate::config::{AppoConfig, Config, LearningConfig, LrScheduleKind, OptimizerConfig};
 use crate::error::{Result, RlfError};
 use crate::model::{ActorCritic, DenseActorCritic, DenseHead, Draws, NamedTensor, Policy};
 use crate::pbt::Hyper;
@@ -107,7 +107,7 @@ impl super::Algorithm for AppoAlgorithm {
     ) -> Result<Option<Box<dyn OnPolicyAlgo>>> {
         seed();
         let model = ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
-        let appo = Appo::new(model, &cfg.appo, &cfg.optimizer, cfg.run.train_for_env_steps)?;
+        let appo = Appo::new(model, cfg, cfg.run.train_for_env_steps)?;
         Ok(Some(Box::new(appo)))
     }
 
@@ -548,6 +548,8 @@ pub type TrainMetrics = BTreeMap<String, f64>;
 
 /// The APPO learner's state: the network, Adam, the schedule and the policy version.
 pub struct Appo {
+    /// The discount and the minibatch size.
+    learning: LearningConfig,
     cfg: AppoConfig,
     optim: OptimizerConfig,
     model: ActorCritic,
@@ -667,7 +669,7 @@ impl super::OnPolicyAlgo for Appo {
     }
 
     fn set_hyper(&mut self, hyper: &Hyper) {
-        hyper.apply(&mut self.cfg, &mut self.optim);
+        hyper.apply(&mut self.cfg, &mut self.learning, &mut self.optim);
         self.schedule.rebase(hyper.learning_rate, self.frames_trained);
         self.optimizer.set_lr(self.schedule.lr());
     }
@@ -687,19 +689,17 @@ impl super::OnPolicyAlgo for Appo {
 }
 
 impl Appo {
-    /// A learner training `model` with Adam, for a run of `total_frames` env frames.
-    pub fn new(
-        model: ActorCritic,
-        cfg: &AppoConfig,
-        optim: &OptimizerConfig,
-        total_frames: u64,
-    ) -> Result<Self> {
+    /// A learner training `model` with Adam as `config`'s APPO, learning and optimiser sections say, for a run of
+    /// `total_frames` env frames.
+    pub fn new(model: ActorCritic, config: &Config, total_frames: u64) -> Result<Self> {
+        let (cfg, optim) = (&config.appo, &config.optimizer);
         let optimizer = Adam::new(model.variables().trainable(), optim.into(), optim.learning_rate)?;
         let parameters = optimizer.values()?.len();
         let dense = model
             .dense(|t| optimizer.offset_of(t))
             .filter(|net| !cfg.with_vtrace && net.len() == parameters);
         Ok(Self {
+            learning: config.learning.clone(),
             schedule: LrSchedule::new(
                 optim.lr_schedule,
                 optim.learning_rate,
@@ -1059,7 +1059,7 @@ impl Appo {
                     })
                     .collect();
                 let seq_valid = sequence(&acted, s, t, q);
-                let (gamma, lambda) = (self.cfg.gamma as f32, self.cfg.gae_lambda as f32);
+                let (gamma, lambda) = (self.learning.gamma as f32, self.cfg.gae_lambda as f32);
                 if acts_next[q] && seq_valid.iter().all(|&v| v) {
                     let adv = gae(
                         &rewards[r.clone()],
@@ -1169,7 +1169,7 @@ impl Appo {
                 })
                 .collect();
             let params = VtraceParams {
-                gamma: self.cfg.gamma as f32,
+                gamma: self.learning.gamma as f32,
                 rho_bar: self.cfg.vtrace_rho as f32,
                 c_bar: self.cfg.vtrace_c as f32,
             };
@@ -1248,7 +1248,7 @@ impl Appo {
         let device = self.model.device();
         let (s, t) = (data.num_sequences, data.seq_len);
         let n = s * t;
-        let mb_size = self.cfg.batch_size.min(n);
+        let mb_size = self.learning.batch_size.min(n);
         let mb_per_epoch = self.cfg.num_batches_per_epoch.min(n / mb_size).max(1);
         let value_clip = if self.cfg.ppo_clip_value > 0.0 {
             self.cfg.ppo_clip_value / self.model.value_unit()

@@ -163,10 +163,10 @@ pub fn check_off_policy(cfg: &Config, name: &str) -> Result<()> {
         }
     }
     let o = &cfg.off_policy;
-    if o.replay_buffer_size < cfg.appo.batch_size {
+    if o.replay_buffer_size < cfg.learning.batch_size {
         return err(format!(
             "--replay_buffer_size ({}) must hold at least one --batch_size ({})",
-            o.replay_buffer_size, cfg.appo.batch_size
+            o.replay_buffer_size, cfg.learning.batch_size
         ));
     }
     if cfg.run.serial_mode && o.replay_ratio <= 0.0 {

@@ -137,7 +137,7 @@ impl Config {
             ("--num_envs_per_worker", s.num_envs_per_worker),
             ("--worker_num_splits", s.worker_num_splits),
             ("--rollout", s.rollout),
-            ("--batch_size", a.batch_size),
+            ("--batch_size", self.learning.batch_size),
             ("--num_batches_per_epoch", a.num_batches_per_epoch),
             ("--num_epochs", a.num_epochs),
             ("--policy_workers_per_policy", s.policy_workers_per_policy),
@@ -161,10 +161,10 @@ impl Config {
                 s.num_envs_per_worker, s.worker_num_splits
             ));
         }
-        if a.batch_size % s.rollout != 0 {
+        if self.learning.batch_size % s.rollout != 0 {
             return err(format!(
                 "--batch_size ({}) must be a multiple of --rollout ({}): minibatches hold whole trajectories",
-                a.batch_size, s.rollout
+                self.learning.batch_size, s.rollout
             ));
         }
         if s.num_policies > MAX_POLICIES {
@@ -240,7 +240,7 @@ impl Config {
             return err("--self_play_builtin_opponents needs --self_play".into());
         }
         let unit = [
-            ("--gamma", a.gamma),
+            ("--gamma", self.learning.gamma),
             ("--gae_lambda", a.gae_lambda),
             ("--adam_beta1", self.optimizer.adam_beta1),
             ("--adam_beta2", self.optimizer.adam_beta2),

@@ -6,7 +6,7 @@ use super::*;
 impl Config {
     /// Transitions in one training dataset.
     pub fn dataset_size(&self) -> usize {
-        self.appo.batch_size * self.appo.num_batches_per_epoch
+        self.learning.batch_size * self.appo.num_batches_per_epoch
     }
 
     /// Networks the run's inference workers run: every policy and, with `--self_play`, every

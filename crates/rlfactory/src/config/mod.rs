@@ -55,7 +55,7 @@ pub struct Config {
     #[command(flatten)]
     #[serde(flatten)]
     pub appo: AppoConfig,
-    /// The learning algorithm.
+    /// The learning algorithm, the discount and the minibatch size.
     #[command(flatten)]
     #[serde(flatten)]
     pub learning: LearningConfig,

@@ -370,9 +370,6 @@ pub enum LrScheduleKind {
 #[command(rename_all = "snake_case")]
 #[serde(default)]
 pub struct AppoConfig {
-    /// Discount factor.
-    #[arg(long)]
-    pub gamma: f64,
     /// GAE λ (when not using V-trace).
     #[arg(long)]
     pub gae_lambda: f64,
@@ -406,9 +403,6 @@ pub struct AppoConfig {
     /// Minibatches per epoch; a dataset holds `batch_size * num_batches_per_epoch` transitions.
     #[arg(long)]
     pub num_batches_per_epoch: usize,
-    /// Transitions per minibatch.
-    #[arg(long)]
-    pub batch_size: usize,
     /// Transitions older than this many policy versions are left out of the loss.
     #[arg(long)]
     pub max_policy_lag: u64,
@@ -427,7 +421,6 @@ pub struct AppoConfig {
 impl Default for AppoConfig {
     fn default() -> Self {
         Self {
-            gamma: 0.99,
             gae_lambda: 0.95,
             with_vtrace: false,
             vtrace_rho: 1.0,
@@ -439,7 +432,6 @@ impl Default for AppoConfig {
             normalize_advantage: true,
             num_epochs: 1,
             num_batches_per_epoch: 1,
-            batch_size: 1024,
             max_policy_lag: 1000,
             num_batches_to_accumulate: 2,
             recurrence: -1,
@@ -492,7 +484,7 @@ impl Default for OptimizerConfig {
     }
 }
 
-/// The learning algorithm: the one setting every run reads to know what learns.
+/// The learning algorithm and what every algorithm learns with: the discount and the minibatch size.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]
 #[serde(default)]
@@ -500,6 +492,12 @@ pub struct LearningConfig {
     /// The learning algorithm, by its registered name (`crate::algo` registers each; the command line lists them).
     #[arg(long)]
     pub algo: String,
+    /// Discount factor.
+    #[arg(long)]
+    pub gamma: f64,
+    /// Transitions per minibatch (of an on-policy dataset, or sampled from a replay buffer).
+    #[arg(long)]
+    pub batch_size: usize,
 }
 
 /// The reference values (the command line's defaults).
@@ -507,6 +505,8 @@ impl Default for LearningConfig {
     fn default() -> Self {
         Self {
             algo: DEFAULT_ALGO.to_owned(),
+            gamma: 0.99,
+            batch_size: 1024,
         }
     }
 }
@@ -516,7 +516,7 @@ impl Default for LearningConfig {
 pub const DEFAULT_ALGO: &str = "appo";
 
 /// Off-policy learning (`--algo dqn`, `--algo sac`): the replay buffer, its rate limit, targets and exploration. The batch
-/// size and the discount are those of [`AppoConfig`]'s flags, the learning rate, Adam and gradient clipping
+/// size and the discount are [`LearningConfig`]'s, the learning rate, Adam and gradient clipping
 /// [`OptimizerConfig`]'s; `--double_q`, `--dueling` and the ε schedule are DQN's.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[command(rename_all = "snake_case")]

@@ -50,7 +50,7 @@ fn pbt_population(cfg: &Config, experiment: Option<&ExperimentRun>) -> Result<Op
         .map_err(|e| BuildError::User(e.to_string()))?;
     Ok(Some(Pbt::new(
         &cfg.pbt,
-        crate::pbt::Hyper::of(&cfg.appo, &cfg.optimizer),
+        crate::pbt::Hyper::of(cfg),
         cfg.sampling.num_policies,
         &saved,
         cfg.env.seed,

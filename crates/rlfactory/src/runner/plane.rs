@@ -425,7 +425,7 @@ pub(super) fn replay_writer(plan: &RunPlan, plane: &DataPlane) -> Result<Option<
         rings,
         layouts,
         cfg.off_policy.n_step,
-        cfg.appo.gamma,
+        cfg.learning.gamma,
     )))
 }
 
@@ -450,7 +450,7 @@ fn rate_limit(cfg: &Config) -> Option<RateLimit> {
     (o.replay_ratio > 0.0 && !cfg.run.serial_mode).then(|| RateLimit {
         samples_per_insert: o.replay_ratio,
         min_size_to_sample: o.learning_starts,
-        error_buffer: 4.0 * cfg.appo.batch_size as f64 + o.replay_ratio.max(1.0),
+        error_buffer: 4.0 * cfg.learning.batch_size as f64 + o.replay_ratio.max(1.0),
     })
 }
 

@@ -474,7 +474,7 @@ fn train_once(data: &Dataset, vtrace: bool) -> (Vec<f32>, Vec<f32>, f64) {
         cfg.run.device,
     )
     .unwrap();
-    let mut appo = Appo::new(model, &cfg.appo, &cfg.optimizer, 1_000_000).unwrap();
+    let mut appo = Appo::new(model, &cfg, 1_000_000).unwrap();
     let before = appo.model().weights().unwrap().values;
     let metrics = appo.train(data).unwrap();
     let after = appo.model().weights().unwrap().values;
@@ -495,7 +495,7 @@ fn the_hand_written_step_refuses_an_action_outside_the_categories() {
         cfg.run.device,
     )
     .unwrap();
-    let mut appo = Appo::new(model, &cfg.appo, &cfg.optimizer, 1_000_000).unwrap();
+    let mut appo = Appo::new(model, &cfg, 1_000_000).unwrap();
     assert!(
         appo.differentiates_by_hand(),
         "the default CartPole network is an MLP actor-critic"
@@ -604,7 +604,7 @@ fn train_recurrent(states: &Tensor, recurrence: i64, vtrace: bool) -> Vec<f32> {
     )
     .unwrap();
     assert_eq!(model.state_dim(), states.size()[1]);
-    let mut appo = Appo::new(model, &cfg.appo, &cfg.optimizer, 1_000_000).unwrap();
+    let mut appo = Appo::new(model, &cfg, 1_000_000).unwrap();
     let data = Dataset {
         states: Some(states.shallow_clone()),
         ..cartpole_dataset(&[1.0; 128])
@@ -662,7 +662,7 @@ fn bptt_chunks_start_from_the_recorded_states_every_recurrence_steps() {
         cfg.run.device,
     )
     .unwrap();
-    let err = Appo::new(model, &cfg.appo, &cfg.optimizer, 1)
+    let err = Appo::new(model, &cfg, 1)
         .unwrap()
         .train(&cartpole_dataset(&[1.0; 128]))
         .unwrap_err();
@@ -699,7 +699,7 @@ fn a_dict_of_an_image_a_vector_and_a_mask_trains() {
         ("vector".to_owned(), unit(vec![2])),
     ]);
     let model = ActorCritic::new(&space, &Space::discrete(3), &cfg.model, cfg.run.device).unwrap();
-    let mut appo = Appo::new(model, &cfg.appo, &cfg.optimizer, 1_000_000).unwrap();
+    let mut appo = Appo::new(model, &cfg, 1_000_000).unwrap();
     let (d, n) = (41_usize, 64_usize);
     // A batch of observations and the right action of each.
     let batch = |k: usize| -> (Vec<f32>, Vec<f32>) {

@@ -50,7 +50,7 @@ fn a_diverging_policy_takes_a_better_ones_weights_and_a_resumed_run_keeps_the_po
     let exp = dir.path().join("exp");
     std::fs::create_dir_all(&exp).expect("experiment folder");
     let cfg = Config::for_env_defaults("CartPole-v1", "appo").expect("config");
-    let mut hyper = Hyper::of(&cfg.appo, &cfg.optimizer);
+    let mut hyper = Hyper::of(&cfg);
     hyper.learning_rate = DIVERGING_LR;
     let seeded = PolicyState {
         policy: 3,

@@ -36,7 +36,7 @@ fn learner(rank: usize, comm: LocalComm, averaged: bool) -> (Vec<f32>, Vec<Vec<f
         cfg.run.device,
     )
     .unwrap();
-    let mut appo = Appo::new(model, &cfg.appo, &cfg.optimizer, 1_000_000).unwrap();
+    let mut appo = Appo::new(model, &cfg, 1_000_000).unwrap();
     let mut bytes: Vec<u8> = appo
         .model()
         .weights()

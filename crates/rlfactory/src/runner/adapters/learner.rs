@@ -261,7 +261,7 @@ fn off_policy_setup(policy: usize, plan: &RunPlan, plane: &DataPlane) -> Result<
         plane.open_weights(policy)?,
         plane.open_replay(policy)?,
         layout,
-        (cfg.appo.batch_size, o.learning_starts, o.publish_interval),
+        (cfg.learning.batch_size, o.learning_starts, o.publish_interval),
         cfg.env.seed.wrapping_add(policy as u64 * 7919),
     )?
     .with_replay_ratio(o.replay_ratio);
