@@ -451,6 +451,19 @@ fn learning_rate_schedules() {
     assert!((epoch.lr() - 1e-3 / 1.5).abs() < 1e-12);
 }
 
+/// An APPO learner of a new CartPole network as `cfg` says.
+fn cartpole_learner(cfg: &Config) -> Appo {
+    let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
+    let model = ActorCritic::new(
+        env.observation_space(),
+        env.action_space(),
+        &cfg.model,
+        cfg.run.device,
+    )
+    .unwrap();
+    Appo::new(model, cfg, 1_000_000).unwrap()
+}
+
 /// The weights and statistics of an APPO learner (normalised inputs and returns) before and
 /// after training once on `data`, and the dataset's `train/valids_fraction`.
 fn train_once(data: &Dataset, vtrace: bool) -> (Vec<f32>, Vec<f32>, f64) {
@@ -466,15 +479,7 @@ fn train_once(data: &Dataset, vtrace: bool) -> (Vec<f32>, Vec<f32>, f64) {
         ],
     )
     .unwrap();
-    let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
-    let model = ActorCritic::new(
-        env.observation_space(),
-        env.action_space(),
-        &cfg.model,
-        cfg.run.device,
-    )
-    .unwrap();
-    let mut appo = Appo::new(model, &cfg, 1_000_000).unwrap();
+    let mut appo = cartpole_learner(&cfg);
     let before = appo.model().weights().unwrap().values;
     let metrics = appo.train(data).unwrap();
     let after = appo.model().weights().unwrap().values;
@@ -487,15 +492,7 @@ fn train_once(data: &Dataset, vtrace: bool) -> (Vec<f32>, Vec<f32>, f64) {
 fn the_hand_written_step_refuses_an_action_outside_the_categories() {
     let _turn = common::torch_rng();
     let cfg = Config::for_env("CartPole-v1", &["batch_size = 64"]).unwrap();
-    let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
-    let model = ActorCritic::new(
-        env.observation_space(),
-        env.action_space(),
-        &cfg.model,
-        cfg.run.device,
-    )
-    .unwrap();
-    let mut appo = Appo::new(model, &cfg, 1_000_000).unwrap();
+    let mut appo = cartpole_learner(&cfg);
     assert!(
         appo.differentiates_by_hand(),
         "the default CartPole network is an MLP actor-critic"
