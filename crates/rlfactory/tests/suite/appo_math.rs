@@ -592,16 +592,8 @@ fn train_recurrent(states: &Tensor, recurrence: i64, vtrace: bool) -> Vec<f32> {
     )
     .unwrap();
     cfg.validate().unwrap();
-    let env = EnvRegistry::with_builtin().make("CartPole-v1").unwrap();
-    let model = ActorCritic::new(
-        env.observation_space(),
-        env.action_space(),
-        &cfg.model,
-        cfg.run.device,
-    )
-    .unwrap();
-    assert_eq!(model.state_dim(), states.size()[1]);
-    let mut appo = Appo::new(model, &cfg, 1_000_000).unwrap();
+    let mut appo = cartpole_learner(&cfg);
+    assert_eq!(appo.model().state_dim(), states.size()[1]);
     let data = Dataset {
         states: Some(states.shallow_clone()),
         ..cartpole_dataset(&[1.0; 128])
