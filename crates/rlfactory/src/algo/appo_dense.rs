@@ -17,7 +17,7 @@
 use ndarray::{Array2, ArrayView2};
 
 use crate::config::AppoConfig;
-use crate::model::{DenseActorCritic, DenseHead};
+use crate::model::{DenseActorCritic, DenseHead, MASKED_LOGIT};
 
 /// ½ log 2π: a Gaussian's log-density is `−z²/2 − log σ − ½ log 2π` per dimension.
 const HALF_LOG_TWO_PI: f64 = 0.918_938_533_204_672_7;
@@ -38,6 +38,9 @@ pub(super) struct DenseDataset {
     pub(super) targets: Vec<f32>,
     pub(super) old_values: Vec<f32>,
     pub(super) mask: Vec<f32>,
+    /// For a masked categorical head, whether each action is allowed in each row (the observation's
+    /// `action_mask`, read before normalisation), `categories` per row; empty for any other head.
+    pub(super) legal: Vec<bool>,
 }
 
 /// The loss terms of one minibatch, in the order of the autograd learner's metric row: policy, value, entropy,
@@ -65,12 +68,19 @@ pub(super) fn gradients(
         obs.extend_from_slice(&data.obs[r * d..(r + 1) * d]);
     }
     let obs = ArrayView2::from_shape((picked.len(), d), &obs).expect("the rows were gathered whole");
-    let fwd = net.forward(params, &obs, two_threads);
+    let mut fwd = net.forward(params, &obs, two_threads);
+    let categories = fwd.logits.ncols();
+    let legal = |i: usize, j: usize| data.legal.is_empty() || data.legal[picked[i] * categories + j];
+    // As the autograd network's `masked_fill`: a forbidden action's logit is constant, its probability 0.
+    fwd.logits
+        .indexed_iter_mut()
+        .filter(|((i, j), _)| !legal(*i, *j))
+        .for_each(|(_, z)| *z = MASKED_LOGIT as f32);
     let log_std = match net.head {
-        DenseHead::Categorical => &[][..],
+        DenseHead::Categorical { .. } => &[][..],
         DenseHead::Gaussian { log_std } => &params[log_std..log_std + net.action_out.outputs],
     };
-    let grads = loss(
+    let mut grads = loss(
         &fwd.logits,
         log_std,
         &fwd.values,
@@ -78,6 +88,11 @@ pub(super) fn gradients(
         &picked,
         (cfg, value_clip),
     );
+    grads
+        .logits
+        .indexed_iter_mut()
+        .filter(|((i, j), _)| !legal(*i, *j))
+        .for_each(|(_, dz)| *dz = 0.0);
     let mut all = net.backward(params, &obs, &fwd, (&grads.logits, &grads.values), two_threads);
     if let DenseHead::Gaussian { log_std } = net.head {
         all[log_std..log_std + grads.log_std.len()].copy_from_slice(&grads.log_std);
@@ -236,28 +251,44 @@ mod tests {
     use crate::algo::appo::{losses, LossInputs};
     use crate::config::{AppoConfig, Config, DeviceKind, Nonlinearity};
     use crate::model::{ActorCritic, Policy};
+    use crate::model::{DenseHead, ACTION_MASK_KEY};
 
     /// The hand-written gradients of every parameter equal autograd's for APPO's loss, for tanh, ReLU and ELU
-    /// layers, separate or shared actor and critic, a categorical or a Gaussian head (its log standard deviations
-    /// included), with the entropy bonus and value clipping on, on masked rows with ratios inside and outside the
-    /// clipping range.
+    /// layers, separate or shared actor and critic, a categorical (masked by an `action_mask` of a Dict observation or
+    /// not) or a Gaussian head (its log standard deviations included), with the entropy bonus and value clipping on,
+    /// on masked rows with ratios inside and outside the clipping range.
     #[test]
     fn hand_written_gradients_match_autograd() {
+        // (nonlinearity, shared, entropy coefficient, value clip, Gaussian head, action mask)
         let cases = [
-            (Nonlinearity::Tanh, false, 0.0, 0.0, false),
-            (Nonlinearity::Tanh, true, 0.01, 0.3, false),
-            (Nonlinearity::Relu, false, 0.003, 0.3, false),
-            (Nonlinearity::Elu, true, 0.0, 0.0, false),
-            (Nonlinearity::Tanh, false, 0.0, 0.0, true),
-            (Nonlinearity::Relu, true, 0.01, 0.3, true),
+            (Nonlinearity::Tanh, false, 0.0, 0.0, false, false),
+            (Nonlinearity::Tanh, true, 0.01, 0.3, false, false),
+            (Nonlinearity::Relu, false, 0.003, 0.3, false, false),
+            (Nonlinearity::Elu, true, 0.0, 0.0, false, false),
+            (Nonlinearity::Tanh, false, 0.0, 0.0, true, false),
+            (Nonlinearity::Relu, true, 0.01, 0.3, true, false),
+            (Nonlinearity::Tanh, false, 0.01, 0.3, false, true),
+            (Nonlinearity::Relu, true, 0.003, 0.0, false, true),
         ];
-        for (nonlinearity, shared, entropy_coeff, value_clip, gaussian) in cases {
+        for (nonlinearity, shared, entropy_coeff, value_clip, gaussian, masked) in cases {
             tch::manual_seed(7);
             let mut model_cfg = Config::default().model;
             model_cfg.encoder_mlp_layers = "16,12".parse().expect("layers");
             model_cfg.nonlinearity = nonlinearity;
             model_cfg.actor_critic_share_weights = shared;
-            let space = Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![5]).expect("box"));
+            let features = Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![5]).expect("box"));
+            let space = if masked {
+                Space::Dict(vec![
+                    (
+                        ACTION_MASK_KEY.to_owned(),
+                        Space::Box(BoxSpace::uniform(0.0, 1.0, vec![3]).expect("box")),
+                    ),
+                    ("observation".to_owned(), features),
+                ])
+            } else {
+                features
+            };
+            let obs_dim = space.flat_dim();
             model_cfg.initial_stddev = 0.7;
             let (action_space, action_dim) = if gaussian {
                 (Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![2]).expect("box")), 2)
@@ -285,11 +316,23 @@ mod tests {
                 ..Config::default().appo
             };
             let n = 48i64;
-            let obs = Tensor::randn([n, 5], (Kind::Float, tch::Device::Cpu));
             let actions = if gaussian {
                 Tensor::randn([n, 2], (Kind::Float, tch::Device::Cpu))
             } else {
                 Tensor::randint(3, [n, 1], (Kind::Float, tch::Device::Cpu))
+            };
+            let obs = if masked {
+                // Each action allowed with probability ½, the one taken always.
+                let allowed = Tensor::rand([n, 3], (Kind::Float, tch::Device::Cpu))
+                    .gt(0.5)
+                    .to_kind(Kind::Float)
+                    .scatter_value(1, &actions.to_kind(Kind::Int64), 1.0);
+                Tensor::cat(
+                    &[allowed, Tensor::randn([n, 5], (Kind::Float, tch::Device::Cpu))],
+                    1,
+                )
+            } else {
+                Tensor::randn([n, 5], (Kind::Float, tch::Device::Cpu))
             };
             let (behaviour, values) = tch::no_grad(|| model.forward(&obs));
             // Behaviour probabilities away from the current ones, so that some ratios leave [1 − ε, 1 + ε].
@@ -327,9 +370,16 @@ mod tests {
                 .collect();
 
             let vec = |t: &Tensor| Vec::<f32>::try_from(t.reshape([-1])).expect("values");
+            let legal = match masked {
+                true => vec(&obs.narrow(1, 0, 3)).into_iter().map(|a| a > 0.5).collect(),
+                false => Vec::new(),
+            };
+            if masked {
+                assert_eq!(net.head, DenseHead::Categorical { mask: Some((0, 3)) });
+            }
             let data = DenseDataset {
                 obs: vec(&obs),
-                obs_dim: 5,
+                obs_dim,
                 actions: vec(&actions),
                 action_dim,
                 old_log_probs: vec(&old_log_probs),
@@ -337,6 +387,7 @@ mod tests {
                 targets: vec(&targets),
                 old_values: vec(&old_values),
                 mask: vec(&mask),
+                legal,
             };
             let (hand, row) = gradients(&net, &params, &data, None, (&cfg, value_clip), false);
             let (beside, _) = gradients(&net, &params, &data, None, (&cfg, value_clip), true);
@@ -348,7 +399,7 @@ mod tests {
             for (i, (h, a)) in hand.iter().zip(&autograd).enumerate() {
                 assert!(
                     (h - a).abs() <= 1e-4 * scale,
-                    "{nonlinearity:?} shared {shared}: parameter value {i}: by hand {h}, autograd {a}"
+                    "{nonlinearity:?} shared {shared} masked {masked}: parameter value {i}: by hand {h}, autograd {a}"
                 );
             }
             let total = f32::try_from(&l.total).expect("total");

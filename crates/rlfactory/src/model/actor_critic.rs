@@ -17,7 +17,7 @@ const OBS_CLIP: f64 = 10.0;
 
 /// The logit given to an action its mask forbids: its probability is exactly 0 in float32 (and
 /// `0 · log 0` terms of the entropy are 0, not NaN, as with `-inf`).
-const MASKED_LOGIT: f64 = -1e9;
+pub(crate) const MASKED_LOGIT: f64 = -1e9;
 
 /// The key of a Dict observation that masks a discrete action head (PettingZoo's convention).
 pub const ACTION_MASK_KEY: &str = "action_mask";
@@ -336,14 +336,19 @@ impl ActorCritic {
 
     /// This network's layers where `offset_of` finds them in a flat buffer of the parameters, when the
     /// hand-written learner covers it ([`DenseActorCritic`]): float32 MLP encoders over the whole observation, no
-    /// recurrent core, one categorical action without a mask or a Gaussian of state-independent standard deviations,
-    /// on the CPU. `None` for any other network.
+    /// recurrent core, one categorical action (masked or not) or a Gaussian of state-independent standard
+    /// deviations, on the CPU. `None` for any other network.
     pub fn dense(&self, offset_of: impl Fn(&Tensor) -> Option<usize>) -> Option<DenseActorCritic> {
-        if self.actor_core.is_some() || self.action_mask.is_some() || self.device() != tch::Device::Cpu {
+        if self.actor_core.is_some() || self.device() != tch::Device::Cpu {
             return None;
         }
         let head = match self.head {
-            ActionHead::Categorical { .. } => DenseHead::Categorical,
+            ActionHead::Categorical { .. } => DenseHead::Categorical {
+                mask: match self.action_mask {
+                    Some((offset, len)) => Some((usize::try_from(offset).ok()?, usize::try_from(len).ok()?)),
+                    None => None,
+                },
+            },
             ActionHead::Gaussian {
                 adaptive_std: false, ..
             } => DenseHead::Gaussian {

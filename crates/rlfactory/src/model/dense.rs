@@ -5,8 +5,9 @@
 //! allocation (BENCHMARKS.md, "The limit"); here it is sixteen matrix products and loops over the rows.
 //!
 //! It covers the network [`ActorCritic::dense`](super::ActorCritic::dense) accepts: float32 MLP encoders over the
-//! whole observation (shared or separate actor and critic), no recurrent core, and one categorical action without a
-//! mask or a Gaussian of state-independent standard deviations. Everything else trains through autograd.
+//! whole observation (shared or separate actor and critic), no recurrent core, and one categorical action (masked by
+//! an `action_mask` of the observation or not) or a Gaussian of state-independent standard deviations. Everything
+//! else trains through autograd.
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
@@ -165,8 +166,9 @@ impl DenseMlp {
 /// The action distribution the action head's outputs parameterise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DenseHead {
-    /// A categorical over the outputs as logits.
-    Categorical,
+    /// A categorical over the outputs as logits; with `mask`, the `(offset, length)` of the `action_mask` in the
+    /// raw observation, whose values at most 0.5 forbid their action (its logit is set to a billion below zero).
+    Categorical { mask: Option<(usize, usize)> },
     /// Independent Gaussians of the outputs as means, with state-independent log standard deviations (one per
     /// output) starting at this offset of the flat parameters.
     Gaussian { log_std: usize },
@@ -200,7 +202,7 @@ impl DenseActorCritic {
     pub(crate) fn len(&self) -> usize {
         let mlp = |m: &DenseMlp| m.layers.iter().map(DenseLayer::len).sum::<usize>();
         let log_std = match self.head {
-            DenseHead::Categorical => 0,
+            DenseHead::Categorical { .. } => 0,
             DenseHead::Gaussian { .. } => self.action_out.outputs,
         };
         mlp(&self.actor)
@@ -208,6 +210,17 @@ impl DenseActorCritic {
             + self.action_out.len()
             + log_std
             + self.value_out.len()
+    }
+
+    /// The most outputs of any of its layers.
+    pub(crate) fn widest_layer(&self) -> usize {
+        let heads = [&self.action_out, &self.value_out];
+        let encoders = self
+            .actor
+            .layers
+            .iter()
+            .chain(self.critic.iter().flat_map(|c| &c.layers));
+        encoders.chain(heads).map(|l| l.outputs).max().unwrap_or(0)
     }
 
     /// The logits and the (normalised) values of the rows of `obs` under `params`. With `two_threads`, a separate

@@ -30,6 +30,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use actor_critic::MASKED_LOGIT;
 pub use actor_critic::{ActionHead, ActorCritic, ACTION_MASK_KEY};
 pub use custom::{register_encoder, registered_encoder, EncoderBuilder, EncoderNet};
 pub(crate) use dense::DenseHead;

@@ -9,14 +9,14 @@
 use crate::common;
 
 use common::cartpole_dataset;
-use rlf_env::EnvRegistry;
+use rlf_env::{BoxSpace, EnvRegistry, Space};
 use rlfactory::algo::adam::clip_grad_norm;
 use rlfactory::algo::appo::{
     bootstrap_only, gae, losses, vtrace, ActedSteps, Appo, Dataset, LossInputs, LrSchedule, VtraceParams,
 };
 use rlfactory::algo::OnPolicyAlgo;
 use rlfactory::config::{Config, LrScheduleKind};
-use rlfactory::model::{ActorCritic, Policy};
+use rlfactory::model::{ActorCritic, Policy, ACTION_MASK_KEY};
 use tch::{Kind, Tensor};
 
 /// A rollout of 7 steps: an episode terminates after step 2, one is truncated after step 4
@@ -512,6 +512,28 @@ fn the_hand_written_step_refuses_an_action_outside_the_categories() {
         before == appo.model().weights().unwrap().values,
         "nothing trained"
     );
+}
+
+/// The hand-written step takes a categorical masked by the observation's `action_mask` (Connect Four's
+/// observation) up to 128 units wide; the shipped Connect Four network (256 wide), where libtorch's products are
+/// faster, trains through autograd.
+#[test]
+fn masked_networks_up_to_128_wide_are_differentiated_by_hand() {
+    let _turn = common::torch_rng();
+    let unit = |shape: Vec<usize>| Space::Box(BoxSpace::uniform(0.0, 1.0, shape).unwrap());
+    let obs = Space::Dict(vec![
+        (ACTION_MASK_KEY.to_owned(), unit(vec![7])),
+        ("observation".to_owned(), unit(vec![6, 7, 2])),
+    ]);
+    let by_hand = |layers: &str| {
+        let cfg = Config::for_env("connect_four", &[&format!("encoder_mlp_layers = [{layers}]")]).unwrap();
+        let model = ActorCritic::new(&obs, &Space::discrete(7), &cfg.model, cfg.run.device).unwrap();
+        Appo::new(model, &cfg, 1_000_000)
+            .unwrap()
+            .differentiates_by_hand()
+    };
+    assert!(by_hand("64, 64") && by_hand("128, 128"));
+    assert!(!by_hand("256, 256") && !by_hand("64, 256"));
 }
 
 fn differing(a: &[f32], b: &[f32]) -> usize {
