@@ -70,12 +70,15 @@ pub(super) fn gradients(
     let obs = ArrayView2::from_shape((picked.len(), d), &obs).expect("the rows were gathered whole");
     let mut fwd = net.forward(params, &obs, two_threads);
     let categories = fwd.logits.ncols();
-    let legal = |i: usize, j: usize| data.legal.is_empty() || data.legal[picked[i] * categories + j];
+    let masked = !data.legal.is_empty();
+    let legal = |i: usize, j: usize| data.legal[picked[i] * categories + j];
     // As the autograd network's `masked_fill`: a forbidden action's logit is constant, its probability 0.
-    fwd.logits
-        .indexed_iter_mut()
-        .filter(|((i, j), _)| !legal(*i, *j))
-        .for_each(|(_, z)| *z = MASKED_LOGIT as f32);
+    if masked {
+        fwd.logits
+            .indexed_iter_mut()
+            .filter(|((i, j), _)| !legal(*i, *j))
+            .for_each(|(_, z)| *z = MASKED_LOGIT as f32);
+    }
     let log_std = match net.head {
         DenseHead::Categorical { .. } => &[][..],
         DenseHead::Gaussian { log_std } => &params[log_std..log_std + net.action_out.outputs],
@@ -88,11 +91,13 @@ pub(super) fn gradients(
         &picked,
         (cfg, value_clip),
     );
-    grads
-        .logits
-        .indexed_iter_mut()
-        .filter(|((i, j), _)| !legal(*i, *j))
-        .for_each(|(_, dz)| *dz = 0.0);
+    if masked {
+        grads
+            .logits
+            .indexed_iter_mut()
+            .filter(|((i, j), _)| !legal(*i, *j))
+            .for_each(|(_, dz)| *dz = 0.0);
+    }
     let mut all = net.backward(params, &obs, &fwd, (&grads.logits, &grads.values), two_threads);
     if let DenseHead::Gaussian { log_std } = net.head {
         all[log_std..log_std + grads.log_std.len()].copy_from_slice(&grads.log_std);
