@@ -43,7 +43,8 @@
 //!     ended its episode (as acting did), with invalid steps masked rather than dropped; backpropagation through
 //!     time stops at the chunk's start ([`ActorCritic::forward_sequences`]). With V-trace a chunk is a sequence.
 //! 15. Written out by hand: for the networks [`ActorCritic::dense`] covers (float32 MLP encoders, no recurrent core,
-//!     one categorical action without a mask or a Gaussian of state-independent standard deviations) and GAE, each minibatch's forward pass, loss (8–11) and gradients are
+//!     one categorical action, masked or not, or a Gaussian of state-independent standard deviations) up to
+//!     `HAND_WRITTEN_MAX_WIDTH` units wide, and GAE, each minibatch's forward pass, loss (8–11) and gradients are
 //!     computed in Rust over Adam's flat parameters ([`appo_dense`](super::appo_dense)), matching autograd's, and
 //!     Adam steps from them (12); any other network goes through autograd.
 //! 16. Metrics carry Sample Factory's names: `train/policy_loss`, `train/value_loss`,
