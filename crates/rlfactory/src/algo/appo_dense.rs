@@ -255,8 +255,7 @@ mod tests {
     use crate::algo::adam::{Adam, AdamConfig};
     use crate::algo::appo::{losses, LossInputs};
     use crate::config::{AppoConfig, Config, DeviceKind, Nonlinearity};
-    use crate::model::{ActorCritic, Policy};
-    use crate::model::{DenseHead, ACTION_MASK_KEY};
+    use crate::model::{ActorCritic, DenseHead, Policy, ACTION_MASK_KEY};
 
     /// The hand-written gradients of every parameter equal autograd's for APPO's loss, for tanh, ReLU and ELU
     /// layers, separate or shared actor and critic, a categorical (masked by an `action_mask` of a Dict observation or
