@@ -1,4 +1,5 @@
-//! Typed arrays and a seqlock-published vector in shared memory: the data plane of the sampler.
+//! Typed arrays and seqlock-published values in shared memory: the data plane of the sampler, and a run's live
+//! figures ([`SharedBoard`]).
 //!
 //! - [`ShmArray<T>`]: a fixed-length array of plain values ([`Pod`]: `f32`, `u8`, `u32`, `u64`, `i64`) in a
 //!   [`Region`], read and written by whole slices ([`ShmArray::copy_from_slice`], [`ShmArray::copy_to_slice`]).
@@ -201,7 +202,7 @@ impl<T: Pod + tch::kind::Element> ShmArray<T> {
 
 /// A read overlapped a write (or the writer died mid-write): keep the previous copy and read again later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the shared weights were being written during the read")]
+#[error("the shared value was being written during the read")]
 pub struct TornRead;
 
 /// Serialisable description of a [`SharedWeights`].
@@ -213,65 +214,31 @@ pub struct SharedWeightsHandle {
     pub len: usize,
 }
 
-/// Header words: the sequence counter and the published version, then the values from byte 64.
+/// Header words: the sequence counter and the published tag (a version, a length), then the words from byte 64.
 const HEADER: usize = 64;
 
-/// A vector of `f32` published by one writer with a version number and read by many (seqlock, see the module doc).
+/// The seqlock of the module doc over a region: the sequence word, a tag word, then `len` 32-bit words.
 #[derive(Debug)]
-pub struct SharedWeights {
+struct Seqlock {
     region: Region,
     len: usize,
 }
 
-impl SharedWeights {
-    /// New shared weights of `len` values, version 0, all zero.
-    pub fn create(len: usize) -> Result<Self, ShmError> {
-        let bytes = len
-            .checked_mul(4)
-            .and_then(|b| b.checked_add(HEADER))
-            .ok_or_else(|| ShmError::Config(format!("{len} weights do not fit the address space")))?;
-        Ok(Self {
-            region: Region::create(bytes)?,
-            len,
-        })
+impl Seqlock {
+    /// The bytes a seqlock of `len` words needs.
+    fn bytes(len: usize) -> Option<usize> {
+        len.checked_mul(4).and_then(|b| b.checked_add(HEADER))
     }
 
-    /// Maps shared weights created by another process.
-    pub fn open(handle: &SharedWeightsHandle) -> Result<Self, ShmError> {
-        let region = Region::open(&handle.region)?;
-        if handle
-            .len
-            .checked_mul(4)
-            .and_then(|b| b.checked_add(HEADER))
-            .is_none_or(|b| b > region.len())
-        {
+    /// Checks that `region` holds `len` words.
+    fn over(region: Region, len: usize) -> Result<Self, ShmError> {
+        if Self::bytes(len).is_none_or(|b| b > region.len()) {
             return Err(ShmError::Invalid {
                 name: region.name().to_owned(),
-                what: format!("{} bytes cannot hold {} weights", region.len(), handle.len),
+                what: format!("{} bytes cannot hold {len} words and a header", region.len()),
             });
         }
-        Ok(Self {
-            region,
-            len: handle.len,
-        })
-    }
-
-    /// The handle to pass to other processes.
-    pub fn handle(&self) -> SharedWeightsHandle {
-        SharedWeightsHandle {
-            region: self.region.handle(),
-            len: self.len,
-        }
-    }
-
-    /// Values.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+        Ok(Self { region, len })
     }
 
     fn seq(&self) -> &AtomicU64 {
@@ -280,54 +247,176 @@ impl SharedWeights {
         unsafe { &*self.region.as_ptr().cast::<AtomicU64>() }
     }
 
-    fn version_word(&self) -> &AtomicU64 {
+    fn tag(&self) -> &AtomicU64 {
         // SAFETY: byte 8 of the header, 8-aligned, only accessed atomically.
         unsafe { &*self.region.as_ptr().add(8).cast::<AtomicU64>() }
     }
 
-    fn values(&self) -> &[AtomicU32] {
-        // SAFETY: `len` 4-aligned words from byte HEADER, inside the mapping (checked at create/open), only ever
+    fn words(&self) -> &[AtomicU32] {
+        // SAFETY: `len` 4-aligned words from byte HEADER, inside the mapping (checked in `over`), only ever
         // accessed atomically.
         unsafe { std::slice::from_raw_parts(self.region.as_ptr().add(HEADER).cast::<AtomicU32>(), self.len) }
     }
 
-    /// The version of the last complete publication (0 before the first), without reading the values.
-    pub fn version(&self) -> u64 {
-        self.version_word().load(Ordering::Acquire)
-    }
-
-    /// Publishes `values` as `version`. There must be one writer at a time. Panics if the length differs.
-    pub fn publish(&self, version: u64, values: &[f32]) {
-        assert_eq!(values.len(), self.len, "SharedWeights::publish: wrong length");
+    /// Writes `tag` and the first words from `words` (one writer at a time).
+    fn publish(&self, tag: u64, words: impl Iterator<Item = u32>) {
         let seq = self.seq();
         let s = seq.load(Ordering::Relaxed);
         seq.store(s.wrapping_add(1) | 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        self.version_word().store(version, Ordering::Relaxed);
-        for (w, v) in self.values().iter().zip(values) {
-            w.store(v.to_bits(), Ordering::Relaxed);
+        self.tag().store(tag, Ordering::Relaxed);
+        for (w, v) in self.words().iter().zip(words) {
+            w.store(v, Ordering::Relaxed);
         }
         seq.store((s | 1).wrapping_add(1), Ordering::Release);
     }
 
-    /// Copies the values into `out` and returns their version, or [`TornRead`] if a write overlapped the read
-    /// (`out` then holds garbage). Panics if the length differs.
-    pub fn try_read(&self, out: &mut [f32]) -> Result<u64, TornRead> {
-        assert_eq!(out.len(), self.len, "SharedWeights::try_read: wrong length");
+    /// Hands the tag, then the first `n(tag)` words to `put`; [`TornRead`] if a write overlapped (what `put` was
+    /// given is then garbage).
+    fn try_read(
+        &self,
+        n: impl FnOnce(u64) -> usize,
+        mut put: impl FnMut(usize, u32),
+    ) -> Result<u64, TornRead> {
         let seq = self.seq();
         let s1 = seq.load(Ordering::Acquire);
         if s1 & 1 == 1 {
             return Err(TornRead);
         }
-        let version = self.version_word().load(Ordering::Relaxed);
-        for (o, w) in out.iter_mut().zip(self.values()) {
-            *o = f32::from_bits(w.load(Ordering::Relaxed));
+        let tag = self.tag().load(Ordering::Relaxed);
+        for (i, w) in self.words().iter().take(n(tag)).enumerate() {
+            put(i, w.load(Ordering::Relaxed));
         }
         fence(Ordering::Acquire);
         if seq.load(Ordering::Relaxed) != s1 {
             return Err(TornRead);
         }
-        Ok(version)
+        Ok(tag)
+    }
+}
+
+/// A vector of `f32` published by one writer with a version number and read by many (seqlock, see the module doc).
+#[derive(Debug)]
+pub struct SharedWeights {
+    lock: Seqlock,
+}
+
+impl SharedWeights {
+    /// New shared weights of `len` values, version 0, all zero.
+    pub fn create(len: usize) -> Result<Self, ShmError> {
+        let bytes = Seqlock::bytes(len)
+            .ok_or_else(|| ShmError::Config(format!("{len} weights do not fit the address space")))?;
+        Ok(Self {
+            lock: Seqlock::over(Region::create(bytes)?, len)?,
+        })
+    }
+
+    /// Maps shared weights created by another process.
+    pub fn open(handle: &SharedWeightsHandle) -> Result<Self, ShmError> {
+        Ok(Self {
+            lock: Seqlock::over(Region::open(&handle.region)?, handle.len)?,
+        })
+    }
+
+    /// The handle to pass to other processes.
+    pub fn handle(&self) -> SharedWeightsHandle {
+        SharedWeightsHandle {
+            region: self.lock.region.handle(),
+            len: self.lock.len,
+        }
+    }
+
+    /// Values.
+    pub fn len(&self) -> usize {
+        self.lock.len
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.lock.len == 0
+    }
+
+    /// The version of the last complete publication (0 before the first), without reading the values.
+    pub fn version(&self) -> u64 {
+        self.lock.tag().load(Ordering::Acquire)
+    }
+
+    /// Publishes `values` as `version`. There must be one writer at a time. Panics if the length differs.
+    pub fn publish(&self, version: u64, values: &[f32]) {
+        assert_eq!(values.len(), self.len(), "SharedWeights::publish: wrong length");
+        self.lock.publish(version, values.iter().map(|v| v.to_bits()));
+    }
+
+    /// Copies the values into `out` and returns their version, or [`TornRead`] if a write overlapped the read
+    /// (`out` then holds garbage). Panics if the length differs.
+    pub fn try_read(&self, out: &mut [f32]) -> Result<u64, TornRead> {
+        assert_eq!(out.len(), self.len(), "SharedWeights::try_read: wrong length");
+        let len = out.len();
+        self.lock.try_read(|_| len, |i, w| out[i] = f32::from_bits(w))
+    }
+}
+
+/// A message of up to a fixed number of bytes that one writer replaces as a whole and any process reads (the same
+/// seqlock as [`SharedWeights`], the tag word holding the length): a run's live figures for `rlfactory top`. It
+/// lives in a tagged segment ([`Region::create_tagged`]) that readers find by its tag.
+#[derive(Debug)]
+pub struct SharedBoard {
+    lock: Seqlock,
+}
+
+impl SharedBoard {
+    /// A new, empty board of up to `capacity` bytes, tagged `tag`.
+    pub fn create_tagged(tag: &str, capacity: usize) -> Result<Self, ShmError> {
+        let words = capacity.div_ceil(4);
+        let bytes = Seqlock::bytes(words).ok_or_else(|| {
+            ShmError::Config(format!(
+                "a board of {capacity} bytes does not fit the address space"
+            ))
+        })?;
+        Ok(Self {
+            lock: Seqlock::over(Region::create_tagged(tag, bytes)?, words)?,
+        })
+    }
+
+    /// Maps the board of segment `name` (as [`crate::region::tagged`] lists it).
+    pub fn open_named(name: &str) -> Result<Self, ShmError> {
+        let region = Region::open_named(name)?;
+        let words = region.len().saturating_sub(HEADER) / 4;
+        Ok(Self {
+            lock: Seqlock::over(region, words)?,
+        })
+    }
+
+    /// The most bytes a message can hold.
+    pub fn capacity(&self) -> usize {
+        self.lock.len * 4
+    }
+
+    /// Replaces the message with `bytes`; `false` (and nothing written) if they do not fit. One writer at a time.
+    pub fn publish(&self, bytes: &[u8]) -> bool {
+        if bytes.len() > self.capacity() {
+            return false;
+        }
+        let words = bytes.chunks(4).map(|c| {
+            let mut w = [0; 4];
+            w[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(w)
+        });
+        self.lock.publish(bytes.len() as u64, words);
+        true
+    }
+
+    /// The message (empty before the first), or [`TornRead`] if a write overlapped the read.
+    pub fn try_read(&self) -> Result<Vec<u8>, TornRead> {
+        let mut words = Vec::new();
+        let capacity = self.capacity();
+        let len = self.lock.try_read(
+            |len| (len as usize).min(capacity).div_ceil(4),
+            |_, w| words.push(w),
+        )?;
+        let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        bytes.truncate(len as usize);
+        Ok(bytes)
     }
 }
 
@@ -376,6 +465,27 @@ mod tests {
         let mut h = a.handle();
         h.len = 1 << 20;
         assert!(ShmArray::<u8>::open(&h).is_err());
+    }
+
+    #[test]
+    fn a_board_round_trips_messages_of_any_length_up_to_its_capacity() {
+        let tag = format!("board-test_{}", std::process::id());
+        let board = SharedBoard::create_tagged(&tag, 10).unwrap();
+        assert_eq!(board.capacity(), 12);
+        let (pid, name) = crate::region::tagged(&tag).unwrap().pop().unwrap();
+        assert_eq!(pid, std::process::id());
+        let reader = SharedBoard::open_named(&name).unwrap();
+        assert_eq!(reader.try_read(), Ok(Vec::new()));
+        for message in [&b"hello"[..], b"", b"twelve bytes", b"abc"] {
+            assert!(board.publish(message));
+            assert_eq!(reader.try_read().as_deref(), Ok(message));
+        }
+        assert!(!board.publish(b"thirteen byte"), "too long");
+        assert_eq!(
+            reader.try_read().as_deref(),
+            Ok(&b"abc"[..]),
+            "a refused message writes nothing"
+        );
     }
 
     /// A writer publishes vectors whose values all equal the version; concurrent readers must never see a mix.

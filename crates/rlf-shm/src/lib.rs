@@ -37,7 +37,7 @@ pub mod region;
 pub mod replay;
 mod sync;
 
-pub use array::{Pod, SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandle, TornRead};
+pub use array::{Pod, SharedBoard, SharedWeights, SharedWeightsHandle, ShmArray, ShmArrayHandle, TornRead};
 pub use queue::{Batch, GetError, PutError, Queue, QueueConfig, QueueHandle};
 pub use region::{Region, RegionHandle, ShmError};
 #[cfg(not(loom))]

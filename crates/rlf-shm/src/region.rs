@@ -73,7 +73,29 @@ unsafe impl Sync for Region {}
 impl Region {
     /// Creates a new zero-filled region of `len` bytes with a fresh unguessable name, mode 0600.
     pub fn create(len: usize) -> Result<Region, ShmError> {
-        let name = fresh_name()?;
+        Self::create_named(fresh_name()?, len)
+    }
+
+    /// Creates a new zero-filled region of `len` bytes that other processes can find by `tag` ([`tagged`]):
+    /// `/rlf.<pid>.<start>.<tag>`, mode 0600, so it is reclaimed like any other once this process is gone. `tag`
+    /// holds ASCII letters, digits, `-` and `_` only (at most [`MAX_TAG`] of them); one process creates a tag once.
+    pub fn create_tagged(tag: &str, len: usize) -> Result<Region, ShmError> {
+        if tag.is_empty()
+            || tag.len() > MAX_TAG
+            || !tag
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(ShmError::Config(format!(
+                "a segment tag holds 1 to {MAX_TAG} ASCII letters, digits, '-' or '_', not {tag:?}"
+            )));
+        }
+        let pid = std::process::id();
+        let start = process_start_time(pid).unwrap_or(0);
+        Self::create_named(format!("/{NAME_PREFIX}{pid}.{start}.{tag}"), len)
+    }
+
+    fn create_named(name: String, len: usize) -> Result<Region, ShmError> {
         let io_err = |op, source| ShmError::Io {
             name: name.clone(),
             op,
@@ -104,7 +126,17 @@ impl Region {
 
     /// Maps a region created by another process (or this one).
     pub fn open(handle: &RegionHandle) -> Result<Region, ShmError> {
-        let name = handle.name.clone();
+        Self::open_at(&handle.name, Some(handle.len))
+    }
+
+    /// Maps the whole of the segment `name` (with its leading `/`), as [`tagged`] lists them.
+    pub fn open_named(name: &str) -> Result<Region, ShmError> {
+        Self::open_at(name, None)
+    }
+
+    /// Maps `len` bytes of segment `name` (`None`: all of it).
+    fn open_at(name: &str, len: Option<usize>) -> Result<Region, ShmError> {
+        let name = name.to_owned();
         let io_err = |op, source| ShmError::Io {
             name: name.clone(),
             op,
@@ -117,16 +149,18 @@ impl Region {
         )
         .map_err(|e| io_err("shm_open", e.into()))?;
         let stat = rustix::fs::fstat(&fd).map_err(|e| io_err("fstat", e.into()))?;
-        if (stat.st_size as u64) < handle.len as u64 {
+        let size = stat.st_size as u64;
+        let len = len.unwrap_or(size as usize);
+        if size < len as u64 {
             return Err(ShmError::Invalid {
                 name,
-                what: format!("is {} bytes, the handle says {}", stat.st_size, handle.len),
+                what: format!("is {size} bytes, the handle says {len}"),
             });
         }
-        let ptr = map(&fd, handle.len).map_err(|e| io_err("mmap", e))?;
+        let ptr = map(&fd, len).map_err(|e| io_err("mmap", e))?;
         Ok(Region {
             ptr,
-            len: handle.len,
+            len,
             name,
             creator: None,
         })
@@ -284,6 +318,32 @@ pub fn reclaim_stale() -> io::Result<Vec<String>> {
     }
 }
 
+/// The longest tag of [`Region::create_tagged`] (a segment name stays well inside `NAME_MAX`).
+pub const MAX_TAG: usize = 200;
+
+/// The segments of live processes whose tag ([`Region::create_tagged`]) starts with `prefix`: each creator's pid and
+/// the name to open (with its leading `/`), in the order `/dev/shm` lists them.
+pub fn tagged(prefix: &str) -> io::Result<Vec<(u32, String)>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/dev/shm")? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(rest) = name.strip_prefix(NAME_PREFIX) else {
+            continue;
+        };
+        let mut parts = rest.splitn(3, '.');
+        let (Some(pid), Some(_start), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if let (Ok(pid), true) = (pid.parse::<u32>(), tag.starts_with(prefix)) {
+            if !is_stale(name) {
+                found.push((pid, format!("/{name}")));
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// The names of the segments in `/dev/shm` created by process `pid` (for tests and leak checks).
 pub fn segments_of(pid: u32) -> io::Result<Vec<String>> {
     let prefix = format!("{NAME_PREFIX}{pid}.");
@@ -341,6 +401,28 @@ mod tests {
         h.len = 1 << 20;
         let err = Region::open(&h).expect_err("short segment");
         assert!(err.to_string().contains("the handle says"), "{err}");
+    }
+
+    #[test]
+    fn a_tagged_segment_is_found_by_its_tag_and_opened_whole() {
+        let tag = format!("test-tag_{}", std::process::id());
+        let a = Region::create_tagged(&tag, 8192).expect("create");
+        let found = tagged("test-tag_").expect("list");
+        let mine: Vec<_> = found.iter().filter(|(_, name)| name == a.name()).collect();
+        assert_eq!(mine, [&(std::process::id(), a.name().to_owned())]);
+        let b = Region::open_named(a.name()).expect("open");
+        assert_eq!(b.len(), 8192);
+        assert!(Region::create_tagged(&tag, 64).is_err(), "a tag is created once");
+        for bad in ["", "a.b", "a/b", &"x".repeat(MAX_TAG + 1)] {
+            let err = Region::create_tagged(bad, 64).expect_err(bad);
+            assert!(err.to_string().contains("segment tag"), "{err}");
+        }
+        drop(b);
+        drop(a);
+        assert!(
+            tagged(&tag).expect("list").is_empty(),
+            "the creator's drop unlinks"
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@
 //!   waiter makes no system call. [`ReplayRing::interrupt`] and [`ReplayRing::close`] end every wait at once.
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +81,9 @@ struct Header {
     insert_waiters: AtomicU32,
     /// Writers that put in their last rows ([`ReplayRing::finish_writer`]); waited for on `wake`.
     writers_finished: AtomicU32,
+    /// Inserts the rate limit held back, and the microseconds they waited in all ([`ReplayRing::stalls`]).
+    stalls: AtomicU64,
+    stalled_micros: AtomicU64,
 }
 
 /// DeepMind Reverb's samples-per-insert rate limiter (`SampleToInsertRatio`): the learners' samples and the
@@ -553,7 +556,8 @@ impl ReplayRing {
         interrupts: u32,
     ) -> Result<(), InsertError> {
         let h = self.header();
-        loop {
+        let mut stalled: Option<Instant> = None;
+        let result = loop {
             h.insert_waiters.fetch_add(1, Ordering::SeqCst);
             let seen = h.sample_wake.load();
             let outcome = if limit.can_insert(
@@ -570,6 +574,7 @@ impl ReplayRing {
                 match remaining(deadline) {
                     Err(()) => Some(Err(InsertError::Timeout)),
                     Ok(timeout) => {
+                        stalled.get_or_insert_with(Instant::now);
                         h.sample_wake.wait(seen, timeout);
                         None
                     }
@@ -577,9 +582,25 @@ impl ReplayRing {
             };
             h.insert_waiters.fetch_sub(1, Ordering::SeqCst);
             if let Some(outcome) = outcome {
-                return outcome;
+                break outcome;
             }
+        };
+        if let Some(since) = stalled {
+            h.stalls.fetch_add(1, Ordering::Relaxed);
+            h.stalled_micros
+                .fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
         }
+        result
+    }
+
+    /// Inserts the rate limit held back so far (each waited for the learners' samples) and how long they waited in
+    /// all: how often, and how much, the learners were the slow side.
+    pub fn stalls(&self) -> (u64, Duration) {
+        let h = self.header();
+        (
+            h.stalls.load(Ordering::Relaxed),
+            Duration::from_micros(h.stalled_micros.load(Ordering::Relaxed)),
+        )
     }
 
     /// Copies insert `index` into `out` (`row_words` words), or says it is [`Gone`]: not yet inserted, already
@@ -774,7 +795,7 @@ impl ReplayRing {
 }
 
 /// The time left until `deadline` (`None`: no limit), or `Err` once it has passed.
-fn remaining(deadline: Option<Instant>) -> Result<Option<std::time::Duration>, ()> {
+fn remaining(deadline: Option<Instant>) -> Result<Option<Duration>, ()> {
     match deadline {
         None => Ok(None),
         Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -787,7 +808,6 @@ fn remaining(deadline: Option<Instant>) -> Result<Option<std::time::Duration>, (
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn row(k: u64, w: usize) -> Vec<f32> {
         (0..w).map(|i| (k * 1000 + i as u64) as f32).collect()
@@ -1148,9 +1168,17 @@ mod tests {
         ring.insert(&[0.0, 1.0, 2.0], None).unwrap();
         let soon = Instant::now() + Duration::from_millis(20);
         assert_eq!(
+            ring.stalls(),
+            (0, Duration::ZERO),
+            "inserts below the limit never stall"
+        );
+        assert_eq!(
             ring.insert(&[3.0], Some(soon)),
             Err(InsertError::HeldBack { inserted: 0 })
         );
+        let (stalls, waited) = ring.stalls();
+        assert_eq!(stalls, 1);
+        assert!(waited >= Duration::from_millis(15), "{waited:?}");
         // Of several rows, those the limit lets through go in before the deadline; the call says how many.
         let soon = Instant::now() + Duration::from_millis(20);
         ring.record_samples(1);
