@@ -39,7 +39,7 @@
 //! child's queue belongs to the parent, so a dead child leaves no segment behind.
 
 use crate::graph::{short, Factory, ObjectBox, Payload, Slots};
-use crate::supervisor::{Control, Fault, LoopStats, Supervisor};
+use crate::supervisor::{Control, Fault, LoopStats, LoopStatus, Roster, Supervisor};
 use crate::transport::{Endpoint, Inbound, RecvError, SendError, Transport};
 use crate::{KeptState, Signal, WorkQueue};
 use serde::Serialize;
@@ -234,6 +234,13 @@ pub struct LoopCore {
     heartbeat: Option<Duration>,
     /// The application is stopping: this loop's objects have run their `on_stopping`.
     stopping: bool,
+    /// On the main loop: the supervisor's view of every loop ([`Ctx::loops`]).
+    roster: Option<Roster>,
+}
+
+/// The OS's id of the calling thread.
+fn this_thread() -> u32 {
+    rustix::thread::gettid().as_raw_nonzero().get() as u32
 }
 
 impl std::fmt::Debug for LoopCore {
@@ -633,6 +640,7 @@ impl<'a, T: 'static> Ctx<'a, T> {
         let beat = Control::Heartbeat {
             loop_id: self.core.me,
             pid: std::process::id(),
+            tid: this_thread(),
         };
         let message = postcard::to_extend(&beat, CONTROL.to_le_bytes().to_vec()).ok()?;
         Some(Pulse {
@@ -688,6 +696,14 @@ impl<'a, T: 'static> Ctx<'a, T> {
     /// This loop's counters so far.
     pub fn stats(&self) -> LoopStats {
         self.core.stats
+    }
+
+    /// On the main loop: every loop of the application as the main loop sees it now (main first; its process and
+    /// thread, heartbeat, waiting messages). `None` on the other loops, which do not watch.
+    pub fn loops(&self) -> Option<Vec<LoopStatus>> {
+        let transport = &self.core.transport;
+        let roster = self.core.roster.as_ref()?;
+        Some(roster.statuses(|i| transport.queued(Endpoint::Loop(i))))
     }
 
     /// Which process of a replaceable loop this is: 0 for the first, one more for each replacement (see
@@ -833,6 +849,7 @@ impl EventLoop {
             incarnation: plan.incarnation,
             heartbeat: plan.heartbeat.filter(|_| supervisor.is_none()),
             stopping: false,
+            roster: supervisor.as_ref().map(Supervisor::roster),
         };
         let mut live: Vec<Option<Live>> = (0..core.names.objects.len()).map(|_| None).collect();
         for (id, factory) in plan.objects {
@@ -1059,6 +1076,7 @@ impl EventLoop {
         let beat = Control::Heartbeat {
             loop_id: self.core.me,
             pid: std::process::id(),
+            tid: this_thread(),
         };
         send_control(&*self.core.transport, 0, &beat, Duration::ZERO);
     }

@@ -108,5 +108,5 @@ pub use graph::{
     DEFAULT_QUEUE_BYTES,
 };
 pub use kept::KeptState;
-pub use supervisor::{Fault, LoopReport, LoopStats, Outcome, Restart};
+pub use supervisor::{Fault, LoopReport, LoopStats, LoopStatus, Outcome, Restart};
 pub use transport::{Endpoint, Inbound, QueueTransport, RecvError, SendError, Transport, TransportHandle};

@@ -4,6 +4,7 @@ use crate::event_loop::{send_control, LoopCore};
 use crate::graph::Placement;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -155,8 +156,8 @@ pub(crate) enum Control {
     },
     /// Signal thread → main: SIGINT or SIGTERM.
     Interrupted { signal: i32 },
-    /// Loop → main: still alive (`pid` tells incarnations of a process loop apart).
-    Heartbeat { loop_id: u32, pid: u32 },
+    /// Loop → main: still alive (`pid` tells incarnations of a process loop apart; `tid` is the loop's thread).
+    Heartbeat { loop_id: u32, pid: u32, tid: u32 },
 }
 
 /// A loop's process replaced by the supervisor.
@@ -258,6 +259,54 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// A loop as the main loop sees it while the application runs ([`Ctx::loops`](crate::Ctx::loops)): what a live
+/// view of the run (`rlfactory top`) shows of each component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopStatus {
+    /// The loop's name.
+    pub name: String,
+    /// Where it runs.
+    pub placement: Placement,
+    /// Its process: the application's own for the main loop and thread loops; `None` while a process loop has none.
+    pub pid: Option<u32>,
+    /// The OS's id of the thread running it (known from its first heartbeat; the main loop's from the start).
+    pub tid: Option<u32>,
+    /// Time since its last heartbeat, or since its process started (`None`: the main loop, or no heartbeats).
+    pub silent: Option<Duration>,
+    /// Messages waiting in its inbound queue (`None`: the transport cannot tell).
+    pub queued: Option<usize>,
+    /// Its process's incarnation: how many times it was replaced.
+    pub incarnation: u32,
+    /// It has not stopped, died or been given up on.
+    pub running: bool,
+}
+
+/// The supervisor's watch as the main loop's objects may read it: each loop's status but `silent` and `queued`,
+/// with the instant of its last heartbeat. Written only by the supervisor, on the main loop's thread.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Roster(Arc<Mutex<Vec<(LoopStatus, Instant)>>>);
+
+impl Roster {
+    fn lock(&self) -> MutexGuard<'_, Vec<(LoopStatus, Instant)>> {
+        // Every update replaces one entry whole: a panic cannot leave one half-written.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every loop's status now; `queued` asks the transport for each loop's waiting messages.
+    pub(crate) fn statuses(&self, queued: impl Fn(u32) -> Option<usize>) -> Vec<LoopStatus> {
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .enumerate()
+            .map(|(i, (status, beat))| LoopStatus {
+                silent: status.silent.map(|_| now.saturating_duration_since(*beat)),
+                queued: queued(i as u32),
+                ..status.clone()
+            })
+            .collect()
+    }
+}
+
 /// What the supervisor is told of a loop.
 pub(crate) struct LoopInfo {
     pub(crate) name: String,
@@ -269,6 +318,7 @@ struct Watch {
     name: String,
     placement: Placement,
     pid: Option<u32>,
+    tid: Option<u32>,
     stopped: Option<LoopStats>,
     exit: Option<String>,
     abandoned: bool,
@@ -306,6 +356,7 @@ pub(crate) struct Supervisor {
     waiters: Vec<JoinHandle<()>>,
     restarts: Vec<Restart>,
     kept: Option<crate::KeptState>,
+    roster: Roster,
 }
 
 impl Supervisor {
@@ -318,13 +369,15 @@ impl Supervisor {
         spawn: Option<SpawnFn>,
     ) -> Supervisor {
         let now = Instant::now();
-        Supervisor {
+        let supervisor = Supervisor {
             loops: loops
                 .into_iter()
                 .map(|l| Watch {
+                    pid: (l.placement != Placement::Process).then(std::process::id),
+                    tid: (l.placement == Placement::Main)
+                        .then(|| rustix::thread::gettid().as_raw_nonzero().get() as u32),
                     name: l.name,
                     placement: l.placement,
-                    pid: None,
                     stopped: None,
                     exit: None,
                     abandoned: false,
@@ -348,6 +401,43 @@ impl Supervisor {
             waiters: Vec::new(),
             restarts: Vec::new(),
             kept: None,
+            roster: Roster::default(),
+        };
+        let statuses = (0..supervisor.loops.len())
+            .map(|i| supervisor.status(i))
+            .collect();
+        *supervisor.roster.lock() = statuses;
+        supervisor
+    }
+
+    /// The roster the main loop's objects read ([`crate::Ctx::loops`]).
+    pub(crate) fn roster(&self) -> Roster {
+        self.roster.clone()
+    }
+
+    /// Loop `i`'s status for the roster, with the instant of its last heartbeat.
+    fn status(&self, i: usize) -> (LoopStatus, Instant) {
+        let w = &self.loops[i];
+        let status = LoopStatus {
+            name: w.name.clone(),
+            placement: w.placement,
+            pid: w.pid,
+            tid: w.tid,
+            silent: (self.heartbeat.is_some() && w.placement != Placement::Main).then_some(Duration::ZERO),
+            queued: None,
+            incarnation: w.incarnation,
+            running: !w.done(),
+        };
+        (status, w.last_beat)
+    }
+
+    /// Copies loop `i`'s watch into the roster.
+    fn publish(&self, i: usize) {
+        if i < self.loops.len() {
+            let status = self.status(i);
+            if let Some(entry) = self.roster.lock().get_mut(i) {
+                *entry = status;
+            }
         }
     }
 
@@ -379,7 +469,9 @@ impl Supervisor {
             w.last_beat = Instant::now();
             w.beaten = false;
             w.hung = None;
+            w.tid = None;
         }
+        self.publish(loop_id as usize);
     }
 
     /// The threads waiting for child processes, to join once the application has stopped.
@@ -407,6 +499,7 @@ impl Supervisor {
         };
         eprintln!("[rlf-signal] {restart}");
         self.restarts.push(restart);
+        self.publish(loop_id as usize);
         true
     }
 
@@ -418,6 +511,7 @@ impl Supervisor {
                 loop_name: w.name.clone(),
                 message,
             });
+            self.publish(loop_id as usize);
         }
     }
 
@@ -432,6 +526,7 @@ impl Supervisor {
                 if let Some(w) = self.loops.get_mut(loop_id as usize) {
                     w.stopped = Some(stats);
                 }
+                self.publish(loop_id as usize);
             }
             Control::Fault(f) => {
                 self.faults.push(f);
@@ -474,15 +569,18 @@ impl Supervisor {
                     });
                 }
                 w.exit = Some(status);
+                self.publish(loop_id as usize);
                 self.begin_stop(core);
             }
-            Control::Heartbeat { loop_id, pid } => {
+            Control::Heartbeat { loop_id, pid, tid } => {
                 if let Some(w) = self.loops.get_mut(loop_id as usize) {
                     if w.placement != Placement::Process || w.pid == Some(pid) {
                         w.last_beat = Instant::now();
                         w.beaten = true;
+                        w.tid = Some(tid);
                     }
                 }
+                self.publish(loop_id as usize);
             }
             Control::Interrupted { signal } => {
                 self.interrupted.get_or_insert(signal);
@@ -605,6 +703,7 @@ impl Supervisor {
             }
             w.abandoned = true;
         }
+        (0..self.loops.len()).for_each(|i| self.publish(i));
         if busy {
             self.stop_deadline = Some((now + self.stop_timeout / 5).min(last_chance));
         }

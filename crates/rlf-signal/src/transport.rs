@@ -151,6 +151,11 @@ pub trait Transport: Send + Sync + 'static {
     /// Closes an endpoint: later sends fail with [`SendError::Closed`]; receives drain what is left, then report
     /// [`RecvError::Closed`].
     fn close(&self, endpoint: Endpoint);
+    /// Messages waiting in `endpoint` now, where the transport can tell (a live view of the run; `None` otherwise).
+    fn queued(&self, endpoint: Endpoint) -> Option<usize> {
+        let _ = endpoint;
+        None
+    }
 }
 
 /// The built-in transport: one queue per loop and per work queue, shared-memory or in-process.
@@ -293,6 +298,13 @@ impl Transport for QueueTransport {
             None => {}
         }
     }
+
+    fn queued(&self, endpoint: Endpoint) -> Option<usize> {
+        match self.pipe(endpoint)? {
+            Pipe::Shm(q) => Some(q.len()),
+            Pipe::Local(q) => Some(q.lock().msgs.len()),
+        }
+    }
 }
 
 /// The simple in-process flavour: a mutex, a `VecDeque` and two condition variables, bounded in bytes.
@@ -420,7 +432,10 @@ mod tests {
         );
         t.send(e, &[b"a", b"bc"], Duration::ZERO).expect("room");
         t.send(e, &[b"d"], Duration::from_millis(5)).expect("room");
+        assert_eq!(t.queued(e), Some(3));
         assert_eq!(t.recv(e, &mut inb, 2, None), Ok(2));
+        assert_eq!(t.queued(e), Some(1));
+        assert_eq!(t.queued(Endpoint::Work(3)), None);
         assert_eq!((inb.get(0), inb.get(1)), (Some(&b"a"[..]), Some(&b"bc"[..])));
         // 64-byte queue: 3 bytes + prefix is left queued; a 60-byte message cannot fit now, and never alone.
         assert_eq!(t.send(e, &[&[0u8; 60]], Duration::ZERO), Err(SendError::Full));

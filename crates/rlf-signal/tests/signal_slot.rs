@@ -99,7 +99,128 @@ fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
         "forked" => forked::build(app, sink),
         "inlet" => inlet::build(app, sink),
         "kept" => kept::build(app, sink, None),
+        "roster" => roster::build(app, sink),
         other => Err(BuildError::User(format!("unknown test application {other}"))),
+    }
+}
+
+/// The main loop's view of every loop (`Ctx::loops`): its process, its thread once it has sent a heartbeat, its
+/// waiting messages, its heartbeat's age; the other loops have none.
+mod roster {
+    use super::*;
+
+    pub struct Watcher {
+        pub sink: Sink,
+        pub began: Instant,
+    }
+    pub struct Worker {
+        pub sink: Sink,
+    }
+
+    impl Component for Watcher {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            ctx.timer_periodic(Duration::from_millis(20), Self::look);
+        }
+    }
+    impl Watcher {
+        fn look(&mut self, ctx: &mut Ctx<Self>) {
+            let loops = ctx.loops().expect("the main loop has the view");
+            if loops.iter().any(|l| l.tid.is_none()) && self.began.elapsed() < Duration::from_secs(10) {
+                return;
+            }
+            record(&self.sink, "loops", loops.len() as i64);
+            for l in &loops {
+                let number = |v: Option<u32>| v.map_or(-1, i64::from);
+                record(&self.sink, &format!("{}.pid", l.name), number(l.pid));
+                record(&self.sink, &format!("{}.tid", l.name), number(l.tid));
+                record(
+                    &self.sink,
+                    &format!("{}.queued", l.name),
+                    l.queued.map_or(-1, |q| q as i64),
+                );
+                record(&self.sink, &format!("{}.running", l.name), i64::from(l.running));
+                let silent = l.silent.map_or(-1, |s| s.as_millis() as i64);
+                record(&self.sink, &format!("{}.silent_ms", l.name), silent);
+            }
+            ctx.stop_app();
+        }
+    }
+    impl Component for Worker {
+        fn on_start(&mut self, ctx: &mut Ctx<Self>) {
+            record(&self.sink, "worker_has_a_view", i64::from(ctx.loops().is_some()));
+        }
+    }
+
+    pub fn build(app: &mut AppBuilder, sink: Sink) -> Result<(), BuildError> {
+        app.set_heartbeat(Duration::from_millis(100));
+        let main = app.main_loop();
+        let t = app.thread_loop("thread");
+        let p = app.process_loop("proc");
+        let watcher = app.object::<Watcher>(main, "watcher");
+        let on_thread = app.object::<Worker>(t, "on_thread");
+        let on_process = app.object::<Worker>(p, "on_process");
+        let (s1, s2, s3) = (sink.clone(), sink.clone(), sink);
+        app.construct(watcher, move || Watcher {
+            sink: s1,
+            began: Instant::now(),
+        });
+        app.construct(on_thread, move || Worker { sink: s2 });
+        app.construct(on_process, move || Worker { sink: s3 });
+        Ok(())
+    }
+
+    pub fn test() -> Result<(), Failed> {
+        let sink = Sink::default();
+        let app = App::new("roster").with_config(&())?;
+        let s = sink.clone();
+        let outcome = app.run(move |b| build(b, s))?;
+        expect_success(&outcome)?;
+        let one = |key: &str| -> Result<i64, Failed> {
+            match values(&sink, key)[..] {
+                [v] => Ok(v),
+                ref other => Err(format!("{key}: recorded {other:?}, not one value").into()),
+            }
+        };
+        let me = i64::from(std::process::id());
+        let my_thread = i64::from(rustix::thread::gettid().as_raw_nonzero().get());
+        check(one("loops")? == 3, || "three loops".into())?;
+        check(one("main.pid")? == me && one("thread.pid")? == me, || {
+            "main and thread in this process".into()
+        })?;
+        let child = one("proc.pid")?;
+        check(child > 0 && child != me, || {
+            format!("the process loop's own process, not {child}")
+        })?;
+        check(one("main.tid")? == my_thread, || {
+            "the main loop's thread is the caller of run".into()
+        })?;
+        let thread = one("thread.tid")?;
+        check(thread > 0 && thread != my_thread, || {
+            format!("the thread loop's own thread, not {thread}")
+        })?;
+        check(one("proc.tid")? > 0, || {
+            "the process loop's thread, from its heartbeat".into()
+        })?;
+        for name in ["main", "thread", "proc"] {
+            check(one(&format!("{name}.queued"))? >= 0, || {
+                format!("{name}: a queue depth")
+            })?;
+            check(one(&format!("{name}.running"))? == 1, || {
+                format!("{name}: running")
+            })?;
+        }
+        check(one("main.silent_ms")? == -1, || {
+            "the main loop does not beat".into()
+        })?;
+        for name in ["thread", "proc"] {
+            let silent = one(&format!("{name}.silent_ms"))?;
+            check((0..1000).contains(&silent), || {
+                format!("{name}: silent {silent} ms")
+            })?;
+        }
+        check(one("worker_has_a_view")? == 0, || {
+            "only the main loop has the view".into()
+        })
     }
 }
 
@@ -2089,6 +2210,10 @@ fn main() -> ExitCode {
             chatter::test,
         ),
         Trial::test("custom_transport_same_components", custom_transport),
+        Trial::test(
+            "the_main_loop_sees_every_loops_process_thread_queue_and_heartbeat",
+            roster::test,
+        ),
         Trial::test("backpressure_blocks_then_errors_nothing_lost", backpressure::test),
         Trial::test("fault_child_sigkilled_reported_no_segments", sigkill_child),
         Trial::test("dead_and_hung_processes_are_replaced", phoenix::test_replaced),
