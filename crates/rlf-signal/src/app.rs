@@ -183,10 +183,17 @@ impl App {
             .physical
             .iter()
             .zip(&b.loops)
-            .map(|((name, placement), decl)| LoopInfo {
+            .enumerate()
+            .map(|(i, ((name, placement), decl))| LoopInfo {
                 name: name.clone(),
                 placement: *placement,
                 max_restarts: decl.max_restarts,
+                objects: b
+                    .objects
+                    .iter()
+                    .filter(|o| layout.phys[o.loop_id as usize] as usize == i)
+                    .map(|o| o.name.clone())
+                    .collect(),
             })
             .collect();
         let mut sup = Supervisor::new(infos, b.stop_timeout, b.heartbeat, spawn);

@@ -265,6 +265,8 @@ impl fmt::Display for Outcome {
 pub struct LoopStatus {
     /// The loop's name.
     pub name: String,
+    /// The objects it runs.
+    pub objects: Vec<String>,
     /// Where it runs.
     pub placement: Placement,
     /// Its process: the application's own for the main loop and thread loops; `None` while a process loop has none.
@@ -312,10 +314,13 @@ pub(crate) struct LoopInfo {
     pub(crate) name: String,
     pub(crate) placement: Placement,
     pub(crate) max_restarts: u32,
+    /// The objects it runs.
+    pub(crate) objects: Vec<String>,
 }
 
 struct Watch {
     name: String,
+    objects: Vec<String>,
     placement: Placement,
     pid: Option<u32>,
     tid: Option<u32>,
@@ -377,6 +382,7 @@ impl Supervisor {
                     tid: (l.placement == Placement::Main)
                         .then(|| rustix::thread::gettid().as_raw_nonzero().get() as u32),
                     name: l.name,
+                    objects: l.objects,
                     placement: l.placement,
                     stopped: None,
                     exit: None,
@@ -420,6 +426,7 @@ impl Supervisor {
         let w = &self.loops[i];
         let status = LoopStatus {
             name: w.name.clone(),
+            objects: w.objects.clone(),
             placement: w.placement,
             pid: w.pid,
             tid: w.tid,

@@ -141,6 +141,9 @@ mod roster {
                 record(&self.sink, &format!("{}.running", l.name), i64::from(l.running));
                 let silent = l.silent.map_or(-1, |s| s.as_millis() as i64);
                 record(&self.sink, &format!("{}.silent_ms", l.name), silent);
+                for object in &l.objects {
+                    record(&self.sink, &format!("{}.runs.{object}", l.name), 1);
+                }
             }
             ctx.stop_app();
         }
@@ -207,6 +210,15 @@ mod roster {
             })?;
             check(one(&format!("{name}.running"))? == 1, || {
                 format!("{name}: running")
+            })?;
+        }
+        for (name, object) in [
+            ("main", "watcher"),
+            ("thread", "on_thread"),
+            ("proc", "on_process"),
+        ] {
+            check(one(&format!("{name}.runs.{object}"))? == 1, || {
+                format!("{name} runs {object}")
             })?;
         }
         check(one("main.silent_ms")? == -1, || {

@@ -15,6 +15,7 @@ use crate::env::EnvRegistry;
 use crate::error::RlfError;
 use crate::plan::RunPlan;
 use crate::runner;
+use crate::top::TopArgs;
 
 /// The `rlfactory` command line.
 #[derive(Debug, Parser)]
@@ -40,6 +41,8 @@ pub enum Command {
     Eval(EvalArgs),
     /// Write a trained policy as a PyTorch state dict (safetensors).
     Export(ExportArgs),
+    /// Watch a running experiment: FPS, policy lag, each component's CPU, queues and heartbeat, replay fill.
+    Top(TopArgs),
 }
 
 /// `rlfactory train`.
@@ -65,6 +68,8 @@ pub enum Invocation {
     Eval(EvalArgs),
     /// Export a trained policy.
     Export(ExportArgs),
+    /// Watch a running experiment.
+    Top(TopArgs),
 }
 
 /// Why a command line was not accepted.
@@ -128,6 +133,10 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
             a.source.check()?;
             crate::config::check_output_file("--out", &a.out)?;
             return Ok(Invocation::Export(a));
+        }
+        Command::Top(a) => {
+            a.check()?;
+            return Ok(Invocation::Top(a));
         }
     };
     let given = matches
@@ -233,7 +242,7 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
             ) =>
         {
             eprintln!(
-                "error: a command is required: train, enjoy, eval or export (rlfactory --help says more)"
+                "error: a command is required: train, enjoy, eval, export or top (rlfactory --help says more)"
             );
             return ExitCode::from(2);
         }
@@ -288,6 +297,7 @@ fn run(
         Invocation::Enjoy(args) => return crate::enjoy::enjoy(&args, registry).map(|_| None),
         Invocation::Eval(args) => return crate::enjoy::eval(&args, registry).map(|_| None),
         Invocation::Export(args) => return crate::enjoy::export(&args, registry).map(|()| None),
+        Invocation::Top(args) => return crate::top::top(&args, &mut std::io::stdout().lock()).map(|()| None),
     };
     let cfg = &plan.config;
     // A reaper removes the shared memory that the run and its workers leave if they are all killed at once (SIGKILL of

@@ -28,6 +28,7 @@ pub mod pbt;
 pub mod plan;
 pub mod runner;
 pub mod sampling;
+pub mod top;
 pub mod video;
 #[cfg(feature = "python")]
 pub mod wandb;

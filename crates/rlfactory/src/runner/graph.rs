@@ -546,6 +546,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     let save_every = Duration::from_secs_f64(cfg.checkpoint.save_every_sec);
     let pbt = pbt_population(cfg, experiment.as_ref())?;
     let replays = plane.replays.clone();
+    let live_names = (cfg.run.experiment.clone(), cfg.run.train_dir.clone());
     app.construct(runner, move || {
         RunnerNode::new(
             stats,
@@ -557,6 +558,7 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
             pbt,
         )
         .with_replays(replays)
+        .with_live_view(&live_names.0, live_names.1.clone())
     });
     Ok(())
 }

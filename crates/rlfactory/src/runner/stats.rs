@@ -13,6 +13,7 @@ use crate::config::{BestMetric, Config, UNLIMITED_SECONDS};
 use crate::experiment::CheckpointRequest;
 use crate::learning::TrainingReport;
 use crate::sampling::{RolloutReport, SelfPlayGame, SnapshotRequest, SnapshotTaken};
+use crate::top::{LiveView, PolicyLive};
 
 /// Self-play games the win rate against the pool is taken over.
 const GAMES_WINDOW: usize = 100;
@@ -604,6 +605,33 @@ impl RunStats {
         }
         p.last_metrics.clone_from(&report.metrics);
         p.training_scalars.fresh = true;
+    }
+
+    /// The run's figures for `rlfactory top` (the loops and replay buffers are the caller's to fill in).
+    pub fn live_view(&self, experiment: &str, train_dir: &std::path::Path) -> LiveView {
+        LiveView {
+            experiment: experiment.to_owned(),
+            train_dir: train_dir.to_owned(),
+            pid: std::process::id(),
+            seconds: self.process_start.elapsed().as_secs_f64(),
+            env_frames: self.env_frames,
+            fps: 0.0,
+            mean_return: self.mean_return(),
+            episodes: self.episodes,
+            policies: self
+                .policies
+                .iter()
+                .map(|p| PolicyLive {
+                    version: p.version,
+                    lag: p.version_diff,
+                    mean_return: p.returns.mean(),
+                    agent_steps: p.agent_steps,
+                })
+                .collect(),
+            loops: Vec::new(),
+            replays: Vec::new(),
+            stopping: self.stop.is_some(),
+        }
     }
 
     /// Checks the stop conditions.

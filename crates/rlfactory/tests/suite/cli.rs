@@ -447,7 +447,7 @@ fn usage_errors_are_found_before_any_work() {
             .collect();
         assert!(left.is_empty(), "{flags:?} wrote {left:?}");
     }
-    rejects(&[], "a command is required: train, enjoy, eval or export");
+    rejects(&[], "a command is required: train, enjoy, eval, export or top");
     rejects(&["train", "--rollout=8"], "--env is required");
     // `export --out` into a folder that does not exist: refused before the checkpoint is read (it was an
     // `IoError(Os { .. })` after).

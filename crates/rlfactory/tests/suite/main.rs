@@ -33,6 +33,7 @@ mod pixels;
 mod ppo_cartpole;
 mod sac;
 mod several_learners;
+mod top;
 #[cfg(feature = "python")]
 mod true_objective;
 mod video;

@@ -2,6 +2,7 @@
 //! checkpoint schedule and the stop.
 
 use rlf_shm::{ReplayRing, ReplayRingHandle};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use crate::pbt::{Decision, Pbt};
 use crate::runner::stats::{RunStats, Scalars};
 use crate::runner::summary::Summary;
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken, WorkerStarted};
+use crate::top::{LiveBoard, ReplayLive, LIVE_PERIOD};
 
 /// Where the runner leaves the summary for the caller of `train`.
 pub(in crate::runner) type SummarySlot = Arc<Mutex<Option<Summary>>>;
@@ -46,6 +48,10 @@ pub(in crate::runner) struct RunnerNode {
     /// no writer or learner waits on them any longer.
     replay_handles: Vec<ReplayRingHandle>,
     replays: Vec<ReplayRing>,
+    /// The experiment's name and folder, which `rlfactory top` shows.
+    names: (String, PathBuf),
+    /// The board `rlfactory top` reads (`None` until the loop starts, or if it could not be made).
+    live: Option<LiveBoard>,
 }
 
 /// How often the runner checks the time limit, passes its counts to the learner and flushes the
@@ -78,6 +84,45 @@ impl RunnerNode {
             pbt,
             replay_handles: Vec::new(),
             replays: Vec::new(),
+            names: (String::new(), PathBuf::new()),
+            live: None,
+        }
+    }
+
+    /// Shows the run to `rlfactory top` as the run of `experiment` in `train_dir`.
+    pub fn with_live_view(self, experiment: &str, train_dir: PathBuf) -> Self {
+        Self {
+            names: (experiment.to_owned(), train_dir),
+            ..self
+        }
+    }
+
+    /// Every second: what `rlfactory top` shows of the run.
+    fn publish_live(&mut self, ctx: &mut Ctx<'_, Self>) {
+        let Some(live) = &mut self.live else {
+            return;
+        };
+        let mut view = self.runner.live_view(&self.names.0, &self.names.1);
+        view.loops = ctx.loops().unwrap_or_default();
+        view.replays = self
+            .replays
+            .iter()
+            .map(|r| {
+                let (stalls, stalled) = r.stalls();
+                ReplayLive {
+                    rows: r.len(),
+                    capacity: r.capacity(),
+                    inserted: r.inserted(),
+                    sampled: r.sampled(),
+                    stalls,
+                    stalled_seconds: stalled.as_secs_f64(),
+                }
+            })
+            .collect();
+        view.stopping |= self.stopping || ctx.stopping();
+        if let Err(e) = live.publish(view) {
+            eprintln!("[rlfactory] the live view for rlfactory top stops: {e}");
+            self.live = None;
         }
     }
 
@@ -358,6 +403,13 @@ impl Component for RunnerNode {
             Err(e) => ctx.fail(e),
         }
         ctx.timer_periodic(self.report_interval.unwrap_or(TICK), RunnerNode::tick);
+        // A run shows itself to `rlfactory top`; one that cannot (no room in /dev/shm) trains all the same.
+        match LiveBoard::create(&self.names.0) {
+            Ok(live) => self.live = Some(live),
+            Err(e) => eprintln!("[rlfactory] no live view for rlfactory top: {e}"),
+        }
+        self.publish_live(ctx);
+        ctx.timer_periodic(LIVE_PERIOD, RunnerNode::publish_live);
         if let Some(period) = self.save_every {
             ctx.timer_periodic(period, RunnerNode::request_checkpoint);
         }
@@ -365,8 +417,9 @@ impl Component for RunnerNode {
 
     /// The run begins to stop (SIGINT, SIGTERM, a fault, the end): the replay buffers close at once, which ends the
     /// off-policy learners' waits for data and the rollout workers' waits for the learners, in every process.
-    fn on_stopping(&mut self, _ctx: &mut Ctx<'_, Self>) {
+    fn on_stopping(&mut self, ctx: &mut Ctx<'_, Self>) {
         self.close_replays();
+        self.publish_live(ctx);
     }
 
     /// The counts the stop conditions read (env frames) and the checkpoints carry: a run restored from them stops
