@@ -271,21 +271,17 @@ impl Seqlock {
         seq.store((s | 1).wrapping_add(1), Ordering::Release);
     }
 
-    /// Hands the tag, then the first `n(tag)` words to `put`; [`TornRead`] if a write overlapped (what `put` was
-    /// given is then garbage).
-    fn try_read(
-        &self,
-        n: impl FnOnce(u64) -> usize,
-        mut put: impl FnMut(usize, u32),
-    ) -> Result<u64, TornRead> {
+    /// Reads the tag and the first `out.len()` words, each through `convert`; [`TornRead`] if a write overlapped
+    /// (`out` then holds garbage).
+    fn try_read<T>(&self, out: &mut [T], convert: impl Fn(u32) -> T) -> Result<u64, TornRead> {
         let seq = self.seq();
         let s1 = seq.load(Ordering::Acquire);
         if s1 & 1 == 1 {
             return Err(TornRead);
         }
         let tag = self.tag().load(Ordering::Relaxed);
-        for (i, w) in self.words().iter().take(n(tag)).enumerate() {
-            put(i, w.load(Ordering::Relaxed));
+        for (o, w) in out.iter_mut().zip(self.words()) {
+            *o = convert(w.load(Ordering::Relaxed));
         }
         fence(Ordering::Acquire);
         if seq.load(Ordering::Relaxed) != s1 {
@@ -351,8 +347,7 @@ impl SharedWeights {
     /// (`out` then holds garbage). Panics if the length differs.
     pub fn try_read(&self, out: &mut [f32]) -> Result<u64, TornRead> {
         assert_eq!(out.len(), self.len(), "SharedWeights::try_read: wrong length");
-        let len = out.len();
-        self.lock.try_read(|_| len, |i, w| out[i] = f32::from_bits(w))
+        self.lock.try_read(out, f32::from_bits)
     }
 }
 
@@ -408,14 +403,14 @@ impl SharedBoard {
 
     /// The message (empty before the first), or [`TornRead`] if a write overlapped the read.
     pub fn try_read(&self) -> Result<Vec<u8>, TornRead> {
-        let mut words = Vec::new();
-        let capacity = self.capacity();
-        let len = self.lock.try_read(
-            |len| (len as usize).min(capacity).div_ceil(4),
-            |_, w| words.push(w),
-        )?;
+        // The length as it stands, then the message under the seqlock, which must have kept that length.
+        let len = (self.lock.tag().load(Ordering::Relaxed) as usize).min(self.capacity());
+        let mut words = vec![0; len.div_ceil(4)];
+        if self.lock.try_read(&mut words, |w| w)? != len as u64 {
+            return Err(TornRead);
+        }
         let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        bytes.truncate(len as usize);
+        bytes.truncate(len);
         Ok(bytes)
     }
 }
@@ -486,6 +481,36 @@ mod tests {
             Ok(&b"abc"[..]),
             "a refused message writes nothing"
         );
+    }
+
+    /// A writer publishes messages of changing lengths, each of one repeated byte; concurrent readers see whole
+    /// messages only.
+    #[test]
+    fn board_reads_are_never_torn() {
+        let tag = format!("board-torn_{}", std::process::id());
+        let board = SharedBoard::create_tagged(&tag, 4096).unwrap();
+        let (_, name) = crate::region::tagged(&tag).unwrap().pop().unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let r = SharedBoard::open_named(&name).unwrap();
+                let mut whole = 0;
+                while !done.load(Ordering::Relaxed) {
+                    if let Ok(m) = r.try_read() {
+                        assert!(m.iter().all(|&b| Some(&b) == m.first()), "a torn message");
+                        assert_eq!(m.len(), m.first().map_or(0, |&b| 1 + 13 * b as usize % 4000));
+                        whole += 1;
+                    }
+                }
+                whole
+            });
+            for i in 0..20_000u32 {
+                let b = (i % 251) as u8;
+                assert!(board.publish(&vec![b; 1 + 13 * b as usize % 4000]));
+            }
+            done.store(true, Ordering::Relaxed);
+            assert!(reader.join().unwrap() > 0);
+        });
     }
 
     /// A writer publishes vectors whose values all equal the version; concurrent readers must never see a mix.
