@@ -332,7 +332,8 @@ impl SharedWeights {
         self.lock.len == 0
     }
 
-    /// The version of the last complete publication (0 before the first), without reading the values.
+    /// The version of the last publication begun (0 before the first), without reading the values: a reader that
+    /// wants the values as of a version reads them with [`SharedWeights::try_read`], which says which it got.
     pub fn version(&self) -> u64 {
         self.lock.tag().load(Ordering::Acquire)
     }
@@ -467,7 +468,7 @@ mod tests {
         let tag = format!("board-test_{}", std::process::id());
         let board = SharedBoard::create_tagged(&tag, 10).unwrap();
         assert_eq!(board.capacity(), 12);
-        let (pid, name) = crate::region::tagged(&tag).unwrap().pop().unwrap();
+        let (pid, name) = tagged_exactly(&tag);
         assert_eq!(pid, std::process::id());
         let reader = SharedBoard::open_named(&name).unwrap();
         assert_eq!(reader.try_read(), Ok(Vec::new()));
@@ -489,28 +490,45 @@ mod tests {
     fn board_reads_are_never_torn() {
         let tag = format!("board-torn_{}", std::process::id());
         let board = SharedBoard::create_tagged(&tag, 4096).unwrap();
-        let (_, name) = crate::region::tagged(&tag).unwrap().pop().unwrap();
+        let (_, name) = tagged_exactly(&tag);
         let done = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             let reader = s.spawn(|| {
                 let r = SharedBoard::open_named(&name).unwrap();
                 let mut whole = 0;
-                while !done.load(Ordering::Relaxed) {
+                let check = |m: &[u8]| {
+                    assert!(m.iter().all(|&b| Some(&b) == m.first()), "a torn message");
+                    assert_eq!(m.len(), m.first().map_or(0, |&b| 1 + 13 * b as usize % 4000));
+                };
+                while !done.load(Ordering::Acquire) {
                     if let Ok(m) = r.try_read() {
-                        assert!(m.iter().all(|&b| Some(&b) == m.first()), "a torn message");
-                        assert_eq!(m.len(), m.first().map_or(0, |&b| 1 + 13 * b as usize % 4000));
+                        check(&m);
                         whole += 1;
                     }
                 }
-                whole
+                let last = r
+                    .try_read()
+                    .expect("no write in progress after the writer stopped");
+                check(&last);
+                (whole, last)
             });
             for i in 0..20_000u32 {
                 let b = (i % 251) as u8;
                 assert!(board.publish(&vec![b; 1 + 13 * b as usize % 4000]));
             }
-            done.store(true, Ordering::Relaxed);
-            assert!(reader.join().unwrap() > 0);
+            done.store(true, Ordering::Release);
+            let (_, last) = reader.join().unwrap();
+            let b = (19_999 % 251) as u8;
+            assert_eq!(last, vec![b; 1 + 13 * b as usize % 4000]);
         });
+    }
+
+    /// The one segment tagged exactly `tag` (tests of other processes may hold tags that `tag` begins).
+    fn tagged_exactly(tag: &str) -> (u32, String) {
+        let mut found = crate::region::tagged(tag).unwrap();
+        found.retain(|(_, name)| name.ends_with(&format!(".t-{tag}")));
+        assert_eq!(found.len(), 1, "{found:?}");
+        found.remove(0)
     }
 
     /// A writer publishes vectors whose values all equal the version; concurrent readers must never see a mix.

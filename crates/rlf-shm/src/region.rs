@@ -77,7 +77,7 @@ impl Region {
     }
 
     /// Creates a new zero-filled region of `len` bytes that other processes can find by `tag` ([`tagged`]):
-    /// `/rlf.<pid>.<start>.<tag>`, mode 0600, so it is reclaimed like any other once this process is gone. `tag`
+    /// `/rlf.<pid>.<start>.t-<tag>`, mode 0600, so it is reclaimed like any other once this process is gone. `tag`
     /// holds ASCII letters, digits, `-` and `_` only (at most [`MAX_TAG`] of them); one process creates a tag once.
     pub fn create_tagged(tag: &str, len: usize) -> Result<Region, ShmError> {
         if tag.is_empty()
@@ -92,7 +92,7 @@ impl Region {
         }
         let pid = std::process::id();
         let start = process_start_time(pid).unwrap_or(0);
-        Self::create_named(format!("/{NAME_PREFIX}{pid}.{start}.{tag}"), len)
+        Self::create_named(format!("/{NAME_PREFIX}{pid}.{start}.{TAG_MARK}{tag}"), len)
     }
 
     fn create_named(name: String, len: usize) -> Result<Region, ShmError> {
@@ -321,6 +321,9 @@ pub fn reclaim_stale() -> io::Result<Vec<String>> {
 /// The longest tag of [`Region::create_tagged`] (a segment name stays well inside `NAME_MAX`).
 pub const MAX_TAG: usize = 200;
 
+/// What sets a tagged segment's name apart from a fresh one's (whose last part is 16 hex digits).
+const TAG_MARK: &str = "t-";
+
 /// The segments of live processes whose tag ([`Region::create_tagged`]) starts with `prefix`: each creator's pid and
 /// the name to open (with its leading `/`), in the order `/dev/shm` lists them.
 pub fn tagged(prefix: &str) -> io::Result<Vec<(u32, String)>> {
@@ -333,6 +336,9 @@ pub fn tagged(prefix: &str) -> io::Result<Vec<(u32, String)>> {
         };
         let mut parts = rest.splitn(3, '.');
         let (Some(pid), Some(_start), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let Some(tag) = tag.strip_prefix(TAG_MARK) else {
             continue;
         };
         if let (Ok(pid), true) = (pid.parse::<u32>(), tag.starts_with(prefix)) {
@@ -410,6 +416,14 @@ mod tests {
         let found = tagged("test-tag_").expect("list");
         let mine: Vec<_> = found.iter().filter(|(_, name)| name == a.name()).collect();
         assert_eq!(mine, [&(std::process::id(), a.name().to_owned())]);
+        let fresh = Region::create(64).expect("create");
+        assert!(
+            tagged("")
+                .expect("list")
+                .iter()
+                .all(|(_, name)| name != fresh.name()),
+            "a segment made without a tag is not listed"
+        );
         let b = Region::open_named(a.name()).expect("open");
         assert_eq!(b.len(), 8192);
         assert!(Region::create_tagged(&tag, 64).is_err(), "a tag is created once");

@@ -81,7 +81,8 @@ struct Header {
     insert_waiters: AtomicU32,
     /// Writers that put in their last rows ([`ReplayRing::finish_writer`]); waited for on `wake`.
     writers_finished: AtomicU32,
-    /// Inserts the rate limit held back, and the microseconds they waited in all ([`ReplayRing::stalls`]).
+    /// Inserts the rate limit held back (counted as they begin to wait), and the microseconds of their finished
+    /// waits ([`ReplayRing::stalls`]).
     stalls: AtomicU64,
     stalled_micros: AtomicU64,
 }
@@ -574,7 +575,11 @@ impl ReplayRing {
                 match remaining(deadline) {
                     Err(()) => Some(Err(InsertError::Timeout)),
                     Ok(timeout) => {
-                        stalled.get_or_insert_with(Instant::now);
+                        if stalled.is_none() {
+                            // Counted as the wait begins, so that a writer held back now shows.
+                            h.stalls.fetch_add(1, Ordering::Relaxed);
+                            stalled = Some(Instant::now());
+                        }
                         h.sample_wake.wait(seen, timeout);
                         None
                     }
@@ -586,15 +591,14 @@ impl ReplayRing {
             }
         };
         if let Some(since) = stalled {
-            h.stalls.fetch_add(1, Ordering::Relaxed);
             h.stalled_micros
                 .fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
         }
         result
     }
 
-    /// Inserts the rate limit held back so far (each waited for the learners' samples) and how long they waited in
-    /// all: how often, and how much, the learners were the slow side.
+    /// Inserts the rate limit held back so far (each waited for the learners' samples; one waiting now is counted)
+    /// and how long the finished waits took in all: how often, and how much, the learners were the slow side.
     pub fn stalls(&self) -> (u64, Duration) {
         let h = self.header();
         (

@@ -269,7 +269,8 @@ pub struct LoopStatus {
     pub objects: Vec<String>,
     /// Where it runs.
     pub placement: Placement,
-    /// Its process: the application's own for the main loop and thread loops; `None` while a process loop has none.
+    /// Its process: the application's own for the main loop and thread loops; a process loop's current (or last)
+    /// process, `None` before its first started.
     pub pid: Option<u32>,
     /// The OS's id of the thread running it (known from its first heartbeat; the main loop's from the start).
     pub tid: Option<u32>,

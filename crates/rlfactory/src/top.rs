@@ -4,10 +4,11 @@
 //! `top-<n>-<experiment>` (so that `top` finds it without a file and without the experiment folder; the segment goes
 //! when the run does, and the shared-memory reaper removes it after a SIGKILL). The view holds what lives only in the
 //! run's main process: its frame rate, each policy's version and lag, each loop's process, thread, heartbeat and
-//! waiting messages (the inference workers' requests, the batcher's trajectories on the main loop), each replay
-//! buffer's fill and the inserts its rate limit held back. `top` reads it and adds each loop's share of a core from
-//! `/proc`, which costs the run nothing. It waits for the next frame on the run's process (a pidfd) with a deadline,
-//! so it ends as soon as the run does.
+//! waiting messages (the inference workers' requests; the batcher's trajectories, on the learner's loop for APPO and
+//! on the main loop for DQN and SAC), each replay buffer's fill and the inserts its rate limit held back. `top`
+//! reads it and adds each loop's share of a core from `/proc`, which costs the run nothing. It waits for the next
+//! frame on the run's process (a pidfd) with a deadline, so it ends as soon as the run's process does, or at the next
+//! frame once the run removed its board (a run inside a longer-lived process, as a library's caller runs it).
 
 use std::io::{IsTerminal, Write};
 use std::os::fd::OwnedFd;
@@ -138,8 +139,18 @@ impl LiveBoard {
                 path: view.train_dir.join(&view.experiment),
                 source: e.into(),
             })?;
-            if self.board.publish(&bytes) || view.loops.is_empty() {
+            if self.board.publish(&bytes) {
                 return Ok(());
+            }
+            if view.loops.is_empty() {
+                return Err(RlfError::Protocol {
+                    component: "live view",
+                    message: format!(
+                        "{} bytes do not fit its board of {}",
+                        bytes.len(),
+                        self.board.capacity()
+                    ),
+                });
             }
             view.loops.truncate(view.loops.len() / 2);
         }
@@ -176,10 +187,11 @@ impl TopArgs {
     }
 }
 
-/// A run found on this machine: its process and its board.
+/// A run found on this machine: its process, its board and the board's segment.
 struct Attached {
     pid: u32,
     board: SharedBoard,
+    name: String,
     view: LiveView,
 }
 
@@ -201,7 +213,12 @@ fn find(args: &TopArgs) -> Result<Vec<Attached>> {
         };
         let Some(view) = read(&board) else { continue };
         if args.experiment.as_ref().is_none_or(|e| *e == view.experiment) {
-            runs.push(Attached { pid, board, view });
+            runs.push(Attached {
+                pid,
+                board,
+                name,
+                view,
+            });
         }
     }
     Ok(runs)
@@ -251,8 +268,10 @@ pub fn top(args: &TopArgs, out: &mut impl Write) -> Result<()> {
     let mut cpu = CpuClock::default();
     cpu.sample(&run.view.loops);
     let mut view = run.view;
+    let segment = PathBuf::from(format!("/dev/shm{}", run.name));
     loop {
-        if wait_for_exit(&ended, interval) {
+        // The run ended: its process exited, or it removed its board (its runner stopped in a process that goes on).
+        if wait_for_exit(&ended, interval)? || !segment.exists() {
             let _ = writeln!(out, "the run of {} (pid {}) has ended", view.experiment, run.pid);
             return Ok(());
         }
@@ -286,20 +305,23 @@ fn watch_error(message: String) -> RlfError {
 }
 
 /// Waits up to `interval` for the process of `pidfd` to exit; whether it has.
-fn wait_for_exit(pidfd: &OwnedFd, interval: Duration) -> bool {
+fn wait_for_exit(pidfd: &OwnedFd, interval: Duration) -> Result<bool> {
     let deadline = Instant::now() + interval;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(timeout) = rustix::event::Timespec::try_from(left) else {
-            return false;
-        };
+        let timeout = rustix::event::Timespec::try_from(left).map_err(|_| {
+            watch_error(format!(
+                "--interval {} s is too long to wait",
+                interval.as_secs_f64()
+            ))
+        })?;
         let mut fds = [rustix::event::PollFd::new(pidfd, rustix::event::PollFlags::IN)];
         match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(0) => return false,
-            Ok(_) => return true,
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
             // A signal (the terminal resized) ends the wait early: wait out the rest.
             Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return false,
+            Err(e) => return Err(watch_error(format!("waiting for the run's process failed: {e}"))),
         }
     }
 }
@@ -482,6 +504,33 @@ mod tests {
     }
 
     #[test]
+    fn top_ends_when_a_run_in_a_process_that_goes_on_removes_its_board() {
+        let name = format!("top ends {}", std::process::id());
+        let mut board = LiveBoard::create(&name).unwrap();
+        let mut published = view(vec![main_loop()]);
+        published.experiment = name.clone();
+        board.publish(published).unwrap();
+        let args = TopArgs {
+            experiment: Some(name.clone()),
+            pid: None,
+            interval: 0.05,
+            once: false,
+        };
+        let watching = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            top(&args, &mut out).map(|()| String::from_utf8(out).unwrap())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        drop(board);
+        let out = watching.join().unwrap().unwrap();
+        assert!(out.contains(&format!("rlfactory top: {name} (pid ")), "{out}");
+        assert!(
+            out.ends_with(&format!("the run of {name} (pid {}) has ended\n", std::process::id())),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn the_frame_rate_counts_the_frames_since_the_last_view() {
         let mut board = LiveBoard::create("fps").unwrap();
         board.publish(view(Vec::new())).unwrap();
@@ -528,12 +577,29 @@ mod tests {
     fn this_threads_cpu_time_is_read_and_grows() {
         let me = main_loop();
         let before = cpu_ticks(&me).unwrap();
-        let start = Instant::now();
+        // Work until the thread's own CPU clock has run 50 ms (three clock ticks at 100 per second), however busy
+        // the machine is.
+        let clock = || rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        let start = clock();
         let mut x = 0u64;
-        while start.elapsed() < Duration::from_millis(60) {
+        while Duration::try_from(clock()).unwrap()
+            < Duration::try_from(start).unwrap() + Duration::from_millis(50)
+        {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
         }
         assert!(x != 1);
         assert!(cpu_ticks(&me).unwrap() > before);
+    }
+
+    #[test]
+    fn a_view_that_cannot_fit_its_board_is_an_error() {
+        let mut board = LiveBoard::create("too large").unwrap();
+        let mut huge = view(Vec::new());
+        huge.experiment = "x".repeat(BOARD_BYTES);
+        let err = board.publish(huge).unwrap_err().to_string();
+        assert!(
+            err.starts_with("live view: ") && err.contains("do not fit its board"),
+            "{err}"
+        );
     }
 }
