@@ -525,7 +525,10 @@ mod tests {
         let out = watching.join().unwrap().unwrap();
         assert!(out.contains(&format!("rlfactory top: {name} (pid ")), "{out}");
         assert!(
-            out.ends_with(&format!("the run of {name} (pid {}) has ended\n", std::process::id())),
+            out.ends_with(&format!(
+                "the run of {name} (pid {}) has ended\n",
+                std::process::id()
+            )),
             "{out}"
         );
     }
