@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `Started`: a rollout worker started | `Reclaimed`: the answer, its free slots |
 //! | `Trajectory`: a finished slot, copied | `Released`: the learner trained on it, the slot is free |
-//! | `Report`: frames and episodes | `Weights`: a new policy version |
+//! | `Report`: frames and episodes | `Weights`: a new policy version (of several waiting, the newest) |
 //! | `Stopped`: the last message of an actor rank | `Stop`: the last message to an actor rank |
 //!
 //! A slot stays with the learner rank until it is released, as on one machine: the actor rank's rollout workers run
@@ -94,13 +94,34 @@ pub(crate) struct Outgoing {
     pub dest: usize,
     pub tag: Tag,
     pub bytes: Vec<u8>,
+    /// `Some(policy)`: the message is policy `policy`'s weights, which a newer version waiting behind it for the same
+    /// rank makes worthless (the sending thread drops it then: an actor rank only ever uses the newest weights).
+    pub weights_of: Option<usize>,
+}
+
+impl Outgoing {
+    /// `bytes` to rank `dest` with `tag`, sent whatever follows it.
+    pub(crate) fn message(dest: usize, tag: Tag, bytes: Vec<u8>) -> Self {
+        Self {
+            dest,
+            tag,
+            bytes,
+            weights_of: None,
+        }
+    }
+
+    /// Whether a message in `waiting` (sent after this one) carries newer weights of the same policy to the same rank.
+    pub(crate) fn superseded_in<'a>(&self, mut waiting: impl Iterator<Item = &'a Outgoing>) -> bool {
+        self.weights_of
+            .is_some_and(|policy| waiting.any(|o| o.dest == self.dest && o.weights_of == Some(policy)))
+    }
 }
 
 /// Hands `message` to the sending thread.
 fn post(outgoing: &Sender<Outgoing>, dest: usize, tag: Tag, message: &Wire) -> Result<()> {
     let bytes = message.encode()?;
     outgoing
-        .send(Outgoing { dest, tag, bytes })
+        .send(Outgoing::message(dest, tag, bytes))
         .map_err(|_| RlfError::Protocol {
             component: "mpi link",
             message: "the sending thread is gone".into(),
@@ -460,6 +481,7 @@ impl LearnerLink {
                     dest,
                     tag: TO_ACTOR,
                     bytes: bytes.clone(),
+                    weights_of: Some(policy),
                 })
                 .map_err(|_| RlfError::Protocol {
                     component: "mpi link",

@@ -10,6 +10,7 @@
 //! which counts every lead's progress), and the learner rank's receiver runs until the `Stopped` of every rank it
 //! hears from is in.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -82,6 +83,8 @@ struct Traffic {
     received_bytes: AtomicU64,
     /// Microseconds the receiver waited for a message.
     waiting_micros: AtomicU64,
+    /// Weights not sent because newer ones of the same policy were waiting behind them.
+    superseded_weights: AtomicU64,
 }
 
 impl Traffic {
@@ -89,13 +92,14 @@ impl Traffic {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "[rlfactory] rank {rank} (pid {}): sent {} messages ({} bytes), received {} messages ({} bytes) in {seconds:.1} s; \
-             waited {:.1} s for messages",
+             waited {:.1} s for messages; {} weight updates superseded before sending",
             std::process::id(),
             get(&self.sent_messages),
             get(&self.sent_bytes),
             get(&self.received_messages),
             get(&self.received_bytes),
             get(&self.waiting_micros) as f64 / 1e6,
+            get(&self.superseded_weights),
         )
     }
 }
@@ -152,9 +156,16 @@ fn send_all(maker: &Arc<dyn WorldMaker>, outgoing: &Receiver<Outgoing>, link: &A
     first_error
 }
 
-/// Sends `messages` in order, until their sender is dropped.
+/// Sends `messages` in order, until their sender is dropped; weights that newer weights of the same policy wait
+/// behind are dropped instead (a send blocks while the peer drains its buffers, and versions queue up meanwhile).
 fn send_lane(comm: &dyn Comm, messages: &Receiver<Outgoing>, traffic: &Traffic) -> Result<()> {
-    for o in messages {
+    let mut waiting = VecDeque::new();
+    while let Some(o) = waiting.pop_front().or_else(|| messages.recv().ok()) {
+        waiting.extend(messages.try_iter());
+        if o.superseded_in(waiting.iter()) {
+            traffic.superseded_weights.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         comm.send(o.dest, o.tag, &o.bytes).map_err(comm_error)?;
         traffic.sent_messages.fetch_add(1, Ordering::Relaxed);
         traffic
@@ -536,11 +547,7 @@ fn serve_member(
                 maker.abort(1);
             }
             Err(RecvTimeoutError::Timeout) => {
-                let _ = outgoing.send(Outgoing {
-                    dest: ranks.learner(),
-                    tag: TO_LEARNER,
-                    bytes: alive.clone(),
-                });
+                let _ = outgoing.send(Outgoing::message(ranks.learner(), TO_LEARNER, alive.clone()));
             }
             Err(RecvTimeoutError::Disconnected) => {
                 eprintln!(
@@ -705,7 +712,7 @@ pub fn train_rank(
     for (dest, tag, message) in last {
         let bytes = message.encode()?;
         // A sending thread that is gone has reported why on `finished`.
-        let _ = outgoing.send(Outgoing { dest, tag, bytes });
+        let _ = outgoing.send(Outgoing::message(dest, tag, bytes));
     }
     drop(outgoing);
     // Both threads end once the peers' last messages are in; peers still sending heartbeats (a learner saving its
@@ -780,4 +787,68 @@ pub fn train_rank(
         None
     });
     result.and_then(|summary| threads.map(|()| summary))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::mpsc;
+
+    use rlf_comm::{Comm, LocalWorld, Source};
+
+    use super::{send_lane, Traffic};
+    use crate::runner::mpi::link::{Outgoing, Wire, TO_ACTOR};
+
+    fn weights(policy: usize, version: u64) -> Outgoing {
+        let bytes = Wire::Weights {
+            policy,
+            version,
+            values: vec![version as f32; 4],
+        }
+        .encode()
+        .expect("encodes");
+        Outgoing {
+            dest: 1,
+            tag: TO_ACTOR,
+            bytes,
+            weights_of: Some(policy),
+        }
+    }
+
+    /// Weights waiting behind newer ones of the same policy are dropped; every other message, and the newest
+    /// weights of each policy, go out in the order posted.
+    #[test]
+    fn a_sending_lane_drops_weights_that_newer_ones_wait_behind() {
+        let mut world = LocalWorld::create(2);
+        let (receiver, sender) = (world.pop().expect("rank 1"), world.pop().expect("rank 0"));
+        let (post, messages) = mpsc::channel();
+        let released = Wire::Released { worker: 0, buffer: 3 };
+        for o in [
+            weights(0, 1),
+            Outgoing::message(1, TO_ACTOR, released.encode().expect("encodes")),
+            weights(1, 1),
+            weights(0, 2),
+            weights(0, 3),
+        ] {
+            post.send(o).expect("the lane's receiver is here");
+        }
+        drop(post);
+        let traffic = Traffic::default();
+        send_lane(&sender, &messages, &traffic).expect("sent");
+        let arrived: Vec<Wire> = (0..3)
+            .map(|_| {
+                let received = receiver.recv(Source::Rank(0), TO_ACTOR).expect("a message");
+                Wire::decode(&received.bytes).expect("decodes")
+            })
+            .collect();
+        let version = |w: &Wire| match w {
+            Wire::Weights { policy, version, .. } => Some((*policy, *version)),
+            _ => None,
+        };
+        assert_eq!(arrived[0], released);
+        assert_eq!(version(&arrived[1]), Some((1, 1)));
+        assert_eq!(version(&arrived[2]), Some((0, 3)));
+        assert_eq!(traffic.sent_messages.load(Ordering::Relaxed), 3);
+        assert_eq!(traffic.superseded_weights.load(Ordering::Relaxed), 2);
+    }
 }
