@@ -190,6 +190,12 @@ impl Config {
                     s.self_play_latest_prob
                 ));
             }
+            if !(s.self_play_pfsp_power >= 0.0 && s.self_play_pfsp_power.is_finite()) {
+                return err(format!(
+                    "--self_play_pfsp_power must be a finite number ≥ 0, got {}",
+                    s.self_play_pfsp_power
+                ));
+            }
         }
         self.validate_rnn()?;
         if !(self.model.obs_scale > 0.0 && self.model.obs_scale.is_finite()) {

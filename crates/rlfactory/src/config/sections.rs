@@ -118,6 +118,11 @@ pub struct SamplingConfig {
     /// Probability that an opponent plays the latest weights rather than a snapshot (self-play).
     #[arg(long)]
     pub self_play_latest_prob: f64,
+    /// Prioritised fictitious self-play (AlphaStar's): a snapshot opponent is drawn from the pool with weight
+    /// `(1 − w)^p`, `w` the latest weights' recent score against it, so the snapshots it still loses to are met
+    /// more often. 0 draws them uniformly.
+    #[arg(long)]
+    pub self_play_pfsp_power: f64,
     /// Built-in players of the env (Connect Four's `random` and `heuristic`) that may play an
     /// opponent in self-play, comma-separated: with probability `--self_play_builtin_prob` an
     /// opponent is one of them, drawn uniformly. Their steps are not trained on; the win rate
@@ -149,6 +154,7 @@ impl Default for SamplingConfig {
             opponent_pool_size: 8,
             self_play_keep_first: true,
             self_play_latest_prob: 0.5,
+            self_play_pfsp_power: 0.0,
             self_play_builtin_opponents: String::new(),
             self_play_builtin_prob: 0.0,
         }

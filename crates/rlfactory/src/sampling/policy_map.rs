@@ -21,6 +21,12 @@
 //! teammates play the latest weights with it, and each other team meets one opponent drawn for the
 //! whole team (the same built-in player, the latest weights, or one snapshot slot drawn from its
 //! first member's pool that every member plays from its own policy's pool, modulo that pool's size).
+//!
+//! A snapshot is drawn uniformly from the pool, or, with `--self_play_pfsp_power p > 0`, by
+//! prioritised fictitious self-play (AlphaStar's `f_hard`): slot `k` with weight `(1 − w_k)^p`,
+//! `w_k` the latest weights' recent score against it ([`SelfPlay::record`], a moving average over
+//! about [`PFSP_WINDOW`] games, ½ before its first game), so the snapshots the learner still loses
+//! to are met more often and the ones it beats every time seldom.
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -29,6 +35,9 @@ use crate::plan::Mapping;
 
 /// Episodes of an env between two draws of its agents' policies (Sample Factory's value).
 pub const RESAMPLE_EVERY_EPISODES: u64 = 10;
+
+/// Games over which a pool slot's recent score is averaged (prioritised fictitious self-play).
+pub const PFSP_WINDOW: f64 = 100.0;
 
 #[derive(Debug, Clone)]
 enum Rule {
@@ -166,6 +175,10 @@ pub struct SelfPlay {
     builtin_prob: f64,
     /// Snapshots in each policy's pool.
     filled: Vec<usize>,
+    /// The exponent of prioritised fictitious self-play (0: snapshots drawn uniformly).
+    pfsp_power: f64,
+    /// The latest weights' recent score against each slot, by policy and slot.
+    scores: Vec<Vec<f64>>,
     rng: Pcg64Mcg,
 }
 
@@ -180,7 +193,17 @@ impl SelfPlay {
             builtin: 0,
             builtin_prob: 0.0,
             filled: vec![0; num_policies],
+            pfsp_power: 0.0,
+            scores: vec![vec![0.5; pool_size]; num_policies],
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x5e1f_91a7_0000_0001),
+        }
+    }
+
+    /// Draws snapshots by prioritised fictitious self-play with exponent `power` (0: uniformly).
+    pub fn with_pfsp(self, power: f64) -> Self {
+        Self {
+            pfsp_power: power,
+            ..self
         }
     }
 
@@ -205,11 +228,27 @@ impl SelfPlay {
             .filter(|&b| b < self.builtin)
     }
 
-    /// Policy `policy`'s snapshot is now in slot `slot` of its pool.
+    /// Policy `policy`'s snapshot is now in slot `slot` of its pool: a new opponent, whose score starts again.
     pub fn on_snapshot_taken(&mut self, policy: usize, slot: usize) {
         if let Some(filled) = self.filled.get_mut(policy) {
             *filled = (*filled).max(slot + 1).min(self.pool_size);
         }
+        if let Some(score) = self.scores.get_mut(policy).and_then(|p| p.get_mut(slot)) {
+            *score = 0.5;
+        }
+    }
+
+    /// Policy `policy`'s latest weights scored `score` (1 a win, ½ a draw, 0 a loss) in a game
+    /// against `network`; only games against its own pool's snapshots count.
+    pub fn record(&mut self, policy: usize, network: usize, score: f64) {
+        let Some(slot) = network
+            .checked_sub(self.num_policies + policy * self.pool_size)
+            .filter(|&slot| slot < self.pool_size)
+        else {
+            return;
+        };
+        let recent = &mut self.scores[policy][slot];
+        *recent += (score - *recent) / PFSP_WINDOW;
     }
 
     /// For one env whose agents are controlled by the policies `base` and play for the teams
@@ -234,7 +273,7 @@ impl SelfPlay {
             let opponent = match drawn.iter().find(|(t, _)| *t == team) {
                 Some(&(_, opponent)) => opponent,
                 None => {
-                    let opponent = self.draw_opponent(filled);
+                    let opponent = self.draw_opponent(p as usize, filled);
                     drawn.push((team, opponent));
                     opponent
                 }
@@ -250,15 +289,39 @@ impl SelfPlay {
         protagonist
     }
 
-    /// One opponent, for a first member whose policy's pool holds `filled` snapshots.
-    fn draw_opponent(&mut self, filled: usize) -> Opponent {
+    /// One opponent, for a first member of policy `policy`, whose pool holds `filled` snapshots.
+    fn draw_opponent(&mut self, policy: usize, filled: usize) -> Opponent {
         if self.builtin > 0 && self.rng.random::<f64>() < self.builtin_prob {
             Opponent::Builtin(self.rng.random_range(0..self.builtin))
         } else if filled == 0 || self.rng.random::<f64>() < self.latest_prob {
             Opponent::Latest
         } else {
-            Opponent::Snapshot(self.rng.random_range(0..filled))
+            Opponent::Snapshot(self.draw_slot(policy, filled))
         }
+    }
+
+    /// A slot of policy `policy`'s pool, of the `filled` first: uniformly, or by prioritised
+    /// fictitious self-play (uniformly too while every slot's weight is 0).
+    fn draw_slot(&mut self, policy: usize, filled: usize) -> usize {
+        let scores = self
+            .scores
+            .get(policy)
+            .map_or(&[][..], |s| &s[..filled.min(s.len())]);
+        if self.pfsp_power > 0.0 && !scores.is_empty() {
+            let weight = |w: f64| (1.0 - w).max(0.0).powf(self.pfsp_power);
+            let total: f64 = scores.iter().map(|&w| weight(w)).sum();
+            if total > 0.0 {
+                let mut left = self.rng.random::<f64>() * total;
+                for (slot, &w) in scores.iter().enumerate() {
+                    left -= weight(w);
+                    if left < 0.0 {
+                        return slot;
+                    }
+                }
+                return scores.iter().rposition(|&w| weight(w) > 0.0).unwrap_or(0);
+            }
+        }
+        self.rng.random_range(0..filled)
     }
 
     /// Whether `network` is a frozen opponent (a snapshot or a built-in player, never trained).
@@ -358,6 +421,57 @@ mod tests {
         // About 75% of the opponents are snapshots; both sides are the protagonist.
         assert!((250..350).contains(&snapshots), "{snapshots}");
         assert!(protagonists.iter().all(|&n| n > 150), "{protagonists:?}");
+    }
+
+    #[test]
+    fn prioritised_self_play_meets_the_snapshots_the_latest_weights_lose_to_more_often() {
+        // One policy, a pool of 3, snapshots only (latest_prob 0), f_hard with p = 2.
+        let mut sp = SelfPlay::new(1, 3, 0.0, 9).with_pfsp(2.0);
+        for slot in 0..3 {
+            sp.on_snapshot_taken(0, slot);
+        }
+        let mut out = [0; 2];
+        let mut draws = |sp: &mut SelfPlay| {
+            let mut slots = [0; 3];
+            for _ in 0..3000 {
+                let hero = sp.draw(&[0, 0], &[0, 1], &mut out);
+                slots[out[1 - hero] as usize - 1] += 1;
+            }
+            slots
+        };
+        // No games yet: every slot scores ½, drawn alike.
+        let even = draws(&mut sp);
+        assert!(even.iter().all(|&n| (850..1150).contains(&n)), "{even:?}");
+        // The latest weights win every game against slot 0 and lose every one against slot 2; slot 1 is even.
+        for _ in 0..1000 {
+            sp.record(0, 1, 1.0);
+            sp.record(0, 2, 0.5);
+            sp.record(0, 3, 0.0);
+        }
+        // Weights (1 − w)²: about 0, ¼ and 1.
+        let hard = draws(&mut sp);
+        assert!(hard[0] < 30, "{hard:?}");
+        assert!((450..750).contains(&hard[1]), "{hard:?}");
+        assert!(hard[2] > 2200, "{hard:?}");
+        // Games against networks that are not this policy's snapshots (the latest weights, a built-in player past
+        // the pool) change nothing.
+        let before = sp.scores[0].clone();
+        sp.record(0, 0, 0.0);
+        sp.record(0, 4, 0.0);
+        assert_eq!(sp.scores[0], before);
+        // A new snapshot in slot 0 is a new opponent: scored ½ again.
+        sp.on_snapshot_taken(0, 0);
+        assert_eq!(sp.scores[0][0], 0.5);
+        // Power 0 draws uniformly whatever the scores.
+        let mut uniform = SelfPlay::new(1, 3, 0.0, 9);
+        for slot in 0..3 {
+            uniform.on_snapshot_taken(0, slot);
+        }
+        for _ in 0..1000 {
+            uniform.record(0, 1, 1.0);
+        }
+        let flat = draws(&mut uniform);
+        assert!(flat.iter().all(|&n| (850..1150).contains(&n)), "{flat:?}");
     }
 
     #[test]

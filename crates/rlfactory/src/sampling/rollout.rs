@@ -195,10 +195,11 @@ impl Split {
                 continue;
             }
             self.ended[columns.clone()].fill(false);
-            if let Some(sp) = &self.self_play {
+            if let Some(sp) = &mut self.self_play {
                 let hero = e * num_agents + self.protagonists[e];
                 // One game per opposing team, scored by its first frozen member's return.
                 let mut scored = Vec::new();
+                let first = games.len();
                 for c in columns.clone().filter(|&c| sp.is_frozen(self.policies[c])) {
                     let team = self.teams[c - e * num_agents];
                     if scored.contains(&team) {
@@ -217,6 +218,10 @@ impl Split {
                             0.5
                         },
                     });
+                }
+                // The split's own draws weigh the snapshots by these scores (prioritised fictitious self-play).
+                for game in &games[first..] {
+                    sp.record(game.policy, game.network, game.score);
                 }
             }
             let redrawn = self.assigner.on_episode_end(e, &mut self.base[columns]);
@@ -572,6 +577,7 @@ impl RolloutWorker {
                     cfg.env.seed + first_env as u64,
                 )
                 .with_builtin(builtin.len(), s.self_play_builtin_prob)
+                .with_pfsp(s.self_play_pfsp_power)
             });
             let mut split = Split {
                 adders: Vec::new(),

@@ -121,6 +121,10 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
             ][..],
             "--self_play_builtin_prob must be in [0, 1], got 1.5",
         ),
+        (
+            &["--self_play_pfsp_power=-1"][..],
+            "--self_play_pfsp_power must be a finite number ≥ 0, got -1",
+        ),
     ] {
         rejects(&[&c4[..], flags].concat(), wanted);
     }
