@@ -196,6 +196,12 @@ impl Config {
                     s.self_play_pfsp_power
                 ));
             }
+            if !(s.self_play_opponent_temperature > 0.0 && s.self_play_opponent_temperature.is_finite()) {
+                return err(format!(
+                    "--self_play_opponent_temperature must be a positive number, got {}",
+                    s.self_play_opponent_temperature
+                ));
+            }
         }
         self.validate_rnn()?;
         if !(self.model.obs_scale > 0.0 && self.model.obs_scale.is_finite()) {

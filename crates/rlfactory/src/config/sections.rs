@@ -123,6 +123,11 @@ pub struct SamplingConfig {
     /// more often. 0 draws them uniformly.
     #[arg(long)]
     pub self_play_pfsp_power: f64,
+    /// The temperature the pool's snapshots sample their moves at (self-play): above 1 each snapshot plays a
+    /// flatter version of its own policy (its log-probabilities divided by it), so the latest weights meet more
+    /// varied positions; 1 plays the snapshots as they were.
+    #[arg(long)]
+    pub self_play_opponent_temperature: f64,
     /// Built-in players of the env (Connect Four's `random` and `heuristic`) that may play an
     /// opponent in self-play, comma-separated: with probability `--self_play_builtin_prob` an
     /// opponent is one of them, drawn uniformly. Their steps are not trained on; the win rate
@@ -155,6 +160,7 @@ impl Default for SamplingConfig {
             self_play_keep_first: true,
             self_play_latest_prob: 0.5,
             self_play_pfsp_power: 0.0,
+            self_play_opponent_temperature: 1.0,
             self_play_builtin_opponents: String::new(),
             self_play_builtin_prob: 0.0,
         }

@@ -133,6 +133,8 @@ pub struct ActorCritic {
     ret_rms: Option<RunningMeanStd>,
     /// The action draws ([`Draws`]).
     draws: Draws,
+    /// The temperature its actions are sampled at ([`Policy::set_temperature`]).
+    temperature: f64,
 }
 
 impl std::fmt::Debug for ActorCritic {
@@ -221,6 +223,7 @@ impl ActorCritic {
             obs_rms,
             ret_rms,
             draws: Draws::from_torch(),
+            temperature: 1.0,
         })
     }
 
@@ -539,6 +542,11 @@ impl Policy for ActorCritic {
             if let Some(after) = after {
                 states.copy_from_slice(&to_vec(&after.flatten(0, -1))?);
             }
+            let dist = if self.temperature != 1.0 && !deterministic {
+                dist.tempered(self.temperature)
+            } else {
+                dist
+            };
             let actions = dist.sample(deterministic, &mut self.draws);
             let log_probs = dist.log_prob(&actions);
             Ok(ActOutput {
@@ -556,6 +564,11 @@ impl Policy for ActorCritic {
 
     fn load_sampler_state(&mut self, state: &[u8]) -> Result<()> {
         self.draws.load(state)
+    }
+
+    fn set_temperature(&mut self, temperature: f64) -> Result<()> {
+        self.temperature = temperature;
+        Ok(())
     }
 
     fn obs_dim(&self) -> usize {

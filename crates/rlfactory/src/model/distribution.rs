@@ -70,6 +70,25 @@ impl Distribution {
         }
     }
 
+    /// The same distribution at temperature `t`: each categorical's log-probabilities divided by `t` and normalised
+    /// again (`t` > 1 flattens it towards uniform over the classes it allows, masked ones staying impossible), each
+    /// Gaussian's standard deviation times `t`.
+    pub fn tempered(self, t: f64) -> Self {
+        let temper = |lp: &Tensor| (lp / t).log_softmax(-1, Kind::Float);
+        match self {
+            Distribution::Categorical { log_probs } => Distribution::Categorical {
+                log_probs: temper(&log_probs),
+            },
+            Distribution::MultiCategorical { parts } => Distribution::MultiCategorical {
+                parts: parts.iter().map(temper).collect(),
+            },
+            Distribution::Gaussian { mean, log_std } => Distribution::Gaussian {
+                mean,
+                log_std: log_std + t.ln(),
+            },
+        }
+    }
+
     /// Entropy per row, `[n]`.
     pub fn entropy(&self) -> Tensor {
         let categorical = |lp: &Tensor| -(lp.exp() * lp).sum_dim_intlist(-1, false, Kind::Float);
@@ -123,6 +142,42 @@ mod tests {
 
     fn values(t: &Tensor) -> Vec<f32> {
         Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1)).unwrap()
+    }
+
+    #[test]
+    fn a_tempered_distribution_flattens_within_the_allowed_classes() {
+        // Probabilities ¼, ¾ and a masked class: at t = 2 they go as their square roots.
+        let logits = Tensor::from_slice(&[0.0_f32, (3.0_f32).ln(), -1e9]).view([1, 3]);
+        let probs = |d: &Distribution| match d {
+            Distribution::Categorical { log_probs } => values(&log_probs.exp()),
+            _ => unreachable!("a categorical"),
+        };
+        let warm = Distribution::categorical(&logits).tempered(2.0);
+        let (a, b) = (
+            1.0 / (1.0 + 3.0_f32.sqrt()),
+            3.0_f32.sqrt() / (1.0 + 3.0_f32.sqrt()),
+        );
+        let p = probs(&warm);
+        assert!(
+            (p[0] - a).abs() < 1e-6 && (p[1] - b).abs() < 1e-6 && p[2] == 0.0,
+            "{p:?}"
+        );
+        assert_eq!(
+            probs(&Distribution::categorical(&logits).tempered(1.0)),
+            probs(&Distribution::categorical(&logits))
+        );
+        let hot = probs(&Distribution::categorical(&logits).tempered(1e6));
+        assert!((hot[0] - 0.5).abs() < 1e-3 && hot[2] == 0.0, "{hot:?}");
+        let gaussian = Distribution::Gaussian {
+            mean: Tensor::from_slice(&[1.0_f32]).view([1, 1]),
+            log_std: Tensor::from_slice(&[0.0_f32]).view([1, 1]),
+        }
+        .tempered(3.0);
+        let Distribution::Gaussian { mean, log_std } = gaussian else {
+            unreachable!("a Gaussian")
+        };
+        assert_eq!(values(&mean), [1.0]);
+        assert!((values(&log_std.exp())[0] - 3.0).abs() < 1e-5);
     }
 
     #[test]

@@ -103,6 +103,15 @@ pub trait Policy {
         ))
     }
 
+    /// Samples its actions at temperature `temperature` from now on ([`Distribution::tempered`]; 1 is its own
+    /// distribution, and greedy acting is unchanged). Only an actor-critic has one.
+    fn set_temperature(&mut self, temperature: f64) -> Result<()> {
+        let _ = temperature;
+        Err(crate::error::RlfError::Config(
+            "only an actor-critic policy samples at a temperature".into(),
+        ))
+    }
+
     /// Values per observation.
     fn obs_dim(&self) -> usize;
 

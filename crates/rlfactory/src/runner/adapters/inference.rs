@@ -24,7 +24,7 @@ pub(in crate::runner) struct InferenceNode {
 impl InferenceNode {
     /// An inference worker of group `group`, in its loop's process, with the group's networks: each policy's
     /// network starts from its learner's seed, then follows the weights that learner publishes; each self-play
-    /// snapshot's follows its slot of the pool.
+    /// snapshot's follows its slot of the pool, sampling at `--self_play_opponent_temperature`.
     pub fn new(
         plan: &RunPlan,
         plane: &DataPlane,
@@ -37,7 +37,11 @@ impl InferenceNode {
         let setup = (0..num_networks)
             .filter(|&n| cfg.inference_group_of_network(n) == group)
             .map(|n| {
-                let model: Box<dyn Policy> = new_policy(plan, cfg.policy_of_network(n))?;
+                let mut model: Box<dyn Policy> = new_policy(plan, cfg.policy_of_network(n))?;
+                let temperature = cfg.sampling.self_play_opponent_temperature;
+                if n >= cfg.sampling.num_policies && temperature != 1.0 {
+                    model.set_temperature(temperature)?;
+                }
                 Ok((n, model, plane.open_weights(n)?))
             })
             .collect::<Result<Vec<_>>>()
