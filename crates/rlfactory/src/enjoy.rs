@@ -179,6 +179,46 @@ pub struct Record {
     pub draws: usize,
     /// Games the policy lost.
     pub losses: usize,
+    /// The policy's one-ply tactics over those games.
+    pub tactics: Tactics,
+}
+
+/// A Connect Four player's one-ply tactics (what [`HeuristicPlayer`] always does): of its moves, how many had a win
+/// on offer and took one, and how many faced an immediate threat of the opponent (with no win of their own on
+/// offer) and blocked it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tactics {
+    /// Moves with a winning column among the legal ones.
+    pub wins_on_offer: usize,
+    /// Of those, the moves that won.
+    pub wins_taken: usize,
+    /// Moves without a win on offer where the opponent would win next in some column.
+    pub threats: usize,
+    /// Of those, the moves into such a column.
+    pub blocked: usize,
+}
+
+impl Tactics {
+    /// Counts the move `column` of the side to move in `game`, before it is played.
+    fn count(&mut self, game: &ConnectFour, column: usize) {
+        let me = game.to_move();
+        let wins = |side: Side| {
+            game.legal_moves()
+                .filter(|&c| game.is_winning_move(c, side))
+                .collect::<Vec<_>>()
+        };
+        let mine = wins(me);
+        if !mine.is_empty() {
+            self.wins_on_offer += 1;
+            self.wins_taken += usize::from(mine.contains(&column));
+            return;
+        }
+        let theirs = wins(me.opponent());
+        if !theirs.is_empty() {
+            self.threats += 1;
+            self.blocked += usize::from(theirs.contains(&column));
+        }
+    }
 }
 
 impl Record {
@@ -597,6 +637,7 @@ struct PolicyPlayer<'a> {
     deterministic: bool,
     obs: Vec<f32>,
     error: Option<RlfError>,
+    tactics: Tactics,
 }
 
 impl Player for PolicyPlayer<'_> {
@@ -606,7 +647,11 @@ impl Player for PolicyPlayer<'_> {
             .map_err(RlfError::from)
             .and_then(|()| self.policy.act(&self.obs, self.deterministic));
         match chosen {
-            Ok(out) => out.actions.first().map(|&a| a as usize),
+            Ok(out) => {
+                let column = out.actions.first().map(|&a| a as usize)?;
+                self.tactics.count(game, column);
+                Some(column)
+            }
             Err(e) => {
                 self.error = Some(e);
                 None
@@ -630,6 +675,7 @@ pub fn duel(
         deterministic,
         obs: vec![0.0; connect_four::OBS_DIM],
         error: None,
+        tactics: Tactics::default(),
     };
     let mut record = Record::default();
     for game in 0..games {
@@ -649,6 +695,7 @@ pub fn duel(
             _ => record.draws += 1,
         }
     }
+    record.tactics = me.tactics;
     Ok(record)
 }
 
@@ -681,6 +728,7 @@ fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> 
             deterministic: e.eval_deterministic,
             obs: vec![0.0; connect_four::OBS_DIM],
             error: None,
+            tactics: Tactics::default(),
         }),
         (Opponent::Checkpoint, None) => {
             return Err(RlfError::Config(
@@ -695,13 +743,19 @@ fn eval_against(args: &EvalArgs, opponent: Opponent, registry: &EnvRegistry) -> 
         e.eval_deterministic,
         e.seed,
     )?;
+    let t = record.tactics;
     println!(
-        "against {name}: {} wins, {} draws, {} losses in {} games (win rate {:.3})",
+        "against {name}: {} wins, {} draws, {} losses in {} games (win rate {:.3}); one-ply tactics: took {} of {} \
+         wins on offer, blocked {} of {} threats",
         record.wins,
         record.draws,
         record.losses,
         e.max_num_episodes,
-        record.win_rate()
+        record.win_rate(),
+        t.wins_taken,
+        t.wins_on_offer,
+        t.blocked,
+        t.threats
     );
     Ok(record)
 }
@@ -828,5 +882,36 @@ impl Csv {
             path: self.path.clone(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tactics_count_the_wins_taken_and_the_threats_blocked() {
+        let mut t = Tactics::default();
+        // Both sides have three in a column (0 and 6), the first player to move: a win on offer in column 0, taken
+        // or not; the opponent's threat does not count while a win is on offer.
+        let both = ConnectFour::from_moves(&[0, 6, 0, 6, 0, 6]).expect("legal moves");
+        t.count(&both, 0);
+        t.count(&both, 6);
+        // The second player has three in column 6, the first none of its own to complete (0, 2 and 4 on the bottom
+        // row): a threat, blocked in column 6 or not.
+        let threat = ConnectFour::from_moves(&[0, 6, 2, 6, 4, 6]).expect("legal moves");
+        t.count(&threat, 6);
+        t.count(&threat, 1);
+        // Nothing on offer and nothing to block: not counted.
+        t.count(&ConnectFour::new(), 3);
+        assert_eq!(
+            t,
+            Tactics {
+                wins_on_offer: 2,
+                wins_taken: 1,
+                threats: 2,
+                blocked: 1,
+            }
+        );
     }
 }

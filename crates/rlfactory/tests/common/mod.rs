@@ -464,7 +464,7 @@ pub fn win_rate(stdout: &str) -> f64 {
     stdout
         .split("win rate ")
         .nth(1)
-        .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
+        .and_then(|r| r.split(')').next()?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no win rate in {stdout}"))
 }
 
