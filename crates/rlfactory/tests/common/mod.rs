@@ -459,7 +459,7 @@ pub fn random_return_of(id: &str, num_actions: u64, episodes: usize, keep: impl 
     returns.iter().sum::<f64>() / returns.len() as f64
 }
 
-/// The win rate in `eval --opponent` output (`... (win rate 0.905)`).
+/// The win rate in `eval --opponent` output (`... (win rate 0.905); one-ply tactics: ...`).
 pub fn win_rate(stdout: &str) -> f64 {
     stdout
         .split("win rate ")
