@@ -94,18 +94,8 @@ impl Config {
                 o.replay_ratio
             ));
         }
-        if !(o.prioritized_replay_alpha >= 0.0 && o.prioritized_replay_alpha.is_finite()) {
-            return err(format!(
-                "--prioritized_replay_alpha must be 0 or more, got {}",
-                o.prioritized_replay_alpha
-            ));
-        }
-        if !(o.prioritized_replay_eps > 0.0 && o.prioritized_replay_eps.is_finite()) {
-            return err(format!(
-                "--prioritized_replay_eps must be more than 0, got {}",
-                o.prioritized_replay_eps
-            ));
-        }
+        at_least_zero("--prioritized_replay_alpha", o.prioritized_replay_alpha)?;
+        more_than_zero("--prioritized_replay_eps", o.prioritized_replay_eps)?;
         if !(o.exploration_duration_mu >= 0.0 && o.exploration_duration_mu.is_finite()) {
             return err(format!(
                 "--exploration_duration_mu must be 0 (plain ε-greedy) or more, got {}",
@@ -190,18 +180,11 @@ impl Config {
                     s.self_play_latest_prob
                 ));
             }
-            if !(s.self_play_pfsp_power >= 0.0 && s.self_play_pfsp_power.is_finite()) {
-                return err(format!(
-                    "--self_play_pfsp_power must be a finite number ≥ 0, got {}",
-                    s.self_play_pfsp_power
-                ));
-            }
-            if !(s.self_play_opponent_temperature > 0.0 && s.self_play_opponent_temperature.is_finite()) {
-                return err(format!(
-                    "--self_play_opponent_temperature must be a positive number, got {}",
-                    s.self_play_opponent_temperature
-                ));
-            }
+            at_least_zero("--self_play_pfsp_power", s.self_play_pfsp_power)?;
+            more_than_zero(
+                "--self_play_opponent_temperature",
+                s.self_play_opponent_temperature,
+            )?;
         }
         self.validate_rnn()?;
         if !(self.model.obs_scale > 0.0 && self.model.obs_scale.is_finite()) {
@@ -398,6 +381,26 @@ impl Config {
             return err("--mpi runs one policy on ranks in parallel mode so far (no --serial_mode, --num_policies above 1 or --self_play)");
         }
         Ok(())
+    }
+}
+
+/// `value` (of `flag`) is a finite number, 0 or more.
+fn at_least_zero(flag: &str, value: f64) -> Result<()> {
+    if value >= 0.0 && value.is_finite() {
+        Ok(())
+    } else {
+        Err(RlfError::Config(format!("{flag} must be 0 or more, got {value}")))
+    }
+}
+
+/// `value` (of `flag`) is a finite number above 0.
+fn more_than_zero(flag: &str, value: f64) -> Result<()> {
+    if value > 0.0 && value.is_finite() {
+        Ok(())
+    } else {
+        Err(RlfError::Config(format!(
+            "{flag} must be more than 0, got {value}"
+        )))
     }
 }
 

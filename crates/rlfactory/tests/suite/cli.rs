@@ -123,11 +123,11 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
         ),
         (
             &["--self_play_pfsp_power=-1"][..],
-            "--self_play_pfsp_power must be a finite number ≥ 0, got -1",
+            "--self_play_pfsp_power must be 0 or more, got -1",
         ),
         (
             &["--self_play_opponent_temperature", "0"][..],
-            "--self_play_opponent_temperature must be a positive number, got 0",
+            "--self_play_opponent_temperature must be more than 0, got 0",
         ),
     ] {
         rejects(&[&c4[..], flags].concat(), wanted);
