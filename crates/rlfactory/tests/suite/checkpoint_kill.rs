@@ -1,6 +1,9 @@
-//! SIGKILL of a whole `rlfactory train` process group (runner, rollout and inference workers, learner) at random
-//! moments while the learner checkpoints every 50 ms, on one experiment folder, each round resuming the previous
-//! one: 50 rounds, and more (up to 200) until at least two kills have cut a write short. After every kill:
+//! SIGKILL of a whole `rlfactory train` process group (runner, rollout and inference workers, learner) while the
+//! learner checkpoints every 50 ms, on one experiment folder, each round resuming the previous one: 50 rounds, and
+//! more (up to 200) until at least two kills have cut a write short. Even rounds kill at a random moment; odd rounds
+//! kill within a millisecond (uniform) of the learner creating a checkpoint's temporary file (seen through inotify), so
+//! that writes are hit however short a write is beside a training step on the machine that runs the test. After
+//! every kill:
 //!
 //! - the checkpoint the run last reported saved still loads, and so does every checkpoint whose sidecar exists;
 //! - the trainer's own loader (on a copy of the folder, so that the next run meets the debris) finds a newest
@@ -33,8 +36,11 @@ const MAX_ROUNDS: usize = 200;
 const MIN_CUT_SHORT: usize = 2;
 /// Bound on every wait for the child: starting, its first checkpoint, dying after SIGKILL.
 const TIMEOUT: Duration = Duration::from_secs(60);
-/// The kill comes this many milliseconds (uniform) after the round's first checkpoint.
+/// An even round's kill comes this many milliseconds (uniform) after the round's first checkpoint.
 const KILL_DELAY_MS: (u64, u64) = (10, 400);
+/// An odd round's kill comes this many microseconds (uniform) after a checkpoint write begins: inside the write (the
+/// weights' and the sidecar's, with their fsyncs, take a few milliseconds), or just past it.
+const MID_WRITE_DELAY_US: (u64, u64) = (0, 1000);
 const SEED_VAR: &str = "RLF_CKPT_KILL_SEED";
 const TEMP_PREFIX: &str = ".tmp.";
 
@@ -213,6 +219,45 @@ fn names(dir: &Path) -> Vec<String> {
     names
 }
 
+/// Blocks until a temporary file is created in `dir` (a checkpoint write has begun), for at most `TIMEOUT`.
+fn wait_for_a_write(dir: &Path, ctx: &str) {
+    use rustix::fs::inotify;
+    let fd =
+        inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).expect("inotify_init");
+    inotify::add_watch(&fd, dir, inotify::WatchFlags::CREATE)
+        .unwrap_or_else(|e| panic!("{ctx}: watching {}: {e}", dir.display()));
+    let deadline = Instant::now() + TIMEOUT;
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "{ctx}: no checkpoint write began within {TIMEOUT:?}"
+        );
+        let timeout = rustix::event::Timespec::try_from(left).expect("a timeout");
+        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => panic!("{ctx}: poll inotify: {e}"),
+        }
+        let mut events = inotify::Reader::new(&fd, &mut buf);
+        loop {
+            match events.next() {
+                Ok(event) => {
+                    let temp = event
+                        .file_name()
+                        .is_some_and(|n| n.to_bytes().starts_with(TEMP_PREFIX.as_bytes()));
+                    if temp {
+                        return;
+                    }
+                }
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => break,
+                Err(e) => panic!("{ctx}: read inotify: {e}"),
+            }
+        }
+    }
+}
+
 /// Weights files (`checkpoint_*` or `best_*`) without their sidecar.
 fn orphans(names: &[String]) -> BTreeSet<String> {
     names
@@ -384,21 +429,24 @@ fn sigkill_during_checkpoint_writes_keeps_the_previous_checkpoint_and_resume_con
             );
         }
 
-        std::thread::sleep(Duration::from_millis(rng.in_range(KILL_DELAY_MS)));
         let group = group_members(run.pid);
         assert!(
             group.contains(&run.pid) && group.len() >= 2,
             "{ctx}: expected the run's several processes in group {}, found {group:?}",
             run.pid
         );
-        let kill = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", run.pid)])
-            .status()
-            .expect("kill");
+        if round % 2 == 0 {
+            std::thread::sleep(Duration::from_millis(rng.in_range(KILL_DELAY_MS)));
+        } else {
+            wait_for_a_write(&checkpoints, &ctx);
+            std::thread::sleep(Duration::from_micros(rng.in_range(MID_WRITE_DELAY_US)));
+        }
+        let pgid = rustix::process::Pid::from_raw(run.pid as i32).expect("a pid");
+        let kill = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
         let status = run.finish(&ctx);
         assert!(
-            kill.success() && status.signal() == Some(9),
-            "{ctx}: the run was not killed by SIGKILL (kill {kill}, exit {status}); stderr:\n{}",
+            kill.is_ok() && status.signal() == Some(9),
+            "{ctx}: the run was not killed by SIGKILL (kill {kill:?}, exit {status}); stderr:\n{}",
             run.tail()
         );
         shm_left += usize::from(!segments_of(&group).is_empty());
