@@ -10,9 +10,7 @@
 //!   outcome, [`observe`](ConnectFour::observe)), and a turn-based [`MultiAgentEnv`] of two agents
 //!   (agent 0 = `player_0`) that resets itself when a game ends.
 //! - [`TeamConnectFour`]: the same game between two teams of several players who move in turn
-//!   (`--env_kwargs players_per_side=2`), for team self-play; and games that start from a few
-//!   random moves (`--env_kwargs opening_moves=6`), so that self-play meets more positions than
-//!   its own openings lead to.
+//!   (`--env_kwargs players_per_side=2`), for team self-play.
 //! - [`Player`]: anything that chooses a column; [`RandomPlayer`] and [`HeuristicPlayer`] are
 //!   built-in opponents for evaluation, and [`play_game`] pits any two.
 //!
@@ -52,9 +50,6 @@ pub const BOARD_DIM: usize = ROWS * COLUMNS * 2;
 
 /// Number of values of one agent's flat observation: the action mask, then the board.
 pub const OBS_DIM: usize = COLUMNS + BOARD_DIM;
-
-/// The most random moves a game of [`TeamConnectFour`] may start from.
-pub const MAX_OPENING_MOVES: usize = 20;
 
 /// The most players a side of [`TeamConnectFour`] may have: a game lasts at most [`ROWS`] × [`COLUMNS`] moves, so
 /// with more some players could never move.
@@ -404,7 +399,7 @@ impl MultiAgentEnv for ConnectFour {
     /// rewards, flags and next observations, and resets the board when the game ends. An illegal
     /// column is an [`EnvError::InvalidAction`] that changes nothing.
     fn step(&mut self, actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<(), EnvError> {
-        step_turns(self, 2, actions, out, ConnectFour::new)
+        step_turns(self, 2, actions, out)
     }
 
     /// Whether `agent` is the one to move (never once the game has ended, which the env itself
@@ -431,17 +426,10 @@ impl MultiAgentEnv for ConnectFour {
 /// columns for the player to move only (all zeros for its teammates). A win gives +1 to every
 /// player of the winning side and −1 to every player of the other; a game ends for all players at
 /// once. With one player per side it is [`ConnectFour`], move for move.
-///
-/// With [`with_openings`](Self::with_openings)`(k)`, every game (at a reset, and when the previous
-/// one ends) starts from a number of uniformly random legal moves drawn uniformly from `0..=k`
-/// (drawn again should they end the game), made by neither player: the player the board's move
-/// count selects moves first. The draws come from a generator seeded by the first seeded reset.
 #[derive(Debug, Clone)]
 pub struct TeamConnectFour {
     game: ConnectFour,
     num_agents: usize,
-    opening_moves: usize,
-    rng: Pcg64Mcg,
 }
 
 impl TeamConnectFour {
@@ -458,39 +446,7 @@ impl TeamConnectFour {
         Ok(Self {
             game: ConnectFour::new(),
             num_agents: 2 * players_per_side,
-            opening_moves: 0,
-            rng: Pcg64Mcg::seed_from_u64(0),
         })
-    }
-
-    /// Games start from up to `max` random moves (0 to [`MAX_OPENING_MOVES`]; 0: the empty board).
-    pub fn with_openings(mut self, max: usize) -> Result<Self, EnvError> {
-        if max > MAX_OPENING_MOVES {
-            return Err(EnvError::InvalidConfig {
-                env: "connect_four".into(),
-                reason: format!("opening_moves must be from 0 to {MAX_OPENING_MOVES}, got {max}"),
-            });
-        }
-        self.opening_moves = max;
-        Ok(self)
-    }
-
-    /// A new game: the empty board after the random opening moves.
-    fn new_game(&mut self) -> ConnectFour {
-        let moves = self.rng.random_range(0..=self.opening_moves);
-        loop {
-            let mut game = ConnectFour::new();
-            for _ in 0..moves {
-                let column = random_legal(&mut self.rng, &game).expect("an unfinished game has a legal move");
-                game.play(column).expect("a legal move");
-                if game.is_over() {
-                    break;
-                }
-            }
-            if !game.is_over() {
-                return game;
-            }
-        }
     }
 
     /// The game being played.
@@ -529,21 +485,15 @@ impl MultiAgentEnv for TeamConnectFour {
         &ACTION_SPACE
     }
 
-    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
-        if let Some(seed) = seed {
-            self.rng = Pcg64Mcg::seed_from_u64(seed);
-        }
-        let fresh = self.new_game();
+    fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        let fresh = ConnectFour::new();
         observe_turns(&fresh, self.num_agents, obs)?;
         self.game = fresh;
         Ok(())
     }
 
     fn step(&mut self, actions: ActionBatch<'_>, out: StepBuffers<'_>) -> Result<(), EnvError> {
-        let mut game = self.game;
-        let stepped = step_turns(&mut game, self.num_agents, actions, out, || self.new_game());
-        self.game = game;
-        stepped
+        step_turns(&mut self.game, self.num_agents, actions, out)
     }
 
     fn is_active(&self, agent: usize) -> bool {
@@ -590,13 +540,12 @@ fn observe_turns(game: &ConnectFour, num_agents: usize, obs: &mut [f32]) -> Resu
 
 /// One step of `num_agents` players taking turns in `game`: plays the mover's column (the others'
 /// actions are ignored), writes every agent's reward (its side's), flags and next observation, and
-/// starts a new game (`new_game`'s) when this one ends. An illegal column changes nothing.
+/// starts a new game when this one ends. An illegal column changes nothing.
 fn step_turns(
     game: &mut ConnectFour,
     num_agents: usize,
     actions: ActionBatch<'_>,
     out: StepBuffers<'_>,
-    new_game: impl FnOnce() -> ConnectFour,
 ) -> Result<(), EnvError> {
     out.check(ID, num_agents, OBS_DIM)?;
     let mover = game.num_moves() % num_agents;
@@ -624,7 +573,7 @@ fn step_turns(
         out.truncated[agent] = false;
     }
     if outcome.is_over() {
-        *game = new_game();
+        *game = ConnectFour::new();
     }
     observe_turns(game, num_agents, out.obs)
 }
@@ -1159,69 +1108,5 @@ mod tests {
             env.step(ActionBatch::Discrete(&[1, 1]), buf.view()),
             Err(EnvError::BufferSize { .. })
         ));
-    }
-
-    /// Games that start from random openings: each reset and each game after a finished one starts from 0 to k
-    /// random moves (every count met), never a finished game; the player the move count selects moves first and
-    /// alone has a mask, and sees the board as its side does; a seeded reset repeats its openings; k above the
-    /// limit is refused.
-    #[test]
-    fn games_start_from_random_openings_of_up_to_k_moves_reproducibly() {
-        let openings = |seed: u64| {
-            let mut env = TeamConnectFour::new(1)
-                .and_then(|e| e.with_openings(4))
-                .expect("four opening moves");
-            let mut buf = VecBuffers::new(2, OBS_DIM);
-            let mut boards = Vec::new();
-            for i in 0..200 {
-                env.reset((i == 0).then_some(seed), &mut buf.obs).expect("reset");
-                let g = *env.game();
-                assert!(!g.is_over() && g.num_moves() <= 4, "{g}");
-                let mover = g.num_moves() % 2;
-                let mut expected = vec![0.0; OBS_DIM];
-                for agent in 0..2 {
-                    assert_eq!(env.is_active(agent), agent == mover, "{g}");
-                    let view = &buf.obs[agent * OBS_DIM..(agent + 1) * OBS_DIM];
-                    assert_eq!(view[..COLUMNS].contains(&1.0), agent == mover, "{g}");
-                    g.observe(side_of(agent), &mut expected).expect("right size");
-                    assert_eq!(view[COLUMNS..], expected[COLUMNS..], "{g}");
-                }
-                boards.push(g);
-            }
-            // A game played to its end within a step: the next one starts from an opening too.
-            let mut after = Vec::new();
-            for _ in 0..50 {
-                loop {
-                    let g = *env.game();
-                    let mut actions = [0; 2];
-                    actions[g.num_moves() % 2] = g.legal_moves().next().expect("a legal move") as i64;
-                    env.step(ActionBatch::Discrete(&actions), buf.view())
-                        .expect("legal move");
-                    if buf.terminated[0] {
-                        after.push(env.game().num_moves());
-                        break;
-                    }
-                }
-            }
-            (boards, after)
-        };
-        let (boards, after) = openings(7);
-        let counts: std::collections::BTreeSet<usize> = boards.iter().map(ConnectFour::num_moves).collect();
-        assert_eq!(counts, (0..=4).collect(), "every count from 0 to 4");
-        let counts_after: std::collections::BTreeSet<usize> = after.iter().copied().collect();
-        assert_eq!(
-            counts_after,
-            (0..=4).collect(),
-            "games after a finished one: {after:?}"
-        );
-        assert_eq!(openings(7).0, boards, "the same seed, the same openings");
-        assert_ne!(openings(8).0, boards, "another seed, other openings");
-        assert!(TeamConnectFour::new(1)
-            .and_then(|e| e.with_openings(MAX_OPENING_MOVES))
-            .is_ok());
-        let err = TeamConnectFour::new(1)
-            .and_then(|e| e.with_openings(MAX_OPENING_MOVES + 1))
-            .expect_err("too many");
-        assert!(err.to_string().contains("opening_moves"), "{err}");
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::classic::{Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum};
-use crate::connect_four::{ConnectFour, TeamConnectFour, MAX_OPENING_MOVES, MAX_PLAYERS_PER_SIDE};
+use crate::connect_four::{ConnectFour, TeamConnectFour, MAX_PLAYERS_PER_SIDE};
 use crate::treasurehunt::{Treasurehunt, TreasurehuntConfig};
 use crate::wrappers::{ResizeImage, TimeLimit};
 use crate::{Env, EnvError, MultiAgentEnv};
@@ -99,8 +99,7 @@ impl EnvRegistry {
     /// A registry with the native classic-control envs and Gymnasium's time limits:
     /// `CartPole-v1` (500 steps), `Acrobot-v1` (500), `MountainCar-v0` (200),
     /// `MountainCarContinuous-v0` (999), `Pendulum-v1` (200); and the native multi-agent envs
-    /// `connect_four` (PettingZoo's `connect_four_v3`; kwargs `players_per_side` for teams and `opening_moves` for
-    /// games that start from random moves, [`TeamConnectFour`]) and `treasurehunt` (kwargs: the
+    /// `connect_four` (PettingZoo's `connect_four_v3`; kwarg `players_per_side` for teams, [`TeamConnectFour`]) and `treasurehunt` (kwargs: the
     /// fields of [`TreasurehuntConfig`]).
     pub fn with_builtin() -> Self {
         let mut registry = Self::new();
@@ -157,7 +156,7 @@ impl EnvRegistry {
                 env: "connect_four".into(),
                 reason,
             };
-            let (mut per_side, mut openings) = (1, 0);
+            let mut per_side = 1;
             for (key, value) in kwargs {
                 match key.as_str() {
                     "players_per_side" => {
@@ -171,28 +170,17 @@ impl EnvRegistry {
                                 ))
                             })?;
                     }
-                    "opening_moves" => {
-                        openings = value
-                            .parse()
-                            .ok()
-                            .filter(|k: &usize| *k <= MAX_OPENING_MOVES)
-                            .ok_or_else(|| {
-                                invalid(format!(
-                                    "opening_moves `{value}` is not a whole number from 0 to {MAX_OPENING_MOVES}"
-                                ))
-                            })?;
-                    }
                     _ => {
                         return Err(invalid(format!(
-                            "unknown keyword argument `{key}` (it takes players_per_side and opening_moves)"
+                            "unknown keyword argument `{key}` (it takes players_per_side)"
                         )))
                     }
                 }
             }
-            Ok(if per_side == 1 && openings == 0 {
+            Ok(if per_side == 1 {
                 Box::new(ConnectFour::new()) as Box<dyn MultiAgentEnv>
             } else {
-                Box::new(TeamConnectFour::new(per_side)?.with_openings(openings)?)
+                Box::new(TeamConnectFour::new(per_side)?)
             })
         });
         let treasurehunt: MultiAgentConstructor = Arc::new(|kwargs: &EnvKwargs| {
@@ -527,23 +515,17 @@ mod tests {
             .unwrap();
         assert_eq!(teams.num_agents(), 4);
         assert_eq!((0..4).map(|a| teams.team(a)).collect::<Vec<_>>(), [0, 1, 0, 1]);
-        let opened = registry
-            .make_multi_agent("connect_four", &parse_kwargs("opening_moves=6").unwrap())
-            .unwrap();
-        assert_eq!(opened.num_agents(), 2);
         for bad in [
             "players_per_side=0",
             "players_per_side=two",
             "players_per_side=22",
-            "opening_moves=21",
-            "opening_moves=-1",
         ] {
             let err = registry.make_multi_agent("connect_four", &parse_kwargs(bad).unwrap());
             assert!(
                 err.err()
                     .expect("bad count")
                     .to_string()
-                    .contains(bad.split('=').next().expect("a key")),
+                    .contains("players_per_side"),
                 "{bad}"
             );
         }
