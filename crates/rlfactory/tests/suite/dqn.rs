@@ -62,9 +62,10 @@ fn shipped_dqn(name: &str, env: &str, seed: u64, flags: &[&str]) -> (serde_json:
 /// natively and with `ATEN_CPU_CAPABILITY=avx2`; −90.55, −79.75, −78.55 with `=default`; −75.05, −117.85, −77.35 with
 /// `MKL_CBWR=COMPATIBLE`; **−217.15**, −78.50, −88.85 with `MKL_CBWR=AVX2` (whose mean, −128.17, failed the mean of
 /// three this test asked before); seed 1 gave −80.50 on an AMD EPYC (Zen 4), and parallel seeds 1-5 −76.2 to −84.2
-/// there (BENCHMARKS.md). The seeds run in the order 2, 3, 1, two at a time, and the third only when one of the first
-/// two fails: seeds 2 and 3 met the target in four of the five variations above, so the test usually takes one
-/// pair of runs instead of two (the suite's longest test: about 250 s of a 2-core machine per pair).
+/// there (BENCHMARKS.md); an AMD EPYC with bfloat16 products gave −80.50, **−170.80**, −84.70 at f6a1d2f. The seeds
+/// run in the order 2, 3, 1, two at a time, and the third only when one of the first two fails: seeds 2 and 3 met the
+/// target in four of the five variations above, so the test usually takes one pair of runs instead of two (the
+/// suite's longest test: about 250 s of a 2-core machine per pair, 535 s with the third seed).
 #[test]
 fn dqn_learns_acrobot_within_100k_steps() {
     assert_seeds_pass("dqn_acrobot", 2, &[2, 3, 1], 2, |seed| {
