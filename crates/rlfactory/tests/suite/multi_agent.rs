@@ -332,12 +332,13 @@ fn a_resumed_self_play_run_keeps_its_opponent_pool() {
 /// suite's other learning tests on several seeds. In `--serial_mode` a run repeats on the same binary
 /// and CPU: seed 1 gave 94.0% (twice) on an AMD EPYC, 94.5% on an Intel Xeon and 90.5% there with
 /// libtorch's plain kernels (`ATEN_CPU_CAPABILITY=default`), and 85.0% on an Intel Xeon with a later
-/// build (twice), where seed 2 gave 95.0%, seed 3 90.5% and seed 4 97.5%; the same build gave the
+/// build (twice), where seed 2 gave 95.0%, seed 3 90.5% and seed 4 97.5%; the same code gave the
 /// same four figures on an AMD EPYC. So one seed is no test of the config: the mean of seeds 1 and 2
 /// (this test until then) failed at 0.85 and 0.95. The order only decides how many runs the test
-/// takes (one pair where seeds 2 and 4 pass, instead of three runs). The latest weights beat their own pool (0.71
-/// on seed 1) and the oldest snapshot's Elo is far below theirs (560 points), so snapshots really
-/// play; `eval` pits each passing seed's policy against an early checkpoint of another run.
+/// takes (one pair where seeds 2 and 4 pass, instead of three runs). The latest weights beat their
+/// own pool (0.71 on seed 1) and the oldest snapshot's Elo is far below theirs (560 points), so
+/// snapshots really play; `eval` pits each passing seed's policy against an early checkpoint of
+/// another run.
 #[test]
 fn connect_four_self_play_beats_the_random_player_nine_times_in_ten() {
     common::assert_seeds_pass("c4_self_play", 2, &[2, 4, 3, 1], 2, |seed| {
