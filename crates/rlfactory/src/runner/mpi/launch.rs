@@ -51,13 +51,16 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     // OpenMPI's receives spin while they wait; a rank's receiving thread waits most of the time, on cores that its
     // workers need. Yielding in that spin keeps about 90% of one process's CartPole throughput on 2 cores instead of
     // 31% (BENCHMARKS.md). Set before MPI starts and before this process has a second thread; a value given wins.
-    // A weight update (18 KB for CartPole's network) above OpenMPI's 4 KB shared-memory eager limit makes the
-    // learner rank's sending thread wait for each match on the learner's own core; 32 KB lets it go at once (4% more
-    // CartPole FPS with 1 + 1 ranks, BENCHMARKS.md).
+    // A message above OpenMPI's shared-memory eager limit (4 KB by default) goes by rendezvous: its sending thread
+    // waits, spinning, until the other rank's receiving thread has matched it, and both ranks' cores pay for the wait
+    // (a learner rank's weight update spun 11% of the learner's own core; an actor rank's trajectory 31% of its).
+    // With a 1 MB limit every message up to 1 MB (CartPole's 145 KB trajectories, its 37 KB weight updates) is
+    // copied into shared memory and the send returns: 1 learner + 1 actor rank keep about 100% of one process's
+    // CartPole FPS instead of 88% (BENCHMARKS.md). Larger messages (Atari's trajectories) still go by rendezvous.
     for (variable, value) in [
         (YIELD_WHEN_IDLE, "1"),
-        ("OMPI_MCA_btl_vader_eager_limit", "32768"),
-        ("OMPI_MCA_btl_vader_max_send_size", "32768"),
+        ("OMPI_MCA_btl_vader_eager_limit", "1048576"),
+        ("OMPI_MCA_btl_vader_max_send_size", "1048576"),
     ] {
         if std::env::var_os(variable).is_none() {
             std::env::set_var(variable, value);
