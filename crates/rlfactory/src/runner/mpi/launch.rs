@@ -52,15 +52,15 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     // workers need. Yielding in that spin keeps about 90% of one process's CartPole throughput on 2 cores instead of
     // 31% (BENCHMARKS.md). Set before MPI starts and before this process has a second thread; a value given wins.
     // A message above OpenMPI's shared-memory eager limit (4 KB by default) goes by rendezvous: its sending thread
-    // waits, spinning, until the other rank's receiving thread has matched it, and both ranks' cores pay for the wait
-    // (a learner rank's weight update spun 11% of the learner's own core; an actor rank's trajectory 31% of its).
-    // With a 1 MB limit every message up to 1 MB (CartPole's 145 KB trajectories, its 37 KB weight updates) is
-    // copied into shared memory and the send returns: 1 learner + 1 actor rank keep about 100% of one process's
-    // CartPole FPS instead of 88% (BENCHMARKS.md). Larger messages (Atari's trajectories) still go by rendezvous.
+    // waits, spinning, for the other rank to match it. 32 KB lets small messages go at once. A limit above CartPole's
+    // 37 KB weight updates and 145 KB trajectories (1 MB) kept about 100% of one process's FPS with 1 + 1 ranks
+    // instead of 88%, but then a hung rank's unread messages hold the sender's eager buffers, which every destination
+    // shares, and the healthy ranks' messages stall behind them (BENCHMARKS.md, 2026-11-29): not before the link
+    // bounds what it sends to a rank that has not taken its last weights.
     for (variable, value) in [
         (YIELD_WHEN_IDLE, "1"),
-        ("OMPI_MCA_btl_vader_eager_limit", "1048576"),
-        ("OMPI_MCA_btl_vader_max_send_size", "1048576"),
+        ("OMPI_MCA_btl_vader_eager_limit", "32768"),
+        ("OMPI_MCA_btl_vader_max_send_size", "32768"),
     ] {
         if std::env::var_os(variable).is_none() {
             std::env::set_var(variable, value);
