@@ -11,7 +11,7 @@ use common::{run, temp_dir, text};
 use rlfactory::config::Config;
 use rlfactory::pbt::{Hyper, PolicyState};
 
-/// The diverging learning rate of policy 3 (CartPole's shipped one is 0.004).
+/// The diverging learning rate of policy 3 (CartPole's shipped one is 0.008).
 const DIVERGING_LR: f64 = 1.0;
 
 fn state(dir: &Path, policy: usize) -> PolicyState {
