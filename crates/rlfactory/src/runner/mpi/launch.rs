@@ -54,9 +54,9 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     // A message above OpenMPI's shared-memory eager limit (4 KB by default) goes by rendezvous: its sending thread
     // waits, spinning, for the other rank to match it. 32 KB lets small messages go at once. A limit above CartPole's
     // 37 KB weight updates and 145 KB trajectories (1 MB) kept about 100% of one process's FPS with 1 + 1 ranks
-    // instead of 88%, but then a hung rank's unread messages hold the sender's eager buffers, which every destination
-    // shares, and the healthy ranks' messages stall behind them (BENCHMARKS.md, 2026-11-29): not before the link
-    // bounds what it sends to a rank that has not taken its last weights.
+    // instead of 88% (with the CartPole config shipped before 2026-11-29), but with it an actor rank stopped by
+    // SIGSTOP amid its eager trajectories stalled the learner rank's receiving from the healthy ranks, and the
+    // heartbeat check blamed one of those (BENCHMARKS.md, 2026-11-29).
     for (variable, value) in [
         (YIELD_WHEN_IDLE, "1"),
         ("OMPI_MCA_btl_vader_eager_limit", "32768"),
