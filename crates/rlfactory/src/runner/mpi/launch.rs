@@ -55,8 +55,8 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     // waits, spinning, for the other rank to match it. 32 KB lets small messages go at once. A limit above CartPole's
     // 37 KB weight updates and 145 KB trajectories (1 MB) kept about 100% of one process's FPS with 1 + 1 ranks
     // instead of 88% (with the CartPole config shipped before 2026-11-29), but with it an actor rank stopped by
-    // SIGSTOP amid its eager trajectories stalled the learner rank's receiving from the healthy ranks, and the
-    // heartbeat check blamed one of those (BENCHMARKS.md, 2026-11-29).
+    // SIGSTOP stalled the learner rank's receiving from the healthy ranks (not with 64 KB, under which the 145 KB
+    // trajectories still go by rendezvous), and the heartbeat check blamed one of those (BENCHMARKS.md, 2026-11-29).
     for (variable, value) in [
         (YIELD_WHEN_IDLE, "1"),
         ("OMPI_MCA_btl_vader_eager_limit", "32768"),
