@@ -180,17 +180,42 @@ pub enum Nonlinearity {
     Tanh,
 }
 
-/// The precision of the MLP layers' matrix products (PyTorch's `torch.set_float32_matmul_precision`).
+/// The precision of the encoders' products (PyTorch's `torch.set_float32_matmul_precision`, by name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum MatmulPrecision {
     /// Float32 throughout.
     Highest,
-    /// Each MLP layer multiplies batches of 64 rows or more in bfloat16 and returns float32 (mixed precision: the
-    /// weights, their gradients and the optimiser's state stay float32). The products are about twice as fast on a
-    /// CPU with AVX-512 BF16 or AMX, slower on one without.
+    /// Mixed precision: each MLP layer multiplies batches of 64 rows or more in bfloat16, and image networks
+    /// (`--encoder_conv_architecture`, `--encoder_conv_layers`) convolve and multiply batches of every size in
+    /// bfloat16; the outputs, the weights, their gradients and the optimiser's state stay float32. The products are
+    /// about twice as fast on a CPU with AVX-512 BF16 or AMX, slower on one without.
     Medium,
+    /// `medium` where the CPU multiplies bfloat16 itself (AVX-512 BF16), `highest` elsewhere.
+    Auto,
+}
+
+impl MatmulPrecision {
+    /// Whether the products run in bfloat16 on this machine.
+    pub fn bf16(self) -> bool {
+        match self {
+            MatmulPrecision::Highest => false,
+            MatmulPrecision::Medium => true,
+            MatmulPrecision::Auto => cpu_multiplies_bf16(),
+        }
+    }
+}
+
+/// Whether this CPU has bfloat16 dot products (AVX-512 BF16; every CPU with AMX has them too).
+#[cfg(target_arch = "x86_64")]
+fn cpu_multiplies_bf16() -> bool {
+    std::arch::is_x86_feature_detected!("avx512bf16")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_multiplies_bf16() -> bool {
+    false
 }
 
 /// How a Gaussian action is mapped into a Box action space.
@@ -251,9 +276,9 @@ pub struct ModelConfig {
     /// Nonlinearity after each hidden layer.
     #[arg(long, value_enum)]
     pub nonlinearity: Nonlinearity,
-    /// The precision of the MLP encoder's matrix products (the MLP over the whole observation or after
-    /// `--encoder_conv_layers`, and SAC's critics; not `--encoder_conv_architecture` networks): `highest` (float32)
-    /// or `medium` (bfloat16 products of float32 weights).
+    /// The precision of the encoders' products (the MLPs, SAC's critics and the image networks): `highest`
+    /// (float32), `medium` (bfloat16 products of float32 weights) or `auto` (`medium` on a CPU with AVX-512 BF16,
+    /// else `highest`).
     #[arg(long, value_enum)]
     pub matmul_precision: MatmulPrecision,
     /// One encoder for actor and critic (true) or one each (false).

@@ -23,7 +23,7 @@ use rlf_env::Space;
 
 use super::custom::{registered_encoder, EncoderNet};
 
-use crate::config::{ConvArchitecture, MatmulPrecision, ModelConfig, Nonlinearity, PolicyInitialization};
+use crate::config::{ConvArchitecture, ModelConfig, Nonlinearity, PolicyInitialization};
 use crate::error::{Result, RlfError};
 
 /// tanh(z) as 2σ(2z) − 1. ATen's `tanh` on CPU calls MKL's high-accuracy vector tanh, which
@@ -71,7 +71,7 @@ pub(super) fn conv2d(
     stride: i64,
     padding: i64,
     init: PolicyInitialization,
-) -> Result<nn::Conv2D> {
+) -> Result<Conv> {
     let config = nn::ConvConfig {
         stride,
         padding,
@@ -79,7 +79,7 @@ pub(super) fn conv2d(
         ..Default::default()
     };
     let device = path.device();
-    let mut conv = nn::conv2d(path, c_in, c_out, kernel, config);
+    let mut layer = nn::conv2d(path, c_in, c_out, kernel, config);
     if init == PolicyInitialization::Orthogonal {
         // tch's orthogonal initialiser returns the flattened 2-D matrix for a 4-D shape: draw it flat and copy it
         // in as the kernel.
@@ -89,9 +89,54 @@ pub(super) fn conv2d(
             device,
             Kind::Float,
         )?;
-        tch::no_grad(|| conv.ws.f_copy_(&flat.f_view_as(&conv.ws)?))?;
+        tch::no_grad(|| layer.ws.f_copy_(&flat.f_view_as(&layer.ws)?))?;
     }
-    Ok(conv)
+    Ok(Conv {
+        layer,
+        stride,
+        padding,
+    })
+}
+
+/// A convolution with the stride and padding it was made with (tch keeps its own private), so that it can also
+/// multiply in bfloat16.
+pub(super) struct Conv {
+    layer: nn::Conv2D,
+    stride: i64,
+    padding: i64,
+}
+
+impl Conv {
+    /// `x` convolved in `x`'s kind: a bfloat16 input with the weights cast to bfloat16 (autograd carries the
+    /// gradients back through the casts to the float32 weights).
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let (w, b) = (&self.layer.ws, self.layer.bs.as_ref());
+        x.conv2d(
+            &same_kind(w, x),
+            b.map(|b| same_kind(b, x)),
+            [self.stride; 2],
+            [self.padding; 2],
+            [1; 2],
+            1,
+        )
+    }
+}
+
+/// `t` in `like`'s kind (cast if it differs).
+fn same_kind(t: &Tensor, like: &Tensor) -> Tensor {
+    if t.kind() == like.kind() {
+        t.shallow_clone()
+    } else {
+        t.to_kind(like.kind())
+    }
+}
+
+/// `x` through `layer` in `x`'s kind, as [`Conv::forward`].
+fn linear_as_input(x: &Tensor, layer: &nn::Linear) -> Tensor {
+    x.linear(
+        &same_kind(&layer.ws, x),
+        layer.bs.as_ref().map(|b| same_kind(b, x)),
+    )
 }
 
 /// The output side of a convolution or pooling over `size` values.
@@ -101,11 +146,11 @@ fn out_size(size: i64, kernel: i64, stride: i64, padding: i64) -> i64 {
 
 enum Op {
     /// A convolution then the activation (`convnet_*`).
-    ConvAct(nn::Conv2D),
+    ConvAct(Conv),
     /// A padded convolution alone, then a 3×3 max-pool of stride 2 (a `resnet_impala` stage's start).
-    ConvPool(nn::Conv2D),
+    ConvPool(Conv),
     /// A residual block.
-    Residual(nn::Conv2D, nn::Conv2D),
+    Residual(Conv, Conv),
     /// The activation.
     Act,
 }
@@ -118,6 +163,8 @@ struct ImageNet {
     ops: Vec<Op>,
     nonlinearity: Nonlinearity,
     mlp: Vec<nn::Linear>,
+    /// `--matmul_precision medium`: the convolutions and the MLP multiply in bfloat16, batches of every size.
+    bf16: bool,
 }
 
 impl ImageNet {
@@ -211,12 +258,13 @@ impl ImageNet {
                 ops,
                 nonlinearity: cfg.nonlinearity,
                 mlp,
+                bf16: cfg.matmul_precision.bf16(),
             },
             size,
         ))
     }
 
-    /// `x`: `[n, H * W * C]` flat images.
+    /// `x`: `[n, H * W * C]` flat images; float32 out.
     fn forward(&self, x: &Tensor) -> Tensor {
         let [h, w, c] = self.shape;
         let mut y = if self.channels_first {
@@ -224,20 +272,23 @@ impl ImageNet {
         } else {
             x.reshape([-1, h, w, c]).permute([0, 3, 1, 2])
         };
+        if self.bf16 {
+            y = y.to_kind(Kind::BFloat16);
+        }
         let act = |z: &Tensor| activate(z, self.nonlinearity);
         for op in &self.ops {
             y = match op {
-                Op::ConvAct(conv) => act(&y.apply(conv)),
-                Op::ConvPool(conv) => y.apply(conv).max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false),
-                Op::Residual(a, b) => act(&act(&y).apply(a)).apply(b) + &y,
+                Op::ConvAct(conv) => act(&conv.forward(&y)),
+                Op::ConvPool(conv) => conv.forward(&y).max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false),
+                Op::Residual(a, b) => b.forward(&act(&a.forward(&act(&y)))) + &y,
                 Op::Act => act(&y),
             };
         }
         let mut h = y.flatten(1, -1);
         for layer in &self.mlp {
-            h = act(&h.apply(layer));
+            h = act(&linear_as_input(&h, layer));
         }
-        h
+        h.to_kind(Kind::Float)
     }
 }
 
@@ -591,8 +642,10 @@ impl ImagePart {
 /// The convolutions of an encoder over the image part of the observation, each followed by a
 /// ReLU; their flattened output is concatenated with the observation's other parts.
 pub(super) struct Convs {
-    layers: Vec<nn::Conv2D>,
+    layers: Vec<Conv>,
     image: ImagePart,
+    /// `--matmul_precision medium`: the convolutions multiply in bfloat16, batches of every size.
+    bf16: bool,
 }
 
 impl Convs {
@@ -623,7 +676,8 @@ impl Convs {
             }
         }
         let rest: i64 = image.rest.iter().map(|&(_, len)| len).sum();
-        Ok((Self { layers, image }, h * w * c + rest))
+        let bf16 = cfg.matmul_precision.bf16();
+        Ok((Self { layers, image, bf16 }, h * w * c + rest))
     }
 
     fn forward(&self, x: &Tensor) -> Tensor {
@@ -632,10 +686,13 @@ impl Convs {
             .narrow(-1, self.image.offset, h * w * c)
             .reshape([-1, h, w, c])
             .permute([0, 3, 1, 2]);
-        for layer in &self.layers {
-            y = y.apply(layer).relu();
+        if self.bf16 {
+            y = y.to_kind(Kind::BFloat16);
         }
-        let mut parts = vec![y.flatten(1, -1)];
+        for layer in &self.layers {
+            y = layer.forward(&y).relu();
+        }
+        let mut parts = vec![y.flatten(1, -1).to_kind(Kind::Float)];
         parts.extend(self.image.rest.iter().map(|&(at, len)| x.narrow(-1, at, len)));
         Tensor::cat(&parts, -1)
     }
@@ -742,7 +799,7 @@ pub(super) fn mlp(path: &nn::Path<'_>, inputs: i64, cfg: &ModelConfig) -> (Mlp, 
         Mlp {
             layers,
             nonlinearity: cfg.nonlinearity,
-            bf16: cfg.matmul_precision == MatmulPrecision::Medium,
+            bf16: cfg.matmul_precision.bf16(),
         },
         size,
     )
@@ -753,7 +810,7 @@ mod tests {
     use rlf_env::{BoxSpace, Space};
     use tch::{nn, Kind, Tensor};
 
-    use super::{mlp, tanh, ImageNet, PartEncoders, PartNet};
+    use super::{mlp, tanh, Encoder, ImageNet, PartEncoders, PartNet};
 
     #[test]
     fn tanh_through_sigmoid_is_tanh() {
@@ -899,6 +956,71 @@ mod tests {
         assert!(f64::try_from(grad.abs().sum(Kind::Float)).expect("sum") > 0.0);
         let few = x.narrow(0, 0, 8);
         assert!(exact.forward(&few).equal(&half.forward(&few)));
+    }
+
+    /// `--matmul_precision medium` on an image: every architecture's convolutions and MLP multiply in bfloat16
+    /// for a batch of any size (an inference worker's 3 rows too), float32 out, close to the float32 network with
+    /// the same weights but not equal, and the gradients reach every float32 weight.
+    #[test]
+    fn bfloat16_convolutions_follow_the_float32_network() {
+        tch::manual_seed(3);
+        for (arch, dims) in [
+            (ConvArchitecture::ConvnetSimple, [4, 84, 84]),
+            (ConvArchitecture::ResnetImpala, [12, 12, 3]),
+        ] {
+            let (vs_a, mut vs_b) = (
+                nn::VarStore::new(tch::Device::Cpu),
+                nn::VarStore::new(tch::Device::Cpu),
+            );
+            let mut cfg = model_cfg(arch);
+            let (exact, _) = ImageNet::new(&vs_a.root(), &dims, &cfg).expect("network");
+            cfg.matmul_precision = MatmulPrecision::Medium;
+            let (half, _) = ImageNet::new(&vs_b.root(), &dims, &cfg).expect("network");
+            vs_b.copy(&vs_a).expect("the same variables");
+            let n: i64 = dims.iter().product::<usize>() as i64;
+            let x = Tensor::rand([3, n], (Kind::Float, tch::Device::Cpu));
+            let (a, b) = (exact.forward(&x), half.forward(&x));
+            assert_eq!(b.kind(), Kind::Float, "{arch:?}");
+            let scale = f64::try_from(a.abs().max()).expect("max");
+            let diff = f64::try_from((&a - &b).abs().max()).expect("diff");
+            assert!(diff > 0.0 && diff < 0.05 * scale, "{arch:?}: {diff} of {scale}");
+            b.sum(Kind::Float).backward();
+            for (name, var) in vs_b.variables() {
+                let grad = var.grad();
+                assert_eq!(grad.kind(), Kind::Float, "{arch:?} {name}");
+                assert!(
+                    f64::try_from(grad.abs().sum(Kind::Float)).expect("sum") > 0.0,
+                    "{arch:?}: no gradient reached {name}"
+                );
+            }
+        }
+        // `--encoder_conv_layers` over the image of a Dict, the other part concatenated as it is.
+        let space = Space::Dict(vec![
+            ("screen".to_owned(), image(&[10, 10, 4])),
+            ("vector".to_owned(), image(&[5])),
+        ]);
+        let mut cfg = Config::default().model;
+        cfg.encoder_conv_layers = "16x3,16x3".parse().expect("layers");
+        let (vs_a, mut vs_b) = (
+            nn::VarStore::new(tch::Device::Cpu),
+            nn::VarStore::new(tch::Device::Cpu),
+        );
+        let (exact, _) = Encoder::new(&vs_a.root(), &space, 405, &cfg).expect("encoder");
+        cfg.matmul_precision = MatmulPrecision::Medium;
+        let (half, _) = Encoder::new(&vs_b.root(), &space, 405, &cfg).expect("encoder");
+        vs_b.copy(&vs_a).expect("the same variables");
+        let x = Tensor::rand([3, 405], (Kind::Float, tch::Device::Cpu));
+        let (a, b) = (exact.forward(&x), half.forward(&x));
+        let scale = f64::try_from(a.abs().max()).expect("max");
+        let diff = f64::try_from((&a - &b).abs().max()).expect("diff");
+        assert!(diff > 0.0 && diff < 0.05 * scale, "{diff} of {scale}");
+        b.sum(Kind::Float).backward();
+        for (name, var) in vs_b.variables() {
+            assert!(
+                f64::try_from(var.grad().abs().sum(Kind::Float)).expect("sum") > 0.0,
+                "no gradient reached {name}"
+            );
+        }
     }
 
     /// Hidden ReLU layers of a bfloat16 MLP stay in bfloat16 between products: the same outputs and gradients,
