@@ -207,7 +207,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 fn main() -> anyhow::Result<ExitCode> {
     if let Some(code) = rlf_signal::child_entry(|b| build(b, Results::default())) {
-        return Ok(code);
+        return Ok(ExitCode::from(code));
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let json = args.iter().any(|a| a == "--json");

@@ -12,7 +12,7 @@ use signal_hook::iterator::Signals;
 use std::ffi::CString;
 use std::os::unix::process::ExitStatusExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::process::{Command, ExitCode, ExitStatus};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -306,7 +306,9 @@ fn fork_process_loops(b: &mut AppBuilder, layout: &Layout, handle: &TransportHan
             continue;
         }
         match rlf_shm::process::fork_if_single_threaded() {
-            Ok(Some(Forked::Child)) => std::process::exit(run_forked(b, layout, id as u32, handle, parent)),
+            Ok(Some(Forked::Child)) => {
+                rlf_shm::process::exit_now(run_forked(b, layout, id as u32, handle, parent))
+            }
             Ok(Some(Forked::Parent(pid))) => forked.push((id as u32, pid)),
             Ok(None) | Err(_) => break,
         }
@@ -315,14 +317,15 @@ fn fork_process_loops(b: &mut AppBuilder, layout: &Layout, handle: &TransportHan
 }
 
 /// The life of a forked child: the loop `loop_id` with the objects the parent's build function declared. Returns
-/// the exit code; the caller exits with it at once (nothing of the parent's stack may run here).
+/// the exit code; the caller exits with it at once (nothing of the parent's stack, nor its exit handlers, may run
+/// here).
 fn run_forked(
     b: &mut AppBuilder,
     layout: &Layout,
     loop_id: u32,
     handle: &TransportHandle,
     parent: u32,
-) -> i32 {
+) -> u8 {
     let run = catch_unwind(AssertUnwindSafe(|| -> Result<(), RunError> {
         become_child(parent, loop_id)?;
         let transport: Arc<dyn Transport> = Arc::new(QueueTransport::open(handle)?);
@@ -485,20 +488,20 @@ impl Layout {
 
 /// Call first in `main` (and in the `main` of a `harness = false` test): when this process was started as the
 /// process of a loop, runs that loop with the graph `build` declares and returns the exit code to return from
-/// `main`; otherwise returns `None` at once.
+/// `main` (or to end the process with, [`rlf_shm::process::exit_now`]); otherwise returns `None` at once.
 ///
 /// `build` must declare the same graph as the parent's (same names, same order); it may differ in what the
 /// constructors of objects on other loops capture, since only this loop's constructors run here.
-pub fn child_entry<F>(build: F) -> Option<ExitCode>
+pub fn child_entry<F>(build: F) -> Option<u8>
 where
     F: FnOnce(&mut AppBuilder) -> Result<(), BuildError>,
 {
     let json = std::env::var(CHILD_ENV).ok()?;
     Some(match run_child(&json, build) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("rlf-signal child process {}: {e}", std::process::id());
-            ExitCode::from(2)
+            2
         }
     })
 }

@@ -2205,7 +2205,7 @@ mod kept {
 
 fn main() -> ExitCode {
     if let Some(code) = rlf_signal::child_entry(|b| build(b, Sink::default())) {
-        return code;
+        return ExitCode::from(code);
     }
     if let Ok(name) = std::env::var(PARENT_ROLE) {
         return parent_role(&name);

@@ -2,7 +2,6 @@
 //! defaults and config files (see [`crate::config`]).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::builder::PossibleValuesParser;
@@ -198,7 +197,16 @@ impl Config {
 /// processes re-entering the binary build their part of the graph first thing. Exit codes: 0, 2
 /// for a usage or config error, 1 for a failure at run time (the error on one line), 128 +
 /// signal for a run stopped by SIGINT or SIGTERM (after its last checkpoint).
-pub fn main(registry: EnvRegistry) -> ExitCode {
+///
+/// It does not return: once the command is done and everything it opened is dropped, it ends the process
+/// ([`rlf_shm::process::exit_now`]) without libtorch's static destructors, which would take about a tenth of a
+/// second of every process's CPU after the work is over.
+pub fn main(registry: EnvRegistry) -> ! {
+    rlf_shm::process::exit_now(main_code(registry))
+}
+
+/// [`main`]'s work: the exit code of the command.
+fn main_code(registry: EnvRegistry) -> u8 {
     #[cfg(feature = "python")]
     rlf_env::gym::pin_python_home();
     rlf_shm::process::keep_freed_memory();
@@ -220,7 +228,7 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
     }
     if let Err(e) = stop_with_starter() {
         eprintln!("error: {e}");
-        return ExitCode::FAILURE;
+        return 1;
     }
     // Timings (`seconds_to_reward`, `wall_seconds`) count from the kernel's start of the process.
     let now = Instant::now();
@@ -232,7 +240,7 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
         Ok(i) => i,
         Err(CliError::Clap(e)) if !e.use_stderr() => {
             let _ = e.print();
-            return ExitCode::SUCCESS;
+            return 0;
         }
         Err(CliError::Clap(e))
             if matches!(
@@ -244,28 +252,28 @@ pub fn main(registry: EnvRegistry) -> ExitCode {
             eprintln!(
                 "error: a command is required: train, enjoy, eval, export or top (rlfactory --help says more)"
             );
-            return ExitCode::from(2);
+            return 2;
         }
         Err(CliError::Clap(e)) => {
             eprintln!("error: {}", one_line(&e.to_string()));
-            return ExitCode::from(2);
+            return 2;
         }
         Err(CliError::Invalid(e)) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return 2;
         }
     };
     match run(invocation, &registry, process_start) {
-        Ok(None) => ExitCode::SUCCESS,
-        Ok(Some(signal)) => ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(0))),
-        Err(RlfError::ReportedByRankZero) => ExitCode::FAILURE,
+        Ok(None) => 0,
+        Ok(Some(signal)) => 128u8.saturating_add(u8::try_from(signal).unwrap_or(0)),
+        Err(RlfError::ReportedByRankZero) => 1,
         Err(e @ RlfError::Usage(_)) => {
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            2
         }
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            1
         }
     }
 }

@@ -220,7 +220,7 @@ fn an_unregistered_encoder_is_a_usage_error() {
 fn main() -> ExitCode {
     if std::env::var_os(ROLE).is_some() {
         register_squares();
-        return rlfactory::cli::main(registry());
+        rlfactory::cli::main(registry());
     }
     let tests: [(&str, fn()); 4] = [
         (
