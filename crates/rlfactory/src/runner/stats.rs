@@ -292,6 +292,10 @@ struct SnapshotSchedule {
     pool_size: usize,
 }
 
+/// The span a progress line's FPS is measured over: trajectories arrive whole (Atari's 8 envs × 128 steps are
+/// 1,024 frames), so the frames between two lines a second apart jump between none and several trajectories.
+const FPS_WINDOW: Duration = Duration::from_secs(10);
+
 /// Statistics and stop conditions.
 #[derive(Debug)]
 pub struct RunStats {
@@ -314,7 +318,9 @@ pub struct RunStats {
     /// By policy index.
     policies: Vec<PolicyStats>,
     first_dataset_digest: Option<u64>,
-    last_line: (Instant, u64),
+    /// `(time, env frames)` of the progress reports of the last [`FPS_WINDOW`], oldest first, and one before it:
+    /// the FPS a line prints is over that window.
+    line_marks: VecDeque<(Instant, u64)>,
     stop: Option<StopReason>,
     snapshots: Option<SnapshotSchedule>,
     best_metric: BestMetric,
@@ -362,7 +368,7 @@ impl RunStats {
                 s.num_policies.max(1)
             ],
             first_dataset_digest: None,
-            last_line: (now, 0),
+            line_marks: VecDeque::from([(now, 0)]),
             stop: None,
             snapshots: s.self_play.then_some(SnapshotSchedule {
                 every: s.snapshot_every_env_steps.max(1),
@@ -447,7 +453,7 @@ impl RunStats {
         for (p, &version) in self.policies.iter_mut().zip(versions) {
             p.version = version;
         }
-        self.last_line = (Instant::now(), env_frames);
+        self.line_marks = VecDeque::from([(Instant::now(), env_frames)]);
         for p in &mut self.policies {
             p.episode_scalars.from = env_frames;
             p.training_scalars.from = env_frames;
@@ -741,14 +747,21 @@ impl RunStats {
         )
     }
 
-    /// A progress report: the line (frames against the budget, FPS since the last report, mean
+    /// A progress report: the line (frames against the budget, FPS over the last [`FPS_WINDOW`], mean
     /// return, policy lag) and `perf/_fps`.
     pub fn report(&mut self) -> Report {
         let now = Instant::now();
-        let (then, frames) = self.last_line;
+        while self
+            .line_marks
+            .get(1)
+            .is_some_and(|&(t, _)| now.duration_since(t) >= FPS_WINDOW)
+        {
+            self.line_marks.pop_front();
+        }
+        let (then, frames) = self.line_marks.front().copied().unwrap_or((now, self.env_frames));
         let dt = now.duration_since(then).as_secs_f64().max(1e-9);
         let fps = self.env_frames.saturating_sub(frames) as f64 / dt;
-        self.last_line = (now, self.env_frames);
+        self.line_marks.push_back((now, self.env_frames));
         let ret = self
             .mean_return()
             .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.1}"));
@@ -933,6 +946,30 @@ mod tests {
             Some(StopReason::EnvSteps)
         );
         assert_eq!(r.summary().stop_reason, StopReason::EnvSteps);
+    }
+
+    /// A line's FPS is over the reports of the last 10 s (and the one before them), not since the last line:
+    /// frames that arrive a trajectory at a time do not make it jump.
+    #[test]
+    fn the_progress_lines_fps_is_over_the_last_ten_seconds() {
+        let mut r = runner(&["train_for_env_steps = 100000"]);
+        r.on_rollout_reported(&rollout(2024, &[]));
+        let ago = |secs: u64| {
+            Instant::now()
+                .checked_sub(Duration::from_secs(secs))
+                .expect("uptime")
+        };
+        r.line_marks = VecDeque::from([(ago(12), 0), (ago(6), 1000), (ago(1), 1500)]);
+        let line = r.report().line;
+        assert!(line.contains("| fps 169 |"), "{line}");
+        r.line_marks = VecDeque::from([(ago(25), 0), (ago(11), 500), (ago(3), 1000)]);
+        let line = r.report().line;
+        assert!(line.contains("| fps 139 |"), "{line}");
+        assert_eq!(
+            r.line_marks.len(),
+            3,
+            "the mark of 25 s ago is dropped, this report's kept"
+        );
     }
 
     #[test]
