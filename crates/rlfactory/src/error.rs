@@ -78,7 +78,7 @@ pub enum RlfError {
     /// Another learner of this policy stopped (several learners): this one stops too, without taking the step.
     #[error("another learner of this policy stopped")]
     LearnersStopped,
-    /// An error every rank of an MPI job has, reported by rank 0 alone (the others exit without a line).
+    /// An error every rank of an MPI job has, already written by rank 0 alone (the ranks exit without another line).
     #[error("(reported by rank 0)")]
     ReportedByRankZero,
 }

@@ -608,11 +608,20 @@ pub fn train_rank(
         workers_per_actor: plan.config.sampling.num_workers,
         me: rank,
     };
-    // What every rank finds wrong alike is reported by rank 0 alone; every rank exits with an error.
-    let layout = check_layout(plan, registry, size, ranks).map_err(|e| match (rank, e) {
-        (0, e) => e,
-        _ => RlfError::ReportedByRankZero,
-    })?;
+    // What every rank finds wrong alike is reported by rank 0 alone, in one write; every rank exits with an error,
+    // but only after that line is out (the barrier): a rank that exits first has `mpirun` abort the job, rank 0 with
+    // it, before rank 0 has said why.
+    let layout = match check_layout(plan, registry, size, ranks) {
+        Ok(layout) => layout,
+        Err(e) => {
+            if rank == 0 {
+                let line = format!("error: {e}\n");
+                let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            }
+            world.barrier().map_err(comm_error)?;
+            return Err(RlfError::ReportedByRankZero);
+        }
+    };
     let learner = matches!(layout.role(rank), Role::Learner { .. });
     log_to_own_file(&plan.config, rank, learner)?;
     // With several learners, rank 0's owns the experiment folder and the summary; they average their gradients over
