@@ -386,6 +386,16 @@ impl Queue {
         }
     }
 
+    /// Removes the segment's name now ([`Region::unlink`]): every process that opened the queue keeps using it, and
+    /// nothing is left behind when they end, however they end.
+    pub fn unlink(&mut self) -> Result<(), ShmError> {
+        match &mut self._backing {
+            Backing::Shm(region) => region.unlink(),
+            #[cfg(loom)]
+            Backing::Heap { .. } => Ok(()),
+        }
+    }
+
     /// Ring capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.raw.cap as usize

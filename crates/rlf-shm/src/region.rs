@@ -198,6 +198,18 @@ impl Region {
     pub fn is_owner(&self) -> bool {
         self.creator == Some(std::process::id())
     }
+
+    /// Removes the segment's name now (the creator's drop then has nothing to remove): processes that mapped it keep
+    /// their mapping, and nothing can open it any more, so nothing is left behind however the processes end.
+    pub fn unlink(&mut self) -> Result<(), ShmError> {
+        rustix::shm::unlink(self.name.as_str()).map_err(|e| ShmError::Io {
+            name: self.name.clone(),
+            op: "shm_unlink",
+            source: e.into(),
+        })?;
+        self.creator = None;
+        Ok(())
+    }
 }
 
 impl Drop for Region {
@@ -391,6 +403,29 @@ mod tests {
         assert!(
             !std::path::Path::new(&path).exists(),
             "the creator's drop unlinks"
+        );
+    }
+
+    #[test]
+    fn an_unlinked_region_stays_mapped_and_can_no_longer_be_opened() {
+        let mut a = Region::create(4096).expect("create");
+        let b = Region::open(&a.handle()).expect("open");
+        let path = format!("/dev/shm{}", a.name());
+        a.unlink().expect("unlink");
+        assert!(!std::path::Path::new(&path).exists(), "the name is gone");
+        assert!(!a.is_owner(), "nothing left for the drop to remove");
+        // SAFETY: both mappings are 4096 bytes long and only this thread touches them.
+        unsafe {
+            a.as_ptr().add(7).write(9);
+            assert_eq!(
+                b.as_ptr().add(7).read(),
+                9,
+                "both mappings still share the memory"
+            );
+        }
+        assert!(
+            Region::open(&a.handle()).is_err(),
+            "a removed name cannot be opened"
         );
     }
 

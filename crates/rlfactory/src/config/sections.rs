@@ -964,6 +964,10 @@ pub struct DistributedConfig {
     /// must be bit-identical (a difference stops the run); 0: never.
     #[arg(long)]
     pub check_weights_every: u64,
+    /// The async workflow's messages between ranks on one machine go through shared-memory queues rather than MPI
+    /// (when every rank of the job can open the others' queues; otherwise all go through MPI, as with false).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub mpi_shm_links: bool,
 }
 
 /// The reference values (one learner rank, one rank per env, the async workflow).
@@ -975,6 +979,7 @@ impl Default for DistributedConfig {
             process_per_env: 1,
             workflow: Workflow::Async,
             check_weights_every: 0,
+            mpi_shm_links: true,
         }
     }
 }

@@ -29,6 +29,9 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
 
     use rlf_comm::{Comm, MpiThreadWorld, MpiUniverse, WorldMaker};
 
+    use super::link::{TO_ACTOR, TO_LEARNER};
+    use super::node::{NodeLinks, NodeMaker};
+
     struct Threads(MpiThreadWorld);
     impl WorldMaker for Threads {
         fn world(&self) -> Box<dyn Comm> {
@@ -57,6 +60,8 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     // instead of 88% (with the CartPole config shipped before 2026-11-29), but with it an actor rank stopped by
     // SIGSTOP stalled the learner rank's receiving from the healthy ranks (not with 64 KB, under which the 145 KB
     // trajectories still go by rendezvous), and the heartbeat check blamed one of those (BENCHMARKS.md, 2026-11-29).
+    // Between ranks of one machine the link's messages go through shared memory instead (`--mpi_shm_links`), so
+    // these settings are for the ranks of several machines.
     for (variable, value) in [
         (YIELD_WHEN_IDLE, "1"),
         ("OMPI_MCA_btl_vader_eager_limit", "32768"),
@@ -69,8 +74,25 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     let mpi_error = |e: rlf_comm::CommError| RlfError::Config(format!("--mpi: {e}"));
     let universe = MpiUniverse::init_threaded().map_err(mpi_error)?;
     let world = universe.world();
-    let maker = Arc::new(Threads(universe.thread_world().map_err(mpi_error)?));
+    let maker: Arc<dyn WorldMaker> = Arc::new(Threads(universe.thread_world().map_err(mpi_error)?));
+    // The link's messages between ranks of this machine through shared memory (every rank decides alike).
+    let links = if plan.config.distributed.mpi_shm_links {
+        NodeLinks::connect(&world, &[TO_LEARNER, TO_ACTOR]).map_err(mpi_error)?
+    } else {
+        None
+    };
+    let maker: Arc<dyn WorldMaker> = match &links {
+        Some(links) => Arc::new(NodeMaker {
+            inner: maker,
+            links: Arc::clone(links),
+        }),
+        None => maker,
+    };
     let result = crate::runner::train_rank(plan, registry, process_start, &world, maker);
+    // Every peer's last message is in (or the job was aborted), so no put into this rank's queues is under way.
+    if let Some(links) = links {
+        links.close();
+    }
     let rank = world.rank();
     drop(world);
     // `mpirun`, asked to stop, holds every rank's `MPI_Finalize` until it SIGKILLs them, and it SIGKILLs them all as

@@ -5,9 +5,12 @@
 //!   process's rank.
 //! - [`rank`]: one rank of the job: the components it runs, its sending and receiving threads, the closing handshake.
 //! - [`link`]: the component on each rank's main loop that stands for the other side, and the messages between ranks.
+//! - [`node`]: those messages between ranks of one machine through shared-memory queues instead of MPI.
 
 mod launch;
 mod link;
+#[cfg(feature = "mpi")]
+mod node;
 mod rank;
 
 pub use launch::train_mpi;
