@@ -241,4 +241,9 @@ pub trait WorldMaker: Send + Sync {
 
     /// Ends every rank of the job with `code` (`MPI_Abort`): what a rank does when a peer neither answers nor dies.
     fn abort(&self, code: i32) -> !;
+
+    /// What carries its communicators' point-to-point messages, for a rank's report.
+    fn carrier(&self) -> &'static str {
+        "MPI"
+    }
 }

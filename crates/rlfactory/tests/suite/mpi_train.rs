@@ -148,6 +148,10 @@ fn async_three_ranks_learn_cartpole_and_count_their_traffic() {
             .and_then(|b| b.parse().ok())
             .expect("bytes sent");
         assert!(sent > 0, "rank {rank} sent nothing: {line}");
+        assert!(
+            line.contains("through shared memory"),
+            "ranks of one machine link through shared memory: {line}"
+        );
         pids.push(pid);
     }
     wait_gone(
@@ -155,6 +159,38 @@ fn async_three_ranks_learn_cartpole_and_count_their_traffic() {
         Duration::from_secs(30),
     );
     assert_no_segments(&pids);
+}
+
+/// With `--mpi_shm_links=false` the link's messages go through MPI alone, even between ranks of one machine: a
+/// learner and an actor rank learn CartPole to 475 within 120 s, and both ranks' traffic lines say what carried it.
+#[test]
+fn the_link_through_mpi_alone_learns_cartpole() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = temp_dir("mpi-alone");
+    let json = dir.path().join("summary.json");
+    let args = flags(
+        dir.path(),
+        &[
+            "--mpi_shm_links=false",
+            "--stop_at_reward=475",
+            "--train_for_env_steps=20000000",
+            "--train_for_seconds=120",
+            &format!("--summary_json={}", json.display()),
+        ],
+    );
+    let out = mpirun(2, "alone", &args).output().expect("run mpirun");
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let s = summary(&json);
+    assert_eq!(s["stop_reason"], "reward", "{s}");
+    for rank in 0..2 {
+        let log = rank_log(dir.path(), rank, &log);
+        let line = log
+            .lines()
+            .find(|l| l.starts_with(&format!("[rlfactory] rank {rank} (pid ")))
+            .unwrap_or_else(|| panic!("no traffic line of rank {rank}:\n{log}"));
+        assert!(line.contains("through MPI;"), "{line}");
+    }
 }
 
 /// `--process_per_env 2` with 3 ranks: the learner and one env group of two ranks, whose lead's rollout workers step

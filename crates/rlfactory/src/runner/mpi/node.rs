@@ -344,6 +344,10 @@ impl WorldMaker for NodeMaker {
     fn abort(&self, code: i32) -> ! {
         self.inner.abort(code)
     }
+
+    fn carrier(&self) -> &'static str {
+        "shared memory"
+    }
 }
 
 #[cfg(test)]

@@ -88,11 +88,11 @@ struct Traffic {
 }
 
 impl Traffic {
-    fn line(&self, rank: usize, seconds: f64) -> String {
+    fn line(&self, rank: usize, seconds: f64, carrier: &str) -> String {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
-            "[rlfactory] rank {rank} (pid {}): sent {} messages ({} bytes), received {} messages ({} bytes) in {seconds:.1} s; \
-             waited {:.1} s for messages; {} weight updates superseded before sending",
+            "[rlfactory] rank {rank} (pid {}): sent {} messages ({} bytes), received {} messages ({} bytes) in {seconds:.1} s \
+             through {carrier}; waited {:.1} s for messages; {} weight updates superseded before sending",
             std::process::id(),
             get(&self.sent_messages),
             get(&self.sent_bytes),
@@ -767,7 +767,11 @@ pub fn train_rank(
                 } else {
                     format!("the learner rank {} did not stop", ranks.learner())
                 };
-                eprintln!("{}", link.traffic.line(rank, started.elapsed().as_secs_f64()));
+                eprintln!(
+                    "{}",
+                    link.traffic
+                        .line(rank, started.elapsed().as_secs_f64(), maker.carrier())
+                );
                 if let Err(e) = &result {
                     eprintln!("error: {e}");
                 }
@@ -779,7 +783,11 @@ pub fn train_rank(
             }
         }
     }
-    eprintln!("{}", link.traffic.line(rank, started.elapsed().as_secs_f64()));
+    eprintln!(
+        "{}",
+        link.traffic
+            .line(rank, started.elapsed().as_secs_f64(), maker.carrier())
+    );
     let result = result.map(|summary| {
         let mut summary = summary?;
         // A learner stops with no reason of its own, and no fault, only when another learner stopped.
