@@ -3,6 +3,7 @@
 //! [`Field`]s), and the rows of a replay buffer an off-policy learner samples ([`TransitionLayout`], filled by the
 //! [`NStepAdder`]). Both pack an observation's byte-valued parts as its [`ObsLayout`] says.
 
+pub(crate) mod byte_strings;
 mod trajectories;
 pub mod transitions;
 

@@ -325,8 +325,10 @@ pub struct TrajectoryPoolHandle {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SlotCopy {
     /// The fields stored as floats.
+    #[serde(with = "super::byte_strings::floats")]
     pub floats: Vec<f32>,
     /// The fields stored as bytes (observations of byte values; empty otherwise).
+    #[serde(with = "super::byte_strings::bytes")]
     pub bytes: Vec<u8>,
     /// The policy version of every step.
     pub versions: Vec<u64>,

@@ -62,6 +62,7 @@ pub(crate) enum Wire {
     Weights {
         policy: usize,
         version: u64,
+        #[serde(with = "crate::data::byte_strings::floats")]
         values: Vec<f32>,
     },
     /// The learner rank stopped: the last message to an actor rank.
