@@ -3,12 +3,36 @@
 //! value each way: the MPI link's slots (a CartPole one holds 36K floats, an Atari one megabytes of pixels) and
 //! weights.
 
-use serde::de::{Error, Visitor};
-use serde::{Deserializer, Serializer};
+use serde::de::{Error, Unexpected, Visitor};
+use serde::Deserializer;
+
+/// A byte string, turned into a value by `convert` (`None`: the bytes are not `what`).
+fn byte_string<'de, D: Deserializer<'de>, T>(
+    d: D,
+    what: &'static str,
+    convert: fn(&[u8]) -> Option<T>,
+) -> Result<T, D::Error> {
+    struct ByteString<T> {
+        what: &'static str,
+        convert: fn(&[u8]) -> Option<T>,
+    }
+    impl<T> Visitor<'_> for ByteString<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.what)
+        }
+
+        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<T, E> {
+            (self.convert)(bytes).ok_or_else(|| E::invalid_value(Unexpected::Bytes(bytes), &self))
+        }
+    }
+    d.deserialize_bytes(ByteString { what, convert })
+}
 
 /// Floats as their little-endian bytes.
 pub(crate) mod floats {
-    use super::{Deserializer, Error, Serializer, Visitor};
+    use serde::{Deserializer, Serializer};
 
     /// `values` as one byte string.
     pub(crate) fn serialize<S: Serializer>(values: &[f32], s: S) -> Result<S::Ok, S::Error> {
@@ -21,31 +45,20 @@ pub(crate) mod floats {
 
     /// The floats of a byte string [`serialize`] wrote.
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
-        struct Floats;
-        impl Visitor<'_> for Floats {
-            type Value = Vec<f32>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("the little-endian bytes of 32-bit floats")
-            }
-
-            fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Vec<f32>, E> {
-                if bytes.len() % 4 != 0 {
-                    return Err(E::invalid_length(bytes.len(), &self));
-                }
-                Ok(bytes
+        super::byte_string(d, "the little-endian bytes of 32-bit floats", |bytes| {
+            (bytes.len() % 4 == 0).then(|| {
+                bytes
                     .chunks_exact(4)
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect())
-            }
-        }
-        d.deserialize_bytes(Floats)
+                    .collect()
+            })
+        })
     }
 }
 
 /// Bytes as they are.
 pub(crate) mod bytes {
-    use super::{Deserializer, Error, Serializer, Visitor};
+    use serde::{Deserializer, Serializer};
 
     /// `values` as one byte string.
     pub(crate) fn serialize<S: Serializer>(values: &[u8], s: S) -> Result<S::Ok, S::Error> {
@@ -54,19 +67,7 @@ pub(crate) mod bytes {
 
     /// The bytes of a byte string.
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct Bytes;
-        impl Visitor<'_> for Bytes {
-            type Value = Vec<u8>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a byte string")
-            }
-
-            fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(bytes.to_vec())
-            }
-        }
-        d.deserialize_bytes(Bytes)
+        super::byte_string(d, "a byte string", |bytes| Some(bytes.to_vec()))
     }
 }
 

@@ -130,11 +130,7 @@ fn async_three_ranks_learn_cartpole_and_count_their_traffic() {
     // sent the trajectories, the learner rank the weights.
     let mut pids = Vec::new();
     for rank in 0..3 {
-        let log = rank_log(dir.path(), rank, &log);
-        let line = log
-            .lines()
-            .find(|l| l.starts_with(&format!("[rlfactory] rank {rank} (pid ")))
-            .unwrap_or_else(|| panic!("no traffic line of rank {rank}:\n{log}"));
+        let line = traffic_line(dir.path(), rank, &log);
         let pid: u32 = line
             .split("(pid ")
             .nth(1)
@@ -184,13 +180,18 @@ fn the_link_through_mpi_alone_learns_cartpole() {
     let s = summary(&json);
     assert_eq!(s["stop_reason"], "reward", "{s}");
     for rank in 0..2 {
-        let log = rank_log(dir.path(), rank, &log);
-        let line = log
-            .lines()
-            .find(|l| l.starts_with(&format!("[rlfactory] rank {rank} (pid ")))
-            .unwrap_or_else(|| panic!("no traffic line of rank {rank}:\n{log}"));
+        let line = traffic_line(dir.path(), rank, &log);
         assert!(line.contains("through MPI;"), "{line}");
     }
+}
+
+/// Rank `rank`'s traffic line at its end (in `log`, rank 0's terminal, or its own log file).
+fn traffic_line(dir: &Path, rank: usize, log: &str) -> String {
+    let log = rank_log(dir, rank, log);
+    log.lines()
+        .find(|l| l.starts_with(&format!("[rlfactory] rank {rank} (pid ")))
+        .unwrap_or_else(|| panic!("no traffic line of rank {rank}:\n{log}"))
+        .to_owned()
 }
 
 /// `--process_per_env 2` with 3 ranks: the learner and one env group of two ranks, whose lead's rollout workers step
