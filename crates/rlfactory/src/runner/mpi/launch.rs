@@ -89,7 +89,8 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
         None => maker,
     };
     let result = crate::runner::train_rank(plan, registry, process_start, &world, maker);
-    // Every peer's last message is in (or the job was aborted), so no put into this rank's queues is under way.
+    // `train_rank` returns once every peer's last message is in (a silent peer has it abort the job instead), so no
+    // put into this rank's queues is under way: a close waits for each queue's lock.
     if let Some(links) = links {
         links.close();
     }
