@@ -172,7 +172,7 @@ impl NodeLinks {
             });
         };
         let _parts_in_order = lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut parts = bytes.chunks(PART_BYTES).peekable();
+        let mut parts = bytes.chunks(PART_BYTES);
         // An empty message is one empty part.
         let mut next = Some(parts.next().unwrap_or(&[]));
         while let Some(part) = next {
