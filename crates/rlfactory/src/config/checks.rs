@@ -185,6 +185,24 @@ impl Config {
                 "--self_play_opponent_temperature",
                 s.self_play_opponent_temperature,
             )?;
+            if s.self_play_exploiters >= s.num_policies {
+                return err(format!(
+                    "--self_play_exploiters ({}) must leave at least one of --num_policies ({}) a main policy",
+                    s.self_play_exploiters, s.num_policies
+                ));
+            }
+            if !(0.0..=1.0).contains(&s.self_play_exploiter_prob) {
+                return err(format!(
+                    "--self_play_exploiter_prob must be in [0, 1], got {}",
+                    s.self_play_exploiter_prob
+                ));
+            }
+            if s.self_play_exploiters > 0 && (!s.agent_policy_map.is_empty() || self.pbt.with_pbt) {
+                return err(
+                    "--self_play_exploiters draws each env's policies itself: drop --agent_policy_map and --with_pbt"
+                        .into(),
+                );
+            }
         }
         self.validate_rnn()?;
         if !(self.model.obs_scale > 0.0 && self.model.obs_scale.is_finite()) {
@@ -233,6 +251,9 @@ impl Config {
         }
         if !builtin.is_empty() && !s.self_play {
             return err("--self_play_builtin_opponents needs --self_play".into());
+        }
+        if s.self_play_exploiters > 0 && !s.self_play {
+            return err("--self_play_exploiters needs --self_play".into());
         }
         let unit = [
             ("--gamma", self.learning.gamma),

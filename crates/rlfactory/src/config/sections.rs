@@ -128,6 +128,16 @@ pub struct SamplingConfig {
     /// varied positions; 1 plays the snapshots as they were.
     #[arg(long)]
     pub self_play_opponent_temperature: f64,
+    /// Main exploiters (AlphaStar's league), self-play: the last N of `--num_policies` policies learn only
+    /// against the other (main) policies' latest weights, never their own pools, so each keeps looking for what
+    /// the mains lose to; a main meets an exploiter's latest weights with probability `--self_play_exploiter_prob`.
+    /// Both sides of such a game are trained. 0: every policy plays its own pool.
+    #[arg(long)]
+    pub self_play_exploiters: usize,
+    /// Probability that a main policy's opponent is an exploiter's latest weights (`--self_play_exploiters`)
+    /// rather than the latest weights or a snapshot of its own.
+    #[arg(long)]
+    pub self_play_exploiter_prob: f64,
     /// Built-in players of the env (Connect Four's `random` and `heuristic`) that may play an
     /// opponent in self-play, comma-separated: with probability `--self_play_builtin_prob` an
     /// opponent is one of them, drawn uniformly. Their steps are not trained on; the win rate
@@ -161,6 +171,8 @@ impl Default for SamplingConfig {
             self_play_latest_prob: 0.5,
             self_play_pfsp_power: 0.0,
             self_play_opponent_temperature: 1.0,
+            self_play_exploiters: 0,
+            self_play_exploiter_prob: 0.5,
             self_play_builtin_opponents: String::new(),
             self_play_builtin_prob: 0.0,
         }

@@ -22,6 +22,13 @@
 //! whole team (the same built-in player, the latest weights, or one snapshot slot drawn from its
 //! first member's pool that every member plays from its own policy's pool, modulo that pool's size).
 //!
+//! With main exploiters (`--self_play_exploiters k`, AlphaStar's league) the last `k` policies are exploiters: an
+//! episode whose protagonist plays an exploiter sets every opponent to a main policy's latest weights (drawn
+//! uniformly among the mains), never a pool; a main protagonist's opponent is, with probability
+//! `--self_play_exploiter_prob`, an exploiter's latest weights (drawn uniformly), else drawn as above. In exploiter
+//! mode every agent's opponent comes from the protagonist's policy, whatever the agents' own draws.
+//! Both sides of a game between two latest weights are trained, each by its own policy's learner.
+//!
 //! A snapshot is drawn uniformly from the pool, or, with `--self_play_pfsp_power p > 0`, by
 //! prioritised fictitious self-play (AlphaStar's `f_hard`): slot `k` with weight `(1 − w_k)^p`,
 //! `w_k` the latest weights' recent score against it ([`SelfPlay::record`], a moving average over
@@ -157,6 +164,8 @@ enum Opponent {
     Builtin(usize),
     /// Each member's policy's latest weights.
     Latest,
+    /// This policy's latest weights (a main's or an exploiter's).
+    Policy(usize),
     /// This slot of each member's policy's pool.
     Snapshot(usize),
 }
@@ -179,6 +188,9 @@ pub struct SelfPlay {
     pfsp_power: f64,
     /// The latest weights' recent score against each slot, by policy and slot.
     scores: Vec<Vec<f64>>,
+    /// Exploiters among the policies (the last ones), and how often a main meets one.
+    exploiters: usize,
+    exploiter_prob: f64,
     rng: Pcg64Mcg,
 }
 
@@ -195,6 +207,8 @@ impl SelfPlay {
             filled: vec![0; num_policies],
             pfsp_power: 0.0,
             scores: vec![vec![0.5; pool_size]; num_policies],
+            exploiters: 0,
+            exploiter_prob: 0.0,
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x5e1f_91a7_0000_0001),
         }
     }
@@ -214,6 +228,21 @@ impl SelfPlay {
             builtin_prob: prob,
             ..self
         }
+    }
+
+    /// Makes the last `count` policies main exploiters, whom a main meets with probability `prob` (at least one
+    /// policy stays a main).
+    pub fn with_exploiters(self, count: usize, prob: f64) -> Self {
+        Self {
+            exploiters: count.min(self.num_policies.saturating_sub(1)),
+            exploiter_prob: prob,
+            ..self
+        }
+    }
+
+    /// The number of main policies (the first ones).
+    fn mains(&self) -> usize {
+        self.num_policies - self.exploiters
     }
 
     /// The network of built-in player `b`.
@@ -261,9 +290,11 @@ impl SelfPlay {
     /// is drawn on its own.
     pub fn draw(&mut self, base: &[u32], teams: &[usize], out: &mut [u32]) -> usize {
         let protagonist = self.rng.random_range(0..base.len().max(1));
+        let hero_policy = base.get(protagonist).copied().unwrap_or(0);
         let team_of = |a: usize| teams.get(a).copied().unwrap_or(a);
         let mut drawn: Vec<(usize, Opponent)> = Vec::new();
-        for (a, (o, &p)) in out.iter_mut().zip(base).enumerate() {
+        for (a, (o, &own)) in out.iter_mut().zip(base).enumerate() {
+            let p = if self.exploiters > 0 { hero_policy } else { own };
             let filled = self.filled.get(p as usize).copied().unwrap_or(0);
             let team = team_of(a);
             if a == protagonist || team == team_of(protagonist) {
@@ -280,6 +311,7 @@ impl SelfPlay {
             };
             *o = match opponent {
                 Opponent::Builtin(b) => self.builtin_network(b) as u32,
+                Opponent::Policy(q) => q as u32,
                 Opponent::Snapshot(slot) if filled > 0 => {
                     (self.num_policies + p as usize * self.pool_size + slot % filled) as u32
                 }
@@ -291,8 +323,13 @@ impl SelfPlay {
 
     /// One opponent, for a first member of policy `policy`, whose pool holds `filled` snapshots.
     fn draw_opponent(&mut self, policy: usize, filled: usize) -> Opponent {
-        if self.builtin > 0 && self.rng.random::<f64>() < self.builtin_prob {
+        let mains = self.mains();
+        if self.exploiters > 0 && policy >= mains {
+            Opponent::Policy(self.rng.random_range(0..mains))
+        } else if self.builtin > 0 && self.rng.random::<f64>() < self.builtin_prob {
             Opponent::Builtin(self.rng.random_range(0..self.builtin))
+        } else if self.exploiters > 0 && self.rng.random::<f64>() < self.exploiter_prob {
+            Opponent::Policy(mains + self.rng.random_range(0..self.exploiters))
         } else if filled == 0 || self.rng.random::<f64>() < self.latest_prob {
             Opponent::Latest
         } else {
@@ -472,6 +509,54 @@ mod tests {
         }
         let flat = draws(&mut uniform);
         assert!(flat.iter().all(|&n| (850..1150).contains(&n)), "{flat:?}");
+    }
+
+    #[test]
+    fn exploiters_meet_only_the_mains_latest_weights_and_mains_meet_them_at_their_rate() {
+        // Policies 0 (main) and 1, 2 (exploiters), pools of 2: snapshots are networks 3..=8.
+        let mut sp = SelfPlay::new(3, 2, 0.5, 13).with_exploiters(2, 0.4);
+        for p in 0..3 {
+            sp.on_snapshot_taken(p, 0);
+            sp.on_snapshot_taken(p, 1);
+        }
+        let mut out = [0; 2];
+        let (mut main_games, mut against_exploiters, mut against_own) = (0, [0; 2], 0);
+        for round in 0..3000 {
+            // The agents' own draws disagree on purpose: the protagonist's policy decides.
+            let base = [round % 3, (round + 1) % 3];
+            let hero = sp.draw(&base, &[0, 1], &mut out);
+            assert_eq!(
+                out[hero], base[hero],
+                "the protagonist plays its policy's latest weights"
+            );
+            let other = out[1 - hero];
+            if base[hero] > 0 {
+                assert_eq!(
+                    other, 0,
+                    "an exploiter meets the main's latest weights, never a pool"
+                );
+                continue;
+            }
+            main_games += 1;
+            match other {
+                1 | 2 => against_exploiters[other as usize - 1] += 1,
+                0 | 3 | 4 => against_own += 1,
+                n => panic!("a main met network {n}, another policy's snapshot"),
+            }
+        }
+        // 40% of the main's opponents are exploiters, half each; the rest its own latest weights or pool.
+        let share = against_exploiters.iter().sum::<u32>() as f64 / main_games as f64;
+        assert!((0.35..0.45).contains(&share), "{share} of {main_games}");
+        assert!(
+            against_exploiters.iter().all(|&n| n > 150),
+            "{against_exploiters:?}"
+        );
+        assert_eq!(main_games, against_own + against_exploiters.iter().sum::<u32>());
+        // Without exploiters each agent's opponent comes from its own policy, as before.
+        let mut plain = SelfPlay::new(3, 2, 0.0, 13);
+        plain.on_snapshot_taken(2, 0);
+        plain.draw(&[0, 2], &[0, 1], &mut out);
+        assert!(out == [0, 7] || out == [0, 2], "{out:?}");
     }
 
     #[test]

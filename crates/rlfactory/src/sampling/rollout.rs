@@ -578,6 +578,7 @@ impl RolloutWorker {
                 )
                 .with_builtin(builtin.len(), s.self_play_builtin_prob)
                 .with_pfsp(s.self_play_pfsp_power)
+                .with_exploiters(s.self_play_exploiters, s.self_play_exploiter_prob)
             });
             let mut split = Split {
                 adders: Vec::new(),

@@ -93,6 +93,18 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
         ],
         "--self_play needs --async_rl=true",
     );
+    rejects(
+        &[
+            "train",
+            "--env",
+            "connect_four",
+            "--num_policies",
+            "2",
+            "--self_play_exploiters",
+            "1",
+        ],
+        "--self_play_exploiters needs --self_play",
+    );
     let c4 = ["train", "--env", "connect_four", "--self_play"];
     for (flags, wanted) in [
         (
@@ -128,6 +140,32 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
         (
             &["--self_play_opponent_temperature", "0"][..],
             "--self_play_opponent_temperature must be more than 0, got 0",
+        ),
+        (
+            &["--self_play_exploiters", "1"][..],
+            "--self_play_exploiters (1) must leave at least one of --num_policies (1) a main policy",
+        ),
+        (
+            &[
+                "--num_policies",
+                "2",
+                "--self_play_exploiters",
+                "1",
+                "--self_play_exploiter_prob",
+                "2",
+            ][..],
+            "--self_play_exploiter_prob must be in [0, 1], got 2",
+        ),
+        (
+            &[
+                "--num_policies",
+                "2",
+                "--self_play_exploiters",
+                "1",
+                "--agent_policy_map",
+                "player_0=0,player_1=1",
+            ][..],
+            "--self_play_exploiters draws each env's policies itself: drop --agent_policy_map and --with_pbt",
         ),
     ] {
         rejects(&[&c4[..], flags].concat(), wanted);
