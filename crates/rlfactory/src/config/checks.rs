@@ -191,11 +191,16 @@ impl Config {
                     s.self_play_exploiters, s.num_policies
                 ));
             }
-            if !(0.0..=1.0).contains(&s.self_play_exploiter_prob) {
-                return err(format!(
-                    "--self_play_exploiter_prob must be in [0, 1], got {}",
-                    s.self_play_exploiter_prob
-                ));
+            for (flag, value) in [
+                ("--self_play_exploiter_prob", s.self_play_exploiter_prob),
+                ("--self_play_exploiter_reset", s.self_play_exploiter_reset),
+            ] {
+                if !(0.0..=1.0).contains(&value) {
+                    return err(format!("{flag} must be in [0, 1], got {value}"));
+                }
+            }
+            if s.self_play_exploiter_reset > 0.0 && s.self_play_exploiters == 0 {
+                return err("--self_play_exploiter_reset needs --self_play_exploiters".into());
             }
             if s.self_play_exploiters > 0 && (!s.agent_policy_map.is_empty() || self.pbt.with_pbt) {
                 return err(

@@ -18,6 +18,12 @@ impl Config {
         s.num_policies * (1 + if s.self_play { s.opponent_pool_size } else { 0 })
     }
 
+    /// Whether policy `policy` is a main exploiter (`--self_play_exploiters`: the last policies).
+    pub fn is_exploiter(&self, policy: usize) -> bool {
+        let s = &self.sampling;
+        s.self_play && policy + s.self_play_exploiters >= s.num_policies && policy < s.num_policies
+    }
+
     /// The network of snapshot `slot` of policy `policy`'s pool.
     pub fn snapshot_network(&self, policy: usize, slot: usize) -> usize {
         let s = &self.sampling;

@@ -138,6 +138,11 @@ pub struct SamplingConfig {
     /// rather than the latest weights or a snapshot of its own.
     #[arg(long)]
     pub self_play_exploiter_prob: f64,
+    /// An exploiter whose recent win rate against the mains (over about 100 of its games) reaches this goes back to
+    /// its initial weights and a fresh optimizer, to look for another hole (AlphaStar resets its main exploiters at
+    /// 0.7); 0 never resets.
+    #[arg(long)]
+    pub self_play_exploiter_reset: f64,
     /// Built-in players of the env (Connect Four's `random` and `heuristic`) that may play an
     /// opponent in self-play, comma-separated: with probability `--self_play_builtin_prob` an
     /// opponent is one of them, drawn uniformly. Their steps are not trained on; the win rate
@@ -173,6 +178,7 @@ impl Default for SamplingConfig {
             self_play_opponent_temperature: 1.0,
             self_play_exploiters: 0,
             self_play_exploiter_prob: 0.5,
+            self_play_exploiter_reset: 0.0,
             self_play_builtin_opponents: String::new(),
             self_play_builtin_prob: 0.0,
         }

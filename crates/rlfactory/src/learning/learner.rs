@@ -8,6 +8,9 @@
 //!
 //! With several policies, each has its own learner: the steps of its columns that another policy
 //! played are invalid to it, like an agent's waiting steps.
+//!
+//! A self-play main exploiter's learner may go back to its initial weights when it wins too often
+//! ([`Learner::reset_when_winning`]): it scores the games its datasets end ([`game_scores`]).
 
 use rlf_shm::SharedWeights;
 use tch::Tensor;
@@ -32,6 +35,59 @@ pub struct Learner {
     pools: Vec<&'static TrajectoryPool>,
     /// The first dataset's digest was reported.
     digested: bool,
+    /// A main exploiter's reset (`--self_play_exploiter_reset`).
+    reset: Option<ResetOnWins>,
+}
+
+/// Games over which an exploiter's recent win rate is averaged, and the fewest it plays after a reset before the
+/// next.
+const RESET_WINDOW: f64 = 100.0;
+
+/// Takes a learner back to its initial weights once its recent win rate reaches `threshold`.
+#[derive(Debug)]
+struct ResetOnWins {
+    /// The weights and statistics it started from (no optimizer moments: Adam starts afresh).
+    initial: Vec<NamedTensor>,
+    threshold: f64,
+    /// The moving average of its games' scores, and the games scored since the last reset.
+    score: f64,
+    games: u64,
+    /// Resets so far.
+    resets: u64,
+}
+
+/// The scores (1 a win, ½ a draw, 0 a loss, by the sign of the agent's return) of the episodes that end in a
+/// time-major `[T * S]` dataset in which the agent acted (`valid`) since its last episode end in the sequence: a
+/// turn-based game's loser receives its −1 on the winner's move, a step that is not its own. Truncated episodes
+/// are no games.
+pub fn game_scores(
+    valid: &[f32],
+    rewards: &[f32],
+    terminated: &[f32],
+    truncated: &[f32],
+    s: usize,
+) -> Vec<f64> {
+    let mut scores = Vec::new();
+    for q in 0..s {
+        let (mut acted, mut sum) = (false, 0.0f32);
+        for i in (q..valid.len()).step_by(s.max(1)) {
+            acted |= valid[i] > 0.0;
+            sum += rewards[i];
+            if terminated[i] > 0.0 && acted {
+                scores.push(if sum > 0.0 {
+                    1.0
+                } else if sum < 0.0 {
+                    0.0
+                } else {
+                    0.5
+                });
+            }
+            if terminated[i] > 0.0 || truncated[i] > 0.0 {
+                (acted, sum) = (false, 0.0);
+            }
+        }
+    }
+    scores
 }
 
 impl Learner {
@@ -52,7 +108,53 @@ impl Learner {
             weights,
             pools,
             digested: false,
+            reset: None,
         }
+    }
+
+    /// Makes this learner go back to its current weights (call it before any training or restore: its initial
+    /// ones) and a fresh optimizer each time its win rate over about [`RESET_WINDOW`] games reaches `threshold`
+    /// (a main exploiter, `--self_play_exploiter_reset`).
+    pub fn reset_when_winning(&mut self, threshold: f64) -> Result<()> {
+        self.reset = Some(ResetOnWins {
+            initial: self.algo.policy().named_tensors()?,
+            threshold,
+            score: 0.5,
+            games: 0,
+            resets: 0,
+        });
+        Ok(())
+    }
+
+    /// The resets so far ([`reset_when_winning`](Self::reset_when_winning)).
+    pub fn resets(&self) -> u64 {
+        self.reset.as_ref().map_or(0, |r| r.resets)
+    }
+
+    /// Scores the games `dataset` ends; returns whether the win rate reached the reset's threshold (the average
+    /// and the count start again).
+    fn reset_due(&mut self, dataset: &Dataset) -> Result<bool> {
+        let Some(reset) = &mut self.reset else {
+            return Ok(false);
+        };
+        let plain = |t: &Tensor| Vec::<f32>::try_from(t.f_to_kind(tch::Kind::Float)?).map_err(RlfError::from);
+        let scores = game_scores(
+            &plain(&dataset.valid)?,
+            &plain(&dataset.rewards)?,
+            &plain(&dataset.terminated)?,
+            &plain(&dataset.truncated)?,
+            dataset.num_sequences,
+        );
+        for score in scores {
+            reset.score += (score - reset.score) / RESET_WINDOW;
+            reset.games += 1;
+        }
+        if reset.games < RESET_WINDOW as u64 || reset.score < reset.threshold {
+            return Ok(false);
+        }
+        (reset.score, reset.games) = (0.5, 0);
+        reset.resets += 1;
+        Ok(true)
     }
 
     /// The dataset made of `batch`'s parts, time-major (row `t * S + s`, sequences in the order
@@ -241,17 +343,28 @@ impl Learner {
             self.digested = true;
             Some(dataset.digest()?)
         };
-        let metrics = {
+        let mut metrics: Vec<(String, f64)> = {
             let _flush = rlf_shm::process::FlushDenormals::new();
             self.algo.train(&dataset)?
+        }
+        .into_iter()
+        .collect();
+        let update = if self.reset_due(&dataset)? {
+            let initial = self.reset.as_ref().map(|r| r.initial.clone()).unwrap_or_default();
+            self.adopt(&initial)?
+        } else {
+            self.publish()?
         };
+        if let Some(reset) = &self.reset {
+            metrics.push(("self_play/exploiter_resets".into(), reset.resets as f64));
+        }
         let report = TrainingReport {
             policy: self.policy,
             version: self.algo.version(),
-            metrics: metrics.into_iter().collect(),
+            metrics,
             dataset_digest,
         };
-        Ok((self.publish()?, report))
+        Ok((update, report))
     }
 
     /// What a checkpoint holds: the weights and statistics by name, Adam's moments (named
@@ -267,5 +380,32 @@ impl Learner {
     pub fn restore(&mut self, tensors: &[NamedTensor], state: TrainingState) -> Result<bool> {
         self.algo.policy_mut().load_named_tensors(tensors)?;
         self.algo.restore_training_state(tensors, state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::game_scores;
+
+    #[test]
+    fn the_games_a_dataset_ends_are_scored_by_the_sign_of_the_agents_return() {
+        // (valid, reward, terminated, truncated) of each step of three sequences of four steps.
+        let sequences = [
+            // The agent acts at steps 0 and 2, and loses on the winner's move (a step not its own).
+            [(1, 0, 0, 0), (0, 0, 0, 0), (1, 0, 0, 0), (0, -1, 1, 0)],
+            // Another policy's episode ends at step 1 (no game of the agent's), then the agent wins.
+            [(0, 0, 0, 0), (0, 1, 1, 0), (1, 0, 0, 0), (1, 1, 1, 0)],
+            // A truncated episode is no game; the next ends in a draw.
+            [(1, 0, 0, 0), (0, 0, 0, 1), (1, 0, 0, 0), (0, 0, 1, 0)],
+        ];
+        let s = sequences.len();
+        let column = |k: usize| -> Vec<f32> {
+            (0..4)
+                .flat_map(|t| sequences.iter().map(move |q| q[t]))
+                .map(|(v, r, d, c)| [v, r, d, c][k] as f32)
+                .collect()
+        };
+        let scores = game_scores(&column(0), &column(1), &column(2), &column(3), s);
+        assert_eq!(scores, vec![0.0, 1.0, 0.5]);
     }
 }

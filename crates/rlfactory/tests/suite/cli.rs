@@ -167,6 +167,21 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
             ][..],
             "--self_play_exploiters draws each env's policies itself: drop --agent_policy_map and --with_pbt",
         ),
+        (
+            &["--self_play_exploiter_reset", "0.7"][..],
+            "--self_play_exploiter_reset needs --self_play_exploiters",
+        ),
+        (
+            &[
+                "--num_policies",
+                "2",
+                "--self_play_exploiters",
+                "1",
+                "--self_play_exploiter_reset",
+                "1.5",
+            ][..],
+            "--self_play_exploiter_reset must be in [0, 1], got 1.5",
+        ),
     ] {
         rejects(&[&c4[..], flags].concat(), wanted);
     }

@@ -164,6 +164,9 @@ fn on_policy_setup(
                 })?;
             let policies = (policy, cfg.num_networks());
             let mut learner = Learner::new(algo, policies, plane.open_weights(policy)?, plane.open_pools()?);
+            if cfg.is_exploiter(policy) && cfg.sampling.self_play_exploiter_reset > 0.0 {
+                learner.reset_when_winning(cfg.sampling.self_play_exploiter_reset)?;
+            }
             let checkpointer = if cfg.run.save_experiment {
                 Some(Checkpointer::open_and_resume(cfg, policy, &mut learner)?)
             } else {
@@ -414,7 +417,15 @@ impl LearnerNode {
 
     pub fn on_batch_ready(&mut self, ctx: &mut Ctx<'_, Self>, batch: &Batch) {
         let Some(learner) = &mut self.learner else { return };
+        let resets = learner.resets();
         let result = learner.on_batch_ready(batch).and_then(|(update, report)| {
+            if let Some(checkpointer) = self.checkpointer.as_mut().filter(|_| learner.resets() > resets) {
+                checkpointer.log(&format!(
+                    "self-play: exploiter policy {} reached --self_play_exploiter_reset's win rate against the mains \
+                     and went back to its initial weights (as its version {})",
+                    update.policy, update.version
+                ))?;
+            }
             sent(ctx.emit(&self.signals.policy_updated, &update))?;
             sent(ctx.emit(&self.signals.training_reported, &report))
         });
