@@ -56,6 +56,24 @@ struct ResetOnWins {
     resets: u64,
 }
 
+impl ResetOnWins {
+    /// Adds the scores of the games just played; returns whether a reset is due (the win rate over about
+    /// [`RESET_WINDOW`] games reached the threshold, with at least that many games since the last), and if so starts
+    /// the average and the count again.
+    fn record(&mut self, scores: impl IntoIterator<Item = f64>) -> bool {
+        for score in scores {
+            self.score += (score - self.score) / RESET_WINDOW;
+            self.games += 1;
+        }
+        if self.games < RESET_WINDOW as u64 || self.score < self.threshold {
+            return false;
+        }
+        (self.score, self.games) = (0.5, 0);
+        self.resets += 1;
+        true
+    }
+}
+
 /// The scores (1 a win, ½ a draw, 0 a loss, by the sign of the agent's return) of the episodes that end in a
 /// time-major `[T * S]` dataset in which the agent acted (`valid`) since its last episode end in the sequence: a
 /// turn-based game's loser receives its −1 on the winner's move, a step that is not its own. Truncated episodes
@@ -145,16 +163,7 @@ impl Learner {
             &plain(&dataset.truncated)?,
             dataset.num_sequences,
         );
-        for score in scores {
-            reset.score += (score - reset.score) / RESET_WINDOW;
-            reset.games += 1;
-        }
-        if reset.games < RESET_WINDOW as u64 || reset.score < reset.threshold {
-            return Ok(false);
-        }
-        (reset.score, reset.games) = (0.5, 0);
-        reset.resets += 1;
-        Ok(true)
+        Ok(reset.record(scores))
     }
 
     /// The dataset made of `batch`'s parts, time-major (row `t * S + s`, sequences in the order
@@ -385,7 +394,29 @@ impl Learner {
 
 #[cfg(test)]
 mod tests {
-    use super::game_scores;
+    use super::{game_scores, ResetOnWins, RESET_WINDOW};
+
+    #[test]
+    fn an_exploiter_resets_once_its_recent_win_rate_reaches_the_threshold_and_then_starts_counting_again() {
+        let mut reset = ResetOnWins {
+            initial: Vec::new(),
+            threshold: 0.7,
+            score: 0.5,
+            games: 0,
+            resets: 0,
+        };
+        let window = RESET_WINDOW as usize;
+        // Even play never reaches 0.7, however long.
+        assert!(!reset.record((0..5 * window).map(|g| (g % 2) as f64)));
+        assert_eq!(reset.resets, 0);
+        // Wins from here: the average climbs from about ½ and crosses 0.7 after about 50 games, in one batch of them.
+        assert!(reset.record(std::iter::repeat_n(1.0, window)));
+        assert_eq!((reset.resets, reset.games, reset.score), (1, 0, 0.5));
+        // After a reset, even a run of wins waits for a window's worth of games.
+        assert!(!reset.record(std::iter::repeat_n(1.0, window - 1)));
+        assert!(reset.record([1.0]));
+        assert_eq!(reset.resets, 2);
+    }
 
     #[test]
     fn the_games_a_dataset_ends_are_scored_by_the_sign_of_the_agents_return() {
