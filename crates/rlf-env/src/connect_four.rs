@@ -29,12 +29,12 @@
 //! a finished game: it resets within the step that ends it.
 
 use std::fmt;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use crate::{Action, ActionBatch, BoxSpace, EnvError, MultiAgentEnv, Space, StepBuffers};
+use crate::{Action, ActionBatch, BoxSpace, EnvError, MultiAgentEnv, Ply, PlyModel, Space, StepBuffers};
 
 /// The env's id, as PettingZoo names it.
 pub const ID: &str = "connect_four_v3";
@@ -193,6 +193,57 @@ impl ConnectFour {
             game.play(column)?;
         }
         Ok(game)
+    }
+
+    /// The game an observation of the side to move shows ([`observe`](Self::observe)'s layout): the pieces of its
+    /// two planes, that side to move. `None` for an observation no game of the side to move gives: a length other
+    /// than [`OBS_DIM`], a value other than 0 and 1, a cell of both sides, a piece above an empty cell, piece counts
+    /// that do not alternate, a mask that is not the non-full columns, or a finished game.
+    pub fn from_observation(obs: &[f32]) -> Option<Self> {
+        if obs.len() != OBS_DIM || obs.iter().any(|&v| v != 0.0 && v != 1.0) {
+            return None;
+        }
+        let (mask, board) = obs.split_at(COLUMNS);
+        let (mut mine, mut theirs) = ([[false; COLUMNS]; ROWS], [[false; COLUMNS]; ROWS]);
+        for (i, planes) in board.chunks_exact(2).enumerate() {
+            (mine[i / COLUMNS][i % COLUMNS], theirs[i / COLUMNS][i % COLUMNS]) =
+                (planes[0] == 1.0, planes[1] == 1.0);
+        }
+        let count = |cells: &[[bool; COLUMNS]; ROWS]| cells.iter().flatten().filter(|&&c| c).count();
+        let (me, other) = match count(&mine).checked_sub(count(&theirs)) {
+            Some(0) => (Side::First, Side::Second),
+            None if count(&theirs) == count(&mine) + 1 => (Side::Second, Side::First),
+            _ => return None,
+        };
+        let mut game = Self::new();
+        for column in 0..COLUMNS {
+            for row in (0..ROWS).rev() {
+                let cell = match (mine[row][column], theirs[row][column]) {
+                    (false, false) => None,
+                    (true, false) => Some(me),
+                    (false, true) => Some(other),
+                    (true, true) => return None,
+                };
+                match cell {
+                    Some(_) if game.heights[column] < ROWS - 1 - row => return None,
+                    Some(_) => game.heights[column] += 1,
+                    None => {}
+                }
+                game.cells[row][column] = cell;
+            }
+        }
+        game.moves = count(&mine) + count(&theirs);
+        game.to_move = me;
+        let won = |side: Side| {
+            (0..ROWS).any(|r| {
+                (0..COLUMNS).any(|c| game.cell(r, c) == Some(side) && game.completes_four(r, c, side))
+            })
+        };
+        if won(me) || won(other) || game.moves == ROWS * COLUMNS {
+            return None;
+        }
+        let legal = (0..COLUMNS).all(|c| (mask[c] == 1.0) == game.is_legal(c));
+        legal.then_some(game)
     }
 
     /// The side whose turn it is; once the game has ended, the side that would have moved next
@@ -416,6 +467,10 @@ impl MultiAgentEnv for ConnectFour {
     fn builtin_action(&self, player: usize, agent: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
         builtin_turn(self, self.is_active(agent), player, rng)
     }
+
+    fn ply_model(&self) -> Option<Arc<dyn PlyModel>> {
+        Some(Arc::new(ConnectFourRules))
+    }
 }
 
 /// Connect Four between two teams of `players_per_side` players each (`connect_four` with
@@ -506,6 +561,39 @@ impl MultiAgentEnv for TeamConnectFour {
 
     fn builtin_action(&self, player: usize, agent: usize, rng: &mut Pcg64Mcg) -> Option<usize> {
         builtin_turn(&self.game, self.is_active(agent), player, rng)
+    }
+
+    fn ply_model(&self) -> Option<Arc<dyn PlyModel>> {
+        Some(Arc::new(ConnectFourRules))
+    }
+}
+
+/// Connect Four's rules as a [`PlyModel`]: the position from the mover's observation
+/// ([`ConnectFour::from_observation`]), the move played, and the board as the other side sees it. The same for
+/// [`TeamConnectFour`], whose sides alternate as the two players do.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConnectFourRules;
+
+impl PlyModel for ConnectFourRules {
+    fn obs_dim(&self) -> usize {
+        OBS_DIM
+    }
+
+    fn num_actions(&self) -> usize {
+        COLUMNS
+    }
+
+    fn ply(&self, obs: &[f32], action: usize, next: &mut [f32]) -> Option<Ply> {
+        let mut game = ConnectFour::from_observation(obs)?;
+        let mover = game.to_move();
+        let outcome = game.play(action).ok()?;
+        if !outcome.is_over() {
+            game.observe(mover.opponent(), next).ok()?;
+        }
+        Some(Ply {
+            reward: outcome.reward(mover),
+            ends: outcome.is_over(),
+        })
     }
 }
 
@@ -1108,5 +1196,85 @@ mod tests {
             env.step(ActionBatch::Discrete(&[1, 1]), buf.view()),
             Err(EnvError::BufferSize { .. })
         ));
+    }
+
+    /// The rules model against the env itself over random games of both kinds: every column of every position the
+    /// mover sees, legal or not, then the env's own step with one of them.
+    #[test]
+    fn ply_model_moves_as_the_env_does() {
+        for players_per_side in [1, 2] {
+            let mut env = TeamConnectFour::new(players_per_side).expect("players");
+            let model = env.ply_model().expect("connect four has its rules");
+            let n = env.num_agents();
+            let mut buf = VecBuffers::new(n, OBS_DIM);
+            env.reset(None, &mut buf.obs).expect("reset");
+            let mut rng = Pcg64Mcg::seed_from_u64(5);
+            let (mut ends, mut wins) = (0, 0);
+            let mut next = vec![0.0; OBS_DIM];
+            for _ in 0..3000 {
+                let mover = (0..n).find(|&a| env.is_active(a)).expect("someone moves");
+                let obs = buf.obs[mover * OBS_DIM..(mover + 1) * OBS_DIM].to_vec();
+                let game = *env.game();
+                assert_eq!(
+                    ConnectFour::from_observation(&obs).map(|g| g.to_move()),
+                    Some(game.to_move())
+                );
+                for column in 0..COLUMNS {
+                    let ply = model.ply(&obs, column, &mut next);
+                    assert_eq!(ply.is_some(), game.is_legal(column), "column {column} of\n{game}");
+                    if ply.is_some_and(|p| !p.ends) {
+                        let mut after = game;
+                        after.play(column).expect("legal");
+                        let mut seen = vec![0.0; OBS_DIM];
+                        after.observe(after.to_move(), &mut seen).expect("right size");
+                        assert_eq!(next, seen, "column {column} of\n{game}");
+                    }
+                }
+                let column = random_legal(&mut rng, &game).expect("a legal column");
+                let ply = model.ply(&obs, column, &mut next).expect("legal");
+                let mut actions = vec![0; n];
+                actions[mover] = column as i64;
+                env.step(ActionBatch::Discrete(&actions), buf.view())
+                    .expect("legal move");
+                assert_eq!(
+                    (ply.reward, ply.ends),
+                    (buf.rewards[mover], buf.terminated[mover])
+                );
+                let other = (mover + 1) % n;
+                if !ply.ends {
+                    assert_eq!(next, buf.obs[other * OBS_DIM..(other + 1) * OBS_DIM]);
+                }
+                ends += usize::from(ply.ends);
+                wins += usize::from(ply.reward == 1.0);
+            }
+            assert!(
+                ends > 50 && wins > 40,
+                "{ends} games, {wins} won by their last move"
+            );
+        }
+        let model = ConnectFourRules;
+        let mut next = vec![0.0; OBS_DIM];
+        let mut obs = vec![0.0; OBS_DIM];
+        game(&[3, 3]).observe(Side::First, &mut obs).expect("right size");
+        assert!(model.ply(&obs, 3, &mut next).is_some());
+        let mut not_to_move = vec![0.0; OBS_DIM];
+        game(&[3])
+            .observe(Side::First, &mut not_to_move)
+            .expect("right size");
+        assert_eq!(
+            model.ply(&not_to_move, 3, &mut next),
+            None,
+            "player_0 is not to move"
+        );
+        obs[COLUMNS] = 0.5;
+        assert_eq!(model.ply(&obs, 3, &mut next), None, "not a board value");
+        assert_eq!(model.ply(&obs[1..], 3, &mut next), None, "too short");
+        game(&[3, 3]).observe(Side::First, &mut obs).expect("right size");
+        let cell = |row: usize, column: usize, plane: usize| COLUMNS + (row * COLUMNS + column) * 2 + plane;
+        (obs[cell(5, 0, 1)], obs[cell(2, 0, 0)]) = (1.0, 1.0);
+        assert_eq!(model.ply(&obs, 3, &mut next), None, "a piece in the air");
+        obs[cell(2, 0, 0)] = 0.0;
+        obs[cell(4, 0, 0)] = 1.0;
+        assert!(model.ply(&obs, 3, &mut next).is_some(), "the same pieces stacked");
     }
 }

@@ -104,7 +104,7 @@ pub mod wrappers;
 
 pub use env::{check_action, check_obs_buffer, check_observation, Env, EpisodeStats, Frame, Info, Step};
 pub use error::EnvError;
-pub use multi_agent::{AgentEpisodes, MultiAgentEnv, SingleAgent};
+pub use multi_agent::{AgentEpisodes, MultiAgentEnv, Ply, PlyModel, SingleAgent};
 pub use multi_vector::{action_slots, ActionSlots, MultiVecEnv};
 pub use registry::{
     parse_kwargs, runs_python, EnvConstructor, EnvKwargs, EnvRegistry, MultiAgentConstructor, GYM_PREFIX,

@@ -5,6 +5,8 @@
 //!
 //! A single-agent [`Env`] is a multi-agent env of one through [`SingleAgent`].
 
+use std::sync::Arc;
+
 use rand_pcg::Pcg64Mcg;
 
 use crate::env::check_action;
@@ -113,6 +115,39 @@ pub trait MultiAgentEnv: Send {
         let _ = (player, agent, rng);
         None
     }
+
+    /// The game's rules as a [`PlyModel`] a learner can search, for a two-sided zero-sum turn-based game whose
+    /// observations hold the whole position; `None` by default.
+    fn ply_model(&self) -> Option<Arc<dyn PlyModel>> {
+        None
+    }
+}
+
+/// What one move does, read from the mover's observation: the rules of a two-sided, zero-sum, turn-based game
+/// whose observation holds the whole position (a board game's), which a learner can look ahead in as
+/// AlphaZero's self-play searches the game's rules. The sides alternate: after the mover's action, the other
+/// side moves, and every reward of the game is the mover's or its negation.
+pub trait PlyModel: Send + Sync + std::fmt::Debug {
+    /// Values per observation (the env's flat observation).
+    fn obs_dim(&self) -> usize;
+
+    /// Number of actions (the agents' `Discrete` action space).
+    fn num_actions(&self) -> usize;
+
+    /// The outcome of `action` played by the agent that observes `obs` and is to move: `None` when it may not play
+    /// it (an illegal action, or `obs` is no position that agent moves in); else the mover's reward and whether the
+    /// game ends, and, when it goes on, the observation of the side that moves next written into `next`
+    /// ([`obs_dim`](PlyModel::obs_dim) values).
+    fn ply(&self, obs: &[f32], action: usize, next: &mut [f32]) -> Option<Ply>;
+}
+
+/// The outcome of one move ([`PlyModel::ply`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ply {
+    /// The mover's reward for the move.
+    pub reward: f32,
+    /// Whether the game ended with it.
+    pub ends: bool,
 }
 
 /// Adapts any single-agent [`Env`] into a [`MultiAgentEnv`] of one agent that is always active

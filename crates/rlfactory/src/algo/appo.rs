@@ -30,7 +30,10 @@
 //! 10. Value loss: ½ max((V − target)², (V_clipped − target)²), where V_clipped stays within
 //!     `--ppo_clip_value` of the behaviour value (unclipped when that is 0), times
 //!     `--value_loss_coeff`.
-//! 11. Entropy bonus: `− --exploration_loss_coeff × entropy`.
+//! 11. Entropy bonus: `− --exploration_loss_coeff × entropy`. With `--lookahead_coeff` (a board game whose env has
+//!     its rules as a model, [`PlyModel`]), plus that weight times the cross-entropy of the policy against a target
+//!     computed once per dataset ([`Appo::lookahead_targets`]): the softmax of each legal move's value one move
+//!     ahead in the rules, as AlphaZero's self-play trains its policy towards its search (a search one move deep).
 //! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`](super::adam::clip_grad_norm)), then one
 //!     Adam step ([`Adam`], whose moments go into checkpoints); the policy version increases by one
 //!     per step.
@@ -53,6 +56,9 @@
 //!     `train/version_diff_avg`, `train/version_diff_max`, `train/valids_fraction`, `train/lr`, `train/loss`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rlf_env::PlyModel;
 
 use tch::{Kind, Tensor};
 
@@ -105,11 +111,15 @@ impl super::Algorithm for AppoAlgorithm {
         action_space: &rlf_env::Space,
         cfg: &Config,
         seed: &dyn Fn(),
+        rules: Option<Arc<dyn PlyModel>>,
     ) -> Result<Option<Box<dyn OnPolicyAlgo>>> {
         seed();
         let model = ActorCritic::new(observation_space, action_space, &cfg.model, cfg.run.device)?;
         let appo = Appo::new(model, cfg, cfg.run.train_for_env_steps)?;
-        Ok(Some(Box::new(appo)))
+        Ok(Some(Box::new(match rules {
+            Some(rules) if cfg.appo.lookahead_coeff > 0.0 => appo.looking_ahead(rules),
+            _ => appo,
+        })))
     }
 
     fn off_policy_learner(
@@ -565,6 +575,8 @@ pub struct Appo {
     /// The network's layers in Adam's flat parameters when the step is differentiated by hand
     /// ([`appo_dense`](super::appo_dense)); `None` trains through autograd.
     dense: Option<DenseActorCritic>,
+    /// The env's rules the lookahead loss looks ahead in (`--lookahead_coeff`, [`Appo::looking_ahead`]).
+    rules: Option<Arc<dyn PlyModel>>,
 }
 
 impl std::fmt::Debug for Appo {
@@ -613,6 +625,8 @@ struct Prepared {
     bootstrapped: Vec<bool>,
     rewards: Vec<f32>,
     ends: Vec<bool>,
+    /// With the lookahead loss: each row's target distribution over the actions ([`Appo::lookahead_targets`]).
+    lookahead: Option<Tensor>,
     /// Recurrent networks: the states steps started from, 1 where a step ended its episode, and 1
     /// where its agent acted (the slots' valid flags), all in row order.
     states: Option<Tensor>,
@@ -723,7 +737,88 @@ impl Appo {
             after_step: None,
             draws: Draws::from_torch(),
             dense,
+            rules: None,
         })
+    }
+
+    /// The same learner with the lookahead loss over `rules` (the env's model of its moves), weighted by
+    /// `--lookahead_coeff` (step 11 of the module doc); it trains through autograd.
+    pub fn looking_ahead(self, rules: Arc<dyn PlyModel>) -> Self {
+        Self {
+            rules: Some(rules),
+            dense: None,
+            ..self
+        }
+    }
+
+    /// The lookahead's target distribution of each row of `obs` that `trainable` marks (`[n, actions]`, zeros in the
+    /// others; `None` without the lookahead loss): the softmax at `--lookahead_temperature` of each legal move's value one move ahead in `rules`, the
+    /// mover's reward minus, when the game goes on, γ times the current critic's value of the position the opponent
+    /// then moves in (a zero-sum game's value for the opponent is the mover's negated).
+    pub fn lookahead_targets(&self, obs: &Tensor, trainable: &[bool]) -> Result<Option<Tensor>> {
+        match &self.rules {
+            Some(rules) if self.cfg.lookahead_coeff > 0.0 => Ok(Some(self.lookahead_targets_over(
+                rules.as_ref(),
+                obs,
+                trainable,
+            )?)),
+            _ => Ok(None),
+        }
+    }
+
+    fn lookahead_targets_over(
+        &self,
+        rules: &dyn PlyModel,
+        obs: &Tensor,
+        trainable: &[bool],
+    ) -> Result<Tensor> {
+        let (dim, k) = (rules.obs_dim(), rules.num_actions());
+        let rows = to_vec(obs)?;
+        if rows.len() != trainable.len() * dim {
+            return Err(RlfError::Protocol {
+                component: "learner",
+                message: format!(
+                    "the lookahead reads observations of {dim} values; the dataset's rows hold {}",
+                    rows.len() / trainable.len().max(1)
+                ),
+            });
+        }
+        let mut q = vec![f32::NEG_INFINITY; trainable.len() * k];
+        let (mut next, mut successors, mut at) = (vec![0.0; dim], Vec::new(), Vec::new());
+        for r in (0..trainable.len()).filter(|&r| trainable[r]) {
+            for a in 0..k {
+                if let Some(ply) = rules.ply(&rows[r * dim..(r + 1) * dim], a, &mut next) {
+                    q[r * k + a] = ply.reward;
+                    if !ply.ends {
+                        successors.extend_from_slice(&next);
+                        at.push(r * k + a);
+                    }
+                }
+            }
+        }
+        if !at.is_empty() {
+            let values = to_vec(&self.model.values(&self.model.obs_tensor(&successors)?))?;
+            let gamma = self.learning.gamma as f32;
+            for (&i, v) in at.iter().zip(values) {
+                q[i] -= gamma * v;
+            }
+        }
+        let temperature = self.cfg.lookahead_temperature as f32;
+        let mut targets = vec![0.0_f32; q.len()];
+        for (qs, out) in q.chunks_exact(k).zip(targets.chunks_exact_mut(k)) {
+            let best = qs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if best == f32::NEG_INFINITY {
+                continue;
+            }
+            for (o, &x) in out.iter_mut().zip(qs) {
+                *o = ((x - best) / temperature).exp();
+            }
+            let sum: f32 = out.iter().sum();
+            out.iter_mut().for_each(|o| *o /= sum);
+        }
+        Ok(Tensor::f_from_slice(&targets)?
+            .f_reshape([trainable.len() as i64, k as i64])?
+            .f_to_device(self.model.device())?)
     }
 
     /// Whether the SGD steps are differentiated by hand ([`appo_dense`](super::appo_dense)) rather than by
@@ -1138,7 +1233,9 @@ impl Appo {
                 }
             }
         }
+        let lookahead = self.lookahead_targets(&obs, &trainable)?;
         Ok(Prepared {
+            lookahead,
             obs,
             actions: data.actions.f_to_device(device)?,
             old_log_probs: data.log_probs.f_to_device(device)?,
@@ -1308,7 +1405,7 @@ impl Appo {
             None => None,
         };
         let mut sums: Vec<Tensor> = Vec::new();
-        let mut grad_norm_sum = 0.0;
+        let (mut grad_norm_sum, mut lookahead_sum) = (0.0, 0.0);
         let mut steps = 0usize;
         for _epoch in 0..self.cfg.num_epochs {
             let mut epoch_kl = Vec::new();
@@ -1419,8 +1516,23 @@ impl Appo {
                     &self.cfg,
                     value_clip,
                 );
+                let total = match &p.lookahead {
+                    Some(targets) => {
+                        let cross_entropy =
+                            dist.cross_entropy(&pick(targets))
+                                .ok_or_else(|| RlfError::Protocol {
+                                    component: "learner",
+                                    message: "the lookahead loss needs a categorical policy".into(),
+                                })?;
+                        let loss =
+                            (cross_entropy * &mask).sum(Kind::Float) / mask.sum(Kind::Float).clamp_min(1.0);
+                        lookahead_sum += f64::try_from(&loss)?;
+                        &l.total + loss * self.cfg.lookahead_coeff
+                    }
+                    None => l.total.shallow_clone(),
+                };
                 self.optimizer.zero_grad()?;
-                l.total.f_backward()?;
+                total.f_backward()?;
                 self.optimizer.set_lr(self.schedule.lr());
                 grad_norm_sum += self.optimizer.clip_and_step(self.optim.max_grad_norm)?;
                 steps += 1;
@@ -1430,7 +1542,7 @@ impl Appo {
                         l.policy.detach(),
                         l.value.detach(),
                         l.entropy.detach(),
-                        l.total.detach(),
+                        total.detach(),
                         l.kl,
                         l.fraction_clipped,
                         advantages.mean(Kind::Float),
@@ -1466,6 +1578,9 @@ impl Appo {
             -entropy * self.cfg.exploration_loss_coeff,
         );
         metrics.insert("train/grad_norm".into(), grad_norm_sum / steps.max(1) as f64);
+        if p.lookahead.is_some() {
+            metrics.insert("train/lookahead_loss".into(), lookahead_sum / steps.max(1) as f64);
+        }
         metrics.insert("train/lr".into(), self.schedule.lr());
         metrics.insert("train/sgd_steps".into(), steps as f64);
         Ok(metrics)

@@ -98,6 +98,7 @@ impl super::Algorithm for DqnAlgorithm {
         _action_space: &rlf_env::Space,
         _cfg: &Config,
         _seed: &dyn Fn(),
+        _rules: Option<std::sync::Arc<dyn rlf_env::PlyModel>>,
     ) -> Result<Option<Box<dyn super::OnPolicyAlgo>>> {
         Ok(None)
     }

@@ -11,9 +11,10 @@ pub mod dqn;
 pub mod sac;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use clap::ValueEnum;
-use rlf_env::Space;
+use rlf_env::{PlyModel, Space};
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
@@ -78,13 +79,15 @@ pub trait Algorithm: Sync {
 
     /// An algorithm that learns from the trajectory slots: its learner (network and optimiser, fresh) for a policy
     /// with these spaces, for a run of `cfg`; `None` for one that learns from a replay buffer. `seed` is called before
-    /// each network that starts from the policy's seed.
+    /// each network that starts from the policy's seed; `rules` is the env's model of its moves when it has one (what
+    /// `--lookahead_coeff` looks ahead in).
     fn on_policy_learner(
         &self,
         observation_space: &Space,
         action_space: &Space,
         cfg: &Config,
         seed: &dyn Fn(),
+        rules: Option<Arc<dyn PlyModel>>,
     ) -> Result<Option<Box<dyn OnPolicyAlgo>>>;
 
     /// An off-policy algorithm's learner (its networks, targets and optimisers, fresh) for a policy with these

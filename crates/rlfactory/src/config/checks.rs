@@ -283,6 +283,7 @@ impl Config {
                 self.optimizer.lr_schedule_kl_threshold,
             ),
             ("--heartbeat_interval", r.heartbeat_interval),
+            ("--lookahead_temperature", a.lookahead_temperature),
         ];
         if let Some((name, v)) = positive.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
             return err(format!("{name} must be a positive number, got {v}"));
@@ -291,6 +292,7 @@ impl Config {
             ("--ppo_clip_value", a.ppo_clip_value),
             ("--value_loss_coeff", a.value_loss_coeff),
             ("--exploration_loss_coeff", a.exploration_loss_coeff),
+            ("--lookahead_coeff", a.lookahead_coeff),
             ("--report_interval_sec", r.report_interval_sec),
         ];
         if let Some((name, v)) = finite.iter().find(|(_, v)| !v.is_finite() || *v < 0.0) {

@@ -470,6 +470,15 @@ pub struct AppoConfig {
     /// `--rollout` (and equal it with V-trace). -1: the whole trajectory.
     #[arg(long, allow_negative_numbers = true)]
     pub recurrence: i64,
+    /// Weight of the one-ply lookahead loss (0: none): for a turn-based board game whose env has its rules as a
+    /// model (Connect Four), the cross-entropy of the policy against the softmax of each legal move's value looked
+    /// up one move ahead in the rules (the move's reward, or minus γ times the critic's value of the position the
+    /// opponent then moves in), as AlphaZero's self-play trains its policy towards its search.
+    #[arg(long)]
+    pub lookahead_coeff: f64,
+    /// Temperature of the lookahead's softmax over the moves' values (`--lookahead_coeff`).
+    #[arg(long)]
+    pub lookahead_temperature: f64,
 }
 
 /// The reference values (the command line's defaults).
@@ -490,6 +499,8 @@ impl Default for AppoConfig {
             max_policy_lag: 1000,
             num_batches_to_accumulate: 2,
             recurrence: -1,
+            lookahead_coeff: 0.0,
+            lookahead_temperature: 0.1,
         }
     }
 }

@@ -5,9 +5,11 @@
 pub mod group;
 
 pub use rlf_env::{
-    parse_kwargs, ActionBatch, EnvRegistry, EpisodeStats, Frame, MultiVecEnv, Space, StepBuffers, VecBuffers,
-    VecEnv,
+    parse_kwargs, ActionBatch, EnvRegistry, EpisodeStats, Frame, MultiVecEnv, Ply, PlyModel, Space,
+    StepBuffers, VecBuffers, VecEnv,
 };
+
+use std::sync::Arc;
 
 use rlf_env::wrappers::{RescaleObservation, SelectObservation};
 use rlf_env::Env;
@@ -38,6 +40,10 @@ pub struct EnvSpec {
     pub teams: Vec<usize>,
     /// Why the env cannot save its state for an exact resume (`Env::save_state`); `None` when it can.
     pub cannot_save_state: Option<String>,
+    /// Whether the env has its rules as a model (`rlf_env::MultiAgentEnv::ply_model`), which `--lookahead_coeff`
+    /// looks ahead in.
+    #[serde(default)]
+    pub has_ply_model: bool,
 }
 
 impl EnvSpec {
@@ -67,6 +73,7 @@ impl EnvSpec {
                 builtin_players: env.builtin_players().iter().map(|&p| p.to_owned()).collect(),
                 teams: (0..n).map(|a| env.team(a)).collect(),
                 cannot_save_state: Some("multi-agent envs keep no exact state".into()),
+                has_ply_model: env.ply_model().is_some(),
             });
         }
         if !cfg.env_kwargs.trim().is_empty() {
@@ -88,7 +95,19 @@ impl EnvSpec {
                 .save_state(&mut Vec::new())
                 .err()
                 .map(|e| format!("the env cannot save its state: {e}")),
+            has_ply_model: false,
         })
+    }
+
+    /// The rules of `cfg`'s env as a model a learner looks ahead in ([`rlf_env::MultiAgentEnv::ply_model`]), from a
+    /// probe env; `None` for an env without one.
+    pub fn ply_model(registry: &EnvRegistry, cfg: &EnvConfig) -> Result<Option<Arc<dyn PlyModel>>> {
+        if !registry.is_multi_agent(&cfg.env) {
+            return Ok(None);
+        }
+        Ok(registry
+            .make_multi_agent(&cfg.env, &parse_kwargs(&cfg.env_kwargs)?)?
+            .ply_model())
     }
 
     /// Whether every agent has the same spaces.

@@ -89,6 +89,18 @@ impl Distribution {
         }
     }
 
+    /// The cross-entropy `−Σ_a target(a) log π(a)` per row (`[n]`) against target distributions `[n, k]` of a
+    /// categorical; `None` for the other kinds. A masked action's probability is 0 but its log-probability finite
+    /// (see `MASKED_LOGIT`), so a target of 0 there adds nothing.
+    pub fn cross_entropy(&self, target: &Tensor) -> Option<Tensor> {
+        match self {
+            Distribution::Categorical { log_probs } => {
+                Some(-(target * log_probs).sum_dim_intlist(-1, false, Kind::Float))
+            }
+            Distribution::MultiCategorical { .. } | Distribution::Gaussian { .. } => None,
+        }
+    }
+
     /// Entropy per row, `[n]`.
     pub fn entropy(&self) -> Tensor {
         let categorical = |lp: &Tensor| -(lp.exp() * lp).sum_dim_intlist(-1, false, Kind::Float);

@@ -88,6 +88,20 @@ impl RunPlan {
             }
         }
         algorithm.check_actions(&cfg.env.env, &env.action_spaces)?;
+        if cfg.appo.lookahead_coeff > 0.0 {
+            if !env.has_ply_model {
+                return err(format!(
+                    "--lookahead_coeff looks ahead in the env's rules: {name} has none as a model (connect_four has)"
+                ));
+            }
+            if algorithm.name() != "appo" || cfg.model.use_rnn {
+                return err(format!(
+                    "--lookahead_coeff trains APPO's feed-forward policy; this run has --algo {}{}",
+                    algorithm.name(),
+                    if cfg.model.use_rnn { " and --use_rnn" } else { "" }
+                ));
+            }
+        }
         if !cfg.model.encoder_custom.is_empty() {
             crate::model::registered_encoder(&cfg.model.encoder_custom)?;
         }

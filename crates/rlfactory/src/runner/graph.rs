@@ -525,9 +525,14 @@ pub(super) fn build_graph(app: &mut AppBuilder, parts: Parts) -> Result<(), Buil
     // The rollout workers beside the learners write into their replay buffers (an MPI learner rank's link does).
     let replay_writers = if samples { workers.len() } else { 0 };
     for (p, (&learner, signals)) in learners.iter().zip(learner_signals).enumerate() {
-        let (plan, plane, sync) = (plan.clone(), plane.clone(), learner_sync.clone());
+        let (plan, registry, plane, sync) = (
+            plan.clone(),
+            registry.clone(),
+            plane.clone(),
+            learner_sync.clone(),
+        );
         app.construct(learner, move || {
-            LearnerNode::new(p, &plan, &plane, signals, sync).with_replay_writers(replay_writers)
+            LearnerNode::new(p, &plan, &registry, &plane, signals, sync).with_replay_writers(replay_writers)
         });
     }
     let mut stats = RunStats::new(cfg, process_start);

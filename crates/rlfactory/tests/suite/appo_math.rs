@@ -8,8 +8,11 @@
 
 use crate::common;
 
+use std::sync::Arc;
+
 use common::cartpole_dataset;
-use rlf_env::{BoxSpace, EnvRegistry, Space};
+use rlf_env::connect_four::{ConnectFour, ConnectFourRules, OBS_DIM};
+use rlf_env::{BoxSpace, EnvRegistry, PlyModel, Space};
 use rlfactory::algo::adam::clip_grad_norm;
 use rlfactory::algo::appo::{
     bootstrap_only, gae, losses, vtrace, ActedSteps, Appo, Dataset, LossInputs, LrSchedule, VtraceParams,
@@ -17,6 +20,7 @@ use rlfactory::algo::appo::{
 use rlfactory::algo::OnPolicyAlgo;
 use rlfactory::config::{Config, LrScheduleKind};
 use rlfactory::model::{ActorCritic, Policy, ACTION_MASK_KEY};
+use rlfactory::plan::RunPlan;
 use tch::{Kind, Tensor};
 
 /// A rollout of 7 steps: an episode terminates after step 2, one is truncated after step 4
@@ -534,6 +538,131 @@ fn masked_networks_up_to_128_wide_are_differentiated_by_hand() {
     };
     assert!(by_hand("64, 64") && by_hand("128, 128"));
     assert!(!by_hand("256, 256") && !by_hand("64, 256"));
+}
+
+/// The lookahead's targets (`--lookahead_coeff`) on Connect Four positions: a winning column takes the target's mass
+/// (a win is worth 1, any other move minus γ times a new critic's value, well under 1), a full column none, and a row the
+/// learner does not train on is all zeros; the learner then trains through autograd, even 64 units wide.
+#[test]
+fn the_lookahead_targets_take_a_win_and_never_a_full_column() {
+    let _turn = common::torch_rng();
+    tch::manual_seed(5);
+    let unit = |shape: Vec<usize>| Space::Box(BoxSpace::uniform(0.0, 1.0, shape).unwrap());
+    let obs_space = Space::Dict(vec![
+        (ACTION_MASK_KEY.to_owned(), unit(vec![7])),
+        ("observation".to_owned(), unit(vec![6, 7, 2])),
+    ]);
+    let cfg = Config::for_env(
+        "connect_four",
+        &[
+            "encoder_mlp_layers = [64, 64]",
+            "lookahead_coeff = 1.0",
+            "lookahead_temperature = 0.1",
+        ],
+    )
+    .unwrap();
+    let model = ActorCritic::new(&obs_space, &Space::discrete(7), &cfg.model, cfg.run.device).unwrap();
+    let plain = Appo::new(model, &cfg, 1_000_000).unwrap();
+    assert!(plain.differentiates_by_hand());
+    let appo = plain.looking_ahead(Arc::new(ConnectFourRules));
+    assert!(!appo.differentiates_by_hand());
+    let position = |moves: &[usize]| {
+        let game = ConnectFour::from_moves(moves).unwrap();
+        let mut obs = vec![0.0; OBS_DIM];
+        game.observe(game.to_move(), &mut obs).unwrap();
+        obs
+    };
+    let wins_in_column_0 = position(&[0, 1, 0, 1, 0, 1]);
+    let column_3_full = position(&[3, 3, 3, 3, 3, 3]);
+    let rows: Vec<f32> = [wins_in_column_0.as_slice(), &wins_in_column_0, &column_3_full].concat();
+    let obs = Tensor::from_slice(&rows).reshape([3, OBS_DIM as i64]);
+    let targets = appo
+        .lookahead_targets(&obs, &[true, false, true])
+        .unwrap()
+        .expect("looking ahead");
+    assert_eq!(targets.size(), [3, 7]);
+    let t = Vec::<f32>::try_from(targets.reshape([-1])).unwrap();
+    assert!(
+        t[0] > 0.9 && t[1..7].iter().all(|&v| v < t[0] / 10.0),
+        "the winning column: {:?}",
+        &t[..7]
+    );
+    assert!((t[..7].iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    assert!(
+        t[7..14].iter().all(|&v| v == 0.0),
+        "an untrained row: {:?}",
+        &t[7..14]
+    );
+    assert_eq!(t[14 + 3], 0.0, "the full column");
+    assert!((t[14..].iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    // No win on offer: the softmax of minus γ times the critic's value of each position the opponent then moves in.
+    let (mut next, mut successors) = (vec![0.0; OBS_DIM], Vec::new());
+    let legal: Vec<usize> = (0..7).filter(|&c| c != 3).collect();
+    for &c in &legal {
+        let ply = ConnectFourRules
+            .ply(&column_3_full, c, &mut next)
+            .expect("a legal column");
+        assert!(!ply.ends && ply.reward == 0.0);
+        successors.extend_from_slice(&next);
+    }
+    let values = appo
+        .model()
+        .values(&appo.model().obs_tensor(&successors).unwrap());
+    let q: Vec<f64> = Vec::<f32>::try_from(values)
+        .unwrap()
+        .iter()
+        .map(|&v| -cfg.learning.gamma * f64::from(v) / 0.1)
+        .collect();
+    let best = q.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = q.iter().map(|x| (x - best).exp()).sum();
+    for (&c, x) in legal.iter().zip(&q) {
+        let expected = (x - best).exp() / sum;
+        assert!(
+            (f64::from(t[14 + c]) - expected).abs() < 1e-4,
+            "column {c}: {} against {expected}",
+            t[14 + c]
+        );
+    }
+
+    let without = Appo::new(
+        ActorCritic::new(&obs_space, &Space::discrete(7), &cfg.model, cfg.run.device).unwrap(),
+        &Config::for_env("connect_four", &["encoder_mlp_layers = [64, 64]"]).unwrap(),
+        1_000_000,
+    )
+    .unwrap()
+    .looking_ahead(Arc::new(ConnectFourRules));
+    assert!(
+        without.lookahead_targets(&obs, &[true; 3]).unwrap().is_none(),
+        "lookahead_coeff 0"
+    );
+}
+
+/// `--lookahead_coeff` needs an env whose rules are a model: on CartPole it is refused in one line before any
+/// work.
+#[test]
+fn the_lookahead_is_refused_on_an_env_without_rules() {
+    let looking_ahead = |env: &str| {
+        let mut cfg = Config::for_env_defaults(env, "appo").unwrap();
+        cfg.appo.lookahead_coeff = 1.0;
+        cfg
+    };
+    let err = RunPlan::resolve(&looking_ahead("CartPole-v1"), &EnvRegistry::with_builtin())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--lookahead_coeff") && err.contains("CartPole-v1") && !err.contains('\n'),
+        "{err}"
+    );
+    let mut recurrent = looking_ahead("connect_four");
+    recurrent.model.use_rnn = true;
+    let err = RunPlan::resolve(&recurrent, &EnvRegistry::with_builtin())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--lookahead_coeff") && err.contains("--use_rnn"),
+        "{err}"
+    );
+    assert!(RunPlan::resolve(&looking_ahead("connect_four"), &EnvRegistry::with_builtin()).is_ok());
 }
 
 fn differing(a: &[f32], b: &[f32]) -> usize {

@@ -78,6 +78,39 @@ fn event_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Connect Four with the one-ply lookahead (`--lookahead_coeff`): the learner trains with its loss, which the
+/// run's scalars record as `train/lookahead_loss` along the run, a cross-entropy over the 7 columns (positive and
+/// finite: the targets' entropy plus the policy's divergence from them).
+#[test]
+fn a_run_looking_ahead_records_its_lookahead_loss() {
+    let python = python();
+    let tmp = temp_dir("lookahead");
+    let dir = tmp.path();
+    let train_dir = format!("--train_dir={}", dir.display());
+    let out = run(&[
+        "train",
+        "--env=connect_four",
+        "--experiment=exp",
+        &train_dir,
+        "--lookahead_coeff=1",
+        "--train_for_env_steps=20000",
+        "--serial_mode",
+        "--report_interval_sec=0",
+    ]);
+    assert!(out.status.success(), "train: {}", text(&out.stderr));
+    let losses: Vec<f64> = event_files(dir)
+        .iter()
+        .flat_map(|f| tensorboard_scalars(&python, f))
+        .filter(|(tag, _, _)| tag == "train/lookahead_loss")
+        .map(|(_, _, v)| v)
+        .collect();
+    assert!(losses.len() >= 2, "{} lookahead losses", losses.len());
+    assert!(
+        losses.iter().all(|&v| v.is_finite() && v > 0.0 && v < 10.0),
+        "{losses:?}"
+    );
+}
+
 /// A run of 20K frames (about a tenth of a second of training here; it was a run of 0.5 s, whose content depended
 /// on the machine's load) writes the return and the losses from its first episodes on, and its learning curve.
 #[test]

@@ -11,6 +11,7 @@ use super::{or_fail, sent};
 use crate::algo::adam::GradientSync;
 use crate::algo::allreduce::AllreduceGradients;
 use crate::config::{snapshot_slot, LrScheduleKind};
+use crate::env::{EnvRegistry, EnvSpec};
 use crate::error::{Result, RlfError};
 use crate::experiment::{CheckpointRequest, Checkpointer, PoolSnapshot, Resumed};
 use crate::learning::{
@@ -98,6 +99,7 @@ impl LearnerNode {
     pub fn new(
         policy: usize,
         plan: &RunPlan,
+        registry: &EnvRegistry,
         plane: &DataPlane,
         signals: LearnerSignals,
         sync: Option<LearnerSync>,
@@ -106,7 +108,7 @@ impl LearnerNode {
         let setup = if plan.learns_from_replay {
             off_policy_setup(policy, plan, plane)
         } else {
-            on_policy_setup(policy, plan, plane, sync)
+            on_policy_setup(policy, plan, registry, plane, sync)
         };
         Self {
             learner: None,
@@ -139,10 +141,15 @@ impl LearnerNode {
 fn on_policy_setup(
     policy: usize,
     plan: &RunPlan,
+    registry: &EnvRegistry,
     plane: &DataPlane,
     sync: Option<LearnerSync>,
 ) -> Result<Setup> {
     let cfg = &plan.config;
+    let rules = match cfg.appo.lookahead_coeff > 0.0 {
+        true => EnvSpec::ply_model(registry, &cfg.env)?,
+        false => None,
+    };
     if cfg.run.learner_threads > 0 {
         // The learner's own process (in serial mode, the one loop's).
         tch::set_num_threads(cfg.run.learner_threads);
@@ -158,7 +165,13 @@ fn on_policy_setup(
         .policy_spaces(policy)
         .and_then(|(observation_space, action_space)| {
             let algo = algorithm
-                .on_policy_learner(observation_space, action_space, cfg, &|| seed_policy(cfg, policy))?
+                .on_policy_learner(
+                    observation_space,
+                    action_space,
+                    cfg,
+                    &|| seed_policy(cfg, policy),
+                    rules.clone(),
+                )?
                 .ok_or_else(|| {
                     RlfError::Config(format!("--algo {} learns from no trajectories", algorithm.name()))
                 })?;
