@@ -32,8 +32,9 @@
 //!     `--value_loss_coeff`.
 //! 11. Entropy bonus: `− --exploration_loss_coeff × entropy`. With `--lookahead_coeff` (a board game whose env has
 //!     its rules as a model, [`PlyModel`]), plus that weight times the cross-entropy of the policy against a target
-//!     computed once per dataset ([`Appo::lookahead_targets`]): the softmax of each legal move's value one move
-//!     ahead in the rules, as AlphaZero's self-play trains its policy towards its search (a search one move deep).
+//!     computed once per dataset ([`Appo::lookahead_targets`]): the softmax of each legal move's value looked up in
+//!     the rules, as AlphaZero's self-play trains its policy towards its search (a search one move deep, and with
+//!     `--lookahead_plies 2` the opponent's replies that end the game).
 //! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`](super::adam::clip_grad_norm)), then one
 //!     Adam step ([`Adam`], whose moments go into checkpoints); the policy version increases by one
 //!     per step.
@@ -752,9 +753,11 @@ impl Appo {
     }
 
     /// The lookahead's target distribution of each row of `obs` that `trainable` marks (`[n, actions]`, zeros in the
-    /// others; `None` without the lookahead loss): the softmax at `--lookahead_temperature` of each legal move's value one move ahead in `rules`, the
-    /// mover's reward minus, when the game goes on, γ times the current critic's value of the position the opponent
-    /// then moves in (a zero-sum game's value for the opponent is the mover's negated).
+    /// others; `None` without the lookahead loss): the softmax at `--lookahead_temperature` of each legal move's
+    /// value looked up in `rules`, the mover's reward minus, when the game goes on, γ times the value of the position
+    /// the opponent then moves in (a zero-sum game's value for the opponent is the mover's negated): the current
+    /// critic's, or with `--lookahead_plies 2` the opponent's best reward from a reply that ends the game when that
+    /// is higher.
     pub fn lookahead_targets(&self, obs: &Tensor, trainable: &[bool]) -> Result<Option<Tensor>> {
         match &self.rules {
             Some(rules) if self.cfg.lookahead_coeff > 0.0 => Ok(Some(self.lookahead_targets_over(
@@ -784,14 +787,24 @@ impl Appo {
             });
         }
         let mut q = vec![f32::NEG_INFINITY; trainable.len() * k];
-        let (mut next, mut successors, mut at) = (vec![0.0; dim], Vec::new(), Vec::new());
+        let (mut next, mut after_reply) = (vec![0.0; dim], vec![0.0; dim]);
+        // Each successor's row of `q` and the opponent's best reward from a reply there that ends the game.
+        let (mut successors, mut at) = (Vec::new(), Vec::new());
         for r in (0..trainable.len()).filter(|&r| trainable[r]) {
             for a in 0..k {
                 if let Some(ply) = rules.ply(&rows[r * dim..(r + 1) * dim], a, &mut next) {
                     q[r * k + a] = ply.reward;
                     if !ply.ends {
+                        let ending_reply = match self.cfg.lookahead_plies {
+                            1 => f32::NEG_INFINITY,
+                            _ => (0..k)
+                                .filter_map(|b| rules.ply(&next, b, &mut after_reply))
+                                .filter(|reply| reply.ends)
+                                .map(|reply| reply.reward)
+                                .fold(f32::NEG_INFINITY, f32::max),
+                        };
                         successors.extend_from_slice(&next);
-                        at.push(r * k + a);
+                        at.push((r * k + a, ending_reply));
                     }
                 }
             }
@@ -799,8 +812,8 @@ impl Appo {
         if !at.is_empty() {
             let values = to_vec(&self.model.values(&self.model.obs_tensor(&successors)?))?;
             let gamma = self.learning.gamma as f32;
-            for (&i, v) in at.iter().zip(values) {
-                q[i] -= gamma * v;
+            for (&(i, ending_reply), v) in at.iter().zip(values) {
+                q[i] -= gamma * v.max(ending_reply);
             }
         }
         let temperature = self.cfg.lookahead_temperature as f32;

@@ -257,6 +257,12 @@ impl Config {
         if !builtin.is_empty() && !s.self_play {
             return err("--self_play_builtin_opponents needs --self_play".into());
         }
+        if !(1..=2).contains(&a.lookahead_plies) {
+            return err(format!(
+                "--lookahead_plies must be 1 or 2, got {}",
+                a.lookahead_plies
+            ));
+        }
         if s.self_play_exploiters > 0 && !s.self_play {
             return err("--self_play_exploiters needs --self_play".into());
         }

@@ -470,15 +470,21 @@ pub struct AppoConfig {
     /// `--rollout` (and equal it with V-trace). -1: the whole trajectory.
     #[arg(long, allow_negative_numbers = true)]
     pub recurrence: i64,
-    /// Weight of the one-ply lookahead loss (0: none): for a turn-based board game whose env has its rules as a
-    /// model (Connect Four), the cross-entropy of the policy against the softmax of each legal move's value looked
-    /// up one move ahead in the rules (the move's reward, or minus γ times the critic's value of the position the
-    /// opponent then moves in), as AlphaZero's self-play trains its policy towards its search.
+    /// Weight of the lookahead loss (0: none): for a turn-based board game whose env has its rules as a model
+    /// (Connect Four), the cross-entropy of the policy against the softmax of each legal move's value looked up in
+    /// the rules (the move's reward, or minus γ times the value of the position the opponent then moves in,
+    /// `--lookahead_plies`), as AlphaZero's self-play trains its policy towards its search.
     #[arg(long)]
     pub lookahead_coeff: f64,
     /// Temperature of the lookahead's softmax over the moves' values (`--lookahead_coeff`).
     #[arg(long)]
     pub lookahead_temperature: f64,
+    /// How deep the lookahead searches (`--lookahead_coeff`): 1, each legal move and the critic's value of the
+    /// position it leads to; 2, also each of the opponent's replies there that ends the game, so that a move leaving
+    /// the opponent a win is worth that loss whatever the critic says (the position's value for the opponent is the
+    /// better of the critic's and its best game-ending reply's reward).
+    #[arg(long)]
+    pub lookahead_plies: usize,
 }
 
 /// The reference values (the command line's defaults).
@@ -501,6 +507,7 @@ impl Default for AppoConfig {
             recurrence: -1,
             lookahead_coeff: 0.0,
             lookahead_temperature: 0.1,
+            lookahead_plies: 2,
         }
     }
 }

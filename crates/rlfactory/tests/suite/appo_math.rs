@@ -663,6 +663,62 @@ fn the_lookahead_is_refused_on_an_env_without_rules() {
         "{err}"
     );
     assert!(RunPlan::resolve(&looking_ahead("connect_four"), &EnvRegistry::with_builtin()).is_ok());
+    let mut three_plies = looking_ahead("connect_four");
+    three_plies.appo.lookahead_plies = 3;
+    let err = RunPlan::resolve(&three_plies, &EnvRegistry::with_builtin())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--lookahead_plies must be 1 or 2, got 3") && !err.contains('\n'),
+        "{err}"
+    );
+}
+
+/// With `--lookahead_plies 2` the lookahead plays out the opponent's replies that end the game: facing three
+/// stacked in column 0, every other column leaves the opponent a win and is worth minus γ (all alike), so the block
+/// takes most of the target's mass whatever a new critic says; one ply deep the same columns are left to that
+/// critic's values.
+#[test]
+fn the_two_ply_lookahead_blocks_a_threat() {
+    let _turn = common::torch_rng();
+    let unit = |shape: Vec<usize>| Space::Box(BoxSpace::uniform(0.0, 1.0, shape).unwrap());
+    let obs_space = Space::Dict(vec![
+        (ACTION_MASK_KEY.to_owned(), unit(vec![7])),
+        ("observation".to_owned(), unit(vec![6, 7, 2])),
+    ]);
+    let game = ConnectFour::from_moves(&[0, 1, 0, 1, 0]).unwrap();
+    let mut threatened = vec![0.0; OBS_DIM];
+    game.observe(game.to_move(), &mut threatened).unwrap();
+    let obs = Tensor::from_slice(&threatened).reshape([1, OBS_DIM as i64]);
+    let targets = |plies: usize| {
+        let cfg = Config::for_env(
+            "connect_four",
+            &["lookahead_coeff = 1.0", &format!("lookahead_plies = {plies}")],
+        )
+        .unwrap();
+        tch::manual_seed(5);
+        let model = ActorCritic::new(&obs_space, &Space::discrete(7), &cfg.model, cfg.run.device).unwrap();
+        let appo = Appo::new(model, &cfg, 1_000_000)
+            .unwrap()
+            .looking_ahead(Arc::new(ConnectFourRules));
+        let t = appo
+            .lookahead_targets(&obs, &[true])
+            .unwrap()
+            .expect("looking ahead");
+        Vec::<f32>::try_from(t.reshape([-1])).unwrap()
+    };
+    let two = targets(2);
+    assert!(
+        two[0] > 10.0 * two[1]
+            && two[1..].iter().all(|&v| v == two[1])
+            && (two.iter().sum::<f32>() - 1.0).abs() < 1e-5,
+        "two plies: {two:?}"
+    );
+    let one = targets(1);
+    assert!(
+        one[2..].iter().any(|&v| v != one[1]) && one[0] < two[0],
+        "one ply, a new critic: {one:?}"
+    );
 }
 
 fn differing(a: &[f32], b: &[f32]) -> usize {
