@@ -154,6 +154,8 @@ pub struct Decision {
 pub struct Pbt {
     cfg: PbtConfig,
     policies: Vec<PolicyState>,
+    /// Whether each policy's state came from a resumed run's file.
+    resumed: Vec<bool>,
     rng: Pcg64Mcg,
 }
 
@@ -179,9 +181,13 @@ impl Pbt {
                 })
             })
             .collect();
+        let resumed = (0..num_policies)
+            .map(|policy| saved.get(policy).is_some_and(Option::is_some))
+            .collect();
         Self {
             cfg: cfg.clone(),
             policies,
+            resumed,
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x0b7_0000_0000_0007),
         }
     }
@@ -189,6 +195,14 @@ impl Pbt {
     /// Each policy's state.
     pub fn states(&self) -> &[PolicyState] {
         &self.policies
+    }
+
+    /// The states a resumed run continues (those read from its `policy_<i>_cfg.json`).
+    pub fn resumed(&self) -> impl Iterator<Item = &PolicyState> {
+        self.policies
+            .iter()
+            .zip(&self.resumed)
+            .filter_map(|(state, &resumed)| resumed.then_some(state))
     }
 
     /// Records policy `policy`'s agent steps so far (for its saved state).
@@ -310,6 +324,30 @@ mod tests {
             None,
             "a population of one"
         );
+    }
+
+    #[test]
+    fn a_resumed_population_names_the_saved_states_and_starts_the_others_afresh() {
+        let cfg = crate::config::Config::for_env("CartPole-v1", &FLAGS).expect("config");
+        let base = Hyper::of(&cfg);
+        let mut hyper = base;
+        hyper.learning_rate = 1.0;
+        let saved = PolicyState {
+            policy: 2,
+            hyper,
+            agent_steps: 700,
+            last_update_agent_steps: 600,
+            updates: 3,
+            replaced: 1,
+        };
+        let p = Pbt::new(&cfg.pbt, base, 4, &[None, None, Some(saved)], 3);
+        assert_eq!(p.resumed().copied().collect::<Vec<_>>(), [saved]);
+        assert_eq!(p.states()[2], saved);
+        assert!(
+            p.states()[3].hyper == base && p.states()[3].updates == 0,
+            "a policy past the saved ones"
+        );
+        assert_eq!(pbt(4, &FLAGS).resumed().count(), 0, "a new run");
     }
 
     #[test]

@@ -194,7 +194,7 @@ fn on_policy_setup(
             }
             Ok((learner, checkpointer))
         });
-    let (mut learner, mut checkpointer) = match (built, sync.take()) {
+    let (learner, checkpointer) = match (built, sync.take()) {
         (Ok((mut learner, checkpointer)), Some(sync)) => {
             learner.set_gradient_sync(Box::new(sync));
             (learner, checkpointer)
@@ -216,16 +216,6 @@ fn on_policy_setup(
         }
         (Err(e), None) => return Err(e),
     };
-    if let (true, Some((checkpointer, _))) = (cfg.pbt.with_pbt, &mut checkpointer) {
-        let dir = cfg.run.train_dir.join(&cfg.run.experiment);
-        if let Some(state) = crate::experiment::read_policy_state(&dir, policy)? {
-            learner.set_hyper(&state.hyper);
-            checkpointer.log(&format!(
-                "pbt: policy {policy} continues with its saved hyper-parameters (learning rate {:e}, {} updates)",
-                state.hyper.learning_rate, state.updates
-            ))?;
-        }
-    }
     let slots = if cfg.sampling.self_play {
         cfg.sampling.opponent_pool_size
     } else {

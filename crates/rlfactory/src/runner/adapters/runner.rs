@@ -12,7 +12,7 @@ use super::{or_fail, sent};
 use crate::error::Result;
 use crate::experiment::{CheckpointRequest, ExperimentRun};
 use crate::learning::{PbtUpdate, TrainingReport};
-use crate::pbt::{Decision, Pbt};
+use crate::pbt::{Decision, Pbt, PolicyState};
 use crate::runner::stats::{RunStats, Scalars};
 use crate::runner::summary::Summary;
 use crate::sampling::{RolloutReport, SnapshotRequest, SnapshotTaken, WorkerStarted};
@@ -170,6 +170,29 @@ impl RunnerNode {
             })
     }
 
+    /// A resumed population: each policy whose state was saved continues with its saved hyper-parameters, which
+    /// its learner takes from this update, sent before any decision's. The runner alone reads and writes
+    /// `policy_<i>_cfg.json`: a learner that read the file at its start could find a decision of this run there.
+    fn resume_pbt(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<()> {
+        let (Some(pbt), Some(signal)) = (&self.pbt, self.signals.pbt_update) else {
+            return Ok(());
+        };
+        let resumed: Vec<PolicyState> = pbt.resumed().copied().collect();
+        for state in resumed {
+            self.log(&format!(
+                "pbt: policy {} continues with its saved hyper-parameters (learning rate {:e}, {} updates)",
+                state.policy, state.hyper.learning_rate, state.updates
+            ))?;
+            let update = PbtUpdate {
+                policy: state.policy,
+                replace_from: None,
+                hyper: state.hyper,
+            };
+            sent(ctx.emit(&signal, &update))?;
+        }
+        Ok(())
+    }
+
     /// The PBT updates due after a rollout report: each logged, written to its policy's
     /// TensorBoard folder and `policy_<i>_cfg.json`, and sent to the learners.
     fn pbt_step(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<()> {
@@ -226,7 +249,12 @@ impl RunnerNode {
             return;
         }
         let stop = self.runner.on_rollout_reported(report);
-        let mut done = self.write_due_scalars(false).and_then(|()| self.pbt_step(ctx));
+        let mut done = self.write_due_scalars(false);
+        // A decision at the report that ends the run is left to the run that resumes it: a weight copy would reach
+        // learners that are already stopping, and the saved state would say it happened.
+        if stop.is_none() {
+            done = done.and_then(|()| self.pbt_step(ctx));
+        }
         if let (Some(request), Some(signal)) = (self.runner.due_snapshot(), self.signals.snapshot_requested) {
             done = done.and_then(|()| sent(ctx.emit(&signal, &request)));
         }
@@ -391,7 +419,7 @@ fn pbt_line(d: &Decision) -> String {
 
 impl Component for RunnerNode {
     fn on_start(&mut self, ctx: &mut Ctx<'_, Self>) {
-        let written = self.write_pbt_states();
+        let written = self.write_pbt_states().and_then(|()| self.resume_pbt(ctx));
         or_fail(ctx, written);
         match self
             .replay_handles
