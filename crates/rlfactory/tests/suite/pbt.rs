@@ -104,6 +104,15 @@ fn a_diverging_policy_takes_a_better_ones_weights_and_a_resumed_run_keeps_the_po
         )),
         "{log}"
     );
+    // ... and its learner trains with it from its first update on.
+    let taken = log
+        .lines()
+        .find(|l| l.contains("pbt: policy 3 trains with learning rate"))
+        .unwrap_or_else(|| panic!("policy 3's learner never took its saved hyper-parameters:\n{log}"));
+    assert!(
+        taken.ends_with(&format!("learning rate {:e}", before[3].hyper.learning_rate)),
+        "{taken}"
+    );
     for (p, old) in before.iter().enumerate() {
         let now = state(&exp, p);
         assert!(now.updates >= old.updates, "policy {p}: {old:?} then {now:?}");

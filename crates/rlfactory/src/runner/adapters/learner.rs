@@ -561,7 +561,13 @@ impl LearnerNode {
                 if let Some(learner) = &mut self.learner {
                     learner.set_hyper(&update.hyper);
                 }
-                Ok(())
+                match &mut self.checkpointer {
+                    Some(checkpointer) => checkpointer.log(&format!(
+                        "pbt: policy {me} trains with learning rate {:e}",
+                        update.hyper.learning_rate
+                    )),
+                    None => Ok(()),
+                }
             }
             _ => Ok(()),
         };

@@ -173,7 +173,7 @@ impl RunnerNode {
     /// A resumed population: each policy whose state was saved continues with its saved hyper-parameters, which
     /// its learner takes from this update, sent before any decision's. The runner alone reads and writes
     /// `policy_<i>_cfg.json`: a learner that read the file at its start could find a decision of this run there.
-    fn resume_pbt(&mut self, ctx: &mut Ctx<'_, Self>) -> Result<()> {
+    fn resume_pbt(&self, ctx: &mut Ctx<'_, Self>) -> Result<()> {
         let (Some(pbt), Some(signal)) = (&self.pbt, self.signals.pbt_update) else {
             return Ok(());
         };
