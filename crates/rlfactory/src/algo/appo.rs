@@ -34,7 +34,7 @@
 //!     its rules as a model, [`PlyModel`]), plus that weight times the cross-entropy of the policy against a target
 //!     computed once per dataset ([`Appo::lookahead_targets`]): the softmax of each legal move's value looked up in
 //!     the rules, as AlphaZero's self-play trains its policy towards its search (a search one move deep, and with
-//!     `--lookahead_plies 2` the opponent's replies that end the game).
+//!     `--lookahead_plies 2` the opponent's replies that end the game; a win on offer takes the whole target).
 //! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`](super::adam::clip_grad_norm)), then one
 //!     Adam step ([`Adam`], whose moments go into checkpoints); the policy version increases by one
 //!     per step.
@@ -757,7 +757,10 @@ impl Appo {
     /// value looked up in `rules`, the mover's reward minus, when the game goes on, γ times the value of the position
     /// the opponent then moves in (a zero-sum game's value for the opponent is the mover's negated): the current
     /// critic's, or with `--lookahead_plies 2` the opponent's best reward from a reply that ends the game when that
-    /// is higher.
+    /// is higher. A row with a win on offer (a move that ends the game with a positive reward, the rules' rewards
+    /// being the game's outcome) puts the whole target on its best winning moves, shared evenly: no continuation is
+    /// worth more than γ times a win, and a softmax over values that close would spread the target over every move
+    /// a trained critic already counts as won, teaching the policy to put its wins off.
     pub fn lookahead_targets(&self, obs: &Tensor, trainable: &[bool]) -> Result<Option<Tensor>> {
         match &self.rules {
             Some(rules) if self.cfg.lookahead_coeff > 0.0 => Ok(Some(self.lookahead_targets_over(
@@ -787,6 +790,7 @@ impl Appo {
             });
         }
         let mut q = vec![f32::NEG_INFINITY; trainable.len() * k];
+        let mut wins = vec![false; q.len()];
         let (mut next, mut after_reply) = (vec![0.0; dim], vec![0.0; dim]);
         // Each successor's row of `q` and the opponent's best reward from a reply there that ends the game.
         let (mut successors, mut at) = (Vec::new(), Vec::new());
@@ -794,6 +798,7 @@ impl Appo {
             for a in 0..k {
                 if let Some(ply) = rules.ply(&rows[r * dim..(r + 1) * dim], a, &mut next) {
                     q[r * k + a] = ply.reward;
+                    wins[r * k + a] = ply.ends && ply.reward > 0.0;
                     if !ply.ends {
                         let ending_reply = match self.cfg.lookahead_plies {
                             1 => f32::NEG_INFINITY,
@@ -818,13 +823,31 @@ impl Appo {
         }
         let temperature = self.cfg.lookahead_temperature as f32;
         let mut targets = vec![0.0_f32; q.len()];
-        for (qs, out) in q.chunks_exact(k).zip(targets.chunks_exact_mut(k)) {
+        for ((qs, won), out) in q
+            .chunks_exact(k)
+            .zip(wins.chunks_exact(k))
+            .zip(targets.chunks_exact_mut(k))
+        {
             let best = qs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             if best == f32::NEG_INFINITY {
                 continue;
             }
-            for (o, &x) in out.iter_mut().zip(qs) {
-                *o = ((x - best) / temperature).exp();
+            let best_win = qs
+                .iter()
+                .zip(won)
+                .filter(|&(_, &w)| w)
+                .map(|(&x, _)| x)
+                .fold(f32::NEG_INFINITY, f32::max);
+            for ((o, &x), &w) in out.iter_mut().zip(qs).zip(won) {
+                *o = if best_win > f32::NEG_INFINITY {
+                    if w && x == best_win {
+                        1.0
+                    } else {
+                        0.0
+                    }
+                } else {
+                    ((x - best) / temperature).exp()
+                };
             }
             let sum: f32 = out.iter().sum();
             out.iter_mut().for_each(|o| *o /= sum);

@@ -637,6 +637,79 @@ fn the_lookahead_targets_take_a_win_and_never_a_full_column() {
     );
 }
 
+/// A win on offer takes the whole lookahead target even when the critic counts every other move as won too: with a
+/// critic that values every position the opponent moves in at −1, each other column is worth γ, within
+/// `--lookahead_temperature` of the win's 1, and a softmax would give the win about a sixth of the target (the policy
+/// would learn to put its wins off); the rule gives it all of it, and a position without a win keeps the softmax.
+#[test]
+fn a_win_on_offer_takes_the_whole_target_when_the_critic_counts_every_move_as_won() {
+    let _turn = common::torch_rng();
+    tch::manual_seed(5);
+    let unit = |shape: Vec<usize>| Space::Box(BoxSpace::uniform(0.0, 1.0, shape).unwrap());
+    let obs_space = Space::Dict(vec![
+        (ACTION_MASK_KEY.to_owned(), unit(vec![7])),
+        ("observation".to_owned(), unit(vec![6, 7, 2])),
+    ]);
+    let cfg = Config::for_env(
+        "connect_four",
+        &[
+            "encoder_mlp_layers = [64, 64]",
+            "lookahead_coeff = 1.0",
+            "lookahead_temperature = 0.1",
+        ],
+    )
+    .unwrap();
+    let mut model = ActorCritic::new(&obs_space, &Space::discrete(7), &cfg.model, cfg.run.device).unwrap();
+    let mut tensors = model.variables().named_tensors().unwrap();
+    for t in &mut tensors {
+        if t.name.ends_with("value_head.weight") {
+            t.values.iter_mut().for_each(|v| *v = 0.0);
+        } else if t.name.ends_with("value_head.bias") {
+            t.values = vec![-1.0];
+        }
+    }
+    model.variables_mut().load_named_tensors(&tensors).unwrap();
+    let appo = Appo::new(model, &cfg, 1_000_000)
+        .unwrap()
+        .looking_ahead(Arc::new(ConnectFourRules));
+    let position = |moves: &[usize]| {
+        let game = ConnectFour::from_moves(moves).unwrap();
+        let mut obs = vec![0.0; OBS_DIM];
+        game.observe(game.to_move(), &mut obs).unwrap();
+        obs
+    };
+    // Three stacked in column 0 for the side to move; the opponent has no threat, so every reply goes on.
+    let wins_in_column_0 = position(&[0, 1, 0, 1, 0, 6]);
+    let no_win = position(&[3, 3, 3, 3, 3, 3]);
+    let obs =
+        Tensor::from_slice(&[wins_in_column_0.as_slice(), &no_win].concat()).reshape([2, OBS_DIM as i64]);
+    let values = Vec::<f32>::try_from(appo.model().values(&obs)).unwrap();
+    assert!(
+        values.iter().all(|v| (v + 1.0).abs() < 1e-3),
+        "the critic: {values:?}"
+    );
+    let t = Vec::<f32>::try_from(
+        appo.lookahead_targets(&obs, &[true, true])
+            .unwrap()
+            .expect("looking ahead")
+            .reshape([-1]),
+    )
+    .unwrap();
+    assert_eq!(
+        &t[..7],
+        &[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        "the winning column"
+    );
+    for c in (0..7).filter(|&c| c != 3) {
+        assert!(
+            (t[7 + c] - 1.0 / 6.0).abs() < 1e-4,
+            "no win on offer, every legal column alike: {:?}",
+            &t[7..]
+        );
+    }
+    assert_eq!(t[7 + 3], 0.0, "the full column");
+}
+
 /// `--lookahead_coeff` needs an env whose rules are a model: on CartPole it is refused in one line before any
 /// work.
 #[test]
