@@ -524,11 +524,7 @@ fn the_hand_written_step_refuses_an_action_outside_the_categories() {
 #[test]
 fn masked_networks_up_to_128_wide_are_differentiated_by_hand() {
     let _turn = common::torch_rng();
-    let unit = |shape: Vec<usize>| Space::Box(BoxSpace::uniform(0.0, 1.0, shape).unwrap());
-    let obs = Space::Dict(vec![
-        (ACTION_MASK_KEY.to_owned(), unit(vec![7])),
-        ("observation".to_owned(), unit(vec![6, 7, 2])),
-    ]);
+    let obs = connect_four_obs_space();
     let by_hand = |layers: &str| {
         let cfg = Config::for_env("connect_four", &[&format!("encoder_mlp_layers = [{layers}]")]).unwrap();
         let model = ActorCritic::new(&obs, &Space::discrete(7), &cfg.model, cfg.run.device).unwrap();
@@ -540,18 +536,25 @@ fn masked_networks_up_to_128_wide_are_differentiated_by_hand() {
     assert!(!by_hand("256, 256") && !by_hand("64, 256"));
 }
 
-/// The lookahead's targets (`--lookahead_coeff`) on Connect Four positions: a winning column takes the target's mass
-/// (a win is worth 1, any other move minus γ times a new critic's value, well under 1), a full column none, and a row the
-/// learner does not train on is all zeros; the learner then trains through autograd, even 64 units wide.
-#[test]
-fn the_lookahead_targets_take_a_win_and_never_a_full_column() {
-    let _turn = common::torch_rng();
-    tch::manual_seed(5);
+/// Connect Four's observation space as the network sees it: the action mask and the two planes of the board.
+fn connect_four_obs_space() -> Space {
     let unit = |shape: Vec<usize>| Space::Box(BoxSpace::uniform(0.0, 1.0, shape).unwrap());
-    let obs_space = Space::Dict(vec![
+    Space::Dict(vec![
         (ACTION_MASK_KEY.to_owned(), unit(vec![7])),
         ("observation".to_owned(), unit(vec![6, 7, 2])),
-    ]);
+    ])
+}
+
+/// The observation of the side to move after `moves` (columns, from the empty board).
+fn connect_four_position(moves: &[usize]) -> Vec<f32> {
+    let game = ConnectFour::from_moves(moves).unwrap();
+    let mut obs = vec![0.0; OBS_DIM];
+    game.observe(game.to_move(), &mut obs).unwrap();
+    obs
+}
+
+/// A Connect Four actor-critic 64 units wide and its config, with the lookahead loss at temperature 0.1.
+fn lookahead_net() -> (Config, ActorCritic) {
     let cfg = Config::for_env(
         "connect_four",
         &[
@@ -561,19 +564,31 @@ fn the_lookahead_targets_take_a_win_and_never_a_full_column() {
         ],
     )
     .unwrap();
-    let model = ActorCritic::new(&obs_space, &Space::discrete(7), &cfg.model, cfg.run.device).unwrap();
+    let model = ActorCritic::new(
+        &connect_four_obs_space(),
+        &Space::discrete(7),
+        &cfg.model,
+        cfg.run.device,
+    )
+    .unwrap();
+    (cfg, model)
+}
+
+/// The lookahead's targets (`--lookahead_coeff`) on Connect Four positions: a winning column takes the target's mass
+/// (a win is worth 1, any other move minus γ times a new critic's value, well under 1), a full column none, and a row the
+/// learner does not train on is all zeros; the learner then trains through autograd, even 64 units wide.
+#[test]
+fn the_lookahead_targets_take_a_win_and_never_a_full_column() {
+    let _turn = common::torch_rng();
+    tch::manual_seed(5);
+    let obs_space = connect_four_obs_space();
+    let (cfg, model) = lookahead_net();
     let plain = Appo::new(model, &cfg, 1_000_000).unwrap();
     assert!(plain.differentiates_by_hand());
     let appo = plain.looking_ahead(Arc::new(ConnectFourRules));
     assert!(!appo.differentiates_by_hand());
-    let position = |moves: &[usize]| {
-        let game = ConnectFour::from_moves(moves).unwrap();
-        let mut obs = vec![0.0; OBS_DIM];
-        game.observe(game.to_move(), &mut obs).unwrap();
-        obs
-    };
-    let wins_in_column_0 = position(&[0, 1, 0, 1, 0, 1]);
-    let column_3_full = position(&[3, 3, 3, 3, 3, 3]);
+    let wins_in_column_0 = connect_four_position(&[0, 1, 0, 1, 0, 1]);
+    let column_3_full = connect_four_position(&[3, 3, 3, 3, 3, 3]);
     let rows: Vec<f32> = [wins_in_column_0.as_slice(), &wins_in_column_0, &column_3_full].concat();
     let obs = Tensor::from_slice(&rows).reshape([3, OBS_DIM as i64]);
     let targets = appo
@@ -645,21 +660,7 @@ fn the_lookahead_targets_take_a_win_and_never_a_full_column() {
 fn a_win_on_offer_takes_the_whole_target_when_the_critic_counts_every_move_as_won() {
     let _turn = common::torch_rng();
     tch::manual_seed(5);
-    let unit = |shape: Vec<usize>| Space::Box(BoxSpace::uniform(0.0, 1.0, shape).unwrap());
-    let obs_space = Space::Dict(vec![
-        (ACTION_MASK_KEY.to_owned(), unit(vec![7])),
-        ("observation".to_owned(), unit(vec![6, 7, 2])),
-    ]);
-    let cfg = Config::for_env(
-        "connect_four",
-        &[
-            "encoder_mlp_layers = [64, 64]",
-            "lookahead_coeff = 1.0",
-            "lookahead_temperature = 0.1",
-        ],
-    )
-    .unwrap();
-    let mut model = ActorCritic::new(&obs_space, &Space::discrete(7), &cfg.model, cfg.run.device).unwrap();
+    let (cfg, mut model) = lookahead_net();
     let mut tensors = model.variables().named_tensors().unwrap();
     for t in &mut tensors {
         if t.name.ends_with("value_head.weight") {
@@ -672,15 +673,9 @@ fn a_win_on_offer_takes_the_whole_target_when_the_critic_counts_every_move_as_wo
     let appo = Appo::new(model, &cfg, 1_000_000)
         .unwrap()
         .looking_ahead(Arc::new(ConnectFourRules));
-    let position = |moves: &[usize]| {
-        let game = ConnectFour::from_moves(moves).unwrap();
-        let mut obs = vec![0.0; OBS_DIM];
-        game.observe(game.to_move(), &mut obs).unwrap();
-        obs
-    };
     // Three stacked in column 0 for the side to move; the opponent has no threat, so every reply goes on.
-    let wins_in_column_0 = position(&[0, 1, 0, 1, 0, 6]);
-    let no_win = position(&[3, 3, 3, 3, 3, 3]);
+    let wins_in_column_0 = connect_four_position(&[0, 1, 0, 1, 0, 6]);
+    let no_win = connect_four_position(&[3, 3, 3, 3, 3, 3]);
     let obs =
         Tensor::from_slice(&[wins_in_column_0.as_slice(), &no_win].concat()).reshape([2, OBS_DIM as i64]);
     let values = Vec::<f32>::try_from(appo.model().values(&obs)).unwrap();
@@ -754,14 +749,8 @@ fn the_lookahead_is_refused_on_an_env_without_rules() {
 #[test]
 fn the_two_ply_lookahead_blocks_a_threat() {
     let _turn = common::torch_rng();
-    let unit = |shape: Vec<usize>| Space::Box(BoxSpace::uniform(0.0, 1.0, shape).unwrap());
-    let obs_space = Space::Dict(vec![
-        (ACTION_MASK_KEY.to_owned(), unit(vec![7])),
-        ("observation".to_owned(), unit(vec![6, 7, 2])),
-    ]);
-    let game = ConnectFour::from_moves(&[0, 1, 0, 1, 0]).unwrap();
-    let mut threatened = vec![0.0; OBS_DIM];
-    game.observe(game.to_move(), &mut threatened).unwrap();
+    let obs_space = connect_four_obs_space();
+    let threatened = connect_four_position(&[0, 1, 0, 1, 0]);
     let obs = Tensor::from_slice(&threatened).reshape([1, OBS_DIM as i64]);
     let targets = |plies: usize| {
         let cfg = Config::for_env(
