@@ -572,7 +572,7 @@ impl ExperimentRun {
 
     /// Writes `line` to the log file and to stderr.
     pub fn log(&self, line: &str) -> Result<()> {
-        eprintln!("[rlfactory] {line}");
+        console(line);
         Ok(self.exp.log(line)?)
     }
 
@@ -928,11 +928,18 @@ impl Checkpointer {
     /// Writes `line` to the log file and to stderr.
     pub fn log(&mut self, line: &str) -> Result<()> {
         use std::io::Write;
-        eprintln!("[rlfactory] {line}");
+        console(line);
         writeln!(self.log, "{line}").map_err(|source| RlfError::Io {
             what: "writing the log",
             path: self.log_path.clone(),
             source,
         })
     }
+}
+
+/// Writes `[rlfactory] line` and its newline to stderr in one write, so the lines of a run's processes (the runner's,
+/// each learner's) never interleave within a line; a stderr that cannot be written to is left alone.
+pub fn console(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("[rlfactory] {line}\n").as_bytes());
 }

@@ -248,7 +248,7 @@ fn run_part(
         match &experiment {
             Some(e) if !cfg.run.verbose => e.note(&line)?,
             Some(e) => e.log(&line)?,
-            None if cfg.run.verbose => eprintln!("[rlfactory] {line}"),
+            None if cfg.run.verbose => crate::experiment::console(&line),
             None => {}
         }
     }
@@ -281,7 +281,7 @@ fn run_part(
     for line in lines {
         match &experiment {
             Some(e) => e.log(&line)?,
-            None => eprintln!("[rlfactory] {line}"),
+            None => crate::experiment::console(&line),
         }
     }
     // Every process gets the plan: the config, and the env's description from the one env built to learn it.

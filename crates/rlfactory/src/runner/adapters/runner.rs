@@ -297,7 +297,7 @@ impl RunnerNode {
         match &self.experiment {
             Some(exp) => exp.log(line),
             None => {
-                eprintln!("[rlfactory] {line}");
+                crate::experiment::console(line);
                 Ok(())
             }
         }
