@@ -20,6 +20,16 @@ fn state(dir: &Path, policy: usize) -> PolicyState {
     serde_json::from_str(&text).expect("a policy state")
 }
 
+/// The lines of a run's log that tell its population's story (and any fault), for a failure's message: the whole
+/// log is too long for a CI summary to keep.
+fn story(log: &str) -> String {
+    let told = ["pbt:", "resuming", "error", "fault", "hung", "died", "stopped"];
+    log.lines()
+        .filter(|l| told.iter().any(|t| l.contains(t)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `rlfactory train` of the population in `train_dir/exp` for `frames` env frames; returns stderr.
 fn train(train_dir: &Path, frames: u64) -> String {
     let output = run(&[
@@ -40,7 +50,7 @@ fn train(train_dir: &Path, frames: u64) -> String {
         "--report_interval_sec=0",
     ]);
     let stderr = text(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    assert!(output.status.success(), "the run failed:\n{}", story(&stderr));
     stderr
 }
 
@@ -70,19 +80,20 @@ fn a_diverging_policy_takes_a_better_ones_weights_and_a_resumed_run_keeps_the_po
     let log = train(dir.path(), 480_000);
     assert!(
         log.contains("pbt: policy 3 continues with its saved hyper-parameters (learning rate 1e0"),
-        "{log}"
+        "{}",
+        story(&log)
     );
     let took = log
         .lines()
         .find(|l| l.contains("pbt: policy 3 (objective") && l.contains("takes the weights"))
-        .unwrap_or_else(|| panic!("policy 3 never took another policy's weights:\n{log}"));
+        .unwrap_or_else(|| panic!("policy 3 never took another policy's weights:\n{}", story(&log)));
     assert!(took.contains("mutated: "), "{took}");
     // The copy went through a checkpoint saved for policy 3 beside the source's regular ones, which the source's
     // later saves do not rotate away before policy 3's learner reads it.
     let loaded = log
         .lines()
         .find(|l| l.contains("pbt: policy 3 loaded "))
-        .unwrap_or_else(|| panic!("the copy went through a checkpoint:\n{log}"));
+        .unwrap_or_else(|| panic!("the copy went through a checkpoint:\n{}", story(&log)));
     assert!(loaded.contains("/pbt_for_p3/checkpoint_"), "{loaded}");
     let after = state(&exp, 3);
     assert!(after.replaced >= 1 && after.updates >= 1, "{after:?}");
@@ -102,28 +113,41 @@ fn a_diverging_policy_takes_a_better_ones_weights_and_a_resumed_run_keeps_the_po
             "pbt: policy 3 continues with its saved hyper-parameters (learning rate {:e}",
             before[3].hyper.learning_rate
         )),
-        "{log}"
+        "{}",
+        story(&log)
     );
     // ... and its learner trains with it from its first update on.
     let taken = log
         .lines()
         .find(|l| l.contains("pbt: policy 3 trains with learning rate"))
-        .unwrap_or_else(|| panic!("policy 3's learner never took its saved hyper-parameters:\n{log}"));
+        .unwrap_or_else(|| {
+            panic!(
+                "policy 3's learner never took its saved hyper-parameters:\n{}",
+                story(&log)
+            )
+        });
     assert!(
         taken.ends_with(&format!("learning rate {:e}", before[3].hyper.learning_rate)),
-        "{taken}"
+        "{taken}\n{}",
+        story(&log)
     );
     for (p, old) in before.iter().enumerate() {
         let now = state(&exp, p);
-        assert!(now.updates >= old.updates, "policy {p}: {old:?} then {now:?}");
+        assert!(
+            now.updates >= old.updates,
+            "policy {p}: {old:?} then {now:?}\n{}",
+            story(&log)
+        );
         assert!(
             now.last_update_agent_steps >= old.last_update_agent_steps,
-            "policy {p}"
+            "policy {p}: {old:?} then {now:?}\n{}",
+            story(&log)
         );
         // Its agent steps count on from the first run's (a quarter of 60K more frames).
         assert!(
             now.agent_steps >= old.agent_steps + 10_000,
-            "policy {p}: {old:?} then {now:?}"
+            "policy {p}: {old:?} then {now:?}\n{}",
+            story(&log)
         );
     }
 }
