@@ -34,7 +34,9 @@
 //!     its rules as a model, [`PlyModel`]), plus that weight times the cross-entropy of the policy against a target
 //!     computed once per dataset ([`Appo::lookahead_targets`]): the softmax of each legal move's value looked up in
 //!     the rules, as AlphaZero's self-play trains its policy towards its search (a search one move deep, and with
-//!     `--lookahead_plies 2` the opponent's replies that end the game; a win on offer takes the whole target).
+//!     `--lookahead_plies 2` the opponent's replies that end the game; a win on offer takes the whole target, and
+//!     its row leaves step 9's term to the lookahead: the rules know the outcome of every move there, and the sampled
+//!     return only adds noise that held the win's probability down).
 //! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`](super::adam::clip_grad_norm)), then one
 //!     Adam step ([`Adam`], whose moments go into checkpoints); the policy version increases by one
 //!     per step.
@@ -68,7 +70,7 @@ use super::appo_dense::{self, DenseDataset};
 use super::{OnPolicyAlgo, TrainingState};
 use crate::config::{AppoConfig, Config, LearningConfig, LrScheduleKind, OptimizerConfig};
 use crate::error::{Result, RlfError};
-use crate::model::{ActorCritic, DenseActorCritic, DenseHead, Draws, NamedTensor, Policy};
+use crate::model::{ActorCritic, DenseActorCritic, DenseHead, Distribution, Draws, NamedTensor, Policy};
 use crate::pbt::Hyper;
 
 /// APPO to the rest of the crate: an actor-critic acts; any action space is learned.
@@ -404,6 +406,9 @@ pub struct LossInputs<'a> {
     pub entropy: &'a Tensor,
     /// 1 for transitions in the loss, 0 for masked ones (invalid, or too much policy lag).
     pub mask: &'a Tensor,
+    /// The transitions of `mask` whose policy-gradient term counts, where that is fewer (the lookahead's rows with
+    /// a win on offer leave it out); `None`: all of `mask`'s.
+    pub policy_mask: Option<&'a Tensor>,
 }
 
 /// The loss terms of one minibatch (scalars).
@@ -430,9 +435,13 @@ fn masked_mean(x: &Tensor, mask: &Tensor, count: &Tensor) -> Tensor {
 /// APPO's loss on one minibatch. `value_clip` is in normalised value units (≤ 0: no clipping).
 pub fn losses(inp: &LossInputs<'_>, cfg: &AppoConfig, value_clip: f64) -> Losses {
     let count = inp.mask.sum(Kind::Float).clamp_min(1.0);
+    let (policy_mask, policy_count) = match inp.policy_mask {
+        Some(m) => (m, m.sum(Kind::Float).clamp_min(1.0)),
+        None => (inp.mask, count.shallow_clone()),
+    };
     let advantages = if cfg.normalize_advantage {
-        let mean = masked_mean(inp.advantages, inp.mask, &count);
-        let var = masked_mean(&(inp.advantages - &mean).square(), inp.mask, &count);
+        let mean = masked_mean(inp.advantages, policy_mask, &policy_count);
+        let var = masked_mean(&(inp.advantages - &mean).square(), policy_mask, &policy_count);
         (inp.advantages - mean) / (var.sqrt() + 1e-8)
     } else {
         inp.advantages.shallow_clone()
@@ -442,7 +451,7 @@ pub fn losses(inp: &LossInputs<'_>, cfg: &AppoConfig, value_clip: f64) -> Losses
     let ratio = log_ratio.exp();
     let surrogate = &advantages * &ratio;
     let clipped = &advantages * ratio.clamp(1.0 - eps, 1.0 + eps);
-    let policy = masked_mean(&(-surrogate.minimum(&clipped)), inp.mask, &count);
+    let policy = masked_mean(&(-surrogate.minimum(&clipped)), policy_mask, &policy_count);
 
     let error = (inp.values - inp.targets).square();
     let value_error = if value_clip > 0.0 {
@@ -626,8 +635,9 @@ struct Prepared {
     bootstrapped: Vec<bool>,
     rewards: Vec<f32>,
     ends: Vec<bool>,
-    /// With the lookahead loss: each row's target distribution over the actions ([`Appo::lookahead_targets`]).
-    lookahead: Option<Tensor>,
+    /// With the lookahead loss: each row's target distribution over the actions ([`Appo::lookahead_targets`]), and
+    /// `mask` without the rows with a win on offer, the rows whose policy-gradient term counts (step 11).
+    lookahead: Option<(Tensor, Tensor)>,
     /// Recurrent networks: the states steps started from, 1 where a step ended its episode, and 1
     /// where its agent acted (the slots' valid flags), all in row order.
     states: Option<Tensor>,
@@ -762,6 +772,11 @@ impl Appo {
     /// worth more than γ times a win, and a softmax over values that close would spread the target over every move
     /// a trained critic already counts as won, teaching the policy to put its wins off.
     pub fn lookahead_targets(&self, obs: &Tensor, trainable: &[bool]) -> Result<Option<Tensor>> {
+        Ok(self.lookahead(obs, trainable)?.map(|(targets, _)| targets))
+    }
+
+    /// [`Appo::lookahead_targets`] and the rows with a win on offer.
+    fn lookahead(&self, obs: &Tensor, trainable: &[bool]) -> Result<Option<(Tensor, Vec<i64>)>> {
         match &self.rules {
             Some(rules) if self.cfg.lookahead_coeff > 0.0 => Ok(Some(self.lookahead_targets_over(
                 rules.as_ref(),
@@ -777,7 +792,7 @@ impl Appo {
         rules: &dyn PlyModel,
         obs: &Tensor,
         trainable: &[bool],
-    ) -> Result<Tensor> {
+    ) -> Result<(Tensor, Vec<i64>)> {
         let (dim, k) = (rules.obs_dim(), rules.num_actions());
         let rows = to_vec(obs)?;
         if rows.len() != trainable.len() * dim {
@@ -823,6 +838,9 @@ impl Appo {
         }
         let temperature = self.cfg.lookahead_temperature as f32;
         let mut targets = vec![0.0_f32; q.len()];
+        let win_rows = (0..trainable.len() as i64)
+            .filter(|&r| wins[r as usize * k..(r as usize + 1) * k].contains(&true))
+            .collect();
         for ((qs, won), out) in q
             .chunks_exact(k)
             .zip(wins.chunks_exact(k))
@@ -852,9 +870,41 @@ impl Appo {
             let sum: f32 = out.iter().sum();
             out.iter_mut().for_each(|o| *o /= sum);
         }
-        Ok(Tensor::f_from_slice(&targets)?
+        let targets = Tensor::f_from_slice(&targets)?
             .f_reshape([trainable.len() as i64, k as i64])?
-            .f_to_device(self.model.device())?)
+            .f_to_device(self.model.device())?;
+        Ok((targets, win_rows))
+    }
+
+    /// How the lookahead's wins are learnt, before this dataset's steps: the share of the trainable rows with a win
+    /// on offer, and the policy's mean probability of its winning moves there.
+    fn lookahead_metrics(
+        &self,
+        obs: &Tensor,
+        targets: &Tensor,
+        win_rows: &[i64],
+        trainable: &[bool],
+        metrics: &mut TrainMetrics,
+    ) -> Result<()> {
+        let rows = trainable.iter().filter(|&&v| v).count();
+        metrics.insert(
+            "train/lookahead_win_rows".into(),
+            win_rows.len() as f64 / rows.max(1) as f64,
+        );
+        if win_rows.is_empty() || self.model.state_dim() > 0 {
+            return Ok(());
+        }
+        let idx = Tensor::f_from_slice(win_rows)?.f_to_device(self.model.device())?;
+        let taken = tch::no_grad(|| -> Result<f64> {
+            let (dist, _) = self.model.forward(&obs.f_index_select(0, &idx)?);
+            let Distribution::Categorical { log_probs } = dist else {
+                return Ok(f64::NAN);
+            };
+            let on_wins = (log_probs.exp() * targets.f_index_select(0, &idx)?).sum(Kind::Float);
+            Ok(f64::try_from(&on_wins)? / win_rows.len() as f64)
+        })?;
+        metrics.insert("train/lookahead_win_prob".into(), taken);
+        Ok(())
     }
 
     /// Whether the SGD steps are differentiated by hand ([`appo_dense`](super::appo_dense)) rather than by
@@ -1269,14 +1319,23 @@ impl Appo {
                 }
             }
         }
-        let lookahead = self.lookahead_targets(&obs, &trainable)?;
+        let mask = tensor_f32(&valid, device)?;
+        let lookahead = match self.lookahead(&obs, &trainable)? {
+            Some((targets, win_rows)) => {
+                self.lookahead_metrics(&obs, &targets, &win_rows, &trainable, metrics)?;
+                let rows = Tensor::f_from_slice(&win_rows)?.f_to_device(device)?;
+                let policy_mask = mask.f_index_fill(0, &rows, 0.0)?;
+                Some((targets, policy_mask))
+            }
+            None => None,
+        };
         Ok(Prepared {
             lookahead,
             obs,
             actions: data.actions.f_to_device(device)?,
             old_log_probs: data.log_probs.f_to_device(device)?,
             old_values_norm: tch::no_grad(|| self.model.scale_value(&old_values)),
-            mask: tensor_f32(&valid, device)?,
+            mask,
             slot_valid: trainable,
             acted,
             acts_next,
@@ -1538,6 +1597,10 @@ impl Appo {
                 let old_log_probs = pick(&p.old_log_probs);
                 let old_values = pick(&p.old_values_norm);
                 let mask = pick(&p.mask);
+                let lookahead = p
+                    .lookahead
+                    .as_ref()
+                    .map(|(targets, policy_mask)| (pick(targets), pick(policy_mask)));
                 let l = losses(
                     &LossInputs {
                         log_probs: &log_probs,
@@ -1548,18 +1611,18 @@ impl Appo {
                         targets: &targets_norm,
                         entropy: &entropy,
                         mask: &mask,
+                        policy_mask: lookahead.as_ref().map(|(_, m)| m),
                     },
                     &self.cfg,
                     value_clip,
                 );
-                let total = match &p.lookahead {
-                    Some(targets) => {
+                let total = match &lookahead {
+                    Some((targets, _)) => {
                         let cross_entropy =
-                            dist.cross_entropy(&pick(targets))
-                                .ok_or_else(|| RlfError::Protocol {
-                                    component: "learner",
-                                    message: "the lookahead loss needs a categorical policy".into(),
-                                })?;
+                            dist.cross_entropy(targets).ok_or_else(|| RlfError::Protocol {
+                                component: "learner",
+                                message: "the lookahead loss needs a categorical policy".into(),
+                            })?;
                         let loss =
                             (cross_entropy * &mask).sum(Kind::Float) / mask.sum(Kind::Float).clamp_min(1.0);
                         lookahead_sum += f64::try_from(&loss)?;

@@ -361,6 +361,7 @@ mod tests {
                     targets: &targets,
                     entropy: &dist.entropy(),
                     mask: &mask,
+                    policy_mask: None,
                 },
                 &cfg,
                 value_clip,
