@@ -169,7 +169,7 @@ impl Pbt {
         saved: &[Option<PolicyState>],
         seed: u64,
     ) -> Self {
-        let policies = (0..num_policies)
+        let policies: Vec<PolicyState> = (0..num_policies)
             .map(|policy| {
                 saved.get(policy).copied().flatten().unwrap_or(PolicyState {
                     policy,
@@ -184,11 +184,16 @@ impl Pbt {
         let resumed = (0..num_policies)
             .map(|policy| saved.get(policy).is_some_and(Option::is_some))
             .collect();
+        // A resumed population draws on from where its decisions left off, not the first run's draws again (which
+        // would mutate a policy taking the same source's parameters exactly as before).
+        let decided: u64 = policies.iter().map(|s| s.updates).sum();
         Self {
             cfg: cfg.clone(),
             policies,
             resumed,
-            rng: Pcg64Mcg::seed_from_u64(seed ^ 0x0b7_0000_0000_0007),
+            rng: Pcg64Mcg::seed_from_u64(
+                seed ^ 0x0b7_0000_0000_0007 ^ decided.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
         }
     }
 
@@ -348,6 +353,36 @@ mod tests {
             "a policy past the saved ones"
         );
         assert_eq!(pbt(4, &FLAGS).resumed().count(), 0, "a new run");
+    }
+
+    #[test]
+    fn a_resumed_population_draws_other_mutations_than_its_first_run() {
+        let cfg = crate::config::Config::for_env("CartPole-v1", &FLAGS).expect("config");
+        let base = Hyper::of(&cfg);
+        let objectives = [Some(500.0), Some(400.0), Some(300.0), Some(10.0)];
+        // Policy 3 takes a best policy's parameters (each the reference values) in a first run, and again, with the
+        // same seed, in the run that resumes it after one decision of each policy.
+        let mutated = |saved: &[Option<PolicyState>]| {
+            let mut p = Pbt::new(&cfg.pbt, base, 4, saved, 3);
+            let d = p.on_progress(3, 5_000, 5_000, &objectives).expect("due");
+            (d.replace_from, d.after)
+        };
+        let first = mutated(&[]);
+        let saved: Vec<Option<PolicyState>> = (0..4)
+            .map(|policy| {
+                Some(PolicyState {
+                    policy,
+                    hyper: base,
+                    agent_steps: 1_000,
+                    last_update_agent_steps: 1_000,
+                    updates: 1,
+                    replaced: 0,
+                })
+            })
+            .collect();
+        let resumed = mutated(&saved);
+        assert!(first.0.is_some() && resumed.0.is_some(), "{first:?} {resumed:?}");
+        assert_ne!(first.1, resumed.1, "the same draws as the first run's");
     }
 
     #[test]
