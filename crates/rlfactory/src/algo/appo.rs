@@ -900,7 +900,8 @@ impl Appo {
             let Distribution::Categorical { log_probs } = dist else {
                 return Ok(f64::NAN);
             };
-            let on_wins = (log_probs.exp() * targets.f_index_select(0, &idx)?).sum(Kind::Float);
+            let winning = targets.f_index_select(0, &idx)?.f_gt(0.0)?.to_kind(Kind::Float);
+            let on_wins = (log_probs.exp() * winning).sum(Kind::Float);
             Ok(f64::try_from(&on_wins)? / win_rows.len() as f64)
         })?;
         metrics.insert("train/lookahead_win_prob".into(), taken);

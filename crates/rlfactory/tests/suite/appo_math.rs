@@ -1057,8 +1057,8 @@ fn connect_four_positions(games: usize) -> (Vec<f32>, Vec<f32>) {
 /// The lookahead loss reaches its targets: trained over and over on one dataset of Connect Four positions (every
 /// row acted, no rewards, so the advantages are noise about zero), the policy comes to put most of its probability on
 /// the win wherever one is on offer, as the learner's own metric of it reports. The policy-gradient term leaves those
-/// rows to the lookahead: with it there, the normalised noise held the win's probability near 0.74 after these 200
-/// steps.
+/// rows to the lookahead: with it there, the normalised noise held the win's probability at 0.82 after these 200
+/// steps, where without it the win gets 0.93.
 #[test]
 fn the_learner_fits_the_lookahead_targets_of_a_win_on_offer() {
     let _turn = common::torch_rng();
@@ -1116,7 +1116,7 @@ fn the_learner_fits_the_lookahead_targets_of_a_win_on_offer() {
     }
     assert!(taken[0] < 0.3, "an untrained policy: {}", taken[0]);
     assert!(
-        taken[199] > 0.8,
+        taken[199] > 0.88,
         "the win's probability along the steps: {taken:?}"
     );
 }
