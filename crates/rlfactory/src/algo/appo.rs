@@ -34,7 +34,8 @@
 //!     its rules as a model, [`PlyModel`]), plus that weight times the cross-entropy of the policy against a target
 //!     computed once per dataset ([`Appo::lookahead_targets`]): the softmax of each legal move's value looked up in
 //!     the rules, as AlphaZero's self-play trains its policy towards its search (a search one move deep, and with
-//!     `--lookahead_plies 2` the opponent's replies that end the game; a win on offer takes the whole target, and
+//!     `--lookahead_plies 2` the opponent's replies that end the game, a move the opponent's reply wins after
+//!     taking nothing while another does not; a win on offer takes the whole target, and
 //!     its row leaves step 9's term to the lookahead: the rules know the outcome of every move there, and the sampled
 //!     return only adds noise that held the win's probability down).
 //! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`](super::adam::clip_grad_norm)), then one
@@ -770,7 +771,9 @@ impl Appo {
     /// is higher. A row with a win on offer (a move that ends the game with a positive reward, the rules' rewards
     /// being the game's outcome) puts the whole target on its best winning moves, shared evenly: no continuation is
     /// worth more than γ times a win, and a softmax over values that close would spread the target over every move
-    /// a trained critic already counts as won, teaching the policy to put its wins off.
+    /// a trained critic already counts as won, teaching the policy to put its wins off. Likewise, with two plies, a
+    /// move after which a reply of the opponent wins gets nothing while another move does not (the softmax at a
+    /// temperature soft enough to spare the other rows the critic's noise would still give a blunder a share).
     pub fn lookahead_targets(&self, obs: &Tensor, trainable: &[bool]) -> Result<Option<Tensor>> {
         Ok(self.lookahead(obs, trainable)?.map(|(targets, _)| targets))
     }
@@ -806,6 +809,8 @@ impl Appo {
         }
         let mut q = vec![f32::NEG_INFINITY; trainable.len() * k];
         let mut wins = vec![false; q.len()];
+        // Moves after which a reply of the opponent wins (looking two plies ahead).
+        let mut lost = vec![false; q.len()];
         let (mut next, mut after_reply) = (vec![0.0; dim], vec![0.0; dim]);
         // Each successor's row of `q` and the opponent's best reward from a reply there that ends the game.
         let (mut successors, mut at) = (Vec::new(), Vec::new());
@@ -823,6 +828,7 @@ impl Appo {
                                 .map(|reply| reply.reward)
                                 .fold(f32::NEG_INFINITY, f32::max),
                         };
+                        lost[r * k + a] = ending_reply > 0.0;
                         successors.extend_from_slice(&next);
                         at.push((r * k + a, ending_reply));
                     }
@@ -841,12 +847,21 @@ impl Appo {
         let win_rows = (0..trainable.len() as i64)
             .filter(|&r| wins[r as usize * k..(r as usize + 1) * k].contains(&true))
             .collect();
-        for ((qs, won), out) in q
+        for (((qs, won), lose), out) in q
             .chunks_exact(k)
             .zip(wins.chunks_exact(k))
+            .zip(lost.chunks_exact(k))
             .zip(targets.chunks_exact_mut(k))
         {
-            let best = qs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            // A move that loses at once gets nothing while another does not.
+            let safe = qs.iter().zip(lose).any(|(&x, &l)| x > f32::NEG_INFINITY && !l);
+            let counts = |l: bool| !(safe && l);
+            let best = qs
+                .iter()
+                .zip(lose)
+                .filter(|&(_, &l)| counts(l))
+                .map(|(&x, _)| x)
+                .fold(f32::NEG_INFINITY, f32::max);
             if best == f32::NEG_INFINITY {
                 continue;
             }
@@ -856,15 +871,17 @@ impl Appo {
                 .filter(|&(_, &w)| w)
                 .map(|(&x, _)| x)
                 .fold(f32::NEG_INFINITY, f32::max);
-            for ((o, &x), &w) in out.iter_mut().zip(qs).zip(won) {
+            for (((o, &x), &w), &l) in out.iter_mut().zip(qs).zip(won).zip(lose) {
                 *o = if best_win > f32::NEG_INFINITY {
                     if w && x == best_win {
                         1.0
                     } else {
                         0.0
                     }
-                } else {
+                } else if counts(l) {
                     ((x - best) / temperature).exp()
+                } else {
+                    0.0
                 };
             }
             let sum: f32 = out.iter().sum();

@@ -745,19 +745,22 @@ fn the_lookahead_is_refused_on_an_env_without_rules() {
 }
 
 /// With `--lookahead_plies 2` the lookahead plays out the opponent's replies that end the game: facing three
-/// stacked in column 0, every other column leaves the opponent a win and is worth minus γ (all alike), so the block
-/// takes most of the target's mass whatever a new critic says; one ply deep the same columns are left to that
-/// critic's values.
+/// stacked in column 0, every other column leaves the opponent a win, so the block takes the whole target whatever a
+/// new critic says and at any temperature; one ply deep the same columns are left to that critic's values.
 #[test]
 fn the_two_ply_lookahead_blocks_a_threat() {
     let _turn = common::torch_rng();
     let obs_space = connect_four_obs_space();
     let threatened = connect_four_position(&[0, 1, 0, 1, 0]);
     let obs = Tensor::from_slice(&threatened).reshape([1, OBS_DIM as i64]);
-    let targets = |plies: usize| {
+    let targets = |plies: usize, temperature: f64| {
         let cfg = Config::for_env(
             "connect_four",
-            &["lookahead_coeff = 1.0", &format!("lookahead_plies = {plies}")],
+            &[
+                "lookahead_coeff = 1.0",
+                &format!("lookahead_plies = {plies}"),
+                &format!("lookahead_temperature = {temperature}"),
+            ],
         )
         .unwrap();
         tch::manual_seed(5);
@@ -771,14 +774,17 @@ fn the_two_ply_lookahead_blocks_a_threat() {
             .expect("looking ahead");
         Vec::<f32>::try_from(t.reshape([-1])).unwrap()
     };
-    let two = targets(2);
-    assert!(
-        two[0] > 10.0 * two[1]
-            && two[1..].iter().all(|&v| v == two[1])
-            && (two.iter().sum::<f32>() - 1.0).abs() < 1e-5,
-        "two plies: {two:?}"
-    );
-    let one = targets(1);
+    // Every column but the block lets the opponent win: the block takes the whole target, at any temperature.
+    for temperature in [0.1, 1.0] {
+        let two = targets(2, temperature);
+        assert_eq!(
+            two,
+            [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            "two plies at {temperature}"
+        );
+    }
+    let two = targets(2, 0.1);
+    let one = targets(1, 0.1);
     assert!(
         one[2..].iter().any(|&v| v != one[1]) && one[0] < two[0],
         "one ply, a new critic: {one:?}"
