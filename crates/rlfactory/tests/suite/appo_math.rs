@@ -557,15 +557,17 @@ fn connect_four_position(moves: &[usize]) -> Vec<f32> {
 
 /// A Connect Four actor-critic 64 units wide and its config, with the lookahead loss at temperature 0.1.
 fn lookahead_net() -> (Config, ActorCritic) {
-    let cfg = Config::for_env(
-        "connect_four",
-        &[
-            "encoder_mlp_layers = [64, 64]",
-            "lookahead_coeff = 1.0",
-            "lookahead_temperature = 0.1",
-        ],
-    )
-    .unwrap();
+    lookahead_net_with(&["lookahead_temperature = 0.1"])
+}
+
+/// A Connect Four actor-critic 64 units wide and its config, with the lookahead loss and `overrides`.
+fn lookahead_net_with(overrides: &[&str]) -> (Config, ActorCritic) {
+    let flags = [
+        &["encoder_mlp_layers = [64, 64]", "lookahead_coeff = 1.0"],
+        overrides,
+    ]
+    .concat();
+    let cfg = Config::for_env("connect_four", &flags).unwrap();
     let model = ActorCritic::new(
         &connect_four_obs_space(),
         &Space::discrete(7),
@@ -1069,26 +1071,13 @@ fn connect_four_positions(games: usize) -> (Vec<f32>, Vec<f32>) {
 fn the_learner_fits_the_lookahead_targets_of_a_win_on_offer() {
     let _turn = common::torch_rng();
     tch::manual_seed(9);
-    let cfg = Config::for_env(
-        "connect_four",
-        &[
-            "encoder_mlp_layers = [64, 64]",
-            "lookahead_coeff = 1.0",
-            "lookahead_temperature = 0.05",
-            "learning_rate = 0.002",
-            "batch_size = 256",
-            "num_batches_per_epoch = 1",
-            "num_epochs = 1",
-        ],
-    )
-    .unwrap();
-    let model = ActorCritic::new(
-        &connect_four_obs_space(),
-        &Space::discrete(7),
-        &cfg.model,
-        cfg.run.device,
-    )
-    .unwrap();
+    let (cfg, model) = lookahead_net_with(&[
+        "lookahead_temperature = 0.05",
+        "learning_rate = 0.002",
+        "batch_size = 256",
+        "num_batches_per_epoch = 1",
+        "num_epochs = 1",
+    ]);
     let mut appo = Appo::new(model, &cfg, 1_000_000_000)
         .unwrap()
         .looking_ahead(Arc::new(ConnectFourRules));
