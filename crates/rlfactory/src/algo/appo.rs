@@ -578,6 +578,8 @@ pub struct Appo {
     optimizer: Adam,
     schedule: LrSchedule,
     version: u64,
+    /// The steps trained on in which an agent acted: a turn-based game's waiting agents' rows count nothing, so that
+    /// a move is one step, as the run's budget counts it, and `--lr_schedule linear_decay` reaches 0 at its end.
     frames_trained: u64,
     /// Called after every SGD step (the learner's heartbeat during a long dataset).
     after_step: Option<Box<dyn FnMut() + Send>>,
@@ -1674,7 +1676,7 @@ impl Appo {
                     .on_epoch(epoch_kl.iter().sum::<f64>() / epoch_kl.len() as f64);
             }
         }
-        self.frames_trained += n as u64;
+        self.frames_trained += p.acted.iter().filter(|&&a| a).count() as u64;
         let means = to_vec(&Tensor::stack(&sums, 0).mean_dim(0, false, Kind::Float))?;
         let names = [
             "train/policy_loss",
