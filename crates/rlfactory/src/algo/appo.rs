@@ -34,10 +34,10 @@
 //!     its rules as a model, [`PlyModel`]), plus that weight times the cross-entropy of the policy against a target
 //!     computed once per dataset ([`Appo::lookahead_targets`]): the softmax of each legal move's value looked up in
 //!     the rules, as AlphaZero's self-play trains its policy towards its search (a search one move deep, and with
-//!     `--lookahead_plies 2` the opponent's replies that end the game, a move the opponent's reply wins after
-//!     taking nothing while another does not; a win on offer takes the whole target, and
-//!     its row leaves step 9's term to the lookahead: the rules know the outcome of every move there, and the sampled
-//!     return only adds noise that held the win's probability down).
+//!     `--lookahead_plies 2` the opponent's replies that end the game, where a move that lets the opponent win takes
+//!     none of the target while another does not; a win on offer takes the whole target, and its row leaves step 9's
+//!     term to the lookahead: the rules know the outcome of every move there, and the sampled return only adds noise
+//!     that held the win's probability down).
 //! 12. Gradients are clipped to a global norm of `--max_grad_norm` ([`clip_grad_norm`](super::adam::clip_grad_norm)), then one
 //!     Adam step ([`Adam`], whose moments go into checkpoints); the policy version increases by one
 //!     per step.
@@ -512,7 +512,8 @@ impl LrSchedule {
         self.lr
     }
 
-    /// Before a dataset: `frames` env frames have been trained on so far.
+    /// Before a dataset: `frames` steps have been trained on so far (the steps agents acted in, see `Appo`'s
+    /// `frames_trained`).
     pub fn on_progress(&mut self, frames: u64) {
         if self.kind == LrScheduleKind::LinearDecay {
             self.lr = self.base * (1.0 - frames as f64 / self.total_frames).max(0.0);
@@ -896,7 +897,8 @@ impl Appo {
     }
 
     /// How the lookahead's wins are learnt, before this dataset's steps: the share of the trainable rows with a win
-    /// on offer, and the policy's mean probability of its winning moves there.
+    /// on offer, and the policy's mean probability of its winning moves there (not for a recurrent policy, whose
+    /// rows need their states).
     fn lookahead_metrics(
         &self,
         obs: &Tensor,
