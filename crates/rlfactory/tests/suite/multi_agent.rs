@@ -550,3 +550,54 @@ fn connect_four_trained_against_the_heuristic_too_beats_the_random_player_nine_t
         "mean win rate {mean} against the random player on seeds 1 and 2 ({rates:?})"
     );
 }
+
+/// `configs/connect_four-self-play.toml`, Connect Four by self-play alone (no built-in player among the
+/// opponents; BENCHMARKS.md measures it against the heuristic on seeds 1-3 over its 2M moves, with
+/// `scripts/seed_table connect-four-self-play`, too long for the suite): the file goes over the shipped
+/// config and the command line over the file, and a short run trains its convolutional network with the
+/// lookahead, which finds rows that offer a win.
+#[test]
+fn the_pure_self_play_config_file_trains_connect_four_with_the_lookahead() {
+    let dir = temp_dir("connect-four-pure-self-play");
+    let out = dir.path().join("summary.json");
+    let output = run(&[
+        "train",
+        "--env=connect_four",
+        concat!(
+            "--config=",
+            env!("CARGO_MANIFEST_DIR"),
+            "/configs/connect_four-self-play.toml"
+        ),
+        "--experiment=c4",
+        &format!("--train_dir={}", dir.path().display()),
+        &format!("--summary_json={}", out.display()),
+        "--train_for_env_steps=8192",
+        "--serial_mode",
+        "--report_interval_sec=0",
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let saved = common::summary(&dir.path().join("c4").join("config.json"));
+    for (key, value) in [
+        ("encoder_conv_layers", serde_json::json!("32x3,32x3")),
+        ("encoder_mlp_layers", serde_json::json!([128])),
+        ("lookahead_coeff", serde_json::json!(1.0)),
+        ("exploration_loss_coeff", serde_json::json!(0.03)),
+        ("lr_schedule", serde_json::json!("linear_decay")),
+        ("num_envs_per_worker", serde_json::json!(64)),
+        ("self_play_builtin_prob", serde_json::json!(0.0)),
+        ("train_for_env_steps", serde_json::json!(8192)),
+    ] {
+        assert_eq!(saved[key], value, "{key} in the saved config.json");
+    }
+    let s = common::summary(&out);
+    assert!(s["env_frames"].as_u64() >= Some(8192), "{s}");
+    let metric = |name: &str| {
+        s["last_metrics"]
+            .as_array()
+            .and_then(|m| m.iter().find(|p| p[0] == name))
+            .and_then(|p| p[1].as_f64())
+            .unwrap_or_else(|| panic!("no {name} in {s}"))
+    };
+    assert!(metric("train/lookahead_loss").is_finite(), "{s}");
+    assert!(metric("train/lookahead_win_rows") > 0.0, "{s}");
+}
