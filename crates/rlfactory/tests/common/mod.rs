@@ -34,6 +34,16 @@ pub fn summary(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).expect("summary written")).expect("summary is JSON")
 }
 
+/// The last value of training metric `name` (`train/lr`) in a run's JSON summary; panics, showing the summary, when
+/// it has none.
+pub fn last_metric(summary: &serde_json::Value, name: &str) -> f64 {
+    summary["last_metrics"]
+        .as_array()
+        .and_then(|m| m.iter().find(|p| p[0] == name))
+        .and_then(|p| p[1].as_f64())
+        .unwrap_or_else(|| panic!("no {name} in {summary}"))
+}
+
 /// Lossy UTF-8.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

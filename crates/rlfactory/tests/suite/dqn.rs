@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{
-    assert_seeds_pass, child_of_loop, eval_mean_return, expect_failed_run, report, run, spawn, summary,
-    temp_dir, text, Outcome,
+    assert_seeds_pass, child_of_loop, eval_mean_return, expect_failed_run, last_metric, report, run, spawn,
+    summary, temp_dir, text, Outcome,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_rlfactory");
@@ -139,16 +139,9 @@ fn prioritized_dqn_learns_cartpole() {
             (version / expected - 1.0).abs() < 0.01,
             "{version} SGD steps for {frames} frames"
         );
-        let metric = |name: &str| {
-            s["last_metrics"]
-                .as_array()
-                .and_then(|m| m.iter().find(|p| p[0] == name))
-                .and_then(|p| p[1].as_f64())
-                .unwrap_or_else(|| panic!("no {name} in {s}"))
-        };
-        let beta = metric("train/replay_beta");
+        let beta = last_metric(&s, "train/replay_beta");
         assert!(beta > 0.95 && beta <= 1.0, "beta {beta}");
-        assert!(metric("train/replay_max_priority") > 1.0, "{s}");
+        assert!(last_metric(&s, "train/replay_max_priority") > 1.0, "{s}");
         Outcome {
             passed: ret >= 475.0,
             figure: format!("{ret:.2}"),
@@ -165,12 +158,7 @@ fn off_policy_learning_rates_decay_over_each_buffers_share_of_the_run() {
         let mut all = vec!["--serial_mode=true".to_owned()];
         all.extend(flags.iter().map(|f| f.to_string()));
         let s = common::train_summary(&all);
-        let lr = s["last_metrics"]
-            .as_array()
-            .and_then(|m| m.iter().find(|p| p[0] == "train/lr"))
-            .and_then(|p| p[1].as_f64())
-            .unwrap_or_else(|| panic!("no train/lr in {s}"));
-        (lr, s)
+        (last_metric(&s, "train/lr"), s)
     };
     let cartpole = ["--env=CartPole-v1", "--algo=dqn", "--train_for_env_steps=4000"];
     let (constant, _) = last_lr(&[&cartpole[..], &["--lr_schedule=constant"]].concat());

@@ -5,7 +5,9 @@
 
 use crate::common;
 
-use common::{connect_four_win_rate_against_random, run, temp_dir, text, train_summary, win_rate};
+use common::{
+    connect_four_win_rate_against_random, last_metric, run, temp_dir, text, train_summary, win_rate,
+};
 
 /// Mean return per agent and episode of uniformly random actions on treasurehunt (default config:
 /// 5 agents, 50 turns), over 200 agent episodes.
@@ -591,13 +593,6 @@ fn the_pure_self_play_config_file_trains_connect_four_with_the_lookahead() {
     }
     let s = common::summary(&out);
     assert!(s["env_frames"].as_u64() >= Some(8192), "{s}");
-    let metric = |name: &str| {
-        s["last_metrics"]
-            .as_array()
-            .and_then(|m| m.iter().find(|p| p[0] == name))
-            .and_then(|p| p[1].as_f64())
-            .unwrap_or_else(|| panic!("no {name} in {s}"))
-    };
-    assert!(metric("train/lookahead_loss").is_finite(), "{s}");
-    assert!(metric("train/lookahead_win_rows") > 0.0, "{s}");
+    assert!(last_metric(&s, "train/lookahead_loss").is_finite(), "{s}");
+    assert!(last_metric(&s, "train/lookahead_win_rows") > 0.0, "{s}");
 }
