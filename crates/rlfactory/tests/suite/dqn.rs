@@ -196,7 +196,7 @@ fn serial_dqn_keeps_the_replay_ratio_on_one_loop() {
             "--algo=dqn".to_owned(),
             "--seed=3".to_owned(),
             format!("--serial_mode={serial}"),
-            "--train_for_env_steps=20000".to_owned(),
+            "--train_for_env_steps=10000".to_owned(),
         ]
     };
     let serial = common::train_summary(&flags(true));
