@@ -2,8 +2,9 @@
 //! on its network (625 → 250 → 250, dueling head of 4 actions, batch 256, 3-step double-DQN targets, Polyak averaging
 //! every step), and drawing the batch from a full replay ring of 1,024 rows and making tensors of it.
 //!
-//! `cargo run --release -p rlfactory --example dqn_bench -- [--steps N] [--precision highest|medium]
-//! [--threads T]`: the median and the fastest of 10 timings of N/10 steps each (N = 500), in µs per step. A ring this
+//! `cargo run --release -p rlfactory --example dqn_bench -- [--steps N] [--precision highest|medium|auto]
+//! [--threads T]`: the median and the fastest of 10 timings of N/10 steps each (N = 500), in µs per step (the
+//! precision `auto` by default, as the config: bfloat16 on a CPU with AVX-512 BF16, float32 elsewhere). A ring this
 //! size stays in the cache here, so the sampling figure is a lower bound of a training run's, where rollout and
 //! inference evict it.
 
@@ -46,7 +47,7 @@ fn main() {
             .unwrap_or_else(|| default.to_owned())
     };
     let steps: usize = value("--steps", "500").parse().expect("--steps N");
-    let precision = value("--precision", "medium");
+    let precision = value("--precision", "auto");
     tch::set_num_threads(value("--threads", "1").parse().expect("--threads T"));
     rlf_shm::process::keep_freed_memory();
     tch::manual_seed(0);
