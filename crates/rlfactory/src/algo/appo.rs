@@ -71,7 +71,10 @@ use super::appo_dense::{self, DenseDataset};
 use super::{OnPolicyAlgo, TrainingState};
 use crate::config::{AppoConfig, Config, LearningConfig, LrScheduleKind, OptimizerConfig};
 use crate::error::{Result, RlfError};
-use crate::model::{ActorCritic, DenseActorCritic, DenseHead, Distribution, Draws, NamedTensor, Policy};
+use crate::model::{
+    ActorCritic, DenseActorCritic, DenseHead, Distribution, Draws, NamedTensor, Policy,
+    HAND_WRITTEN_MAX_WIDTH,
+};
 use crate::pbt::Hyper;
 
 /// APPO to the rest of the crate: an actor-critic acts; any action space is learned.
@@ -717,13 +720,6 @@ impl super::OnPolicyAlgo for Appo {
         self.version
     }
 }
-
-/// The widest layer the hand-written step takes ([`appo_dense`](super::appo_dense)): its gain is libtorch's cost per
-/// operation, which small products do not hide. Over wider layers the products dominate, and libtorch's (MKL's) are
-/// faster than ndarray's. Measured on Connect Four's self-play (release build, 400K moves, Intel Xeon): 64 wide, the
-/// hand-written step took 8.2 s against autograd's 10.1 s; 128 wide, 11.5 s against 12.8 s; 256 wide (the shipped
-/// config), 23.5 s against 21.3 s.
-const HAND_WRITTEN_MAX_WIDTH: usize = 128;
 
 impl Appo {
     /// A learner training `model` with Adam as `config`'s APPO, learning and optimiser sections say, for a run of

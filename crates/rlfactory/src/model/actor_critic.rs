@@ -4,7 +4,8 @@
 use rlf_env::Space;
 use tch::{nn, Kind, Tensor};
 
-use super::dense::{DenseActorCritic, DenseHead, DenseLayer, DenseMlp};
+use super::dense::{DenseActorCritic, DenseHead, DenseLayer, DenseMlp, HAND_WRITTEN_MAX_WIDTH};
+use super::dense_acting::{Acting, DenseActing};
 use super::encoder::{linear, Encoder};
 use super::recurrent::Core;
 use super::weights::{rows_tensor, to_vec, Variables};
@@ -135,6 +136,9 @@ pub struct ActorCritic {
     draws: Draws,
     /// The temperature its actions are sampled at ([`Policy::set_temperature`]).
     temperature: f64,
+    /// Its acting pass written out ([`DenseActing`]), for a network [`dense`](Self::dense) covers whose layers are
+    /// at most [`HAND_WRITTEN_MAX_WIDTH`] wide; `None` acts through libtorch.
+    acting: Option<DenseActing>,
 }
 
 impl std::fmt::Debug for ActorCritic {
@@ -207,7 +211,7 @@ impl ActorCritic {
         let ret_rms = cfg
             .normalize_returns
             .then(|| RunningMeanStd::new(&(&root / "returns_normalizer"), 1));
-        Ok(Self {
+        let mut network = Self {
             vars: Variables::of(vs),
             head,
             obs_dim,
@@ -224,7 +228,38 @@ impl ActorCritic {
             ret_rms,
             draws: Draws::from_torch(),
             temperature: 1.0,
-        })
+            acting: None,
+        };
+        network.acting = network.dense_acting();
+        Ok(network)
+    }
+
+    /// The acting pass written out, when [`dense`](Self::dense) covers every trainable variable with layers at most
+    /// [`HAND_WRITTEN_MAX_WIDTH`] wide and the normalisers' statistics are found among the variables.
+    fn dense_acting(&self) -> Option<DenseActing> {
+        let vars = &self.vars;
+        let trainable: usize = vars.trainable().iter().map(|(_, t)| t.numel()).sum();
+        let net = self
+            .dense(|t| vars.offset_of(t))
+            .filter(|net| net.len() == trainable && net.widest_layer() <= HAND_WRITTEN_MAX_WIDTH)?;
+        let stats = |rms: &RunningMeanStd| Some((vars.offset_of(rms.mean())?, vars.offset_of(rms.var())?));
+        let obs_rms = match &self.obs_rms {
+            Some(rms) => {
+                let (mean, var) = stats(rms)?;
+                Some((mean, var, OBS_CLIP as f32))
+            }
+            None => None,
+        };
+        let ret_rms = match &self.ret_rms {
+            Some(rms) => Some(stats(rms)?),
+            None => None,
+        };
+        Some(DenseActing::new(
+            net,
+            usize::try_from(self.obs_dim).ok()?,
+            obs_rms,
+            ret_rms,
+        ))
     }
 
     /// Seeds libtorch's random generator of this process (initialisation and action sampling).
@@ -522,6 +557,13 @@ impl Policy for ActorCritic {
     }
 
     fn act_recurrent(&mut self, obs: &[f32], states: &mut [f32], deterministic: bool) -> Result<ActOutput> {
+        if let (Some(acting), true) = (&mut self.acting, states.is_empty()) {
+            let how = Acting {
+                deterministic,
+                temperature: self.temperature,
+            };
+            return acting.act(&self.vars, obs, how, &mut self.draws);
+        }
         let obs = self.obs_tensor(obs)?;
         let d = ActorCritic::state_dim(self);
         let n = obs.size()[0];
@@ -639,6 +681,116 @@ mod tests {
         let flat = Space::Box(BoxSpace::uniform(0.0, 1.0, vec![10]).expect("box"));
         let err = ActorCritic::new(&flat, &Space::discrete(2), &cfg, DeviceKind::Cpu).unwrap_err();
         assert!(err.to_string().contains("needs one image"), "{err}");
+    }
+
+    /// The acting pass written out ([`DenseActing`](super::DenseActing)) acts as libtorch's: the same sampled
+    /// categorical actions (masked or not, at temperature 1 or 2), the same Gaussian actions, and the same
+    /// log-probabilities and values within float32's rounding, with running statistics of observations and returns;
+    /// it takes the variables again after they change in place (a statistics update, a load).
+    #[test]
+    fn the_written_out_acting_pass_acts_as_libtorch() {
+        use crate::config::Nonlinearity;
+        // (nonlinearity, shared encoder, action mask, Gaussian head, normalisers, temperature)
+        let cases = [
+            (Nonlinearity::Tanh, true, false, false, false, 1.0),
+            (Nonlinearity::Tanh, false, true, false, true, 1.0),
+            (Nonlinearity::Relu, true, false, false, true, 2.0),
+            (Nonlinearity::Elu, false, false, true, true, 1.0),
+            (Nonlinearity::Tanh, true, false, true, false, 2.0),
+        ];
+        for (nonlinearity, shared, masked, gaussian, normalize, temperature) in cases {
+            let label = format!("{nonlinearity:?} shared {shared} masked {masked} gaussian {gaussian}");
+            let obs_space = if masked {
+                Space::Dict(vec![
+                    (ACTION_MASK_KEY.to_owned(), unit_box(4)),
+                    ("observation".to_owned(), unit_box(5)),
+                ])
+            } else {
+                unit_box(6)
+            };
+            let action_space = if gaussian {
+                Space::Box(BoxSpace::uniform(-1.0, 1.0, vec![3]).expect("box"))
+            } else {
+                Space::discrete(4)
+            };
+            let mut cfg = Config::default().model;
+            cfg.nonlinearity = nonlinearity;
+            cfg.actor_critic_share_weights = shared;
+            cfg.normalize_input = normalize;
+            cfg.normalize_returns = normalize;
+            cfg.encoder_mlp_layers = "16,8".parse().expect("layers");
+            let build = || {
+                tch::manual_seed(5);
+                ActorCritic::new(&obs_space, &action_space, &cfg, DeviceKind::Cpu).expect("model")
+            };
+            let (mut written, mut torch) = (build(), build());
+            assert!(written.acting.is_some(), "{label}: a network the pass covers");
+            torch.acting = None;
+            // Larger action-head weights than the initialisation's, so that the actions' probabilities differ.
+            let mut weights = written.weights().expect("weights");
+            tch::manual_seed(6);
+            let noise = Vec::<f32>::try_from(Tensor::randn(
+                [weights.values.len() as i64],
+                (Kind::Float, tch::Device::Cpu),
+            ))
+            .expect("noise");
+            weights
+                .values
+                .iter_mut()
+                .zip(noise)
+                .for_each(|(w, n)| *w += 0.5 * n);
+            let obs: Vec<f32> = (0..64 * written.obs_dim as usize)
+                .map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0) * 3.0)
+                .map(|v| if masked && v < -2.0 { 0.0 } else { v })
+                .collect();
+            let rows = obs.len() / written.obs_dim as usize;
+            let before = written.act(&obs, true).expect("act before the load");
+            for model in [&mut written, &mut torch] {
+                model.load_weights(&weights).expect("load");
+                let obs = model.obs_tensor(&obs).expect("obs");
+                model.update_obs_stats(&(&obs * 2.0 + 1.0));
+                model.update_return_stats(&Tensor::from_slice(&[3.0_f32, 40.0, -7.0]));
+                model.set_temperature(temperature).expect("temperature");
+            }
+            let close = |a: &[f32], b: &[f32], what: &str| {
+                assert_eq!(a.len(), b.len(), "{label}: {what}");
+                for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                    assert!(
+                        (x - y).abs() <= 2e-5 * (1.0 + y.abs()),
+                        "{label}: {what} {i}: {x} against {y}"
+                    );
+                }
+            };
+            for deterministic in [true, false, false] {
+                let (w, t) = (
+                    written.act(&obs, deterministic).expect("written out"),
+                    torch.act(&obs, deterministic).expect("libtorch"),
+                );
+                assert_eq!(w.actions.len(), rows * written.head.action_dim(), "{label}");
+                if gaussian {
+                    close(&w.actions, &t.actions, "action");
+                } else {
+                    assert_eq!(w.actions, t.actions, "{label}: deterministic {deterministic}");
+                }
+                close(&w.log_probs, &t.log_probs, "log-probability");
+                close(&w.values, &t.values, "value");
+                assert_ne!(
+                    w.values, before.values,
+                    "{label}: the loaded weights and statistics are used"
+                );
+            }
+            if masked {
+                for (row, action) in obs
+                    .chunks_exact(written.obs_dim as usize)
+                    .zip(&written.act(&obs, false).expect("act").actions)
+                {
+                    assert!(
+                        row[*action as usize] > 0.5 || row[..4].iter().all(|&m| m <= 0.5),
+                        "{label}: a masked action"
+                    );
+                }
+            }
+        }
     }
 
     /// The variable `name` of `model`.

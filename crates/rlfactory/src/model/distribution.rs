@@ -5,7 +5,7 @@ use tch::{Kind, Tensor};
 use super::Draws;
 
 /// log(2π) / 2.
-const HALF_LOG_TWO_PI: f64 = 0.918_938_533_204_672_7;
+pub(super) const HALF_LOG_TWO_PI: f64 = 0.918_938_533_204_672_7;
 
 /// A batch of action distributions, one per row.
 #[derive(Debug)]

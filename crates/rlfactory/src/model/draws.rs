@@ -35,7 +35,7 @@ impl Draws {
 
     /// Values uniform in `[0, 1)` of `like`'s shape, on its device.
     pub fn uniform_like(&mut self, like: &Tensor) -> Tensor {
-        let values: Vec<f32> = (0..like.numel()).map(|_| self.0.random::<f32>()).collect();
+        let values = self.uniforms(like.numel());
         Tensor::from_slice(&values)
             .view(like.size().as_slice())
             .to_device(like.device())
@@ -43,7 +43,20 @@ impl Draws {
 
     /// Standard normal values of `like`'s shape, on its device (Box–Muller).
     pub fn normal_like(&mut self, like: &Tensor) -> Tensor {
-        let n = like.numel();
+        let values = self.normals(like.numel());
+        Tensor::from_slice(&values)
+            .view(like.size().as_slice())
+            .to_device(like.device())
+    }
+
+    /// `n` values uniform in `[0, 1)`: the draws of [`uniform_like`](Self::uniform_like), row-major.
+    pub fn uniforms(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.0.random::<f32>()).collect()
+    }
+
+    /// `n` standard normal values (Box–Muller, a pair per two uniform draws, the last pair's second value unused for
+    /// an odd `n`): the draws of [`normal_like`](Self::normal_like), row-major.
+    pub fn normals(&mut self, n: usize) -> Vec<f32> {
         let mut values = Vec::with_capacity(n + 1);
         while values.len() < n {
             let u1 = 1.0 - self.0.random::<f64>();
@@ -53,9 +66,7 @@ impl Draws {
             values.extend([(r * theta.cos()) as f32, (r * theta.sin()) as f32]);
         }
         values.truncate(n);
-        Tensor::from_slice(&values)
-            .view(like.size().as_slice())
-            .to_device(like.device())
+        values
     }
 
     /// `0..n` in a random order.

@@ -17,6 +17,7 @@
 mod actor_critic;
 mod custom;
 mod dense;
+mod dense_acting;
 mod distribution;
 mod draws;
 mod encoder;
@@ -33,8 +34,8 @@ use serde::{Deserialize, Serialize};
 pub(crate) use actor_critic::MASKED_LOGIT;
 pub use actor_critic::{ActionHead, ActorCritic, ACTION_MASK_KEY};
 pub use custom::{register_encoder, registered_encoder, EncoderBuilder, EncoderNet};
-pub(crate) use dense::DenseHead;
 pub use dense::{DenseActorCritic, DenseForward};
+pub(crate) use dense::{DenseHead, HAND_WRITTEN_MAX_WIDTH};
 pub use distribution::Distribution;
 pub use draws::Draws;
 pub use normalize::RunningMeanStd;

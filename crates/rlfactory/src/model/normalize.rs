@@ -12,7 +12,7 @@ pub struct RunningMeanStd {
 }
 
 /// Added to the variance before taking square roots.
-const EPS: f64 = 1e-5;
+pub(super) const EPS: f64 = 1e-5;
 
 impl RunningMeanStd {
     /// Statistics of vectors of `dim` values, as non-trainable variables under `path`

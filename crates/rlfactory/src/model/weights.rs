@@ -152,6 +152,25 @@ impl Variables {
         })
     }
 
+    /// Where `t` (one of these variables, or a shallow clone of one) starts in the flat values of
+    /// [`weights`](Self::weights); `None` for another tensor.
+    pub fn offset_of(&self, t: &Tensor) -> Option<usize> {
+        let mut offset = 0;
+        for (_, v) in &self.named {
+            if v.data_ptr() == t.data_ptr() && v.size() == t.size() {
+                return Some(offset);
+            }
+            offset += v.numel();
+        }
+        None
+    }
+
+    /// The sum of libtorch's version counters of the variables: it grows whenever one of them is changed in place
+    /// (a load, an optimiser's step, a copy), and only then.
+    pub fn version(&self) -> i64 {
+        self.named.iter().map(|(_, t)| t.internal_version()).sum()
+    }
+
     /// All their values, flat, variable after variable: what a learner publishes.
     pub fn weights(&self) -> Result<PolicyWeights> {
         let flat: Vec<Tensor> = self
