@@ -315,6 +315,10 @@ pub struct RolloutWorker {
     asked: Vec<bool>,
     pool: TrajectoryPool,
     free: Vec<usize>,
+    /// The split offered the next free slot first: the one after the split that took the last. When the learner
+    /// holds the slots and frees them one at a time, each waiting split gets its turn; from the first split every
+    /// time, the others would wait as long as the learner is the bottleneck, their envs standing still.
+    turn: usize,
     /// The batcher's answer to `worker_started` (the free list) arrived.
     reclaimed: bool,
     incarnation: u32,
@@ -422,6 +426,7 @@ struct KeptWorker {
     splits: Vec<KeptSplit>,
     report: RolloutReport,
     free: Vec<usize>,
+    turn: usize,
     reclaimed: bool,
     counts: WorkerCounts,
     /// Off-policy: each policy's rows waiting to go into its buffer.
@@ -635,6 +640,7 @@ impl RolloutWorker {
                 .collect(),
             asked: vec![false; cfg.inference_groups()],
             free: Vec::new(),
+            turn: 0,
             reclaimed: false,
             incarnation,
             counts,
@@ -742,6 +748,7 @@ impl RolloutWorker {
             splits,
             report: self.report.clone(),
             free: self.free.clone(),
+            turn: self.turn,
             reclaimed: self.reclaimed,
             counts: self.counts,
             rows: self.replay.as_ref().map(|w| w.rows.clone()).unwrap_or_default(),
@@ -784,8 +791,8 @@ impl RolloutWorker {
             }
             (s.prev_obs, s.carry) = (k.prev_obs, k.carry);
         }
-        (self.report, self.free, self.reclaimed, self.counts) =
-            (kept.report, kept.free, kept.reclaimed, kept.counts);
+        (self.report, self.free, self.turn, self.reclaimed, self.counts) =
+            (kept.report, kept.free, kept.turn, kept.reclaimed, kept.counts);
         if let Some(writer) = &mut self.replay {
             if kept.rows.len() == writer.rows.len() {
                 writer.rows = kept.rows;
@@ -843,11 +850,12 @@ impl RolloutWorker {
         Ok(())
     }
 
-    /// Splits without a slot that may run (not paused) take a free slot, if any, and ask for
-    /// actions for their first step.
+    /// Splits without a slot that may run (not paused) take a free slot, if any, in turn from
+    /// [`turn`](Self::turn), and ask for actions for their first step.
     fn resume(&mut self) -> Result<Vec<PolicyRequest>> {
         let mut requests = Vec::new();
-        for k in 0..self.splits.len() {
+        let (n, first) = (self.splits.len(), self.turn);
+        for k in (0..n).map(|i| (first + i) % n) {
             let split = &self.splits[k];
             if split.slot.is_some() || split.paused {
                 continue;
@@ -855,6 +863,7 @@ impl RolloutWorker {
             let Some(buffer) = self.free.pop() else {
                 break;
             };
+            self.turn = (k + 1) % n;
             let split = &mut self.splits[k];
             split.slot = Some(buffer);
             split.t = 0;
@@ -1282,6 +1291,69 @@ mod tests {
             assert_eq!(versions[t * 4..t * 4 + 4], expected, "step {t}");
             requests = next;
         }
+    }
+
+    /// When the learner holds every slot and frees one at a time (the learner the bottleneck), the splits waiting for
+    /// one take them in turn: from the first split every time, the second's envs stood still as long as the learner
+    /// was behind.
+    #[test]
+    fn waiting_splits_take_the_freed_slots_in_turn() {
+        let cfg = Config::for_env(
+            "CartPole-v1",
+            &[
+                "num_envs_per_worker = 4",
+                "worker_num_splits = 2",
+                "rollout = 2",
+                "batch_size = 8",
+            ],
+        )
+        .expect("config");
+        let shape = TrajectoryShape {
+            rollout: 2,
+            num_envs: 2,
+            obs_dim: 4,
+            action_dim: 1,
+            state_dim: 0,
+            obs_bytes: 0,
+        };
+        let pool = TrajectoryPool::create(shape, 2).expect("pool");
+        let reader = TrajectoryPool::open(&pool.handle()).expect("mapped");
+        let mut worker = RolloutWorker::first_of(&cfg, &EnvRegistry::with_builtin(), pool);
+        worker.start().expect("reset");
+        let requests = worker.on_slots_reclaimed(0, &[0, 1]).expect("free slots");
+        // Steps the requested splits to the end of their trajectories, keeping the slots they hand on.
+        fn run(
+            worker: &mut RolloutWorker,
+            reader: &TrajectoryPool,
+            mut requests: Vec<PolicyRequest>,
+            held: &mut std::collections::VecDeque<usize>,
+        ) {
+            while let Some(r) = requests.pop() {
+                reader
+                    .put(r.buffer, Field::Actions, r.step, &[1.0, 0.0])
+                    .expect("actions");
+                let outcome = worker.on_actions_ready(&r.answer()).expect("step");
+                requests.extend(outcome.requests);
+                held.extend(outcome.trajectory.map(|t| t.buffer));
+            }
+        }
+        let mut held = std::collections::VecDeque::new();
+        run(&mut worker, &reader, requests, &mut held);
+        assert_eq!(
+            held.len(),
+            2,
+            "both splits wait with their trajectories handed on"
+        );
+        let mut takers = Vec::new();
+        for _ in 0..6 {
+            // The learner frees the oldest slot: one of the two waiting splits takes it and fills it.
+            let oldest = held.pop_front().expect("a held slot");
+            let freed = worker.on_buffer_released(oldest).expect("released");
+            assert_eq!(freed.len(), 1, "one slot, one split");
+            takers.push(freed[0].split);
+            run(&mut worker, &reader, freed, &mut held);
+        }
+        assert_eq!(takers, [0, 1, 0, 1, 0, 1], "the split each freed slot went to");
     }
 
     /// Connect Four's players take turns: a recurrent policy's state of the waiting player's column stays as it
