@@ -1,7 +1,7 @@
 //! The two ends of the async workflow between machines ([`crate::runner::train_rank`]): on an actor rank,
 //! [`ActorLink`] stands where the batcher, the learner and the runner stand on one machine; on the learner rank,
 //! [`LearnerLink`] stands where the rollout workers stand. Each link is an ordinary component on its rank's main loop;
-//! its messages leave through a sending thread ([`Outgoing`]) and arrive through a receiving thread, which writes
+//! its messages leave through a sending thread per destination rank ([`Postbox`]) and arrive through a receiving thread, which writes
 //! what they carry into this rank's shared memory and emits the signals through [`Inlet`]s, as the remote component
 //! would have.
 //!
@@ -16,8 +16,8 @@
 //! out of slots when the learner falls behind, so the data in flight is bounded by the pools (back-pressure).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
-use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rlf_comm::Tag;
@@ -118,15 +118,74 @@ impl Outgoing {
     }
 }
 
-/// Hands `message` to the sending thread.
-fn post(outgoing: &Sender<Outgoing>, dest: usize, tag: Tag, message: &Wire) -> Result<()> {
-    let bytes = message.encode()?;
-    outgoing
-        .send(Outgoing::message(dest, tag, bytes))
-        .map_err(|_| RlfError::Protocol {
-            component: "mpi link",
-            message: "the sending thread is gone".into(),
+/// Starts the sending thread of a destination rank: it sends what arrives on its receiver, in order.
+type StartLane = dyn FnMut(usize, Receiver<Outgoing>) -> Result<()> + Send;
+
+/// Where a rank's messages are posted: straight to the sending thread of their destination rank (its lane, started
+/// at its first message), so that a peer that stops taking messages holds up its own messages only, not the
+/// heartbeats and the `Stop` of the others. Clones post to the same lanes; a lane ends once every clone is dropped
+/// and it has sent all it was given.
+#[derive(Clone)]
+pub(crate) struct Postbox {
+    lanes: Arc<Mutex<Lanes>>,
+}
+
+struct Lanes {
+    open: Vec<(usize, Sender<Outgoing>)>,
+    start: Box<StartLane>,
+}
+
+impl std::fmt::Debug for Postbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Postbox").finish_non_exhaustive()
+    }
+}
+
+impl Postbox {
+    /// Lanes started by `start`.
+    pub(crate) fn new(start: impl FnMut(usize, Receiver<Outgoing>) -> Result<()> + Send + 'static) -> Self {
+        Self {
+            lanes: Arc::new(Mutex::new(Lanes {
+                open: Vec::new(),
+                start: Box::new(start),
+            })),
+        }
+    }
+
+    /// A postbox whose every post fails.
+    pub(crate) fn detached() -> Self {
+        Self::new(|dest, _| {
+            Err(RlfError::Protocol {
+                component: "mpi link",
+                message: format!("no sending thread to rank {dest}: the link is detached"),
+            })
         })
+    }
+
+    /// Hands `o` to its destination's lane, starting it at the first message; an error when the lane cannot start or
+    /// has ended (it failed, and said why where the rank collects its threads' ends).
+    pub(crate) fn send(&self, o: Outgoing) -> Result<()> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let dest = o.dest;
+        let at = match lanes.open.iter().position(|(d, _)| *d == dest) {
+            Some(at) => at,
+            None => {
+                let (lane, messages) = mpsc::channel();
+                (lanes.start)(dest, messages)?;
+                lanes.open.push((dest, lane));
+                lanes.open.len() - 1
+            }
+        };
+        lanes.open[at].1.send(o).map_err(|_| RlfError::Protocol {
+            component: "mpi link",
+            message: format!("the sending thread to rank {dest} stopped"),
+        })
+    }
+}
+
+/// Hands `message` to the sending thread of rank `dest`.
+fn post(outgoing: &Postbox, dest: usize, tag: Tag, message: &Wire) -> Result<()> {
+    outgoing.send(Outgoing::message(dest, tag, message.encode()?))
 }
 
 /// When each rank was last heard from (set by the receiving thread, read by the link's heartbeat check) and which
@@ -181,7 +240,7 @@ impl Liveness {
 /// inlets' way in (a child process never runs a link's constructor: it gets [`LinkEnds::detached`]).
 #[derive(Debug)]
 pub(in crate::runner) struct LinkEnds {
-    pub outgoing: Sender<Outgoing>,
+    pub outgoing: Postbox,
     pub learner_inlets: Option<Sender<LearnerInlets>>,
     pub actor_inlets: Option<Sender<ActorInlets>>,
     pub liveness: Arc<Liveness>,
@@ -191,7 +250,7 @@ impl LinkEnds {
     /// Ends that lead nowhere: a link built with them fails at its start.
     pub fn detached() -> Self {
         Self {
-            outgoing: std::sync::mpsc::channel().0,
+            outgoing: Postbox::detached(),
             learner_inlets: None,
             actor_inlets: None,
             liveness: Arc::new(Liveness::new(0)),
@@ -339,7 +398,7 @@ pub(crate) struct LearnerInlets {
 /// What both links have: where the ranks are, the sending thread's queue, and the heartbeats.
 struct Peers {
     ranks: Ranks,
-    outgoing: Sender<Outgoing>,
+    outgoing: Postbox,
     liveness: Arc<Liveness>,
     heartbeat: Duration,
 }
@@ -476,18 +535,12 @@ impl LearnerLink {
             self.scratch = values;
         }
         for dest in self.peers.ranks.actor_ranks() {
-            self.peers
-                .outgoing
-                .send(Outgoing {
-                    dest,
-                    tag: TO_ACTOR,
-                    bytes: bytes.clone(),
-                    weights_of: Some(policy),
-                })
-                .map_err(|_| RlfError::Protocol {
-                    component: "mpi link",
-                    message: "the sending thread is gone".into(),
-                })?;
+            self.peers.outgoing.send(Outgoing {
+                dest,
+                tag: TO_ACTOR,
+                bytes: bytes.clone(),
+                weights_of: Some(policy),
+            })?;
         }
         Ok(())
     }

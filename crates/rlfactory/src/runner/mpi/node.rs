@@ -14,9 +14,11 @@
 //! - **Sending**: a message is a header (its tag, and whether more parts follow) and the bytes, put as one pair;
 //!   one larger than a quarter of the ring goes in parts, in order (a queue has one producer: a lock per destination
 //!   keeps a rank's threads from interleaving parts).
-//! - **Receiving**: a thread per incoming queue reassembles the messages and passes them on, with their sender, to
-//!   the one thread of the rank that receives the diverted tags; a message that does not match its source or tag
-//!   waits in order for the receive that does. A rank stopped in the middle of a put holds only its own queue.
+//! - **Receiving**: the one thread of the rank that receives the diverted tags reassembles the messages; a message
+//!   that does not match its source or tag waits in order for the receive that does. With one incoming queue (two
+//!   ranks) that thread reads the queue itself, and a message wakes it straight from the sender's put; with several,
+//!   a thread per queue reads it and passes the messages on, with their sender, since one thread cannot sleep on
+//!   several queues at once. A rank stopped in the middle of a put holds only its own queue.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -37,11 +39,83 @@ const HEADER_BYTES: usize = 3;
 /// A message received from shared memory: the sender's world rank, its tag, its bytes.
 type Mail = (usize, Tag, Vec<u8>);
 
+/// Where the rank's receiving thread takes messages from.
+enum Arrivals {
+    /// The one incoming queue, from rank `from`, read by the receiving thread itself.
+    Direct {
+        from: usize,
+        queue: Arc<Queue>,
+        parts: Parts,
+    },
+    /// Several queues, each read by a thread of its own ([`read`]).
+    Merged(Receiver<Mail>),
+}
+
+impl Arrivals {
+    /// The next whole message, waiting as long as it takes; `None` once no message can come.
+    fn next(&mut self) -> Option<Mail> {
+        match self {
+            Arrivals::Direct { from, queue, parts } => loop {
+                match parts.take(*from, queue) {
+                    Part::Last(tag, bytes) => return Some((*from, tag, bytes)),
+                    Part::More => {}
+                    Part::End => return None,
+                }
+            },
+            Arrivals::Merged(arrivals) => arrivals.recv().ok(),
+        }
+    }
+}
+
 /// What the rank's receiving thread takes messages from.
 struct Inbox {
-    arrivals: Receiver<Mail>,
+    arrivals: Arrivals,
     /// Messages that arrived before the receive they match.
     waiting: VecDeque<Mail>,
+}
+
+/// What [`Parts::take`] took.
+enum Part {
+    /// A message's last part: the message's tag and its bytes.
+    Last(Tag, Vec<u8>),
+    /// A part with more to follow.
+    More,
+    /// No part can come: the queue is closed and drained (or a part's header is malformed: said on stderr).
+    End,
+}
+
+/// The parts of a message from one queue, joined: the buffers a queue's reader keeps between its gets.
+#[derive(Default)]
+struct Parts {
+    header: Vec<u8>,
+    part: Vec<u8>,
+    message: Vec<u8>,
+}
+
+impl Parts {
+    /// Takes the next part from `from`'s `queue`, waiting as long as it takes.
+    fn take(&mut self, from: usize, queue: &Queue) -> Part {
+        let got = queue
+            .get_into(&mut self.header)
+            .and_then(|_| queue.get_into(&mut self.part));
+        match got {
+            Ok(_) => {}
+            Err(GetError::Closed | GetError::Empty | GetError::Timeout) => return Part::End,
+        }
+        let [lo, hi, last] = self.header[..] else {
+            eprintln!(
+                "[rlfactory] a shared-memory message from rank {from} has a {}-byte header",
+                self.header.len()
+            );
+            return Part::End;
+        };
+        self.message.extend_from_slice(&self.part);
+        if last == 1 {
+            Part::Last(Tag::from_le_bytes([lo, hi]), std::mem::take(&mut self.message))
+        } else {
+            Part::More
+        }
+    }
 }
 
 /// The shared-memory queues of one rank: to every other rank, and from every other rank (read by threads of their
@@ -52,7 +126,7 @@ pub(crate) struct NodeLinks {
     tags: Vec<Tag>,
     /// The queue to each other rank (`None` at this rank's own index), with the lock its parts go out under.
     outgoing: Vec<Option<(Queue, Mutex<()>)>>,
-    /// This rank's incoming queues, each read by a thread of its own.
+    /// This rank's incoming queues: one read by the receiving thread, or several each read by a thread of its own.
     incoming: Vec<Arc<Queue>>,
     readers: Mutex<Vec<JoinHandle<()>>>,
     inbox: Mutex<Inbox>,
@@ -132,21 +206,31 @@ impl NodeLinks {
         for queue in incoming.iter_mut().flatten() {
             queue.unlink().map_err(shm_error)?;
         }
-        let (arrivals_in, arrivals) = mpsc::channel();
         let incoming: Vec<(usize, Arc<Queue>)> = incoming
             .into_iter()
             .enumerate()
             .filter_map(|(from, q)| q.map(|q| (from, Arc::new(q))))
             .collect();
-        let mut readers = Vec::with_capacity(incoming.len());
-        for (from, queue) in &incoming {
-            let (from, queue, to) = (*from, Arc::clone(queue), arrivals_in.clone());
-            let reader = std::thread::Builder::new()
-                .name(format!("shm_from_{from}"))
-                .spawn(move || read(from, &queue, &to))
-                .map_err(|e| shm_error(format!("cannot start a reading thread: {e}")))?;
-            readers.push(reader);
-        }
+        let mut readers = Vec::new();
+        let arrivals = match &incoming[..] {
+            [(from, queue)] => Arrivals::Direct {
+                from: *from,
+                queue: Arc::clone(queue),
+                parts: Parts::default(),
+            },
+            several => {
+                let (arrivals_in, arrivals) = mpsc::channel();
+                for (from, queue) in several {
+                    let (from, queue, to) = (*from, Arc::clone(queue), arrivals_in.clone());
+                    let reader = std::thread::Builder::new()
+                        .name(format!("shm_from_{from}"))
+                        .spawn(move || read(from, &queue, &to))
+                        .map_err(|e| shm_error(format!("cannot start a reading thread: {e}")))?;
+                    readers.push(reader);
+                }
+                Arrivals::Merged(arrivals)
+            }
+        };
         Ok(Some(Arc::new(NodeLinks {
             rank,
             tags: tags.to_vec(),
@@ -200,8 +284,8 @@ impl NodeLinks {
         loop {
             let mail = inbox
                 .arrivals
-                .recv()
-                .map_err(|_| CommError::Closed("every rank's queue to this one is closed".into()))?;
+                .next()
+                .ok_or_else(|| CommError::Closed("every rank's queue to this one is closed".into()))?;
             if matches(&mail) {
                 return Ok(Received {
                     from: mail.0,
@@ -212,7 +296,7 @@ impl NodeLinks {
         }
     }
 
-    /// Closes this rank's incoming queues and waits for their reading threads (a peer's put then fails). For the end
+    /// Closes this rank's incoming queues and waits for their reading threads, if any (a peer's put then fails). For the end
     /// of a rank, once every peer's last message is in: a close takes each queue's lock, which a peer stopped in the
     /// middle of a put would hold.
     pub(crate) fn close(&self) {
@@ -236,28 +320,16 @@ fn accepts(source: Source, from: usize) -> bool {
 
 /// Reads `from`'s queue until it is closed: each message's parts joined, passed on with the sender and the tag.
 fn read(from: usize, queue: &Queue, to: &Sender<Mail>) {
-    let (mut header, mut part, mut message) = (Vec::new(), Vec::new(), Vec::new());
+    let mut parts = Parts::default();
     loop {
-        let got = queue
-            .get_into(&mut header)
-            .and_then(|_| queue.get_into(&mut part));
-        match got {
-            Ok(_) => {}
-            Err(GetError::Closed | GetError::Empty | GetError::Timeout) => return,
-        }
-        let [lo, hi, last] = header[..] else {
-            eprintln!(
-                "[rlfactory] a shared-memory message from rank {from} has a {}-byte header",
-                header.len()
-            );
-            return;
-        };
-        message.extend_from_slice(&part);
-        if last == 1 {
-            let tag = Tag::from_le_bytes([lo, hi]);
-            if to.send((from, tag, std::mem::take(&mut message))).is_err() {
-                return;
+        match parts.take(from, queue) {
+            Part::Last(tag, bytes) => {
+                if to.send((from, tag, bytes)).is_err() {
+                    return;
+                }
             }
+            Part::More => {}
+            Part::End => return,
         }
     }
 }
@@ -407,16 +479,17 @@ mod tests {
                     .map(|_| comm.recv(Source::Rank(0), 1).expect("recv"))
                     .collect()
             };
-            (links.incoming.len(), named, received)
+            let readers = links.readers.lock().expect("readers").len();
+            (links.incoming.len(), named, readers, received)
         });
-        for (queues, named, _) in &got {
+        for (queues, named, readers, _) in &got {
             assert_eq!(
-                (*queues, *named),
-                (1, 0),
-                "one queue from the other rank, its name removed at setup"
+                (*queues, *named, *readers),
+                (1, 0, 0),
+                "one queue from the other rank, its name removed at setup, read by the receiving thread itself"
             );
         }
-        let received = &got[1].2;
+        let received = &got[1].3;
         assert_eq!(received[0].bytes, b"first");
         assert_eq!(received[1].bytes, expected, "the parts are joined in order");
         assert!(received[2].bytes.is_empty());
@@ -425,24 +498,34 @@ mod tests {
 
     #[test]
     fn a_receive_takes_its_own_tag_and_source_and_others_wait_for_theirs() {
-        let got = on_ranks(3, |comm, _| match comm.rank() {
-            0 => {
-                let a = comm.recv(Source::Rank(1), 2).expect("recv");
-                let b = comm.recv(Source::Any, 1).expect("recv");
-                let c = comm.recv(Source::Any, 1).expect("recv");
-                vec![(a.from, a.bytes), (b.from, b.bytes), (c.from, c.bytes)]
+        fn on_rank(comm: &dyn Comm) -> Vec<(usize, Vec<u8>)> {
+            match comm.rank() {
+                0 => {
+                    let a = comm.recv(Source::Rank(1), 2).expect("recv");
+                    let b = comm.recv(Source::Any, 1).expect("recv");
+                    let c = comm.recv(Source::Any, 1).expect("recv");
+                    vec![(a.from, a.bytes), (b.from, b.bytes), (c.from, c.bytes)]
+                }
+                1 => {
+                    comm.send(0, 1, b"one from 1").expect("send");
+                    comm.send(0, 2, b"two from 1").expect("send");
+                    Vec::new()
+                }
+                _ => {
+                    comm.send(0, 1, b"one from 2").expect("send");
+                    Vec::new()
+                }
             }
-            1 => {
-                comm.send(0, 1, b"one from 1").expect("send");
-                comm.send(0, 2, b"two from 1").expect("send");
-                Vec::new()
-            }
-            _ => {
-                comm.send(0, 1, b"one from 2").expect("send");
-                Vec::new()
-            }
+        }
+        let got = on_ranks(3, |comm, links| {
+            let readers = links.readers.lock().expect("readers").len();
+            (readers, on_rank(comm))
         });
-        let rank0 = &got[0];
+        assert!(
+            got.iter().all(|(readers, _)| *readers == 2),
+            "with two incoming queues, a reading thread for each"
+        );
+        let rank0 = &got[0].1;
         assert_eq!(
             rank0[0],
             (1, b"two from 1".to_vec()),
@@ -465,7 +548,7 @@ mod tests {
             let mut sum = [comm.rank() as f64 + 1.0];
             comm.allreduce(Values::F64(&mut sum), Op::Sum).expect("allreduce");
             let received = (comm.rank() == 1).then(|| comm.recv(Source::Rank(0), 7).expect("recv").bytes);
-            let nothing_by_shm = links.inbox.lock().expect("inbox").arrivals.try_recv().is_err();
+            let nothing_by_shm = links.incoming.iter().all(|q| q.is_empty());
             (sum[0], received, nothing_by_shm)
         });
         assert_eq!(got[0].0, 3.0);

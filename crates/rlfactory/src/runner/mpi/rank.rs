@@ -2,7 +2,8 @@
 //! the learner and the runner; every actor rank runs rollout and inference workers over its own shared memory, as
 //! one machine does; a link on each rank's main loop stands for the other side ([`super::link`]).
 //! Each rank has threads of its own besides its event loops, each with its own handle on the world communicator
-//! ([`WorldMaker`]): sending threads (one per destination rank) send what the link posts, in order; one receives,
+//! ([`WorldMaker`]): sending threads (one per destination rank) send what the link posts to them ([`Postbox`]), in
+//! order; one receives,
 //! writes what arrives into this rank's shared memory and emits the signals. With `--process_per_env` above 1 the
 //! member ranks of each env group run no component graph: they step their share of their lead's envs
 //! ([`crate::env::group`]). The ranks end in a handshake that leaves no message unmatched: the learner rank's last
@@ -22,8 +23,8 @@ use rlf_shm::ShmArray;
 use rlf_signal::{EmitError, Inlet};
 
 use super::link::{
-    ActorInlets, ActorStopped, LearnerInlets, LinkEnds, LinkFailed, Liveness, Outgoing, Ranks, StopRequested,
-    Wire, TO_ACTOR, TO_LEARNER,
+    ActorInlets, ActorStopped, LearnerInlets, LinkEnds, LinkFailed, Liveness, Outgoing, Postbox, Ranks,
+    StopRequested, Wire, TO_ACTOR, TO_LEARNER,
 };
 use crate::config::Config;
 use crate::env::group::{serve_share, EnvGroup, Shares, MAX_CHANNELS};
@@ -109,51 +110,6 @@ fn comm_error(e: rlf_comm::CommError) -> RlfError {
         component: "mpi link",
         message: e.to_string(),
     }
-}
-
-/// Sends what the link posts until every sender of `outgoing` is dropped: in order to each rank, on a thread per
-/// destination (started at its first message, with its own handle on the world), so that a peer that stops taking
-/// messages (a hung rank whose buffers are full) holds up its own messages only, not the heartbeats and the `Stop`
-/// of the others. Returns once every lane has sent all it was given, or at once with the error of a lane that failed
-/// (the link's next post then fails, which stops the run; the other lanes are left to the end of the process).
-fn send_all(maker: &Arc<dyn WorldMaker>, outgoing: &Receiver<Outgoing>, link: &Arc<Shared>) -> Result<()> {
-    let mut lanes: Vec<(usize, Sender<Outgoing>, thread::JoinHandle<Result<()>>)> = Vec::new();
-    let joined = |dest: usize, handle: thread::JoinHandle<Result<()>>| {
-        handle.join().unwrap_or_else(|_| {
-            Err(RlfError::EventLoop(format!(
-                "the sending thread to rank {dest} panicked"
-            )))
-        })
-    };
-    for o in outgoing {
-        let at = match lanes.iter().position(|(dest, ..)| *dest == o.dest) {
-            Some(at) => at,
-            None => {
-                let (lane, messages) = mpsc::channel();
-                let (maker, link) = (Arc::clone(maker), Arc::clone(link));
-                let handle = thread::Builder::new()
-                    .name(format!("mpi_send_{}", o.dest))
-                    .spawn(move || send_lane(&*maker.world(), &messages, &link.traffic))
-                    .map_err(|e| RlfError::EventLoop(format!("cannot start a sending thread: {e}")))?;
-                lanes.push((o.dest, lane, handle));
-                lanes.len() - 1
-            }
-        };
-        if lanes[at].1.send(o).is_err() {
-            // The lane ended: it failed.
-            let (dest, _, handle) = lanes.swap_remove(at);
-            return joined(dest, handle).and(Err(RlfError::Protocol {
-                component: "mpi link",
-                message: format!("the sending thread to rank {dest} stopped"),
-            }));
-        }
-    }
-    let mut first_error = Ok(());
-    for (dest, lane, handle) in lanes {
-        drop(lane);
-        first_error = first_error.and(joined(dest, handle));
-    }
-    first_error
 }
 
 /// Sends `messages` in order, until their sender is dropped; weights that newer weights of the same policy wait
@@ -483,7 +439,7 @@ fn serve_member(
     ranks: Ranks,
     maker: &Arc<dyn WorldMaker>,
     link: &Shared,
-    outgoing: &Sender<Outgoing>,
+    outgoing: &Postbox,
 ) -> Result<Option<Summary>> {
     let s = &cfg.sampling;
     let group = EnvGroup {
@@ -572,19 +528,24 @@ fn serve_member(
     Ok(None)
 }
 
-/// Starts a named thread running `f`, which reports its end on `done`.
-fn spawn<F>(name: &'static str, done: &Sender<(&'static str, Result<()>)>, f: F) -> Result<()>
+/// A thread's name and how it ended.
+type Ended = (String, Result<()>);
+
+/// Starts a named thread running `f`, which reports its end (a panic as an error) on `done`.
+fn spawn<F>(name: String, done: &Sender<Ended>, f: F) -> Result<()>
 where
     F: FnOnce() -> Result<()> + Send + 'static,
 {
     let done = done.clone();
     thread::Builder::new()
-        .name(name.to_owned())
+        .name(name.clone())
         .spawn(move || {
-            let _ = done.send((name, f()));
+            let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .unwrap_or_else(|_| Err(RlfError::EventLoop(format!("the {name} thread panicked"))));
+            let _ = done.send((name, ended));
         })
         .map(drop)
-        .map_err(|e| RlfError::EventLoop(format!("cannot start the {name} thread: {e}")))
+        .map_err(|e| RlfError::EventLoop(format!("cannot start a thread of the link: {e}")))
 }
 
 /// Trains as `cfg` says as this process's rank of the world communicator `world` (`--mpi`): learner rank 0 returns
@@ -647,11 +608,15 @@ pub fn train_rank(
         stop_received: AtomicBool::new(false),
     });
     let (done, finished) = mpsc::channel();
-    let (outgoing, to_send) = mpsc::channel();
-    {
-        let (maker, link) = (Arc::clone(&maker), Arc::clone(&link));
-        spawn("mpi_send", &done, move || send_all(&maker, &to_send, &link))?;
-    }
+    let outgoing = {
+        let (maker, link, done) = (Arc::clone(&maker), Arc::clone(&link), done.clone());
+        Postbox::new(move |dest, messages| {
+            let (maker, link) = (Arc::clone(&maker), Arc::clone(&link));
+            spawn(format!("mpi_send_{dest}"), &done, move || {
+                send_lane(&*maker.world(), &messages, &link.traffic)
+            })
+        })
+    };
     let mut ends = LinkEnds {
         outgoing: outgoing.clone(),
         learner_inlets: None,
@@ -662,14 +627,14 @@ pub fn train_rank(
     let part = if learner {
         let (inlets, inlets_in) = mpsc::channel();
         ends.learner_inlets = Some(inlets);
-        spawn("mpi_receive", &done, move || {
+        spawn("mpi_receive".into(), &done, move || {
             receive_on_learner(&*maker_in.world(), &inlets_in, ranks, &link_in)
         })?;
         RankPart::Learner(ranks)
     } else {
         let (inlets, inlets_in) = mpsc::channel();
         ends.actor_inlets = Some(inlets);
-        spawn("mpi_receive", &done, move || {
+        spawn("mpi_receive".into(), &done, move || {
             receive_on_actor(&*maker_in.world(), &inlets_in, ranks, &link_in)
         })?;
         RankPart::Actor(ranks)
@@ -724,10 +689,11 @@ pub fn train_rank(
         let _ = outgoing.send(Outgoing::message(dest, tag, bytes));
     }
     drop(outgoing);
-    // Both threads end once the peers' last messages are in; peers still sending heartbeats (a learner saving its
-    // checkpoint) are waited for. One silent for the whole interval is hung or gone: the rank aborts the job once
-    // the others have stopped or gone silent too, or after one more interval (a hung member holds its lead in a
-    // collective, beating for ever), so that no peer is aborted in the middle of its own orderly end.
+    // The threads end once the peers' last messages are in (the receiver) and every message is out (the senders,
+    // now that the last postbox is gone): `finished` disconnects when they all have. Peers still sending heartbeats
+    // (a learner saving its checkpoint) are waited for. One silent for the whole interval is hung or gone: the rank
+    // aborts the job once the others have stopped or gone silent too, or after one more interval (a hung member holds
+    // its lead in a collective, beating for ever), so that no peer is aborted in the middle of its own orderly end.
     let heartbeat = Duration::from_secs_f64(cfg.run.heartbeat_interval);
     let peers = if learner {
         ranks.heard_ranks()
@@ -735,7 +701,6 @@ pub fn train_rank(
         vec![ranks.learner()]
     };
     let mut threads = Ok(());
-    let mut ended = 0;
     let waiting = Instant::now();
     // Waits on while no peer that has not stopped is silent, or while some still beat, for one interval at most.
     let wait_on = || {
@@ -745,17 +710,17 @@ pub fn train_rank(
         let some_beating = peers.iter().filter(|p| live(p)).any(|p| !silent(p));
         !some_silent || (some_beating && waiting.elapsed() <= heartbeat)
     };
-    while ended < 2 {
+    loop {
         match finished.recv_timeout(heartbeat / 4) {
             Ok((name, r)) => {
-                ended += 1;
                 threads = threads.and(r.map_err(|e| RlfError::Protocol {
                     component: "mpi link",
                     message: format!("{name}: {e}"),
                 }));
             }
+            Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) if wait_on() => {}
-            Err(_) => {
+            Err(RecvTimeoutError::Timeout) => {
                 let silent = if learner {
                     let hung: Vec<String> = ranks
                         .heard_ranks()
