@@ -22,17 +22,16 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// `mpirun -n ranks rlfactory train --mpi args...`, tagged with `tag`.
 fn mpirun(ranks: usize, tag: &str, args: &[String]) -> Command {
+    mpirun_with(&[], ranks, tag, args)
+}
+
+/// [`mpirun`] with `options` of mpirun's own.
+fn mpirun_with(options: &[&str], ranks: usize, tag: &str, args: &[String]) -> Command {
     let mut command = Command::new("mpirun");
     command
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-n",
-            &ranks.to_string(),
-            BIN,
-            "train",
-            "--mpi",
-        ])
+        .args(["--allow-run-as-root", "--oversubscribe"])
+        .args(options)
+        .args(["-n", &ranks.to_string(), BIN, "train", "--mpi"])
         .args(args)
         .args(common::extra_train_flags())
         .env(TAG, tag);
@@ -641,6 +640,82 @@ fn a_hung_member_of_an_env_group_stops_the_job() {
         "stopped {:?} after rank 2 hung (--heartbeat_interval 3)",
         ended.took
     );
+}
+
+/// The CPUs each thread of process `pid` may run on, as `/proc` lists them (`0-1`), one entry per distinct list.
+fn allowed_cpus(pid: u32) -> Vec<String> {
+    let mut lists: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+                .filter_map(|status| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                        .map(|list| list.trim().to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    lists.sort();
+    lists.dedup();
+    lists
+}
+
+/// A job of 2 ranks started with mpirun's `options`, stopped after 4 s: what CPUs the threads of each process of its
+/// ranks (workers, learner and reapers included) may run on once the learner prints its first progress line, by
+/// rank.
+fn cpus_of_a_job(tag: &str, options: &[&str]) -> Vec<(usize, Vec<String>)> {
+    let dir = temp_dir(tag);
+    let args = flags(dir.path(), &["--train_for_seconds=4", "--stop_at_reward=100000"]);
+    let run = spawn(&mut mpirun_with(options, 2, tag, &args));
+    let mut log = Vec::new();
+    while !log.iter().any(|l: &String| l.contains("| fps ")) {
+        let line = run
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no progress line within 60 s:\n{}", log.join("\n")));
+        log.push(line);
+    }
+    let cpus = tagged(tag)
+        .into_iter()
+        .filter_map(|(pid, rank)| Some((rank?, allowed_cpus(pid))))
+        .collect();
+    let status = run
+        .exited
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the job ends after its 4 s");
+    log.extend(run.lines.try_iter());
+    assert!(status.success(), "{}", log.join("\n"));
+    cpus
+}
+
+/// OpenMPI binds each rank of a job of two ranks to one core unless told otherwise, and every process of a rank
+/// (rollout and inference workers, or the learner, and the link's threads) would share it: a rank undoes that
+/// binding at its start, and each of its threads may run on every CPU this test may. A binding asked for
+/// (`--bind-to core`) is kept: one CPU for each rank.
+#[test]
+fn openmpis_default_binding_is_undone_and_one_asked_for_is_kept() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let own = allowed_cpus(std::process::id());
+    let unbound = cpus_of_a_job("mpi-unbound", &[]);
+    assert!(unbound.len() >= 4, "both ranks and their workers: {unbound:?}");
+    for (rank, cpus) in &unbound {
+        assert_eq!(cpus, &own, "rank {rank}'s process may run where this test may");
+    }
+    let bound = cpus_of_a_job("mpi-bound", &["--bind-to", "core:overload-allowed"]);
+    for rank in 0..2 {
+        let lists: Vec<&Vec<String>> = bound.iter().filter(|(r, _)| *r == rank).map(|(_, c)| c).collect();
+        assert!(!lists.is_empty(), "rank {rank}'s processes: {bound:?}");
+        for cpus in lists {
+            assert_eq!(cpus.len(), 1, "one list for every thread: {cpus:?}");
+            assert!(
+                !cpus[0].contains(['-', ',']),
+                "rank {rank} bound to one CPU as asked: {cpus:?}"
+            );
+        }
+    }
 }
 
 #[test]

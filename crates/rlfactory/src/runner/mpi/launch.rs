@@ -16,6 +16,48 @@ const LAUNCHER_VARIABLES: [&str; 4] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX
 #[cfg(feature = "mpi")]
 const YIELD_WHEN_IDLE: &str = "OMPI_MCA_mpi_yield_when_idle";
 
+/// OpenMPI's variables for a binding: set by `mpirun` when it bound the rank at launch, and (only when asked, by
+/// `--bind-to` or the environment) the binding policy.
+#[cfg(feature = "mpi")]
+const BOUND_AT_LAUNCH: &str = "OMPI_MCA_orte_bound_at_launch";
+#[cfg(feature = "mpi")]
+const BINDING_POLICY: &str = "OMPI_MCA_hwloc_base_binding_policy";
+
+/// Undoes the binding OpenMPI makes when nobody asked for one: by default `mpirun` binds each rank to one core in a
+/// job of two ranks (to a package with more), made for one single-threaded process per rank. A rank here is a tree
+/// of processes and threads (its rollout and inference workers, or its learner, the link's threads), and all of
+/// them would share that core: two ranks on a machine of 16 cores would run on 2 of them, and with two ranks on 2
+/// cores the learner rank's link threads preempt its learner (about 320 times a second) while the other core idles
+/// a quarter of the time. The calling thread (the main thread, before any other starts: threads and processes
+/// inherit it) may then run on every CPU the machine (its cgroup) allows, as with `mpirun --bind-to none`. A binding
+/// that was asked for (`--bind-to core`, or `OMPI_MCA_hwloc_base_binding_policy` in the environment) is kept.
+/// Returns what was done, for the log.
+#[cfg(feature = "mpi")]
+fn undo_default_binding() -> Option<String> {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+
+    let bound = std::env::var_os(BOUND_AT_LAUNCH).is_some_and(|v| v == "1");
+    if !bound || std::env::var_os(BINDING_POLICY).is_some() {
+        return None;
+    }
+    let before = sched_getaffinity(None).ok()?.count();
+    let mut every = CpuSet::new();
+    for cpu in 0..CpuSet::MAX_CPU {
+        every.set(cpu);
+    }
+    // The kernel keeps of `every` the CPUs that are online and that the cgroup allows.
+    if let Err(e) = sched_setaffinity(None, &every) {
+        return Some(format!(
+            "OpenMPI bound each rank to {before} CPU(s); widening it failed ({e}): every process of a rank shares them"
+        ));
+    }
+    let after = sched_getaffinity(None).map_or(before, |set| set.count());
+    Some(format!(
+        "OpenMPI bound each rank to {before} CPU(s) by default; a rank runs several processes, which may now use all \
+         {after} CPU(s) of this machine (`mpirun --bind-to core` keeps a binding)"
+    ))
+}
+
 /// Whether an MPI launcher started this process.
 fn under_launcher() -> bool {
     LAUNCHER_VARIABLES.iter().any(|v| std::env::var_os(v).is_some())
@@ -46,6 +88,7 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     if !under_launcher() {
         return Err(not_launched());
     }
+    let unbound = undo_default_binding();
     // mpirun SIGKILLs a rank (and its process group) one second after asking it to stop: a reaper removes what
     // shared memory the rank and its workers leave then.
     if !rlf_shm::process::start_segment_reaper().map_err(|e| RlfError::EventLoop(format!("--mpi: {e}")))? {
@@ -74,6 +117,9 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     let mpi_error = |e: rlf_comm::CommError| RlfError::Config(format!("--mpi: {e}"));
     let universe = MpiUniverse::init_threaded().map_err(mpi_error)?;
     let world = universe.world();
+    if let Some(unbound) = unbound.filter(|_| world.rank() == 0) {
+        eprintln!("[rlfactory] {unbound}");
+    }
     let maker: Arc<dyn WorldMaker> = Arc::new(Threads(universe.thread_world().map_err(mpi_error)?));
     // The link's messages between ranks of this machine through shared memory (every rank decides alike).
     let links = if plan.config.distributed.mpi_shm_links {
