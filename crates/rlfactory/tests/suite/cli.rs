@@ -394,10 +394,10 @@ fn boolean_and_value_forms() {
 
 #[test]
 fn shipped_file_and_command_line_layer_in_order() {
-    // The shipped CartPole config sets num_batches_per_epoch 4 (the default is 1); a file overrides it; the
+    // The shipped CartPole config sets num_batches_per_epoch 8 (the default is 1); a file overrides it; the
     // command line wins.
     let cfg = parse(&["--env=CartPole-v1"]);
-    assert_eq!((cfg.sampling.rollout, cfg.appo.num_batches_per_epoch), (32, 4));
+    assert_eq!((cfg.sampling.rollout, cfg.appo.num_batches_per_epoch), (32, 8));
     let dir = std::env::temp_dir().join(format!("rlfactory-layers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("c.toml");
