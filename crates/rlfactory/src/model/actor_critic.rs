@@ -752,6 +752,10 @@ mod tests {
                 model.update_return_stats(&Tensor::from_slice(&[3.0_f32, 40.0, -7.0]));
                 model.set_temperature(temperature).expect("temperature");
             }
+            // The same draws from here on: each model's generator was seeded from libtorch's global one, which the
+            // tests running beside this one draw from too.
+            let draws = written.sampler_state().expect("a generator");
+            torch.load_sampler_state(&draws).expect("the same generator");
             let close = |a: &[f32], b: &[f32], what: &str| {
                 assert_eq!(a.len(), b.len(), "{label}: {what}");
                 for (i, (x, y)) in a.iter().zip(b).enumerate() {
