@@ -1,9 +1,9 @@
 //! The two ends of the async workflow between machines ([`crate::runner::train_rank`]): on an actor rank,
 //! [`ActorLink`] stands where the batcher, the learner and the runner stand on one machine; on the learner rank,
 //! [`LearnerLink`] stands where the rollout workers stand. Each link is an ordinary component on its rank's main loop;
-//! its messages leave through a sending thread per destination rank ([`Postbox`]) and arrive through a receiving thread, which writes
-//! what they carry into this rank's shared memory and emits the signals through [`Inlet`]s, as the remote component
-//! would have.
+//! its messages leave through a sending thread per destination rank ([`Postbox`]) and arrive through a receiving
+//! thread, which writes what they carry into this rank's shared memory and emits the signals through [`Inlet`]s, as
+//! the remote component would have.
 //!
 //! | actor rank → learner rank | learner rank → actor rank |
 //! |---|---|
