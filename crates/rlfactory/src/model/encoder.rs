@@ -110,15 +110,30 @@ impl Conv {
     /// `x` convolved in `x`'s kind: a bfloat16 input with the weights cast to bfloat16 (autograd carries the
     /// gradients back through the casts to the float32 weights).
     fn forward(&self, x: &Tensor) -> Tensor {
-        let (w, b) = (&self.layer.ws, self.layer.bs.as_ref());
+        self.forward_divided(x, 1.0)
+    }
+
+    /// `x / by` convolved, the division folded into the weights: a few thousand values divided instead of every
+    /// value of a batch of images (a minibatch of Atari frames: 7.2M).
+    fn forward_divided(&self, x: &Tensor, by: f64) -> Tensor {
+        let (w, b) = (divided(&self.layer.ws, by), self.layer.bs.as_ref());
         x.conv2d(
-            &same_kind(w, x),
+            &same_kind(&w, x),
             b.map(|b| same_kind(b, x)),
             [self.stride; 2],
             [self.padding; 2],
             [1; 2],
             1,
         )
+    }
+}
+
+/// `t / by`; `t` itself when `by` is 1.
+fn divided(t: &Tensor, by: f64) -> Tensor {
+    if by == 1.0 {
+        t.shallow_clone()
+    } else {
+        t / by
     }
 }
 
@@ -264,11 +279,12 @@ impl ImageNet {
         ))
     }
 
-    /// `x`: `[n, H * W * C]` flat images; float32 out. The convolutions see the images channels-last in memory (NHWC
+    /// `x / scale`, `x` `[n, H * W * C]` flat images, through the network (the division folded into the first
+    /// convolution's weights); float32 out. The convolutions see the images channels-last in memory (NHWC
     /// strides under NCHW's shape), which oneDNN convolves forward and backward about 1.4 times as fast as
     /// channels-first (convnet_simple at batch 256 on 2 threads, BENCHMARKS.md): channels-last images are that
     /// already, channels-first ones (stacked Atari frames) are copied into it.
-    fn forward(&self, x: &Tensor) -> Tensor {
+    fn forward(&self, x: &Tensor, scale: f64) -> Tensor {
         let [h, w, c] = self.shape;
         let mut y = if self.channels_first {
             x.reshape([-1, c, h, w])
@@ -282,13 +298,22 @@ impl ImageNet {
             y = y.to_kind(Kind::BFloat16);
         }
         let act = |z: &Tensor| activate(z, self.nonlinearity);
+        // The division by `scale` still to be applied: by the first op.
+        let mut by = scale;
         for op in &self.ops {
             y = match op {
-                Op::ConvAct(conv) => act(&conv.forward(&y)),
-                Op::ConvPool(conv) => conv.forward(&y).max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false),
-                Op::Residual(a, b) => b.forward(&act(&a.forward(&act(&y)))) + &y,
-                Op::Act => act(&y),
+                Op::ConvAct(conv) => act(&conv.forward_divided(&y, by)),
+                Op::ConvPool(conv) => {
+                    conv.forward_divided(&y, by)
+                        .max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false)
+                }
+                Op::Residual(a, b) => {
+                    let y = divided(&y, by);
+                    b.forward(&act(&a.forward(&act(&y)))) + &y
+                }
+                Op::Act => act(&divided(&y, by)),
             };
+            by = 1.0;
         }
         let mut h = y.flatten(1, -1);
         for layer in &self.mlp {
@@ -363,17 +388,18 @@ impl PartEncoders {
         ))
     }
 
-    pub(super) fn forward(&self, x: &Tensor) -> Tensor {
+    /// `x / scale` through each part's encoder, outputs concatenated.
+    pub(super) fn forward(&self, x: &Tensor, scale: f64) -> Tensor {
         let outputs: Vec<Tensor> = self
             .parts
             .iter()
             .map(|(offset, len, net)| {
                 let part = x.narrow(-1, *offset, *len);
                 match net {
-                    PartNet::Image(image) => image.forward(&part),
-                    PartNet::Vector(layers) => layers
-                        .iter()
-                        .fold(part, |h, layer| activate(&h.apply(layer), self.nonlinearity)),
+                    PartNet::Image(image) => image.forward(&part, scale),
+                    PartNet::Vector(layers) => layers.iter().fold(divided(&part, scale), |h, layer| {
+                        activate(&h.apply(layer), self.nonlinearity)
+                    }),
                 }
             })
             .collect();
@@ -772,18 +798,13 @@ impl Encoder {
     }
 
     pub(super) fn forward(&self, x: &Tensor) -> Tensor {
-        let scaled;
-        let x = if self.scale == 1.0 {
-            x
-        } else {
-            scaled = x / self.scale;
-            &scaled
-        };
         match &self.body {
-            Body::Mlp(mlp) => mlp.forward(x),
-            Body::Convs(convs, mlp) => mlp.forward(&convs.forward(x)),
-            Body::Parts(parts) => parts.forward(x),
-            Body::Custom(net) => net.forward(x),
+            Body::Mlp(mlp) => mlp.forward(&divided(x, self.scale)),
+            Body::Convs(convs, mlp) => mlp.forward(&convs.forward(&divided(x, self.scale))),
+            // An image's division goes into its network's first convolution: 3.4% of a Pong learner's CPU when
+            // every pixel was divided (BENCHMARKS.md).
+            Body::Parts(parts) => parts.forward(x, self.scale),
+            Body::Custom(net) => net.forward(&divided(x, self.scale)),
         }
     }
 }
@@ -859,7 +880,7 @@ mod tests {
             let (net, size) = ImageNet::new(&vs.root(), &dims, &cfg).expect("network");
             assert_eq!((conv_out(&net), size), (flat, 512), "{arch:?} on {dims:?}");
             let n: usize = dims.iter().product();
-            let out = net.forward(&Tensor::rand([3, n as i64], (Kind::Float, tch::Device::Cpu)));
+            let out = net.forward(&Tensor::rand([3, n as i64], (Kind::Float, tch::Device::Cpu)), 1.0);
             assert_eq!(out.size(), [3, 512], "{arch:?} on {dims:?}");
         }
         let err = ImageNet::new(
@@ -889,11 +910,50 @@ mod tests {
         let hwc = Tensor::rand([2, 12, 12, 3], (Kind::Float, tch::Device::Cpu));
         let chw = hwc.permute([0, 3, 1, 2]).contiguous();
         let (a, b) = (
-            last.forward(&hwc.reshape([2, -1])),
-            first.forward(&chw.reshape([2, -1])),
+            last.forward(&hwc.reshape([2, -1]), 1.0),
+            first.forward(&chw.reshape([2, -1]), 1.0),
         );
         let diff = f64::try_from((&a - &b).abs().max()).expect("diff");
         assert!(diff < 1e-4, "{diff}");
+    }
+
+    /// `--obs_scale` of an encoder by observation part: each image's division is folded into its first convolution's
+    /// weights, a vector part is divided as it is; either way the encoder sees what it would see of the divided
+    /// observation, and the gradients reach the same weights alike.
+    #[test]
+    fn the_scale_folded_into_the_first_convolution_is_the_divided_observation() {
+        let space = Space::Dict(vec![
+            ("frames".to_owned(), image(&[4, 36, 36])),
+            ("vector".to_owned(), image(&[5])),
+        ]);
+        for arch in [ConvArchitecture::ConvnetImpala, ConvArchitecture::ResnetImpala] {
+            let mut cfg = model_cfg(arch);
+            let (vs_a, mut vs_b) = (
+                nn::VarStore::new(tch::Device::Cpu),
+                nn::VarStore::new(tch::Device::Cpu),
+            );
+            let (plain, _) = Encoder::new(&vs_a.root(), &space, 5189, &cfg).expect("encoder");
+            cfg.obs_scale = 255.0;
+            let (scaled, _) = Encoder::new(&vs_b.root(), &space, 5189, &cfg).expect("encoder");
+            vs_b.copy(&vs_a).expect("the same variables");
+            let x = (Tensor::rand([6, 5189], (Kind::Float, tch::Device::Cpu)) * 255.0).floor();
+            let (a, b) = (plain.forward(&(&x / 255.0)), scaled.forward(&x));
+            let diff = f64::try_from((&a - &b).abs().max()).expect("diff");
+            let size = f64::try_from(a.abs().max()).expect("max");
+            assert!(size > 0.0 && diff < 1e-5 * size, "{arch:?}: {diff} of {size}");
+            a.sum(Kind::Float).backward();
+            b.sum(Kind::Float).backward();
+            let theirs = vs_b.variables();
+            for (name, wa) in vs_a.variables() {
+                let (ga, gb) = (wa.grad(), theirs[&name].grad());
+                let gdiff = f64::try_from((&ga - &gb).abs().max()).expect("diff");
+                let gsize = f64::try_from(ga.abs().max()).expect("max");
+                assert!(
+                    gdiff <= 1e-4 * gsize.max(1e-6),
+                    "{arch:?} {name}: {gdiff} of {gsize}"
+                );
+            }
+        }
     }
 
     /// A Dict of an image, a vector and a mask: one encoder per part (a network for the image, an MLP for each
@@ -917,12 +977,12 @@ mod tests {
             .collect();
         assert_eq!(kinds, [(0, 3, false), (3, 200, true), (203, 5, false)]);
         let x = Tensor::rand([4, 208], (Kind::Float, tch::Device::Cpu));
-        let y = enc.forward(&x);
+        let y = enc.forward(&x, 1.0);
         assert_eq!(y.size(), [4, 640]);
         // Changing the image changes only the image's encoding.
         let moved = x.copy();
         let _ = moved.narrow(1, 3, 200).fill_(0.5);
-        let z = enc.forward(&moved);
+        let z = enc.forward(&moved, 1.0);
         assert!(y.narrow(1, 0, 64).equal(&z.narrow(1, 0, 64)));
         assert!(!y.narrow(1, 64, 512).equal(&z.narrow(1, 64, 512)));
         let flat = Space::Dict(vec![("vector".to_owned(), image(&[5]))]);
@@ -985,7 +1045,7 @@ mod tests {
             vs_b.copy(&vs_a).expect("the same variables");
             let n: i64 = dims.iter().product::<usize>() as i64;
             let x = Tensor::rand([3, n], (Kind::Float, tch::Device::Cpu));
-            let (a, b) = (exact.forward(&x), half.forward(&x));
+            let (a, b) = (exact.forward(&x, 1.0), half.forward(&x, 1.0));
             assert_eq!(b.kind(), Kind::Float, "{arch:?}");
             let scale = f64::try_from(a.abs().max()).expect("max");
             let diff = f64::try_from((&a - &b).abs().max()).expect("diff");
