@@ -320,8 +320,8 @@ def check_convolutional_policies(train_dir):
               f"observations ({agree} agree)")
 
 
-def main():
-    train_dir = tempfile.mkdtemp(prefix="rlfactory-package-")
+def run_checks(train_dir):
+    """Every check of this script, its runs written under `train_dir`; returns the number that failed."""
     import ale_py
     import pettingzoo
 
@@ -401,6 +401,12 @@ def main():
 
     passed, failed = RESULTS.count(True), RESULTS.count(False)
     print(f"test result: {'FAILED' if failed else 'ok'}. {passed} passed; {failed} failed", flush=True)
+    return failed
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="rlfactory-package-", ignore_cleanup_errors=True) as train_dir:
+        failed = run_checks(train_dir)
     sys.exit(1 if failed else 0)
 
 
