@@ -1047,9 +1047,14 @@ impl Appo {
             ),
             ("next_valid", &data.next_valid, vec![data.num_sequences as i64]),
         ];
+        // Observations may stay the bytes they were stored as, for a network that takes them.
+        let bytes = crate::model::Policy::takes_bytes(&self.model);
+        let kind_ok = |name: &str, kind: Kind| {
+            kind == Kind::Float || (bytes && kind == Kind::Uint8 && name.ends_with("obs"))
+        };
         if let Some((name, t, want)) = shapes
             .iter()
-            .find(|(_, t, want)| t.size() != *want || t.kind() != Kind::Float)
+            .find(|(name, t, want)| t.size() != *want || !kind_ok(name, t.kind()))
         {
             return Err(protocol(format!(
                 "dataset field {name} is {:?} {:?}, expected Float {want:?}",

@@ -195,6 +195,7 @@ impl Learner {
         let (s, t) = (parts.iter().map(|(_, p)| p.num_envs).sum::<usize>(), sh.rollout);
         let obs_dim = self.algo.policy().obs_dim() as i64;
         let action_dim = self.algo.policy().action_dim() as i64;
+        let takes_bytes = self.algo.policy().takes_bytes();
         let rows = |field: Field| -> Result<Tensor> {
             let views = parts
                 .iter()
@@ -212,13 +213,18 @@ impl Learner {
             let width = sh.width(field) as i64;
             let shaped = match field {
                 // Slots are as wide as the largest agent's observation: this policy's agents
-                // fill the first values. Observations stored as bytes become floats here.
+                // fill the first values. Observations stored as bytes become floats here, or stay bytes
+                // (copied out of the buffer) for a network that takes them.
                 Field::Obs | Field::FinalObs | Field::NextObs => {
                     let mine = whole.f_reshape([-1, width])?.f_narrow(1, 0, obs_dim.min(width))?;
-                    if mine.kind() == tch::Kind::Float {
-                        mine
-                    } else {
-                        mine.f_to_kind(tch::Kind::Float)?
+                    match mine.kind() {
+                        tch::Kind::Float => mine,
+                        tch::Kind::Uint8 if takes_bytes => {
+                            let mut copy = Tensor::f_empty(mine.size(), (tch::Kind::Uint8, mine.device()))?;
+                            copy.f_copy_(&mine)?;
+                            copy
+                        }
+                        _ => mine.f_to_kind(tch::Kind::Float)?,
                     }
                 }
                 // Action slots are as wide as the largest agent's action: this policy's fill the first values.

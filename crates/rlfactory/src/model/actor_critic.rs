@@ -613,6 +613,15 @@ impl Policy for ActorCritic {
         Ok(())
     }
 
+    /// Images alone through every encoder, without input normalisation (whose statistics take floats) or an action
+    /// mask read from the observation.
+    fn takes_bytes(&self) -> bool {
+        self.obs_rms.is_none()
+            && self.action_mask.is_none()
+            && self.actor.takes_bytes()
+            && self.critic.as_ref().is_none_or(Encoder::takes_bytes)
+    }
+
     fn obs_dim(&self) -> usize {
         self.obs_dim as usize
     }

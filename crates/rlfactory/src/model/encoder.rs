@@ -279,24 +279,28 @@ impl ImageNet {
         ))
     }
 
-    /// `x / scale`, `x` `[n, H * W * C]` flat images, through the network (the division folded into the first
-    /// convolution's weights); float32 out. The convolutions see the images channels-last in memory (NHWC
-    /// strides under NCHW's shape), which oneDNN convolves forward and backward about 1.4 times as fast as
-    /// channels-first (convnet_simple at batch 256 on 2 threads, BENCHMARKS.md): channels-last images are that
-    /// already, channels-first ones (stacked Atari frames) are copied into it.
+    /// `x / scale`, `x` `[n, H * W * C]` flat images (floats, or the bytes they were stored as), through the
+    /// network (the division folded into the first convolution's weights); float32 out. The convolutions see the
+    /// images channels-last in memory (NHWC strides under NCHW's shape), which oneDNN convolves forward and
+    /// backward about 1.4 times as fast as channels-first (convnet_simple at batch 256 on 2 threads,
+    /// BENCHMARKS.md): float channels-last images are that already; channels-first ones (stacked Atari frames) and
+    /// bytes are copied into it, converted in the same pass.
     fn forward(&self, x: &Tensor, scale: f64) -> Tensor {
         let [h, w, c] = self.shape;
-        let mut y = if self.channels_first {
-            x.reshape([-1, c, h, w])
-                .permute([0, 2, 3, 1])
-                .contiguous()
-                .permute([0, 3, 1, 2])
+        let nhwc = if self.channels_first {
+            x.reshape([-1, c, h, w]).permute([0, 2, 3, 1])
         } else {
-            x.reshape([-1, h, w, c]).permute([0, 3, 1, 2])
+            x.reshape([-1, h, w, c])
         };
-        if self.bf16 {
-            y = y.to_kind(Kind::BFloat16);
+        let kind = if self.bf16 { Kind::BFloat16 } else { Kind::Float };
+        let mut y = if nhwc.kind() == kind && nhwc.is_contiguous() {
+            nhwc
+        } else {
+            let mut copy = Tensor::empty(nhwc.size(), (kind, nhwc.device()));
+            copy.copy_(&nhwc);
+            copy
         }
+        .permute([0, 3, 1, 2]);
         let act = |z: &Tensor| activate(z, self.nonlinearity);
         // The division by `scale` still to be applied: by the first op.
         let mut by = scale;
@@ -386,6 +390,13 @@ impl PartEncoders {
             },
             total,
         ))
+    }
+
+    /// Whether every part is an image, whose network takes the bytes an image is stored as.
+    fn takes_bytes(&self) -> bool {
+        self.parts
+            .iter()
+            .all(|(_, _, net)| matches!(net, PartNet::Image(_)))
     }
 
     /// `x / scale` through each part's encoder, outputs concatenated.
@@ -797,6 +808,12 @@ impl Encoder {
         }
     }
 
+    /// Whether [`Encoder::forward`] takes observations as the bytes they were stored as (an encoder of images
+    /// alone, which converts them as it lays them out for its convolutions), and not only as floats.
+    pub(super) fn takes_bytes(&self) -> bool {
+        matches!(&self.body, Body::Parts(parts) if parts.takes_bytes())
+    }
+
     pub(super) fn forward(&self, x: &Tensor) -> Tensor {
         match &self.body {
             Body::Mlp(mlp) => mlp.forward(&divided(x, self.scale)),
@@ -954,6 +971,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// An encoder of images alone takes the bytes they were stored as (channels-first stacked frames and
+    /// channels-last screens) and encodes them exactly as their floats; one with a vector part takes floats only.
+    #[test]
+    fn images_encode_from_their_bytes_as_from_their_floats() {
+        let mut cfg = model_cfg(ConvArchitecture::ConvnetSimple);
+        cfg.obs_scale = 255.0;
+        for dims in [[4_usize, 36, 36], [36, 36, 3]] {
+            let vs = nn::VarStore::new(tch::Device::Cpu);
+            let n = dims.iter().product::<usize>() as i64;
+            let (enc, _) = Encoder::new(&vs.root(), &image(&dims), n, &cfg).expect("encoder");
+            assert!(enc.takes_bytes(), "{dims:?}");
+            let bytes = Tensor::randint(256, [5, n], (Kind::Uint8, tch::Device::Cpu));
+            let (a, b) = (enc.forward(&bytes.to_kind(Kind::Float)), enc.forward(&bytes));
+            assert_eq!(b.kind(), Kind::Float);
+            assert!(f64::try_from(a.abs().max()).expect("max") > 0.0);
+            assert!(a.equal(&b), "{dims:?}: bytes and floats encode differently");
+        }
+        let dict = Space::Dict(vec![
+            ("frames".to_owned(), image(&[4, 36, 36])),
+            ("vector".to_owned(), image(&[5])),
+        ]);
+        let vs = nn::VarStore::new(tch::Device::Cpu);
+        let (enc, _) = Encoder::new(&vs.root(), &dict, 5189, &cfg).expect("encoder");
+        assert!(!enc.takes_bytes());
     }
 
     /// A Dict of an image, a vector and a mask: one encoder per part (a network for the image, an MLP for each
