@@ -240,8 +240,22 @@ impl Adam {
     /// Clips the gradients to a global L2 norm of `max_norm` (as `clip_grad_norm`; not when
     /// `max_norm` is 0), then one update. Returns the norm before clipping.
     pub fn clip_and_step(&mut self, max_norm: f64) -> Result<f64> {
+        let grads: Vec<Tensor> = self.params.iter().map(|p| p.value.grad()).collect();
+        self.clip_and_step_grads(&grads, max_norm)
+    }
+
+    /// As [`Adam::zero_grad`], `loss.backward()` and [`Adam::clip_and_step`], without the parameters' `.grad`:
+    /// autograd hands the gradients over instead of adding them into zeroed ones (no pass over every parameter to
+    /// zero them, none to add into them: a Pong network has 1.7M). The parameters' `.grad` are left as they were.
+    pub fn minimize(&mut self, loss: &Tensor, max_norm: f64) -> Result<f64> {
+        let values: Vec<&Tensor> = self.params.iter().map(|p| &p.value).collect();
+        let grads = Tensor::f_run_backward(&[loss], &values, false, false)?;
+        self.clip_and_step_grads(&grads, max_norm)
+    }
+
+    /// [`Adam::clip_and_step`] of `grads`, one per parameter (undefined where a parameter has none).
+    fn clip_and_step_grads(&mut self, grads: &[Tensor], max_norm: f64) -> Result<f64> {
         tch::no_grad(|| {
-            let grads: Vec<Tensor> = self.params.iter().map(|p| p.value.grad()).collect();
             if self.sync.is_some() || grads.iter().all(Tensor::defined) {
                 // With several learners, a parameter without a gradient here counts as zeros, so that every
                 // learner averages the same layout.
@@ -267,7 +281,7 @@ impl Adam {
                 .map(Tensor::shallow_clone)
                 .collect();
             let norm = clip(&defined, max_norm);
-            for (p, g) in self.params.iter_mut().zip(&grads) {
+            for (p, g) in self.params.iter_mut().zip(grads) {
                 if !g.defined() {
                     continue;
                 }
@@ -507,6 +521,33 @@ mod tests {
         let diff = max_diff(&reference, &ours);
         assert!(diff < 1e-5, "parameters differ by {diff} after 50 steps");
         assert!(max_diff(&problem(0.3).1, &ours) > 0.1, "the parameters moved");
+    }
+
+    /// `minimize` takes the same steps as `zero_grad`, `backward` and `clip_and_step`, bit for bit, clipping or
+    /// not, and leaves the parameters' `.grad` alone.
+    #[test]
+    fn minimize_steps_as_backward_then_clip_and_step() {
+        let named = |p: &[(String, Tensor)]| p.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect();
+        let (_a, stepped) = problem(0.7);
+        let (_b, minimized) = problem(0.7);
+        let (mut a, mut b) = (
+            Adam::new(named(&stepped), CFG, 0.01).unwrap(),
+            Adam::new(named(&minimized), CFG, 0.01).unwrap(),
+        );
+        for step in 0..30 {
+            let max_norm = if step % 2 == 0 { 0.1 } else { 0.0 };
+            a.zero_grad().unwrap();
+            loss(&stepped, step).backward();
+            let norm_a = a.clip_and_step(max_norm).unwrap();
+            let norm_b = b.minimize(&loss(&minimized, step), max_norm).unwrap();
+            assert_eq!(norm_a, norm_b, "step {step}");
+        }
+        assert_eq!(max_diff(&stepped, &minimized), 0.0);
+        assert!(
+            max_diff(&problem(0.7).1, &minimized) > 0.1,
+            "the parameters moved"
+        );
+        assert!(minimized.iter().all(|(_, t)| !t.grad().defined()));
     }
 
     #[test]

@@ -1653,10 +1653,8 @@ impl Appo {
                     }
                     None => l.total.shallow_clone(),
                 };
-                self.optimizer.zero_grad()?;
-                total.f_backward()?;
                 self.optimizer.set_lr(self.schedule.lr());
-                grad_norm_sum += self.optimizer.clip_and_step(self.optim.max_grad_norm)?;
+                grad_norm_sum += self.optimizer.minimize(&total, self.optim.max_grad_norm)?;
                 steps += 1;
                 self.after_sgd_step(|| Ok(f64::try_from(&l.kl)?), &mut epoch_kl)?;
                 let row = Tensor::stack(
