@@ -172,7 +172,7 @@ enum Op {
 
 /// Where the values of an image sit in an observation's flat row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Layout {
+pub enum Layout {
     /// As the env lays them out: an image channels-first or channels-last, as its space says.
     Env,
     /// As the convolutions read them: every image channels-last (see [`Encoder::network_layout`]).
