@@ -621,9 +621,6 @@ fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
 /// Everything per transition that the minibatches slice.
 struct Prepared {
     obs: Tensor,
-    /// `obs` as the network's convolutions read them, laid out once for every epoch's minibatches (byte images
-    /// stored channels-first: [`ActorCritic::network_layout`]).
-    laid_out_obs: Option<Tensor>,
     actions: Tensor,
     old_log_probs: Tensor,
     old_values_norm: Tensor,
@@ -1357,7 +1354,6 @@ impl Appo {
         };
         Ok(Prepared {
             lookahead,
-            laid_out_obs: tch::no_grad(|| self.model.network_layout(&obs)),
             obs,
             actions: data.actions.f_to_device(device)?,
             old_log_probs: data.log_probs.f_to_device(device)?,
@@ -1599,11 +1595,12 @@ impl Appo {
                     Some(i) => x.index_select(0, i),
                     None => x.shallow_clone(),
                 };
-                let (dist, values_norm) = match (&p.states, &p.laid_out_obs) {
-                    (Some(states), _) => {
+                let obs = pick(&p.obs);
+                let (dist, values_norm) = match &p.states {
+                    Some(states) => {
                         let starts = self.chunk_rows(&chunks, chunk, data)?.1;
                         let (dist, values, _) = self.model.forward_sequences(
-                            &pick(&p.obs),
+                            &obs,
                             &states.index_select(0, &starts),
                             &pick(&p.ends_rows),
                             &pick(&p.acted_rows),
@@ -1611,8 +1608,7 @@ impl Appo {
                         );
                         (dist, values)
                     }
-                    (None, Some(laid_out)) => self.model.forward_laid_out(&pick(laid_out)),
-                    (None, None) => self.model.forward(&pick(&p.obs)),
+                    None => self.model.forward(&obs),
                 };
                 let log_probs = dist.log_prob(&pick(&p.actions));
                 let entropy = dist.entropy();

@@ -6,7 +6,7 @@ use tch::{nn, Kind, Tensor};
 
 use super::dense::{DenseActorCritic, DenseHead, DenseLayer, DenseMlp, HAND_WRITTEN_MAX_WIDTH};
 use super::dense_acting::{Acting, DenseActing};
-use super::encoder::{linear, Encoder, Layout};
+use super::encoder::{linear, Encoder};
 use super::recurrent::Core;
 use super::weights::{rows_tensor, to_vec, Variables};
 use super::{ActOutput, Distribution, Draws, Policy, RunningMeanStd};
@@ -295,27 +295,6 @@ impl ActorCritic {
     pub fn forward(&self, obs: &Tensor) -> (Distribution, Tensor) {
         let (dist, value, _) = self.forward_step(obs, None);
         (dist, value)
-    }
-
-    /// The observations `obs` (bytes, as the env laid them out) as the convolutions read them: a learner that
-    /// goes over its dataset several times lays it out once, then passes its minibatches to
-    /// [`forward_laid_out`](Self::forward_laid_out). `None` when the network takes no bytes (see
-    /// [`Policy::takes_bytes`]), has a recurrent core, or reads the env's layout as it is.
-    pub fn network_layout(&self, obs: &Tensor) -> Option<Tensor> {
-        if obs.kind() != Kind::Uint8 || !self.takes_bytes() || self.actor_core.is_some() {
-            return None;
-        }
-        self.actor.network_layout(obs)
-    }
-
-    /// [`forward`](Self::forward) of observations laid out by [`network_layout`](Self::network_layout).
-    pub fn forward_laid_out(&self, obs: &Tensor) -> (Distribution, Tensor) {
-        let actor_h = self.actor.forward_in(obs, Layout::Network);
-        let critic_h = match &self.critic {
-            Some(critic) => critic.forward_in(obs, Layout::Network),
-            None => actor_h.shallow_clone(),
-        };
-        self.heads(obs, &actor_h, &critic_h)
     }
 
     /// As [`forward`](Self::forward), from recurrent states `[n, state_dim]` (zeros when `None`;

@@ -170,15 +170,6 @@ enum Op {
     Act,
 }
 
-/// Where the values of an image sit in an observation's flat row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// As the env lays them out: an image channels-first or channels-last, as its space says.
-    Env,
-    /// As the convolutions read them: every image channels-last (see [`Encoder::network_layout`]).
-    Network,
-}
-
 /// A named convolutional network over an image, then its MLP.
 struct ImageNet {
     /// `(height, width, channels)`, and whether the flat values are channels-first.
@@ -293,10 +284,10 @@ impl ImageNet {
     /// images channels-last in memory (NHWC strides under NCHW's shape), which oneDNN convolves forward and
     /// backward about 1.4 times as fast as channels-first (convnet_simple at batch 256 on 2 threads,
     /// BENCHMARKS.md): float channels-last images are that already; channels-first ones (stacked Atari frames) and
-    /// bytes are copied into it, converted in the same pass. Images in [`Layout::Network`] are channels-last.
-    fn forward(&self, x: &Tensor, scale: f64, layout: Layout) -> Tensor {
+    /// bytes are copied into it, converted in the same pass.
+    fn forward(&self, x: &Tensor, scale: f64) -> Tensor {
         let [h, w, c] = self.shape;
-        let nhwc = if self.channels_first && layout == Layout::Env {
+        let nhwc = if self.channels_first {
             x.reshape([-1, c, h, w]).permute([0, 2, 3, 1])
         } else {
             x.reshape([-1, h, w, c])
@@ -333,17 +324,6 @@ impl ImageNet {
             h = act(&linear_as_input(&h, layer));
         }
         h.to_kind(Kind::Float)
-    }
-
-    /// Flat images `x` (env layout) channels-last, copied; `None` when they are channels-last already.
-    fn network_layout(&self, x: &Tensor) -> Option<Tensor> {
-        let [h, w, c] = self.shape;
-        self.channels_first.then(|| {
-            x.reshape([-1, c, h, w])
-                .permute([0, 2, 3, 1])
-                .contiguous()
-                .reshape([-1, h * w * c])
-        })
     }
 }
 
@@ -419,15 +399,15 @@ impl PartEncoders {
             .all(|(_, _, net)| matches!(net, PartNet::Image(_)))
     }
 
-    /// `x / scale` (its images laid out as `layout` says) through each part's encoder, outputs concatenated.
-    pub(super) fn forward(&self, x: &Tensor, scale: f64, layout: Layout) -> Tensor {
+    /// `x / scale` through each part's encoder, outputs concatenated.
+    pub(super) fn forward(&self, x: &Tensor, scale: f64) -> Tensor {
         let outputs: Vec<Tensor> = self
             .parts
             .iter()
             .map(|(offset, len, net)| {
                 let part = x.narrow(-1, *offset, *len);
                 match net {
-                    PartNet::Image(image) => image.forward(&part, scale, layout),
+                    PartNet::Image(image) => image.forward(&part, scale),
                     PartNet::Vector(layers) => layers.iter().fold(divided(&part, scale), |h, layer| {
                         activate(&h.apply(layer), self.nonlinearity)
                     }),
@@ -435,30 +415,6 @@ impl PartEncoders {
             })
             .collect();
         Tensor::cat(&outputs, -1)
-    }
-
-    /// `x` with every image channels-last ([`Layout::Network`]); `None` when the env lays them out so already.
-    fn network_layout(&self, x: &Tensor) -> Option<Tensor> {
-        let parts: Vec<(Tensor, Option<Tensor>)> = self
-            .parts
-            .iter()
-            .map(|(offset, len, net)| {
-                let part = x.narrow(-1, *offset, *len);
-                let laid = match net {
-                    PartNet::Image(image) => image.network_layout(&part),
-                    PartNet::Vector(_) => None,
-                };
-                (part, laid)
-            })
-            .collect();
-        if parts.iter().all(|(_, laid)| laid.is_none()) {
-            return None;
-        }
-        let parts: Vec<Tensor> = parts
-            .into_iter()
-            .map(|(part, laid)| laid.unwrap_or(part))
-            .collect();
-        Some(Tensor::cat(&parts, -1))
     }
 }
 
@@ -852,17 +808,6 @@ impl Encoder {
         }
     }
 
-    /// Observations `x` (env layout) with every image channels-last, as the convolutions read them
-    /// ([`Layout::Network`]): a learner that reads each row several times (epochs) lays its dataset out once
-    /// instead of each minibatch on the way in. `None` when that is the env's layout already (no channels-first
-    /// image).
-    pub(super) fn network_layout(&self, x: &Tensor) -> Option<Tensor> {
-        match &self.body {
-            Body::Parts(parts) => parts.network_layout(x),
-            _ => None,
-        }
-    }
-
     /// Whether [`Encoder::forward`] takes observations as the bytes they were stored as (an encoder of images
     /// alone, which converts them as it lays them out for its convolutions), and not only as floats.
     pub(super) fn takes_bytes(&self) -> bool {
@@ -870,17 +815,12 @@ impl Encoder {
     }
 
     pub(super) fn forward(&self, x: &Tensor) -> Tensor {
-        self.forward_in(x, Layout::Env)
-    }
-
-    /// [`Encoder::forward`] of observations laid out as `layout` says.
-    pub(super) fn forward_in(&self, x: &Tensor, layout: Layout) -> Tensor {
         match &self.body {
             Body::Mlp(mlp) => mlp.forward(&divided(x, self.scale)),
             Body::Convs(convs, mlp) => mlp.forward(&convs.forward(&divided(x, self.scale))),
             // An image's division goes into its network's first convolution: 3.4% of a Pong learner's CPU when
             // every pixel was divided (BENCHMARKS.md).
-            Body::Parts(parts) => parts.forward(x, self.scale, layout),
+            Body::Parts(parts) => parts.forward(x, self.scale),
             Body::Custom(net) => net.forward(&divided(x, self.scale)),
         }
     }
@@ -914,7 +854,7 @@ mod tests {
     use rlf_env::{BoxSpace, Space};
     use tch::{nn, Kind, Tensor};
 
-    use super::{mlp, tanh, Encoder, ImageNet, Layout, PartEncoders, PartNet};
+    use super::{mlp, tanh, Encoder, ImageNet, PartEncoders, PartNet};
 
     #[test]
     fn tanh_through_sigmoid_is_tanh() {
@@ -957,11 +897,7 @@ mod tests {
             let (net, size) = ImageNet::new(&vs.root(), &dims, &cfg).expect("network");
             assert_eq!((conv_out(&net), size), (flat, 512), "{arch:?} on {dims:?}");
             let n: usize = dims.iter().product();
-            let out = net.forward(
-                &Tensor::rand([3, n as i64], (Kind::Float, tch::Device::Cpu)),
-                1.0,
-                Layout::Env,
-            );
+            let out = net.forward(&Tensor::rand([3, n as i64], (Kind::Float, tch::Device::Cpu)), 1.0);
             assert_eq!(out.size(), [3, 512], "{arch:?} on {dims:?}");
         }
         let err = ImageNet::new(
@@ -991,8 +927,8 @@ mod tests {
         let hwc = Tensor::rand([2, 12, 12, 3], (Kind::Float, tch::Device::Cpu));
         let chw = hwc.permute([0, 3, 1, 2]).contiguous();
         let (a, b) = (
-            last.forward(&hwc.reshape([2, -1]), 1.0, Layout::Env),
-            first.forward(&chw.reshape([2, -1]), 1.0, Layout::Env),
+            last.forward(&hwc.reshape([2, -1]), 1.0),
+            first.forward(&chw.reshape([2, -1]), 1.0),
         );
         let diff = f64::try_from((&a - &b).abs().max()).expect("diff");
         assert!(diff < 1e-4, "{diff}");
@@ -1063,45 +999,6 @@ mod tests {
         assert!(!enc.takes_bytes());
     }
 
-    /// Observations laid out for the network once (every image channels-last, as a learner lays out its dataset)
-    /// encode exactly as in the env's layout: stacked channels-first frames, as bytes and as floats, and a Dict of
-    /// a channels-first image beside a vector and a channels-last image; an observation with no channels-first image
-    /// is laid out so already.
-    #[test]
-    fn observations_laid_out_for_the_network_encode_as_the_envs() {
-        let mut cfg = model_cfg(ConvArchitecture::ConvnetSimple);
-        cfg.obs_scale = 255.0;
-        let frames = image(&[4, 36, 36]);
-        let dict = Space::Dict(vec![
-            ("first".to_owned(), image(&[2, 36, 36])),
-            ("vector".to_owned(), image(&[5])),
-            ("last".to_owned(), image(&[36, 36, 3])),
-        ]);
-        for (space, n, kind) in [
-            (&frames, 5184, Kind::Uint8),
-            (&frames, 5184, Kind::Float),
-            (&dict, 2592 + 5 + 3888, Kind::Float),
-        ] {
-            let vs = nn::VarStore::new(tch::Device::Cpu);
-            let (enc, _) = Encoder::new(&vs.root(), space, n, &cfg).expect("encoder");
-            let x = Tensor::randint(256, [5, n], (kind, tch::Device::Cpu));
-            let laid = enc.network_layout(&x).expect("a channels-first image to lay out");
-            assert_eq!(laid.size(), x.size());
-            assert!(!laid.equal(&x), "{space}: the layout moved no value");
-            let (a, b) = (enc.forward(&x), enc.forward_in(&laid, Layout::Network));
-            assert!(f64::try_from(a.abs().max()).expect("max") > 0.0);
-            assert!(
-                a.equal(&b),
-                "{space} ({kind:?}): the network's layout encodes differently"
-            );
-        }
-        let vs = nn::VarStore::new(tch::Device::Cpu);
-        let (enc, _) = Encoder::new(&vs.root(), &image(&[36, 36, 3]), 3888, &cfg).expect("encoder");
-        assert!(enc
-            .network_layout(&Tensor::zeros([2, 3888], (Kind::Uint8, tch::Device::Cpu)))
-            .is_none());
-    }
-
     /// A Dict of an image, a vector and a mask: one encoder per part (a network for the image, an MLP for each
     /// other part), outputs concatenated; the image is read where the Dict puts it. Without an image it is an
     /// error.
@@ -1123,12 +1020,12 @@ mod tests {
             .collect();
         assert_eq!(kinds, [(0, 3, false), (3, 200, true), (203, 5, false)]);
         let x = Tensor::rand([4, 208], (Kind::Float, tch::Device::Cpu));
-        let y = enc.forward(&x, 1.0, Layout::Env);
+        let y = enc.forward(&x, 1.0);
         assert_eq!(y.size(), [4, 640]);
         // Changing the image changes only the image's encoding.
         let moved = x.copy();
         let _ = moved.narrow(1, 3, 200).fill_(0.5);
-        let z = enc.forward(&moved, 1.0, Layout::Env);
+        let z = enc.forward(&moved, 1.0);
         assert!(y.narrow(1, 0, 64).equal(&z.narrow(1, 0, 64)));
         assert!(!y.narrow(1, 64, 512).equal(&z.narrow(1, 64, 512)));
         let flat = Space::Dict(vec![("vector".to_owned(), image(&[5]))]);
@@ -1191,10 +1088,7 @@ mod tests {
             vs_b.copy(&vs_a).expect("the same variables");
             let n: i64 = dims.iter().product::<usize>() as i64;
             let x = Tensor::rand([3, n], (Kind::Float, tch::Device::Cpu));
-            let (a, b) = (
-                exact.forward(&x, 1.0, Layout::Env),
-                half.forward(&x, 1.0, Layout::Env),
-            );
+            let (a, b) = (exact.forward(&x, 1.0), half.forward(&x, 1.0));
             assert_eq!(b.kind(), Kind::Float, "{arch:?}");
             let scale = f64::try_from(a.abs().max()).expect("max");
             let diff = f64::try_from((&a - &b).abs().max()).expect("diff");
