@@ -61,6 +61,15 @@ fn rank_log(dir: &Path, rank: usize, terminal: &str) -> String {
         .unwrap_or_else(|e| panic!("{}: {e}; on the terminal:\n{terminal}", path.display()))
 }
 
+/// The processes of `processes` whose parent is `parent`.
+fn children_of(parent: u32, processes: &[(u32, Option<usize>)]) -> Vec<u32> {
+    processes
+        .iter()
+        .map(|(pid, _)| *pid)
+        .filter(|&pid| parent_of(pid) == Some(parent))
+        .collect()
+}
+
 /// The parent of process `pid`.
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -69,6 +78,59 @@ fn parent_of(pid: u32) -> Option<u32> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// Whether process `pid` has exited: it is gone, or a zombie its parent has not reaped yet.
+fn has_exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next())
+            == Some("Z")
+    })
+}
+
+/// Waits for `mpirun` (`run`) to exit once its job was told to stop at `since`; returns its status and how long after
+/// `since` the job ended. The job's ranks (`ranks`, mpirun's children) have `bound` to end in. OpenMPI 4.1's mpirun
+/// (Debian 12's, with PMIx 4.2) now and then never exits after every rank has: its main thread joins the PMIx
+/// progress thread in `PMIx_server_finalize` while that thread waits for a lock (the signature of
+/// openpmix/openpmix#1244; once in the 40 jobs stopped by SIGINT here on 2026-12-06, never with OpenMPI 5). When every
+/// rank has exited within `bound` and mpirun has not, this says so on stderr, SIGKILLs mpirun and counts the job as
+/// ended at `bound`; a rank still running then fails the caller's assertions as before.
+fn job_end(
+    run: &common::Watched,
+    ranks: &[u32],
+    since: Instant,
+    bound: Duration,
+    log: &mut Vec<String>,
+) -> (std::process::ExitStatus, Duration) {
+    if let Ok(status) = run.exited.recv_timeout(bound.saturating_sub(since.elapsed())) {
+        return (status, since.elapsed());
+    }
+    if !ranks.is_empty() && ranks.iter().all(|&pid| has_exited(pid)) {
+        eprintln!(
+            "mpirun {} outlived every rank of its job by more than {bound:?} (OpenMPI 4.1's hang in \
+             PMIx_server_finalize): SIGKILLed",
+            run.pid
+        );
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(run.pid as i32).expect("a pid"),
+            rustix::process::Signal::KILL,
+        )
+        .expect("SIGKILL mpirun");
+        let status = run
+            .exited
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a SIGKILLed mpirun exits");
+        return (status, bound);
+    }
+    let status = run
+        .exited
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| {
+            log.extend(run.lines.try_iter());
+            panic!("the job did not stop within 60 s:\n{}", log.join("\n"))
+        });
+    (status, since.elapsed())
 }
 
 /// Asserts that none of `pids` left a `/dev/shm` segment.
@@ -445,7 +507,7 @@ fn learners_whose_weights_differ_stop_the_run() {
 
 /// How a job ended after a signal to one of its ranks.
 struct Ended {
-    /// From the signal to mpirun's exit.
+    /// From the signal to the job's end ([`job_end`]).
     took: Duration,
     status: std::process::ExitStatus,
     /// mpirun's output (rank 0's and its own).
@@ -453,9 +515,16 @@ struct Ended {
 }
 
 /// A job of 3 ranks tagged `tag`, stopped only by a signal: once the learner rank prints its first progress line,
-/// rank 2 (a child of mpirun) gets `signal`. Checks that the job ended on its own after it, that the learner saved a
-/// checkpoint as it stopped, and that no process or shared-memory segment of the job is left.
-fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal, extra: &[&str]) -> Ended {
+/// rank 2 (a child of mpirun) gets `signal`. Checks that the job ended on its own after it (its ranks within `bound`:
+/// [`job_end`]), that the learner saved a checkpoint as it stopped, and that no process or shared-memory segment of
+/// the job is left.
+fn signal_rank_2(
+    tag: &str,
+    heartbeat: &str,
+    signal: rustix::process::Signal,
+    extra: &[&str],
+    bound: Duration,
+) -> Ended {
     let dir = temp_dir(tag);
     let mut args = flags(
         dir.path(),
@@ -482,20 +551,14 @@ fn signal_rank_2(tag: &str, heartbeat: &str, signal: rustix::process::Signal, ex
         .find(|(pid, rank)| *rank == Some(2) && parent_of(*pid) == Some(run.pid))
         .map(|(pid, _)| *pid)
         .expect("rank 2, a child of mpirun");
+    let ranks = children_of(run.pid, &processes);
     let signalled = Instant::now();
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(victim as i32).expect("a pid"),
         signal,
     )
     .expect("signal rank 2");
-    let status = run
-        .exited
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| {
-            log.extend(run.lines.try_iter());
-            panic!("the job did not stop on its own within 60 s:\n{}", log.join("\n"))
-        });
-    let took = signalled.elapsed();
+    let (status, took) = job_end(&run, &ranks, signalled, bound, &mut log);
     log.extend(run.lines.try_iter());
     let log = log.join("\n");
     let saved = std::fs::read_dir(dir.path().join("exp/checkpoint_p0"))
@@ -537,23 +600,21 @@ fn sigint_to_mpirun_saves_the_learners_last_checkpoint_with_adams_moments() {
             break;
         }
     }
-    let pids: Vec<u32> = tagged(tag).iter().map(|(p, _)| *p).collect();
+    let processes = tagged(tag);
+    let pids: Vec<u32> = processes.iter().map(|(p, _)| *p).collect();
+    let ranks = children_of(run.pid, &processes);
     let signalled = Instant::now();
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(run.pid as i32).expect("a pid"),
         rustix::process::Signal::INT,
     )
     .expect("signal mpirun");
-    let status = run
-        .exited
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("mpirun did not exit within 60 s of SIGINT:\n{}", log.join("\n")));
-    let took = signalled.elapsed();
+    let (status, took) = job_end(&run, &ranks, signalled, Duration::from_secs(10), &mut log);
     log.extend(run.lines.try_iter());
     let log = log.join("\n");
     assert!(!status.success(), "{status}\n{log}");
     assert!(
-        took < Duration::from_secs(10),
+        took <= Duration::from_secs(10),
         "the job took {took:?} to stop:\n{log}"
     );
     let version: u64 = log
@@ -586,12 +647,18 @@ fn sigint_to_mpirun_saves_the_learners_last_checkpoint_with_adams_moments() {
 #[test]
 fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let ended = signal_rank_2("mpi-kill", "5", rustix::process::Signal::KILL, &[]);
+    let ended = signal_rank_2(
+        "mpi-kill",
+        "5",
+        rustix::process::Signal::KILL,
+        &[],
+        Duration::from_secs(5),
+    );
     let log = &ended.log;
     assert!(!ended.status.success(), "{log}");
     // mpirun notices the death at once and names the rank.
     assert!(
-        ended.took < Duration::from_secs(5),
+        ended.took <= Duration::from_secs(5),
         "stopped {:?} after the kill (--heartbeat_interval 5)",
         ended.took
     );
@@ -605,7 +672,13 @@ fn sigkill_of_an_actor_rank_stops_the_job_after_a_checkpoint_and_leaves_nothing(
 fn a_hung_actor_rank_stops_the_job_within_the_heartbeat_interval() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     // SIGSTOP: rank 2 stays alive (mpirun sees nothing wrong) but stops answering.
-    let ended = signal_rank_2("mpi-hang", "3", rustix::process::Signal::STOP, &[]);
+    let ended = signal_rank_2(
+        "mpi-hang",
+        "3",
+        rustix::process::Signal::STOP,
+        &[],
+        Duration::from_secs(12),
+    );
     let log = &ended.log;
     assert!(!ended.status.success(), "{log}");
     assert!(
@@ -614,7 +687,7 @@ fn a_hung_actor_rank_stops_the_job_within_the_heartbeat_interval() {
     );
     // The heartbeat interval to notice, then as long again for the handshake before the abort, and slack.
     assert!(
-        ended.took < Duration::from_secs(12),
+        ended.took <= Duration::from_secs(12),
         "stopped {:?} after rank 2 hung (--heartbeat_interval 3)",
         ended.took
     );
@@ -630,6 +703,7 @@ fn a_hung_member_of_an_env_group_stops_the_job() {
         "3",
         rustix::process::Signal::STOP,
         &["--process_per_env=2"],
+        Duration::from_secs(12),
     );
     let log = &ended.log;
     assert!(!ended.status.success(), "{log}");
@@ -638,7 +712,7 @@ fn a_hung_member_of_an_env_group_stops_the_job() {
         "the learner rank names the silent member:\n{log}"
     );
     assert!(
-        ended.took < Duration::from_secs(12),
+        ended.took <= Duration::from_secs(12),
         "stopped {:?} after rank 2 hung (--heartbeat_interval 3)",
         ended.took
     );
