@@ -93,7 +93,7 @@ fn has_exited(pid: u32) -> bool {
 /// `since` the job ended. The job's ranks (`ranks`, mpirun's children) have `bound` to end in. OpenMPI 4.1's mpirun
 /// (Debian 12's, with PMIx 4.2) now and then never exits after every rank has: its main thread joins the PMIx
 /// progress thread in `PMIx_server_finalize` while that thread waits for a lock (the signature of
-/// openpmix/openpmix#1244; once in the 40 jobs stopped by SIGINT here on 2026-12-06, never with OpenMPI 5). When every
+/// openpmix/openpmix#1244; once in the 45 jobs stopped by SIGINT here on 2026-12-06, never with OpenMPI 5). When every
 /// rank has exited within `bound` and mpirun has not, this says so on stderr, SIGKILLs mpirun and counts the job as
 /// ended at `bound`; a rank still running then fails the caller's assertions as before.
 fn job_end(
