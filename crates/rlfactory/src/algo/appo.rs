@@ -620,6 +620,7 @@ fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
 
 /// Everything per transition that the minibatches slice.
 struct Prepared {
+    /// The observations as [`ActorCritic::staged_obs`] lays them out.
     obs: Tensor,
     actions: Tensor,
     old_log_probs: Tensor,
@@ -1354,7 +1355,7 @@ impl Appo {
         };
         Ok(Prepared {
             lookahead,
-            obs,
+            obs: self.model.staged_obs(&obs),
             actions: data.actions.f_to_device(device)?,
             old_log_probs: data.log_probs.f_to_device(device)?,
             old_values_norm: tch::no_grad(|| self.model.scale_value(&old_values)),

@@ -279,26 +279,25 @@ impl ImageNet {
         ))
     }
 
+    fn layout(&self) -> ImageLayout {
+        ImageLayout {
+            shape: self.shape,
+            channels_first: self.channels_first,
+            kind: if self.bf16 { Kind::BFloat16 } else { Kind::Float },
+        }
+    }
+
     /// `x / scale`, `x` `[n, H * W * C]` flat images (floats, or the bytes they were stored as), through the
     /// network (the division folded into the first convolution's weights); float32 out. The convolutions see the
     /// images channels-last in memory (NHWC strides under NCHW's shape), which oneDNN convolves forward and
     /// backward about 1.4 times as fast as channels-first (convnet_simple at batch 256 on 2 threads,
-    /// BENCHMARKS.md): float channels-last images are that already; channels-first ones (stacked Atari frames) and
-    /// bytes are copied into it, converted in the same pass.
+    /// BENCHMARKS.md), as [`ImageLayout::lay_out`] makes them. `x` may also be images laid out so already
+    /// (`[n, H, W, C]`): a learner lays a dataset out once for all its minibatches.
     fn forward(&self, x: &Tensor, scale: f64) -> Tensor {
-        let [h, w, c] = self.shape;
-        let nhwc = if self.channels_first {
-            x.reshape([-1, c, h, w]).permute([0, 2, 3, 1])
+        let mut y = if x.dim() == 4 {
+            x.shallow_clone()
         } else {
-            x.reshape([-1, h, w, c])
-        };
-        let kind = if self.bf16 { Kind::BFloat16 } else { Kind::Float };
-        let mut y = if nhwc.kind() == kind && nhwc.is_contiguous() {
-            nhwc
-        } else {
-            let mut copy = Tensor::empty(nhwc.size(), (kind, nhwc.device()));
-            copy.copy_(&nhwc);
-            copy
+            self.layout().lay_out(x)
         }
         .permute([0, 3, 1, 2]);
         let act = |z: &Tensor| activate(z, self.nonlinearity);
@@ -324,6 +323,35 @@ impl ImageNet {
             h = act(&linear_as_input(&h, layer));
         }
         h.to_kind(Kind::Float)
+    }
+}
+
+/// How an image network reads its images: `[n, H, W, C]`, contiguous (channels-last in memory), in the kind its
+/// convolutions multiply in.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct ImageLayout {
+    shape: [i64; 3],
+    channels_first: bool,
+    kind: Kind,
+}
+
+impl ImageLayout {
+    /// `x`, `[n, H * W * C]` flat images (floats, or the bytes they were stored as), laid out so: channels-first
+    /// ones (stacked Atari frames) and bytes are copied, converted in the same pass; float channels-last images of
+    /// the network's kind are a view of `x`. Byte values convert exactly (bfloat16 holds every integer to 256).
+    pub(super) fn lay_out(&self, x: &Tensor) -> Tensor {
+        let [h, w, c] = self.shape;
+        let nhwc = if self.channels_first {
+            x.reshape([-1, c, h, w]).permute([0, 2, 3, 1])
+        } else {
+            x.reshape([-1, h, w, c])
+        };
+        if nhwc.kind() == self.kind && nhwc.is_contiguous() {
+            return nhwc;
+        }
+        let mut copy = Tensor::empty(nhwc.size(), (self.kind, nhwc.device()));
+        copy.copy_(&nhwc);
+        copy
     }
 }
 
@@ -399,8 +427,20 @@ impl PartEncoders {
             .all(|(_, _, net)| matches!(net, PartNet::Image(_)))
     }
 
-    /// `x / scale` through each part's encoder, outputs concatenated.
+    /// The layout of the observation when it is one image, the whole of it.
+    fn layout(&self) -> Option<ImageLayout> {
+        match self.parts.as_slice() {
+            [(0, _, PartNet::Image(image))] => Some(image.layout()),
+            _ => None,
+        }
+    }
+
+    /// `x / scale` through each part's encoder, outputs concatenated; `x` one image [laid
+    /// out](Self::layout) already (`[n, H, W, C]`) when the observation is that.
     pub(super) fn forward(&self, x: &Tensor, scale: f64) -> Tensor {
+        if let ([(_, _, PartNet::Image(image))], 4) = (self.parts.as_slice(), x.dim()) {
+            return image.forward(x, scale);
+        }
         let outputs: Vec<Tensor> = self
             .parts
             .iter()
@@ -812,6 +852,15 @@ impl Encoder {
     /// alone, which converts them as it lays them out for its convolutions), and not only as floats.
     pub(super) fn takes_bytes(&self) -> bool {
         matches!(&self.body, Body::Parts(parts) if parts.takes_bytes())
+    }
+
+    /// How this encoder reads the observations, when it reads them as one image laid out for its convolutions
+    /// (which [`forward`](Self::forward) then also takes laid out so).
+    pub(super) fn image_layout(&self) -> Option<ImageLayout> {
+        match &self.body {
+            Body::Parts(parts) => parts.layout(),
+            _ => None,
+        }
     }
 
     pub(super) fn forward(&self, x: &Tensor) -> Tensor {
