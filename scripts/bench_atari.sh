@@ -3,10 +3,11 @@
 # network (BENCHMARKS.md, "Pixels"): interleaved runs (rlfactory, Sample Factory, rlfactory, ...), each training for
 # a fixed wall time from scratch; prints one markdown row per run.
 #
-# Usage: bash scripts/bench_atari.sh [PAIRS] [SECONDS]   (default 2 pairs of 90 s)
+# Usage: bash scripts/bench_atari.sh [PAIRS] [SECONDS] [RLFACTORY FLAGS...]   (default 2 pairs of 90 s)
 #
 # rlfactory runs `atari_pong` with its shipped config (configs/atari.toml: 2 workers x 4 envs, convnet_simple, 4
-# epochs of 4 minibatches of 256 over 128-step trajectories) and `--benchmark`; its FPS is the steady-state rate
+# epochs of 4 minibatches of 256 over 128-step trajectories), the flags given after SECONDS (for example
+# `--matmul_precision auto --async_rl=false`) and `--benchmark`; its FPS is the steady-state rate
 # (after the first weight update) in agent steps. Sample Factory runs `sf_examples.atari.train_atari` on the CPU with
 # its Atari defaults and the same counts and network, on ale-py 0.9.0 (whose import registers the
 # `PongNoFrameskip-v4` that Sample Factory makes). Sample Factory counts
@@ -17,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 pairs="${1:-2}"
 secs="${2:-90}"
+shift "$(($# < 2 ? $# : 2))"
 
 source scripts/setup_python.sh >/dev/null
 eval "$(bash scripts/setup_libtorch.sh)"
@@ -48,7 +50,7 @@ echo "| run | framework | agent steps/s | Sample Factory's FPS (emulator frames)
 echo "|---|---|---|---|---|---|"
 for pair in $(seq 1 "$pairs"); do
     json="$out/rlf-$pair.json"
-    target/release/rlfactory train --env=atari_pong --benchmark --train_for_seconds="$secs" \
+    target/release/rlfactory train --env=atari_pong "$@" --benchmark --train_for_seconds="$secs" \
         --summary_json="$json" >"$out/rlf-$pair.log" 2>&1
     python3 - "$json" "$pair" <<'PY'
 import json, sys

@@ -594,6 +594,9 @@ pub struct Appo {
     dense: Option<DenseActorCritic>,
     /// The env's rules the lookahead loss looks ahead in (`--lookahead_coeff`, [`Appo::looking_ahead`]).
     rules: Option<Arc<dyn PlyModel>>,
+    /// The memory each dataset's observations are laid out in ([`ActorCritic::staged_obs`]), kept from one dataset
+    /// to the next.
+    staging: Option<Tensor>,
 }
 
 impl std::fmt::Debug for Appo {
@@ -750,6 +753,7 @@ impl Appo {
             draws: Draws::from_torch(),
             dense,
             rules: None,
+            staging: None,
         })
     }
 
@@ -1355,7 +1359,7 @@ impl Appo {
         };
         Ok(Prepared {
             lookahead,
-            obs: self.model.staged_obs(&obs),
+            obs: self.model.staged_obs(&obs, &mut self.staging),
             actions: data.actions.f_to_device(device)?,
             old_log_probs: data.log_probs.f_to_device(device)?,
             old_values_norm: tch::no_grad(|| self.model.scale_value(&old_values)),

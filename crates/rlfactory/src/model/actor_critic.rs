@@ -374,16 +374,19 @@ impl ActorCritic {
 
     /// `obs` `[n, obs_dim]` laid out once as the encoders read them, for a learner's epochs over a dataset: an
     /// observation that is one image, stored as bytes or channels-first, becomes `[n, H, W, C]` channels-last in
-    /// the kind the convolutions multiply in (each minibatch's forward converted its rows again: 10% of a Pong
-    /// learner's CPU with four epochs, BENCHMARKS.md). [`forward`](Self::forward),
+    /// the kind the convolutions multiply in (each minibatch's forward converted its rows again: about a tenth of
+    /// a Pong learner's CPU with four epochs, BENCHMARKS.md). [`forward`](Self::forward),
     /// [`forward_sequences`](Self::forward_sequences) and their rows (`index_select(0, ..)`) take it as they take
-    /// `obs`, to the same result. Any other observation comes back as it is.
-    pub fn staged_obs(&self, obs: &Tensor) -> Tensor {
+    /// `obs`, to the same result. Any other observation comes back as it is. A copy is made in `buffer`'s memory
+    /// when it has the size (the caller keeps it for the next dataset: a Pong dataset's 58-115 MB, allocated
+    /// afresh, would be mapped and faulted in page by page each time); the result shares that memory, so it must be
+    /// dropped before `buffer` is used again.
+    pub fn staged_obs(&self, obs: &Tensor, buffer: &mut Option<Tensor>) -> Tensor {
         let layout = self.actor.image_layout();
         let same = self.critic.as_ref().is_none_or(|c| c.image_layout() == layout);
         match layout {
             Some(layout) if same && self.obs_rms.is_none() && self.action_mask.is_none() => {
-                layout.lay_out(obs)
+                layout.lay_out_into(obs, buffer)
             }
             _ => obs.shallow_clone(),
         }
@@ -711,7 +714,8 @@ mod tests {
 
     /// A dataset of byte images (channels-first stacked frames) laid out once for the learner's minibatches: its
     /// rows give the very values and log-probabilities their bytes give, in float32 and in bfloat16, with one
-    /// network or two; an observation with a vector part, or normalised, stays as it is.
+    /// network or two, and the next dataset is laid out in the same memory; an observation with a vector part, or
+    /// normalised, stays as it is.
     #[test]
     fn images_laid_out_once_give_what_their_bytes_give() {
         use crate::config::{ConvArchitecture, MatmulPrecision};
@@ -730,7 +734,8 @@ mod tests {
                 let model =
                     ActorCritic::new(&frames, &Space::discrete(6), &cfg, DeviceKind::Cpu).expect("model");
                 let bytes = Tensor::randint(256, [6, 4 * 36 * 36], (Kind::Uint8, tch::Device::Cpu));
-                let staged = model.staged_obs(&bytes);
+                let mut buffer = None;
+                let staged = model.staged_obs(&bytes, &mut buffer);
                 assert_eq!(
                     (staged.size(), staged.kind()),
                     (vec![6, 36, 36, 4], kind),
@@ -746,6 +751,16 @@ mod tests {
                     dist_a.log_prob(&actions).equal(&dist_b.log_prob(&actions)),
                     "{precision:?}, shared {share}: log-probabilities"
                 );
+                // The next dataset is laid out in the same memory.
+                let memory = staged.data_ptr();
+                drop(staged);
+                let more = Tensor::randint(256, [6, 4 * 36 * 36], (Kind::Uint8, tch::Device::Cpu));
+                let again = model.staged_obs(&more, &mut buffer);
+                assert_eq!(again.data_ptr(), memory, "{precision:?}: new memory");
+                assert!(
+                    model.forward(&more).1.equal(&model.forward(&again).1),
+                    "{precision:?}: values"
+                );
             }
         }
         let dict = Space::Dict(vec![
@@ -756,11 +771,11 @@ mod tests {
         cfg.encoder_conv_architecture = ConvArchitecture::ConvnetSimple;
         let model = ActorCritic::new(&dict, &Space::discrete(6), &cfg, DeviceKind::Cpu).expect("model");
         let obs = Tensor::rand([2, 4 * 36 * 36 + 3], (Kind::Float, tch::Device::Cpu));
-        assert!(model.staged_obs(&obs).equal(&obs));
+        assert!(model.staged_obs(&obs, &mut None).equal(&obs));
         cfg.normalize_input = true;
         let model = ActorCritic::new(&frames, &Space::discrete(6), &cfg, DeviceKind::Cpu).expect("model");
         let obs = Tensor::rand([2, 4 * 36 * 36], (Kind::Float, tch::Device::Cpu));
-        assert_eq!(model.staged_obs(&obs).size(), vec![2, 4 * 36 * 36]);
+        assert_eq!(model.staged_obs(&obs, &mut None).size(), vec![2, 4 * 36 * 36]);
     }
 
     /// The acting pass written out ([`DenseActing`](super::DenseActing)) acts as libtorch's: the same sampled

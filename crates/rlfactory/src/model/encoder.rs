@@ -340,6 +340,12 @@ impl ImageLayout {
     /// ones (stacked Atari frames) and bytes are copied, converted in the same pass; float channels-last images of
     /// the network's kind are a view of `x`. Byte values convert exactly (bfloat16 holds every integer to 256).
     pub(super) fn lay_out(&self, x: &Tensor) -> Tensor {
+        self.lay_out_into(x, &mut None)
+    }
+
+    /// As [`lay_out`](Self::lay_out), a copy made in `buffer` when it has the copy's size, kind and device, else
+    /// in new memory that `buffer` then keeps; the result shares `buffer`'s memory.
+    pub(super) fn lay_out_into(&self, x: &Tensor, buffer: &mut Option<Tensor>) -> Tensor {
         let [h, w, c] = self.shape;
         let nhwc = if self.channels_first {
             x.reshape([-1, c, h, w]).permute([0, 2, 3, 1])
@@ -349,8 +355,14 @@ impl ImageLayout {
         if nhwc.kind() == self.kind && nhwc.is_contiguous() {
             return nhwc;
         }
-        let mut copy = Tensor::empty(nhwc.size(), (self.kind, nhwc.device()));
+        let fits =
+            |b: &Tensor| b.size() == nhwc.size() && b.kind() == self.kind && b.device() == nhwc.device();
+        let mut copy = match buffer.take().filter(fits) {
+            Some(b) => b,
+            None => Tensor::empty(nhwc.size(), (self.kind, nhwc.device())),
+        };
         copy.copy_(&nhwc);
+        *buffer = Some(copy.shallow_clone());
         copy
     }
 }
