@@ -388,7 +388,7 @@ def run_checks(train_dir):
     for env, flags in [
         ("gym:Acrobot-v1", {}),
         ("pz:pettingzoo.classic.connect_four_v3", {}),
-        ("atari_pong", dict(num_workers=1, num_envs_per_worker=2, batch_size=256)),
+        ("atari_pong", dict(num_workers=1, num_envs_per_worker=2)),
     ]:
         run = rlfactory.train(env=env, train_dir=train_dir, experiment=env.replace(":", "_"),
                               train_for_env_steps=4000, save_experiment=False, **flags)

@@ -48,7 +48,6 @@ fn atari_starts_steps_84_by_84_frame_stacks_and_trains() {
         "--encoder_conv_architecture=convnet_simple".to_owned(),
         "--num_envs_per_worker=8".to_owned(),
         "--rollout=32".to_owned(),
-        "--batch_size=256".to_owned(),
         "--train_for_env_steps=3000".to_owned(),
     ]);
     eprintln!("atari_pong: {s}");

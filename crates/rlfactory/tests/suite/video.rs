@@ -148,8 +148,6 @@ fn enjoy_saves_a_video_of_atari_screens() {
             "1",
             "--num_envs_per_worker",
             "2",
-            "--batch_size",
-            "256",
         ],
     );
     enjoy_with_video(
