@@ -7,8 +7,9 @@
 #
 # rlfactory runs `atari_pong` with its shipped config (configs/atari.toml: 2 workers x 4 envs, its network, 4
 # epochs of 4 minibatches of 256 over 128-step trajectories), the flags given after SECONDS (for example
-# `--matmul_precision auto --async_rl=false`) and `--benchmark`; Sample Factory gets the same network: the one
-# `--encoder_conv_architecture` names among those flags, else atari.toml's; its FPS is the steady-state rate
+# `--matmul_precision auto --async_rl=false`) and `--benchmark`; Sample Factory gets the same network and
+# minibatches: the `--encoder_conv_architecture`, `--batch_size` and `--num_batches_per_epoch` among those flags,
+# else atari.toml's; its FPS is the steady-state rate
 # (after the first weight update) in agent steps. Sample Factory runs `sf_examples.atari.train_atari` on the CPU with
 # its Atari defaults and the same counts and network, on ale-py 0.9.0 (whose import registers the
 # `PongNoFrameskip-v4` that Sample Factory makes). Sample Factory counts
@@ -32,17 +33,24 @@ if ! "$sf/bin/python" -c "import sample_factory, sf_examples.atari.train_atari, 
     "$sf/bin/pip" install -q "sample-factory==2.1.1" "gymnasium==0.29.1" "ale-py==0.9.0" "numpy==1.26.4"
 fi
 
-# The network both frameworks train: the flags' `--encoder_conv_architecture` (last one wins), else atari.toml's.
-arch="$(sed -n 's/^encoder_conv_architecture = "\(.*\)"$/\1/p' crates/rlfactory/configs/atari.toml)"
-prev=""
-for flag in "$@"; do
-    case "$flag" in
-    --encoder_conv_architecture=*) arch="${flag#*=}" ;;
-    *) [[ "$prev" == --encoder_conv_architecture ]] && arch="$flag" ;;
-    esac
-    prev="$flag"
-done
-[[ -n "$arch" ]] || { echo "bench_atari: no encoder_conv_architecture in configs/atari.toml" >&2; exit 1; }
+# The settings both frameworks share, each the flags' (`--name=value` or `--name value`, last one wins), else
+# atari.toml's: the network and the minibatches.
+setting() {
+    local name="$1" value prev="" flag
+    value="$(sed -n "s/^$name = \"\{0,1\}\([^\"]*\)\"\{0,1\}$/\1/p" crates/rlfactory/configs/atari.toml)"
+    for flag in "${@:2}"; do
+        case "$flag" in
+        "--$name="*) value="${flag#*=}" ;;
+        *) [[ "$prev" == "--$name" ]] && value="$flag" ;;
+        esac
+        prev="$flag"
+    done
+    [[ -n "$value" ]] || { echo "bench_atari: no $name in configs/atari.toml or the flags" >&2; return 1; }
+    echo "$value"
+}
+arch="$(setting encoder_conv_architecture "$@")"
+batch_size="$(setting batch_size "$@")"
+batches="$(setting num_batches_per_epoch "$@")"
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
@@ -77,7 +85,8 @@ PY
     log="$out/sf-$pair.log"
     timeout --kill-after=30 "$((secs + 120))" "$sf/bin/python" "$out/sf_atari.py" --env=atari_pong \
         --experiment="sf-$pair" --train_dir="$out/sf" --device=cpu --num_workers=2 --num_envs_per_worker=4 \
-        --worker_num_splits=1 --encoder_conv_architecture="$arch" --with_wandb=False \
+        --worker_num_splits=1 --encoder_conv_architecture="$arch" --batch_size="$batch_size" \
+        --num_batches_per_epoch="$batches" --with_wandb=False \
         --train_for_seconds="$secs" >"$log" 2>&1 || true
     # The 60-second average of the last progress line (Sample Factory prints "Fps is (10 sec: a, 60 sec: b, ...)").
     python3 - "$log" "$pair" "$secs" <<'PY'
