@@ -6,12 +6,12 @@
 # Usage: bash scripts/bench_atari.sh [PAIRS] [SECONDS] [RLFACTORY FLAGS...]   (default 2 pairs of 90 s)
 #
 # rlfactory runs `atari_pong` with its shipped config (configs/atari.toml: 2 workers x 4 envs, its network, 4
-# epochs of 4 minibatches of 256 over 128-step trajectories), the flags given after SECONDS (for example
-# `--matmul_precision auto --async_rl=false`) and `--benchmark`; Sample Factory gets the same network and
+# epochs of its minibatches over 128-step trajectories), the flags given after SECONDS (for example
+# `--batch_size 256 --num_batches_per_epoch 4`) and `--benchmark`; Sample Factory gets the same network and
 # minibatches: the `--encoder_conv_architecture`, `--batch_size` and `--num_batches_per_epoch` among those flags,
 # else atari.toml's; its FPS is the steady-state rate
 # (after the first weight update) in agent steps. Sample Factory runs `sf_examples.atari.train_atari` on the CPU with
-# its Atari defaults and the same counts and network, on ale-py 0.9.0 (whose import registers the
+# its Atari defaults and the same counts, network and minibatches, on ale-py 0.9.0 (whose import registers the
 # `PongNoFrameskip-v4` that Sample Factory makes). Sample Factory counts
 # emulator frames (its FPS is multiplied by `--env_frameskip` 4): the table gives both, and compares agent steps.
 # Sample Factory lives in its own venv (.venv-sf: sample-factory, torch from PyPI, gymnasium 0.29.1, ale-py 0.9.0),
