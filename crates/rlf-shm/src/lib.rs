@@ -1,7 +1,7 @@
 //! Shared memory for rlfactory: named regions, a crash-safe multi-process MPMC byte queue, shared arrays, a replay
 //! ring for off-policy learners ([`replay`]: rows visible only once complete, a wake-up on an insert count, Reverb's
 //! rate limit) (and, in [`process`], the allocator and floating-point settings that also need a raw OS call or a CPU
-//! register), and in [`tensor`], a float32 tensor's own memory as slices.
+//! register), and in `tensor` (feature `tch`), loops of ours over float32 tensors' elements.
 //!
 //! This is the only crate of the workspace allowed `unsafe`; every block states its invariant.
 //!

@@ -5,15 +5,17 @@
 //! Per parameter `p` with gradient `g`, at step `t` (from 1):
 //! `m ← β₁ m + (1 − β₁) g`, `v ← β₂ v + (1 − β₂) g²`,
 //! `p ← p − lr / (1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)`,
-//! the same update, in the same order of operations, as PyTorch's `torch.optim.Adam`.
+//! the same update, in the same order of operations, as PyTorch's `torch.optim.Adam` (see
+//! [`Fused::element`] for where the last bit may differ).
 //!
 //! The parameters are views into one flat tensor, as are the moments. On the CPU one step is two
-//! loops of ours over every parameter's gradient: one for the global norm the gradients are clipped
-//! to, one that updates the moments and the parameter together (the clipping folded in as a scale,
-//! as PyTorch's fused Adam does), each element read and written once, instead of a dozen libtorch
-//! passes (a Pong network has 1.7M parameters; its steps spent more time in those passes than in
-//! their products). On another device, a dozen tensor operations over the flat tensors.
+//! loops of ours over every gradient: one for the global norm they are clipped to, one that updates
+//! the moments and the parameter together (the clipping applied as a scale of the gradient), each
+//! element read and written once, instead of a dozen libtorch passes over all parameters (a Pong
+//! network has 1.7M; its steps spent more time in those passes than in their products). On another
+//! device, a dozen tensor operations over the flat tensors.
 
+use rlf_shm::tensor::{sum_of_squares, update_elements, Source};
 use tch::{Device, Tensor};
 
 use crate::config::OptimizerConfig;
@@ -99,59 +101,30 @@ fn update(
 /// One step's constants, in float32 as libtorch's CPU kernels apply them.
 #[derive(Debug, Clone, Copy)]
 struct Fused {
-    /// `1 − β₁`, `1 − β₂` and ε.
+    /// `1 − β₁`, β₂, `1 − β₂` and ε.
     w1: f32,
+    b2: f32,
     w2: f32,
     eps: f32,
-    /// `−lr / (1 − β₁ᵗ)` and `1 / √(1 − β₂ᵗ)`.
+    /// `−lr / (1 − β₁ᵗ)` and `√(1 − β₂ᵗ)`.
     neg_step_size: f32,
-    inv_bias_correction2_sqrt: f32,
+    bias_correction2_sqrt: f32,
     /// What the gradients are multiplied by first: the clipping's coefficient, or 1.
     scale: f32,
 }
 
-/// Parameters of at least this many values are updated by two threads.
-const PARALLEL_MIN: usize = 1 << 16;
-
 impl Fused {
-    /// [`update`] of the values `p` and moments `m`, `v` from the gradient `g`, in one pass, the same operations
-    /// in the same order (`lerp` as libtorch computes it for weights below one half, and a division by a scalar
-    /// as its multiplication by the inverse).
-    fn apply(self, p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
-        for (((p, m), v), &g) in p.iter_mut().zip(m).zip(v).zip(g) {
-            let g = g * self.scale;
-            *m += self.w1 * (g - *m);
-            *v += self.w2 * (g * g - *v);
-            *p += self.neg_step_size * (*m / (v.sqrt() * self.inv_bias_correction2_sqrt + self.eps));
-        }
+    /// One value `p` and its moments `m`, `v` after a step of gradient `g`: PyTorch's operations in its order
+    /// (`exp_avg.lerp_(g, 1 − β₁)`, `exp_avg_sq.mul_(β₂).addcmul_(g, g, 1 − β₂)`,
+    /// `p.addcdiv_(exp_avg, exp_avg_sq.sqrt() / √(1 − β₂ᵗ) + ε, −step_size)`), each rounded to float32 (libtorch's
+    /// vectorised kernels may fuse a multiply and an add: the last bit can differ).
+    fn element(self, [p, m, v]: [f32; 3], g: f32) -> [f32; 3] {
+        let g = g * self.scale;
+        let m = m + self.w1 * (g - m);
+        let v = v * self.b2 + self.w2 * g * g;
+        let p = p + self.neg_step_size * m / (v.sqrt() / self.bias_correction2_sqrt + self.eps);
+        [p, m, v]
     }
-
-    /// [`Fused::apply`], a large parameter's halves on two threads.
-    fn apply_split(self, p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
-        if p.len() < PARALLEL_MIN {
-            return self.apply(p, m, v, g);
-        }
-        let mid = p.len() / 2;
-        let ((p0, p1), (m0, m1), (v0, v1)) = (p.split_at_mut(mid), m.split_at_mut(mid), v.split_at_mut(mid));
-        let (g0, g1) = g.split_at(mid);
-        std::thread::scope(|s| {
-            s.spawn(|| self.apply(p1, m1, v1, g1));
-            self.apply(p0, m0, v0, g0);
-        });
-    }
-}
-
-/// `Σ x²` in float64, eight running sums (so that the loop vectorises).
-fn sum_of_squares(x: &[f32]) -> f64 {
-    let mut acc = [0.0f64; 8];
-    let chunks = x.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a += f64::from(x) * f64::from(x);
-        }
-    }
-    acc.iter().sum::<f64>() + rest.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>()
 }
 
 /// Adam's hyper-parameters.
@@ -323,6 +296,13 @@ impl Adam {
                 for (g, p) in grads.iter().zip(&self.params) {
                     if g.defined() {
                         let len = p.value.numel();
+                        if g.numel() != len {
+                            return Err(RlfError::WeightMismatch(format!(
+                                "the gradient of `{}` has {} values, the parameter {len}",
+                                p.name,
+                                g.numel()
+                            )));
+                        }
                         g.f_to_device(Device::Cpu)?
                             .f_to_kind(tch::Kind::Float)?
                             .f_contiguous()?
@@ -342,7 +322,7 @@ impl Adam {
                 return self.step_device(Tensor::f_cat(&flat, 0)?, max_norm);
             }
             self.step += 1;
-            let (step_size, bias_correction2_sqrt) = self.corrections();
+            let (step_size, bias_correction2_sqrt) = self.corrections(self.step);
             let (b1, b2, eps) = (self.cfg.beta1, self.cfg.beta2, self.cfg.eps);
             let defined: Vec<Tensor> = grads
                 .iter()
@@ -417,9 +397,9 @@ impl Adam {
         tch::no_grad(|| self.step_host(grads.to_vec(), max_norm))
     }
 
-    /// `lr / (1 − β₁ᵗ)` and `√(1 − β₂ᵗ)` at the current step.
-    fn corrections(&self) -> (f64, f64) {
-        let t = i32::try_from(self.step).unwrap_or(i32::MAX);
+    /// `lr / (1 − β₁ᵗ)` and `√(1 − β₂ᵗ)` at step `t`.
+    fn corrections(&self, t: u64) -> (f64, f64) {
+        let t = i32::try_from(t).unwrap_or(i32::MAX);
         (
             self.lr / (1.0 - self.cfg.beta1.powi(t)),
             (1.0 - self.cfg.beta2.powi(t)).sqrt(),
@@ -449,14 +429,12 @@ impl Adam {
 
     /// One update on the CPU, from `flat` (every gradient, laid out as [`Adam::values`]) or else from `grads`
     /// (one per parameter; a parameter whose gradient is undefined is left alone, as PyTorch does): the global
-    /// norm in one pass over the gradients, then [`Fused::apply`] over each parameter. Returns the norm before
-    /// clipping (0 when `max_norm` is 0: no clipping).
+    /// norm in one pass over the gradients, then one pass of [`Fused::element`] over each parameter and its
+    /// moments, on libtorch's intra-op threads. Returns the norm before clipping (0 when `max_norm` is 0: no
+    /// clipping).
     fn step_cpu(&mut self, flat: Option<&[f32]>, grads: &[Tensor], max_norm: f64) -> Result<f64> {
-        let mut offsets = Vec::with_capacity(grads.len().max(1));
         let mut tensors = Vec::with_capacity(grads.len());
-        if flat.is_some() {
-            offsets.push(0);
-        } else {
+        if flat.is_none() {
             for (g, p) in grads.iter().zip(&self.params) {
                 if !g.defined() {
                     continue;
@@ -469,41 +447,43 @@ impl Adam {
                         p.value.numel()
                     )));
                 }
-                offsets.push(p.offset);
-                tensors.push(g.f_to_kind(tch::Kind::Float)?.f_contiguous()?);
+                let g = g.f_to_device(Device::Cpu)?.f_to_kind(tch::Kind::Float)?;
+                tensors.push((p.offset, g.f_contiguous()?));
             }
         }
-        self.step += 1;
-        let (step_size, bias_correction2_sqrt) = self.corrections();
-        let cfg = self.cfg;
-        let read: Vec<&Tensor> = tensors.iter().collect();
-        let moments = [&mut self.flat, &mut self.exp_avg, &mut self.exp_avg_sq];
-        let norm = rlf_shm::tensor::with_f32_slices(moments, &read, |[p, m, v], slices| {
-            let segments = flat.map_or_else(|| slices.to_vec(), |f| vec![f]);
-            let norm = if max_norm > 0.0 {
-                segments.iter().map(|g| sum_of_squares(g)).sum::<f64>().sqrt()
-            } else {
-                0.0
-            };
-            let coef = max_norm / (norm + 1e-6);
-            let fused = Fused {
-                w1: (1.0 - cfg.beta1) as f32,
-                w2: (1.0 - cfg.beta2) as f32,
-                eps: cfg.eps as f32,
-                neg_step_size: -step_size as f32,
-                inv_bias_correction2_sqrt: (1.0 / bias_correction2_sqrt) as f32,
-                scale: if max_norm > 0.0 && coef < 1.0 {
-                    coef as f32
-                } else {
-                    1.0
-                },
-            };
-            for (&at, g) in offsets.iter().zip(&segments) {
-                let r = at..at + g.len();
-                fused.apply_split(&mut p[r.clone()], &mut m[r.clone()], &mut v[r], g);
+        let sources: Vec<(usize, Source<'_>)> = match flat {
+            Some(f) => vec![(0, Source::Slice(f))],
+            None => tensors.iter().map(|(at, g)| (*at, Source::Tensor(g))).collect(),
+        };
+        let mut norm = 0.0;
+        if max_norm > 0.0 {
+            for (_, g) in &sources {
+                norm += sum_of_squares(*g)?;
             }
-            norm
-        })?;
+            norm = norm.sqrt();
+        }
+        let coef = max_norm / (norm + 1e-6);
+        let step = self.step + 1;
+        let (step_size, bias_correction2_sqrt) = self.corrections(step);
+        let fused = Fused {
+            w1: (1.0 - self.cfg.beta1) as f32,
+            b2: self.cfg.beta2 as f32,
+            w2: (1.0 - self.cfg.beta2) as f32,
+            eps: self.cfg.eps as f32,
+            neg_step_size: -step_size as f32,
+            bias_correction2_sqrt: bias_correction2_sqrt as f32,
+            scale: if max_norm > 0.0 && coef < 1.0 {
+                coef as f32
+            } else {
+                1.0
+            },
+        };
+        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+        for (at, g) in sources {
+            let moments = [&mut self.flat, &mut self.exp_avg, &mut self.exp_avg_sq];
+            update_elements(moments, at, g, threads, |x, g| fused.element(x, g))?;
+        }
+        self.step = step;
         Ok(norm)
     }
 
@@ -511,7 +491,7 @@ impl Adam {
     /// to `max_norm`; returns the norm before clipping.
     fn step_device(&mut self, g: Tensor, max_norm: f64) -> Result<f64> {
         self.step += 1;
-        let (step_size, bias_correction2_sqrt) = self.corrections();
+        let (step_size, bias_correction2_sqrt) = self.corrections(self.step);
         let (b1, b2, eps) = (self.cfg.beta1, self.cfg.beta2, self.cfg.eps);
         let norm = clip(std::slice::from_ref(&g), max_norm);
         update(
@@ -671,8 +651,8 @@ mod tests {
             (vs, params)
         };
         assert!(
-            ours[0].1.numel() >= PARALLEL_MIN,
-            "the large parameter is split between two threads"
+            ours[0].1.numel() >= rlf_shm::tensor::SPLIT_MIN,
+            "the large parameter is split between libtorch's threads"
         );
         let mut adam = Adam::new(
             ours.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect(),
@@ -717,6 +697,45 @@ mod tests {
         assert!(diff < 1e-6, "the one-pass step differs by {diff}");
         let moved = (&fused - flat(&initial)).abs().max().double_value(&[]);
         assert!(moved > 0.05, "the parameters moved ({moved})");
+    }
+
+    /// On the CPU, a parameter without a gradient is left alone (as PyTorch leaves it), and gradients given flat
+    /// take the same steps as given per parameter.
+    #[test]
+    fn undefined_gradients_are_skipped_and_flat_gradients_step_alike() {
+        let named = |p: &[(String, Tensor)]| p.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect();
+        let values = |t: &Tensor| Vec::<f32>::try_from(t.detach().reshape([-1])).unwrap();
+        let (_a, params) = problem(0.2);
+        let mut adam = Adam::new(named(&params), CFG, 0.01).unwrap();
+        let (b, w) = (values(&params[0].1), values(&params[1].1));
+        for step in 1..=5 {
+            adam.zero_grad().unwrap();
+            (params[1].1.square().sum(tch::Kind::Float) * step as f64).backward();
+            assert!(!params[0].1.grad().defined());
+            adam.clip_and_step(0.5).unwrap();
+        }
+        assert_eq!(
+            values(&params[0].1),
+            b,
+            "the parameter without a gradient did not move"
+        );
+        assert_ne!(values(&params[1].1), w, "the other did");
+
+        let (_x, x) = problem(0.4);
+        let (_y, y) = problem(0.4);
+        let (mut by_parameter, mut flat) = (
+            Adam::new(named(&x), CFG, 0.01).unwrap(),
+            Adam::new(named(&y), CFG, 0.01).unwrap(),
+        );
+        for step in 0..5 {
+            let grads: Vec<Tensor> = x.iter().map(|(_, t)| wave(&t.size(), step as f64)).collect();
+            let all: Vec<f32> = grads.iter().flat_map(values).collect();
+            let a = by_parameter.clip_and_step_with(&grads, 1e6).unwrap();
+            let b = flat.clip_and_step_flat(&all, 1e6).unwrap();
+            assert!((a - b).abs() <= 1e-12 * a, "step {step}: norms {a} and {b}");
+        }
+        assert_eq!(max_diff(&x, &y), 0.0);
+        assert!(max_diff(&problem(0.4).1, &y) > 0.01, "the parameters moved");
     }
 
     /// `minimize` takes the same steps as `zero_grad`, `backward` and `clip_and_step`, bit for bit, clipping or

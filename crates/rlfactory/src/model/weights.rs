@@ -166,7 +166,8 @@ impl Variables {
     }
 
     /// The sum of libtorch's version counters of the variables: it grows whenever one of them is changed in place
-    /// (a load, an optimiser's step, a copy), and only then.
+    /// through it (a load, a copy), and only then. Adam's steps write the flat tensor the variables view, which
+    /// moves none of them.
     pub fn version(&self) -> i64 {
         self.named.iter().map(|(_, t)| t.internal_version()).sum()
     }
