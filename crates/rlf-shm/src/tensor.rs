@@ -1,21 +1,27 @@
-//! Loops of ours over float32 tensors' elements, for what libtorch has no single operation for (Adam's step in
-//! one pass over every parameter instead of a dozen passes).
+//! Adam's update as one loop of ours over a flat tensor of parameters and its two moments, for what libtorch has
+//! no single operation for: one pass over every parameter instead of a dozen (rlfactory's `algo::adam` computes
+//! the step's constants and calls [`adam_update`]), and the squared norm of the gradients it is clipped to
+//! ([`sum_of_squares`]).
 //!
-//! The elements are read and written through raw pointers, one value at a time, as libtorch's own kernels do:
-//! no Rust reference into a tensor's memory is ever made, so other handles of the same storage (views, shallow
-//! clones) may be used meanwhile as with any in-place libtorch operation, with the same outcome (in this thread,
-//! the writes in the order made; from another thread at the same time, a race, as two in-place operations would
-//! be).
+//! The elements are read and written through raw pointers, by value (blocks of them copied into local arrays and
+//! back): no Rust reference into a tensor's memory is ever made, and no code but this module's runs while the
+//! loop holds the tensors' addresses (the update is a fixed function, not a caller's closure, which could resize
+//! or free a tensor sharing the storage). Other handles of the same storage, used from another thread at the same
+//! time, race with the loop as two in-place libtorch operations would.
 //!
 //! ```
-//! use rlf_shm::tensor::{sum_of_squares, update_elements, Source};
+//! use rlf_shm::tensor::{adam_update, sum_of_squares, AdamStep, Source};
 //! use tch::Tensor;
 //!
-//! let mut acc = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0]);
-//! let step = Tensor::from_slice(&[0.5f32, 0.5]);
-//! // Elements 2 and 3 of `acc` take a step.
-//! update_elements([&mut acc], 2, Source::Tensor(&step), 1, |[a], s| [a + s])?;
-//! assert_eq!(Vec::<f32>::try_from(&acc)?, [1.0, 2.0, 3.5, 4.5]);
+//! let mut values = Tensor::from_slice(&[1.0f32, 2.0, 3.0]);
+//! let (mut m, mut v) = (values.zeros_like(), values.zeros_like());
+//! let grad = Tensor::from_slice(&[0.5f32, -0.5]);
+//! // The first step of Adam (lr 0.1, β 0.9 and 0.999) on values 1 and 2: each moves by about lr, against its gradient.
+//! let step = AdamStep { w1: 0.1, b2: 0.999, w2: 0.001, eps: 1e-8, neg_step_size: -1.0, bias_correction2_sqrt: 0.001f32.sqrt(), scale: 1.0 };
+//! adam_update([&mut values, &mut m, &mut v], &[(1, Source::Tensor(&grad))], 1, step)?;
+//! let after = Vec::<f32>::try_from(&values)?;
+//! assert_eq!(after[0], 1.0);
+//! assert!((after[1] - 1.9).abs() < 1e-5 && (after[2] - 3.1).abs() < 1e-5);
 //! assert_eq!(sum_of_squares(Source::Slice(&[3.0, 4.0]))?, 25.0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -123,10 +129,60 @@ pub fn sum_of_squares(source: Source<'_>) -> Result<f64, ShmError> {
 /// The values [`update_elements`] computes at a time, out of the tensors' memory.
 const LANES: usize = 16;
 
-/// [`update_elements`] splits a source of at least this many values between its threads.
+/// [`adam_update`] splits a gradient of at least this many values between its threads.
 pub const SPLIT_MIN: usize = 1 << 16;
 
-/// The written tensors' and the read values' first addresses, for the threads of [`update_elements`].
+/// One Adam step's constants, in float32 as libtorch's CPU kernels apply them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamStep {
+    /// `1 − β₁`.
+    pub w1: f32,
+    /// β₂.
+    pub b2: f32,
+    /// `1 − β₂`.
+    pub w2: f32,
+    /// ε.
+    pub eps: f32,
+    /// `−lr / (1 − β₁ᵗ)`.
+    pub neg_step_size: f32,
+    /// `√(1 − β₂ᵗ)`.
+    pub bias_correction2_sqrt: f32,
+    /// What the gradients are multiplied by first: a clipping's coefficient, or 1.
+    pub scale: f32,
+}
+
+impl AdamStep {
+    /// One value `p` and its moments `m`, `v` after a step of gradient `g`: PyTorch's operations in its order
+    /// (`exp_avg.lerp_(g, 1 − β₁)`, `exp_avg_sq.mul_(β₂).addcmul_(g, g, 1 − β₂)`,
+    /// `p.addcdiv_(exp_avg, exp_avg_sq.sqrt() / √(1 − β₂ᵗ) + ε, −step_size)`), each rounded to float32
+    /// (libtorch's vectorised kernels may fuse a multiply and an add, and its `lerp` takes another form for a
+    /// weight of one half or more: the last bit can differ).
+    pub fn element(self, [p, m, v]: [f32; 3], g: f32) -> [f32; 3] {
+        let g = g * self.scale;
+        let m = m + self.w1 * (g - m);
+        let v = v * self.b2 + self.w2 * g * g;
+        let p = p + self.neg_step_size * m / (v.sqrt() / self.bias_correction2_sqrt + self.eps);
+        [p, m, v]
+    }
+}
+
+/// Adam's step: for every gradient `(at, g)` of `gradients` and every value `i` of `g`, the elements `at + i` of
+/// `values`, `exp_avg` and `exp_avg_sq` (each flat, of the same length) become [`AdamStep::element`] of them and
+/// of `g[i]`, a gradient of at least [`SPLIT_MIN`] values split between `threads` threads (at least one). Errors,
+/// before anything is written, if a tensor is not a defined, dense, contiguous float32 CPU tensor, if a gradient
+/// reaches past the tensors' end, or if the three tensors' elements overlap each other or a gradient's.
+pub fn adam_update(
+    [values, exp_avg, exp_avg_sq]: [&mut Tensor; 3],
+    gradients: &[(usize, Source<'_>)],
+    threads: usize,
+    step: AdamStep,
+) -> Result<(), ShmError> {
+    update_elements([values, exp_avg, exp_avg_sq], gradients, threads, |x, g| {
+        step.element(x, g)
+    })
+}
+
+/// The written tensors' and one source's first addresses, for the threads of [`update_elements`].
 struct Pointers<const N: usize> {
     write: [*mut f32; N],
     read: *const f32,
@@ -134,7 +190,7 @@ struct Pointers<const N: usize> {
 
 // SAFETY: the pointers are only dereferenced by `Pointers::apply`, each thread of `update_elements` over its own
 // disjoint range of indices, all of them joined before `update_elements` returns (and its borrows of the tensors
-// and the source end).
+// and the sources end).
 unsafe impl<const N: usize> Sync for Pointers<N> {}
 
 impl<const N: usize> Pointers<N> {
@@ -147,10 +203,10 @@ impl<const N: usize> Pointers<N> {
             let mut block = [[0.0f32; LANES]; N];
             let read: [f32; LANES];
             // SAFETY: `update_elements` checked that every written tensor holds the elements `at..at + n` and the
-            // source `n` values, and `i + LANES <= whole <= range.end <= n`; each is contiguous, aligned float32
-            // memory kept alive by the borrowed handles, and no written range overlaps another or the source.
-            // The values are copied by value into local arrays (no reference into the tensors is made), and no
-            // other thread of this call touches these indices.
+            // source `n` values, and `range.start <= i`, `i + LANES <= whole <= range.end <= n`; each is
+            // contiguous, aligned float32 memory kept alive by the borrowed handles, and no written tensor
+            // overlaps another or the source. The values are copied by value into local arrays (no reference
+            // into the tensors is made), and no other thread of this call touches these indices.
             unsafe {
                 for (b, p) in block.iter_mut().zip(&self.write) {
                     *b = p.add(at + i).cast::<[f32; LANES]>().read_unaligned();
@@ -183,63 +239,64 @@ impl<const N: usize> Pointers<N> {
     }
 }
 
-/// For every value `i` of `source`: the elements `at + i` of the `write` tensors become `f` of what they are and
-/// of that value, in order, `threads` threads (at least one) taking equal shares of a source of at least
-/// [`SPLIT_MIN`] values. Errors, before anything is written, if a tensor is not a defined, dense, contiguous float32 CPU
-/// tensor, if a written tensor has fewer than `at + source.len()` elements, or if the written elements overlap
-/// each other or the source.
-pub fn update_elements<const N: usize>(
+/// For every source `(at, source)` and value `i` of it: the elements `at + i` of the `write` tensors become `f` of
+/// what they are and of that value, in order, source after source, `threads` threads (at least one) taking equal
+/// shares of a source of at least [`SPLIT_MIN`] values (no share under half of it). Checks everything before writing anything (see
+/// [`adam_update`]).
+fn update_elements<const N: usize>(
     write: [&mut Tensor; N],
-    at: usize,
-    source: Source<'_>,
+    sources: &[(usize, Source<'_>)],
     threads: usize,
     f: impl Fn([f32; N], f32) -> [f32; N] + Sync,
 ) -> Result<(), ShmError> {
-    let n = source.len();
-    let (read, read_bytes) = source.span("read tensor")?;
-    let mut written = Vec::with_capacity(N);
-    for (k, t) in write.iter().enumerate() {
-        let bytes = span(t, &format!("written tensor {k}"))?;
-        if at.checked_add(n).is_none_or(|end| end > t.numel()) {
-            return Err(ShmError::Config(format!(
-                "written tensor {k} has {} elements, not the {at} + {n} updated",
-                t.numel()
-            )));
-        }
-        let first = bytes.start + at * std::mem::size_of::<f32>();
-        written.push(first..first + n * std::mem::size_of::<f32>());
-    }
-    if n == 0 {
-        return Ok(());
-    }
+    let written = write
+        .iter()
+        .enumerate()
+        .map(|(k, t)| span(t, &format!("written tensor {k}")))
+        .collect::<Result<Vec<_>, _>>()?;
     for (k, w) in written.iter().enumerate() {
-        if written[k + 1..]
-            .iter()
-            .chain([&read_bytes])
-            .any(|other| overlap(w, other))
-        {
+        if written[k + 1..].iter().any(|other| overlap(w, other)) {
             return Err(ShmError::Config(format!(
-                "the updated elements of written tensor {k} overlap another tensor's or the source's"
+                "written tensor {k} shares elements with another"
             )));
         }
     }
-    let pointers = Pointers {
-        write: write.map(|t| t.data_ptr().cast::<f32>()),
-        read,
-    };
-    let threads = if n >= SPLIT_MIN { threads.max(1) } else { 1 };
-    if threads == 1 {
-        pointers.apply(0..n, at, &f);
-        return Ok(());
-    }
-    let share = n.div_ceil(threads);
-    std::thread::scope(|s| {
-        for t in 1..threads {
-            let (pointers, f) = (&pointers, &f);
-            s.spawn(move || pointers.apply(t * share..((t + 1) * share).min(n), at, f));
+    let len = write.iter().map(|t| t.numel()).min().unwrap_or(0);
+    let mut reads = Vec::with_capacity(sources.len());
+    for (j, (at, source)) in sources.iter().enumerate() {
+        let n = source.len();
+        let (read, bytes) = source.span(&format!("source {j}"))?;
+        if at.checked_add(n).is_none_or(|end| end > len) {
+            return Err(ShmError::Config(format!(
+                "source {j} updates elements {at}..{at}+{n} of tensors of {len}"
+            )));
         }
-        pointers.apply(0..share.min(n), at, &f);
-    });
+        if n > 0 && written.iter().any(|w| overlap(w, &bytes)) {
+            return Err(ShmError::Config(format!(
+                "source {j} shares elements with a written tensor"
+            )));
+        }
+        reads.push((*at, n, read));
+    }
+    let write = write.map(|t| t.data_ptr().cast::<f32>());
+    for (at, n, read) in reads {
+        let pointers = Pointers { write, read };
+        // Each thread takes at least half of `SPLIT_MIN` values.
+        let threads = threads.clamp(1, (n / (SPLIT_MIN / 2)).max(1));
+        if threads == 1 {
+            pointers.apply(0..n, at, &f);
+            continue;
+        }
+        let share = n.div_ceil(threads);
+        let part = |t: usize| (t * share).min(n)..((t + 1) * share).min(n);
+        std::thread::scope(|s| {
+            for t in 1..threads {
+                let (pointers, f, range) = (&pointers, &f, part(t));
+                s.spawn(move || pointers.apply(range, at, f));
+            }
+            pointers.apply(part(0), at, &f);
+        });
+    }
     Ok(())
 }
 
@@ -247,77 +304,115 @@ pub fn update_elements<const N: usize>(
 mod tests {
     use super::*;
 
+    const CPU: (Kind, Device) = (Kind::Float, Device::Cpu);
+
     #[test]
     fn updates_reach_the_tensor_and_its_views_on_every_thread_count() {
         let n = 100_003;
         let values: Vec<f32> = (0..n).map(|i| i as f32).collect();
-        for threads in [1, 2, 3] {
-            let mut flat = Tensor::zeros([n as i64 + 5], (Kind::Float, Device::Cpu));
-            let mut twice = Tensor::ones([n as i64 + 5], (Kind::Float, Device::Cpu));
+        let head = Tensor::from_slice(&[7.0f32, 8.0, 9.0]);
+        for threads in [1, 2, 3, 1_000_000] {
+            let mut flat = Tensor::zeros([n as i64 + 5], CPU);
+            let mut product = Tensor::ones([n as i64 + 5], CPU);
             let view = flat.narrow(0, 5, n as i64);
-            update_elements(
-                [&mut flat, &mut twice],
-                5,
-                Source::Slice(&values),
-                threads,
-                |[a, b], x| [a + x, b * x],
-            )
+            let sources = [(5, Source::Slice(&values)), (0, Source::Tensor(&head))];
+            update_elements([&mut flat, &mut product], &sources, threads, |[a, b], x| {
+                [a + x, b * x]
+            })
             .unwrap();
             assert_eq!(Vec::<f32>::try_from(&view).unwrap(), values, "{threads} threads");
-            assert_eq!(Vec::<f32>::try_from(twice.narrow(0, 0, 5)).unwrap(), [1.0; 5]);
-            assert_eq!(f32::try_from(twice.get(n as i64 + 4)).unwrap(), (n - 1) as f32);
+            let first = Vec::<f32>::try_from(flat.narrow(0, 0, 5)).unwrap();
+            assert_eq!(first, [7.0, 8.0, 9.0, 0.0, 0.0]);
+            assert_eq!(
+                Vec::<f32>::try_from(product.narrow(0, 3, 3)).unwrap(),
+                [1.0, 1.0, 0.0]
+            );
+            assert_eq!(f32::try_from(product.get(n as i64 + 4)).unwrap(), (n - 1) as f32);
         }
     }
 
     #[test]
-    fn reads_a_narrowed_tensor_from_its_own_first_element() {
+    fn adam_update_moves_each_value_against_its_gradient_by_the_rate() {
+        let mut values = Tensor::zeros([SPLIT_MIN as i64 + 3], CPU);
+        let (mut m, mut v) = (values.zeros_like(), values.zeros_like());
+        let grad: Vec<f32> = (0..SPLIT_MIN + 3)
+            .map(|i| if i % 2 == 0 { 2.0 } else { -0.5 })
+            .collect();
+        let step = AdamStep {
+            w1: 0.1,
+            b2: 0.999,
+            w2: 0.001,
+            eps: 1e-8,
+            neg_step_size: -0.01 / 0.1,
+            bias_correction2_sqrt: 0.001f32.sqrt(),
+            scale: 0.5,
+        };
+        adam_update(
+            [&mut values, &mut m, &mut v],
+            &[(0, Source::Slice(&grad))],
+            2,
+            step,
+        )
+        .unwrap();
+        let after = Vec::<f32>::try_from(&values).unwrap();
+        for (i, (p, g)) in after.iter().zip(&grad).enumerate() {
+            assert!(
+                (p + 0.01 * g.signum()).abs() < 1e-6,
+                "value {i}: {p} after gradient {g}"
+            );
+        }
+        let m = Vec::<f32>::try_from(&m).unwrap();
+        assert_eq!(m[0], 0.1 * 0.5 * 2.0, "the first moment of the scaled gradient");
+    }
+
+    #[test]
+    fn sums_squares_of_tensors_and_slices() {
         let base = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0]);
-        let tail = base.narrow(0, 2, 2);
-        let mut out = Tensor::zeros([2], (Kind::Float, Device::Cpu));
-        update_elements([&mut out], 0, Source::Tensor(&tail), 1, |_, x| [x]).unwrap();
-        assert_eq!(Vec::<f32>::try_from(&out).unwrap(), [3.0, 4.0]);
-        assert_eq!(sum_of_squares(Source::Tensor(&tail)).unwrap(), 25.0);
+        assert_eq!(
+            sum_of_squares(Source::Tensor(&base.narrow(0, 2, 2))).unwrap(),
+            25.0
+        );
         let many: Vec<f32> = (1..=19).map(|i| i as f32).collect();
         assert_eq!(sum_of_squares(Source::Slice(&many)).unwrap(), 2470.0);
         assert_eq!(sum_of_squares(Source::Slice(&[])).unwrap(), 0.0);
     }
 
     #[test]
-    fn refuses_what_is_not_plain_float32_memory_out_of_range_or_overlapping() {
-        let cpu = (Kind::Float, Device::Cpu);
-        let mut flat = Tensor::zeros([4], cpu);
+    fn refuses_before_writing_what_is_not_plain_float32_memory_out_of_range_or_overlapping() {
         let two = [1.0f32, 2.0];
+        let add = |[a]: [f32; 1], x: f32| [a + x];
         let err = |r: Result<(), ShmError>| r.unwrap_err().to_string();
-        let apply =
-            |t: &mut Tensor, at: usize, src: Source<'_>| update_elements([t], at, src, 1, |[a], x| [a + x]);
         let mut doubles = Tensor::zeros([4], (Kind::Double, Device::Cpu));
-        assert!(err(apply(&mut doubles, 0, Source::Slice(&two))).contains("Double"));
-        let mut strided = Tensor::zeros([4, 4], cpu).tr();
-        assert!(err(apply(&mut strided, 0, Source::Slice(&two))).contains("not contiguous"));
-        assert!(err(apply(&mut Tensor::new(), 0, Source::Slice(&two))).contains("undefined"));
-        assert!(err(apply(&mut flat, 3, Source::Slice(&two))).contains("not the 3 + 2"));
+        assert!(err(update_elements([&mut doubles], &[], 1, add)).contains("Double"));
+        let mut strided = Tensor::zeros([4, 4], CPU).tr();
+        assert!(err(update_elements([&mut strided], &[], 1, add)).contains("not contiguous"));
+        assert!(err(update_elements([&mut Tensor::new()], &[], 1, add)).contains("undefined"));
+
+        let mut flat = Tensor::zeros([4], CPU);
         let alias = flat.shallow_clone();
-        assert!(err(apply(&mut flat, 0, Source::Tensor(&alias))).contains("overlap"));
-        let mut other = Tensor::zeros([4], cpu);
-        let mut same = flat.narrow(0, 1, 2);
-        let both = update_elements([&mut other, &mut same], 1, Source::Slice(&two[..1]), 1, |v, _| v);
+        let good = (0, Source::Slice(&two));
+        let past_the_end = [good, (3, Source::Slice(&two))];
+        assert!(err(update_elements([&mut flat], &past_the_end, 1, add))
+            .contains("elements 3..3+2 of tensors of 4"));
+        let aliased = [good, (0, Source::Tensor(&alias.narrow(0, 3, 1)))];
         assert!(
-            both.is_ok(),
-            "elements 1 of `other` and 2 of `flat` do not overlap"
+            err(update_elements([&mut flat], &aliased, 1, add)).contains("shares elements with a written")
         );
+        let (mut middle, mut again) = (flat.narrow(0, 1, 2), flat.shallow_clone());
         let both = update_elements(
-            [&mut other, &mut same],
-            0,
-            Source::Tensor(&flat.narrow(0, 1, 1)),
+            [&mut middle, &mut again],
+            &[(0, Source::Slice(&two[..1]))],
             1,
             |v, _| v,
         );
-        assert!(err(both).contains("overlap"));
+        assert!(err(both).contains("shares elements with another"));
+        let mut other = Tensor::zeros([4], CPU);
         assert_eq!(
             Vec::<f32>::try_from(&flat).unwrap(),
             [0.0; 4],
             "nothing written on an error"
         );
-        assert!(apply(&mut other, 2, Source::Tensor(&flat.narrow(0, 0, 2))).is_ok());
+        let other_source = [(2, Source::Tensor(&flat.narrow(0, 0, 2)))];
+        assert!(update_elements([&mut other], &other_source, 1, add).is_ok());
     }
 }

@@ -6,16 +6,17 @@
 //! `m ← β₁ m + (1 − β₁) g`, `v ← β₂ v + (1 − β₂) g²`,
 //! `p ← p − lr / (1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)`,
 //! the same update, in the same order of operations, as PyTorch's `torch.optim.Adam` (see
-//! [`Fused::element`] for where the last bit may differ).
+//! `rlf_shm::tensor::AdamStep::element` for where the last bit may differ).
 //!
 //! The parameters are views into one flat tensor, as are the moments. On the CPU one step is two
-//! loops of ours over every gradient: one for the global norm they are clipped to, one that updates
-//! the moments and the parameter together (the clipping applied as a scale of the gradient), each
-//! element read and written once, instead of a dozen libtorch passes over all parameters (a Pong
-//! network has 1.7M; its steps spent more time in those passes than in their products). On another
-//! device, a dozen tensor operations over the flat tensors.
+//! loops over every gradient (in `rlf_shm::tensor`, the crate allowed `unsafe`): one for the global
+//! norm they are clipped to, one that updates the moments and the parameter together (the clipping
+//! applied as a scale of the gradient), each element read and written once, instead of a dozen
+//! libtorch passes over all parameters (a Pong network has 1.7M; its steps spent more time in those
+//! passes than in their products). On another device, a dozen tensor operations over the flat
+//! tensors.
 
-use rlf_shm::tensor::{sum_of_squares, update_elements, Source};
+use rlf_shm::tensor::{adam_update, sum_of_squares, AdamStep, Source};
 use tch::{Device, Tensor};
 
 use crate::config::OptimizerConfig;
@@ -96,35 +97,6 @@ fn update(
         .f_add_scalar_(eps)?;
     let _ = value.f_addcdiv_(&exp_avg.f_mul_scalar(-step_size)?, &denom)?;
     Ok(())
-}
-
-/// One step's constants, in float32 as libtorch's CPU kernels apply them.
-#[derive(Debug, Clone, Copy)]
-struct Fused {
-    /// `1 − β₁`, β₂, `1 − β₂` and ε.
-    w1: f32,
-    b2: f32,
-    w2: f32,
-    eps: f32,
-    /// `−lr / (1 − β₁ᵗ)` and `√(1 − β₂ᵗ)`.
-    neg_step_size: f32,
-    bias_correction2_sqrt: f32,
-    /// What the gradients are multiplied by first: the clipping's coefficient, or 1.
-    scale: f32,
-}
-
-impl Fused {
-    /// One value `p` and its moments `m`, `v` after a step of gradient `g`: PyTorch's operations in its order
-    /// (`exp_avg.lerp_(g, 1 − β₁)`, `exp_avg_sq.mul_(β₂).addcmul_(g, g, 1 − β₂)`,
-    /// `p.addcdiv_(exp_avg, exp_avg_sq.sqrt() / √(1 − β₂ᵗ) + ε, −step_size)`), each rounded to float32 (libtorch's
-    /// vectorised kernels may fuse a multiply and an add: the last bit can differ).
-    fn element(self, [p, m, v]: [f32; 3], g: f32) -> [f32; 3] {
-        let g = g * self.scale;
-        let m = m + self.w1 * (g - m);
-        let v = v * self.b2 + self.w2 * g * g;
-        let p = p + self.neg_step_size * m / (v.sqrt() / self.bias_correction2_sqrt + self.eps);
-        [p, m, v]
-    }
 }
 
 /// Adam's hyper-parameters.
@@ -428,9 +400,10 @@ impl Adam {
     }
 
     /// One update on the CPU, from `flat` (every gradient, laid out as [`Adam::values`]) or else from `grads`
-    /// (one per parameter; a parameter whose gradient is undefined is left alone, as PyTorch does): the global
-    /// norm in one pass over the gradients, then one pass of [`Fused::element`] over each parameter and its
-    /// moments, on libtorch's intra-op threads. Returns the norm before clipping (0 when `max_norm` is 0: no
+    /// (one per parameter; a parameter whose gradient is undefined is left alone, moments too, as PyTorch leaves
+    /// it, though the count of steps here is one for all): the global
+    /// norm in one pass over the gradients, then one pass of Adam's update over each parameter and its moments
+    /// (split between as many threads as libtorch's intra-op ones). Returns the norm before clipping (0 when `max_norm` is 0: no
     /// clipping).
     fn step_cpu(&mut self, flat: Option<&[f32]>, grads: &[Tensor], max_norm: f64) -> Result<f64> {
         let mut tensors = Vec::with_capacity(grads.len());
@@ -465,7 +438,7 @@ impl Adam {
         let coef = max_norm / (norm + 1e-6);
         let step = self.step + 1;
         let (step_size, bias_correction2_sqrt) = self.corrections(step);
-        let fused = Fused {
+        let constants = AdamStep {
             w1: (1.0 - self.cfg.beta1) as f32,
             b2: self.cfg.beta2 as f32,
             w2: (1.0 - self.cfg.beta2) as f32,
@@ -479,10 +452,8 @@ impl Adam {
             },
         };
         let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
-        for (at, g) in sources {
-            let moments = [&mut self.flat, &mut self.exp_avg, &mut self.exp_avg_sq];
-            update_elements(moments, at, g, threads, |x, g| fused.element(x, g))?;
-        }
+        let moments = [&mut self.flat, &mut self.exp_avg, &mut self.exp_avg_sq];
+        adam_update(moments, &sources, threads, constants)?;
         self.step = step;
         Ok(norm)
     }
