@@ -16,8 +16,16 @@
 //! let mut values = Tensor::from_slice(&[1.0f32, 2.0, 3.0]);
 //! let (mut m, mut v) = (values.zeros_like(), values.zeros_like());
 //! let grad = Tensor::from_slice(&[0.5f32, -0.5]);
-//! // The first step of Adam (lr 0.1, β 0.9 and 0.999) on values 1 and 2: each moves by about lr, against its gradient.
-//! let step = AdamStep { w1: 0.1, b2: 0.999, w2: 0.001, eps: 1e-8, neg_step_size: -1.0, bias_correction2_sqrt: 0.001f32.sqrt(), scale: 1.0 };
+//! // Adam's first step (lr 0.1, β 0.9 and 0.999) on values 1 and 2: each moves by about lr against its gradient.
+//! let step = AdamStep {
+//!     w1: 0.1,
+//!     b2: 0.999,
+//!     w2: 0.001,
+//!     eps: 1e-8,
+//!     neg_step_size: -0.1 / 0.1,
+//!     bias_correction2_sqrt: 0.001f32.sqrt(),
+//!     scale: 1.0,
+//! };
 //! adam_update([&mut values, &mut m, &mut v], &[(1, Source::Tensor(&grad))], 1, step)?;
 //! let after = Vec::<f32>::try_from(&values)?;
 //! assert_eq!(after[0], 1.0);
@@ -241,8 +249,8 @@ impl<const N: usize> Pointers<N> {
 
 /// For every source `(at, source)` and value `i` of it: the elements `at + i` of the `write` tensors become `f` of
 /// what they are and of that value, in order, source after source, `threads` threads (at least one) taking equal
-/// shares of a source of at least [`SPLIT_MIN`] values (no share under half of it). Checks everything before writing anything (see
-/// [`adam_update`]).
+/// shares of a source of at least [`SPLIT_MIN`] values (no share under half of it). Checks everything before
+/// writing anything (see [`adam_update`]).
 fn update_elements<const N: usize>(
     write: [&mut Tensor; N],
     sources: &[(usize, Source<'_>)],

@@ -401,10 +401,9 @@ impl Adam {
 
     /// One update on the CPU, from `flat` (every gradient, laid out as [`Adam::values`]) or else from `grads`
     /// (one per parameter; a parameter whose gradient is undefined is left alone, moments too, as PyTorch leaves
-    /// it, though the count of steps here is one for all): the global
-    /// norm in one pass over the gradients, then one pass of Adam's update over each parameter and its moments
-    /// (split between as many threads as libtorch's intra-op ones). Returns the norm before clipping (0 when `max_norm` is 0: no
-    /// clipping).
+    /// it, though the count of steps here is one for all): the global norm in one pass over the gradients, then
+    /// one pass of Adam's update over each parameter and its moments (split between as many threads as libtorch
+    /// has intra-op ones). Returns the norm before clipping (0 when `max_norm` is 0: no clipping).
     fn step_cpu(&mut self, flat: Option<&[f32]>, grads: &[Tensor], max_norm: f64) -> Result<f64> {
         let mut tensors = Vec::with_capacity(grads.len());
         if flat.is_none() {
