@@ -112,6 +112,8 @@ mod roster {
     pub struct Watcher {
         pub sink: Sink,
         pub began: Instant,
+        /// Set once the view is recorded: the timer goes on firing while the application stops.
+        pub recorded: bool,
     }
     pub struct Worker {
         pub sink: Sink,
@@ -125,9 +127,12 @@ mod roster {
     impl Watcher {
         fn look(&mut self, ctx: &mut Ctx<Self>) {
             let loops = ctx.loops().expect("the main loop has the view");
-            if loops.iter().any(|l| l.tid.is_none()) && self.began.elapsed() < Duration::from_secs(10) {
+            let waiting =
+                loops.iter().any(|l| l.tid.is_none()) && self.began.elapsed() < Duration::from_secs(10);
+            if self.recorded || waiting {
                 return;
             }
+            self.recorded = true;
             record(&self.sink, "loops", loops.len() as i64);
             for l in &loops {
                 let number = |v: Option<u32>| v.map_or(-1, i64::from);
@@ -166,6 +171,7 @@ mod roster {
         app.construct(watcher, move || Watcher {
             sink: s1,
             began: Instant::now(),
+            recorded: false,
         });
         app.construct(on_thread, move || Worker { sink: s2 });
         app.construct(on_process, move || Worker { sink: s3 });
