@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p rlfactory --example adam_bench -- [--steps N] [--threads T] [--max_grad_norm X]`: the
 //! median and the fastest of 10 timings of N/10 steps each (N = 500), in µs per step. Nothing else runs between the
-//! steps here; in a training run the forward and backward passes do, and evict what the step reads.
+//! steps here; in a training run the forward and backward passes run between them.
 
 use std::time::Instant;
 
