@@ -140,8 +140,10 @@ fn appo_trains_with_an_encoder_of_the_users_own() {
     assert!(train.status.success(), "{}", text(&train.stderr));
     let s = summary(&out);
     let ret = s["mean_return"].as_f64().expect("a mean return");
+    let verdict = if ret >= 75.0 { "pass" } else { "fail" };
     eprintln!(
-        "learning: own_encoder seed 1: mean return {ret} after {} frames",
+        "learning: own_encoder seed 1: mean return {ret} after {} frames [target mean return >= 75 within 300K \
+         frames] ({verdict})",
         s["env_frames"]
     );
     assert!(ret >= 75.0, "mean return {ret} after {} frames", s["env_frames"]);

@@ -106,26 +106,50 @@ pub fn extra_train_settings() -> Vec<String> {
         .collect()
 }
 
-/// What one seed of a learning test reached: whether it met the test's target, and the figure that decided it.
+/// What one seed of a learning test reached: whether it met the test's target, the figure that decided it, and the
+/// target itself.
 pub struct Outcome {
     pub passed: bool,
     pub figure: String,
+    /// The target the figure is held against, as a reader would say it, e.g. "mean return >= 475 within 150K
+    /// frames": the threshold the test asserts and the budget it runs within.
+    pub target: String,
 }
 
-/// Prints one seed's outcome as `learning: <test> seed <seed>: <figure> (pass|fail)`, the line
-/// `scripts/test_portability` collects (with `--nocapture`).
+/// Prints one seed's outcome as `learning: <test> seed <seed>: <figure> [target <target>] (pass|fail)`, the line
+/// `scripts/test_portability` collects and `scripts/learning_lane` tabulates, each figure beside its target (with
+/// `--nocapture`).
 pub fn report(test: &str, seed: u64, outcome: &Outcome) {
     let verdict = if outcome.passed { "pass" } else { "fail" };
-    eprintln!("learning: {test} seed {seed}: {} ({verdict})", outcome.figure);
+    eprintln!(
+        "learning: {test} seed {seed}: {} [target {}] ({verdict})",
+        outcome.figure, outcome.target
+    );
 }
 
-/// [`report`]s a one-run learning test from its run's summary `s`: the mean return, the frames and why it stopped.
-pub fn report_run(test: &str, seed: u64, passed: bool, s: &serde_json::Value) {
+/// [`report`]s a one-run learning test from its run's summary `s`: the mean return, the frames and why it stopped,
+/// against `target`.
+pub fn report_run(test: &str, seed: u64, passed: bool, target: &str, s: &serde_json::Value) {
     let figure = format!(
         "mean return {} after {} frames (stopped for {})",
         s["mean_return"], s["env_frames"], s["stop_reason"]
     );
-    report(test, seed, &Outcome { passed, figure });
+    let outcome = Outcome {
+        passed,
+        figure,
+        target: target.to_owned(),
+    };
+    report(test, seed, &outcome);
+}
+
+/// A count of frames or steps as a target says it: 150000 as `150K`, 1500000 as `1.5M`; exact, so any other count
+/// as it is.
+pub fn short_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 100_000 == 0 => format!("{}M", n as f64 / 1e6),
+        n if n >= 1_000 && n % 100 == 0 => format!("{}K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
 }
 
 /// Runs `attempt` on each of `seeds`, up to `at_once` at a time (2 for runs in their own processes on 2 cores, 1 for

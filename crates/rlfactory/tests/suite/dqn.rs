@@ -76,6 +76,7 @@ fn dqn_learns_acrobot_within_100k_steps() {
         Outcome {
             passed: ret >= -100.0,
             figure: format!("{ret:.2}"),
+            target: "greedy mean return >= -100 over 20 episodes after 100K frames".to_owned(),
         }
     });
 }
@@ -92,6 +93,7 @@ fn dqn_learns_mountain_car_within_120k_steps() {
     let outcome = Outcome {
         passed: ret >= -110.0,
         figure: format!("{ret:.2}"),
+        target: "greedy mean return >= -110 over 20 episodes after 120K frames".to_owned(),
     };
     report("dqn_mountain_car", 2, &outcome);
     assert!(outcome.passed, "the greedy policy's mean return {ret}");
@@ -119,6 +121,7 @@ fn dqn_learns_cartpole_within_50k_steps() {
         Outcome {
             passed: ret >= 475.0,
             figure: format!("{ret:.2}"),
+            target: "greedy mean return >= 475 over 20 episodes after 50K frames".to_owned(),
         }
     });
 }
@@ -146,6 +149,7 @@ fn prioritized_dqn_learns_cartpole() {
         Outcome {
             passed: ret >= 475.0,
             figure: format!("{ret:.2}"),
+            target: "greedy mean return >= 475 over 20 episodes after 50K frames".to_owned(),
         }
     });
 }
@@ -367,6 +371,7 @@ fn a_sleeping_off_policy_learner_does_not_hold_up_the_start() {
 #[test]
 fn treasurehunt_with_five_dqn_learners_doubles_a_random_policys_return() {
     let random = common::random_return_per_agent("treasurehunt", 4, 200);
+    let reward = 2.0 * random;
     let s = common::train_summary(&[
         "--env=treasurehunt".to_owned(),
         "--algo=dqn".to_owned(),
@@ -375,11 +380,19 @@ fn treasurehunt_with_five_dqn_learners_doubles_a_random_policys_return() {
         "--agent_policy_map=agent_0=0,agent_1=1,agent_2=2,agent_3=3,agent_4=4".to_owned(),
         // One inference worker for the five policies: fewer processes on the test machine's 2 cores.
         "--shared_policy_workers=1".to_owned(),
-        format!("--stop_at_reward={}", 2.0 * random),
+        format!("--stop_at_reward={reward}"),
         "--train_for_env_steps=1000000".to_owned(),
     ]);
     eprintln!("treasurehunt, 5 DQN learners: {s}");
-    common::report_run("treasurehunt_five_dqn", 1, s["reached_reward"] == true, &s);
+    let target =
+        format!("mean return per agent >= {reward:.2} (twice random's {random:.2}) within 1M agent steps");
+    common::report_run(
+        "treasurehunt_five_dqn",
+        1,
+        s["reached_reward"] == true,
+        &target,
+        &s,
+    );
     assert_eq!(
         s["reached_reward"], true,
         "mean return per agent {} after {} agent steps (random {random:.1})",

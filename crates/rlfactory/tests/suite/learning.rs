@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use common::{report, train_summary, Outcome};
+use common::{report, short_count, train_summary, Outcome};
 
 /// Trains `env` with its shipped config until `target` or `budget` frames: whether it reached the target in time.
 fn reaches(env: &str, seed: u64, target: f64, budget: u64) -> Outcome {
@@ -23,6 +23,7 @@ fn reaches(env: &str, seed: u64, target: f64, budget: u64) -> Outcome {
     let outcome = Outcome {
         passed: s["reached_reward"] == true && frames <= budget,
         figure: format!("mean return {} after {frames} frames", s["mean_return"]),
+        target: format!("mean return >= {target} within {} frames", short_count(budget)),
     };
     report(&format!("shipped_{env}"), seed, &outcome);
     outcome

@@ -12,7 +12,7 @@ use crate::common;
 use std::path::Path;
 use std::time::Instant;
 
-use common::{assert_seeds_pass, extra_train_settings, report, Outcome};
+use common::{assert_seeds_pass, extra_train_settings, report, short_count, Outcome};
 
 use rlfactory::config::Config;
 use rlfactory::runner::train;
@@ -56,6 +56,7 @@ fn a_gru_balances_velocity_masked_cartpole_and_an_mlp_cannot() {
                 "mean return {:?} after {} frames",
                 gru.mean_return, gru.env_frames
             ),
+            target: format!("mean return >= 400 within {} frames", short_count(BUDGET)),
         }
     });
     let mlp = run(false, 1);
@@ -63,6 +64,7 @@ fn a_gru_balances_velocity_masked_cartpole_and_an_mlp_cannot() {
     let outcome = Outcome {
         passed: mlp.env_frames >= BUDGET && mean < 150.0,
         figure: format!("mean return {mean} after {} frames", mlp.env_frames),
+        target: format!("mean return < 150 after {} frames", short_count(BUDGET)),
     };
     report("memory_mlp_cannot", 1, &outcome);
     assert!(outcome.passed, "the MLP: {}", outcome.figure);

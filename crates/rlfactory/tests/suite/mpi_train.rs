@@ -170,7 +170,13 @@ fn async_three_ranks_learn_cartpole_and_count_their_traffic() {
     let log = text(&out.stderr);
     assert!(out.status.success(), "{log}");
     let s = summary(&json);
-    common::report_run("mpi_async", 1, s["stop_reason"] == "reward", &s);
+    common::report_run(
+        "mpi_async",
+        1,
+        s["stop_reason"] == "reward",
+        "mean return >= 475 within 120 s",
+        &s,
+    );
     assert_eq!(s["stop_reason"], "reward", "{s}");
     let reward = s["mean_return"].as_f64().expect("mean_return");
     assert!(reward >= 475.0, "mean return {reward}");
@@ -281,7 +287,13 @@ fn an_env_group_of_two_ranks_steps_in_lockstep_and_learns() {
     let log = text(&out.stderr);
     assert!(out.status.success(), "{log}");
     let s = summary(&json);
-    common::report_run("mpi_env_group", 1, s["stop_reason"] == "reward", &s);
+    common::report_run(
+        "mpi_env_group",
+        1,
+        s["stop_reason"] == "reward",
+        "mean return >= 475 within 150 s",
+        &s,
+    );
     assert_eq!(s["stop_reason"], "reward", "{s}");
     assert!(s["mean_return"].as_f64().expect("mean_return") >= 475.0, "{s}");
     let member = rank_log(dir.path(), 2, &log);
@@ -337,7 +349,13 @@ fn two_learners_with_env_groups_of_two_learn() {
     assert!(out.status.success(), "{log}");
     let s = summary(&json);
     let learned = s["mean_return"].as_f64() >= Some(400.0);
-    common::report_run("mpi_two_learners_env_groups", 1, learned, &s);
+    common::report_run(
+        "mpi_two_learners_env_groups",
+        1,
+        learned,
+        "mean return >= 400 once a learner reaches 450, within 150 s",
+        &s,
+    );
     assert!(
         matches!(s["stop_reason"].as_str(), Some("reward" | "other_learner")),
         "{s}"
@@ -384,7 +402,13 @@ fn sync_workflow_learns_cartpole_in_lockstep_rounds() {
     let log = text(&out.stderr);
     assert!(out.status.success(), "{log}");
     let s = summary(&json);
-    common::report_run("mpi_sync", 1, s["stop_reason"] == "reward", &s);
+    common::report_run(
+        "mpi_sync",
+        1,
+        s["stop_reason"] == "reward",
+        "mean return >= 475 within 120 s",
+        &s,
+    );
     assert_eq!(s["stop_reason"], "reward", "{s}");
     assert!(s["mean_return"].as_f64().expect("mean_return") >= 475.0, "{s}");
     // Every dataset was sampled by the weights it trains: no policy lag at any progress line.
@@ -424,7 +448,13 @@ fn two_learners_fed_by_two_actor_ranks_each_learn_with_bit_identical_weights() {
     // Each learner's runner sees its own actor ranks' episodes; the first to reach the reward stops both.
     let s = summary(&json);
     let learned = s["mean_return"].as_f64() >= Some(400.0);
-    common::report_run("mpi_two_learners", 1, learned, &s);
+    common::report_run(
+        "mpi_two_learners",
+        1,
+        learned,
+        "mean return >= 400 once a learner reaches 475, within 120 s",
+        &s,
+    );
     let reason = s["stop_reason"].as_str().expect("stop_reason");
     match reason {
         "reward" => assert!(s["frames_to_reward"].as_u64().is_some(), "{s}"),

@@ -24,14 +24,23 @@ fn treasurehunt_with_one_shared_policy_doubles_a_random_policys_return() {
     let random = random_return_per_agent();
     eprintln!("random policy: {random:.1} per agent and episode");
     assert!(random > 20.0, "the random baseline {random} is implausible");
+    let reward = 2.0 * random;
     let s = train_summary(&[
         "--env=treasurehunt".to_owned(),
         "--seed=1".to_owned(),
-        format!("--stop_at_reward={}", 2.0 * random),
+        format!("--stop_at_reward={reward}"),
         "--train_for_env_steps=3000000".to_owned(),
     ]);
     eprintln!("treasurehunt: {s}");
-    common::report_run("treasurehunt_one_policy", 1, s["reached_reward"] == true, &s);
+    let target =
+        format!("mean return per agent >= {reward:.2} (twice random's {random:.2}) within 3M agent steps");
+    common::report_run(
+        "treasurehunt_one_policy",
+        1,
+        s["reached_reward"] == true,
+        &target,
+        &s,
+    );
     assert_eq!(
         s["reached_reward"], true,
         "mean return per agent {} after {} agent steps (random {random:.1})",
@@ -46,6 +55,7 @@ fn treasurehunt_with_one_shared_policy_doubles_a_random_policys_return() {
 #[test]
 fn treasurehunt_with_five_separate_policies_doubles_a_random_policys_return() {
     let random = random_return_per_agent();
+    let reward = 2.0 * random;
     let s = train_summary(&[
         "--env=treasurehunt".to_owned(),
         "--seed=1".to_owned(),
@@ -53,11 +63,19 @@ fn treasurehunt_with_five_separate_policies_doubles_a_random_policys_return() {
         "--agent_policy_map=agent_0=0,agent_1=1,agent_2=2,agent_3=3,agent_4=4".to_owned(),
         // One inference worker for the five policies: fewer processes on the test machine's 2 cores.
         "--shared_policy_workers=1".to_owned(),
-        format!("--stop_at_reward={}", 2.0 * random),
+        format!("--stop_at_reward={reward}"),
         "--train_for_env_steps=1500000".to_owned(),
     ]);
     eprintln!("treasurehunt, 5 policies: {s}");
-    common::report_run("treasurehunt_five_policies", 1, s["reached_reward"] == true, &s);
+    let target =
+        format!("mean return per agent >= {reward:.2} (twice random's {random:.2}) within 1.5M agent steps");
+    common::report_run(
+        "treasurehunt_five_policies",
+        1,
+        s["reached_reward"] == true,
+        &target,
+        &s,
+    );
     assert_eq!(
         s["reached_reward"], true,
         "mean return per agent {} after {} agent steps (random {random:.1})",
@@ -132,6 +150,7 @@ fn two_policies_learn_side_by_side_with_their_own_checkpoints_and_summaries() {
     let outcome = common::Outcome {
         passed: returns.iter().all(|&r| r > 75.0),
         figure: format!("policy returns {returns:?} after {} frames", s["env_frames"]),
+        target: "each policy's mean return > 75 after 400K frames".to_owned(),
     };
     common::report("two_policies", 1, &outcome);
     let exp = dir.path().join("exp");
@@ -398,6 +417,7 @@ fn connect_four_self_play_beats_the_random_player_nine_times_in_ten() {
         common::Outcome {
             passed: rate >= 0.9,
             figure: format!("win rate {rate}"),
+            target: "win rate >= 0.9 vs random in 200 games after 1M moves".to_owned(),
         }
     });
 }
@@ -483,6 +503,8 @@ fn connect_four_team_self_play_beats_the_random_player_nine_times_in_ten() {
         let outcome = common::Outcome {
             passed: rate >= 0.9,
             figure: format!("win rate {rate}"),
+            target: "win rate >= 0.9 vs random in 200 games after 500K moves, on average over seeds 1 and 2"
+                .to_owned(),
         };
         common::report("c4_team_self_play", seed, &outcome);
         rate
@@ -542,6 +564,8 @@ fn connect_four_trained_against_the_heuristic_too_beats_the_random_player_nine_t
         let outcome = common::Outcome {
             passed: rate >= 0.9,
             figure: format!("win rate {rate}, {against} against the heuristic"),
+            target: "win rate >= 0.9 vs random in 200 games after 1M moves, on average over seeds 1 and 2"
+                .to_owned(),
         };
         common::report("c4_heuristic", seed, &outcome);
         rate

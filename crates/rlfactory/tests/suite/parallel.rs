@@ -60,6 +60,7 @@ fn the_default_parallel_configuration_learns_cartpole() {
     let outcome = common::Outcome {
         passed: s["reached_reward"] == true && s["frames_to_reward"].as_u64().is_some_and(|f| f <= 1_500_000),
         figure: format!("475 after {} frames", s["frames_to_reward"]),
+        target: "mean return >= 475 within 1.5M frames".to_owned(),
     };
     common::report("parallel_cartpole", 1, &outcome);
     assert!(outcome.passed, "{s}");

@@ -47,6 +47,10 @@ fn simple_spread_return_improves_over_random_play() {
             "mean return {ret:.2} (random {random:.2}) after {} agent steps",
             s["env_frames"]
         ),
+        target: format!(
+            "mean return per agent >= {:.2} (random's {random:.2} + 3) after 600K agent steps",
+            random + 3.0
+        ),
     };
     common::report("simple_spread", 1, &outcome);
     assert!(
@@ -100,6 +104,11 @@ fn simple_adversary_trains_a_policy_per_kind_of_agent() {
             "adversary {:.2} (random {random_adversary:.2}), good agents {:.2}",
             ret(0),
             ret(1)
+        ),
+        target: format!(
+            "adversary's mean return >= {:.2} (a random adversary's {random_adversary:.2} + 5) after 600K agent \
+             steps",
+            random_adversary + 5.0
         ),
     };
     common::report("simple_adversary", 1, &outcome);
@@ -255,6 +264,7 @@ fn agents_whose_action_spaces_differ_in_kind_train_side_by_side() {
     let outcome = common::Outcome {
         passed: agent("chooser") >= 6.5 && agent("mover") >= -9.0,
         figure: format!("chooser {:.2}, mover {:.2}", agent("chooser"), agent("mover")),
+        target: "chooser's mean return >= 6.5 and mover's >= -9 after 400K agent steps".to_owned(),
     };
     common::report("mixed_action_spaces", 1, &outcome);
     assert!(agent("chooser") >= 6.5, "the chooser's return: {s}");

@@ -69,7 +69,13 @@ fn minatar_breakout_reaches_a_mean_return_of_10_within_2m_frames() {
         "--train_for_env_steps=2000000".to_owned(),
     ]);
     eprintln!("minatar_breakout: {s}");
-    common::report_run("minatar_breakout", 1, s["reached_reward"] == true, &s);
+    common::report_run(
+        "minatar_breakout",
+        1,
+        s["reached_reward"] == true,
+        "mean return >= 10 within 2M frames",
+        &s,
+    );
     assert_eq!(
         s["reached_reward"], true,
         "mean return {} after {} frames",

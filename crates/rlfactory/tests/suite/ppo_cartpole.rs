@@ -42,6 +42,7 @@ fn cartpole_reaches_475_within_150k_frames_on_five_seeds() {
                 "{} frames, {:.1} s, mean return {:?}",
                 summary.env_frames, summary.wall_seconds, summary.mean_return
             ),
+            target: "mean return >= 475 within 150K frames".to_owned(),
         };
         report("ppo_cartpole", seed, &outcome);
         if !outcome.passed {

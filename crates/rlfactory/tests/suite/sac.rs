@@ -59,6 +59,7 @@ fn sac_learns_pendulum_within_20k_steps() {
     let outcome = Outcome {
         passed: ret >= -200.0,
         figure: format!("{ret:.2}"),
+        target: "deterministic mean return >= -200 over 20 episodes after 20K frames".to_owned(),
     };
     report("sac_pendulum", 1, &outcome);
     assert!(outcome.passed, "the deterministic policy's mean return {ret}");
