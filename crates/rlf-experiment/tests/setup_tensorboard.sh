@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ensure the project venv (<repo>/.venv, made by scripts/setup_python.sh) has TensorBoard, whose event-file reader
-# checks our own TensorBoard writer in tests/summary_tensorboard.rs. Idempotent; prints the venv's python on success.
+# checks our own TensorBoard writer in tests/suite/summary_tensorboard.rs. Idempotent; prints the venv's python on
+# success.
 set -euo pipefail
 
 TENSORBOARD_VERSION="2.20.0"

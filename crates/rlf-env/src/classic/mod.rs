@@ -3,8 +3,8 @@
 //! Dynamics, rewards and termination follow Gymnasium's Python code operation by operation, in
 //! `f64` as its NumPy arithmetic does (continuous actions arrive as `f32`, as NumPy `float32` arrays
 //! do); observations are cast to `f32`. They are checked against trajectories recorded from
-//! Gymnasium (`tests/recorded/classic_control.rs`). The registry wraps each in a [`TimeLimit`](crate::wrappers::TimeLimit)
-//! with Gymnasium's registered episode length.
+//! Gymnasium (`tests/suite/recorded/classic_control.rs`). The registry wraps each in a
+//! [`TimeLimit`](crate::wrappers::TimeLimit) with Gymnasium's registered episode length.
 //!
 //! Reset distributions have Gymnasium's ranges, drawn from a seeded PCG generator
 //! ([`rand_pcg::Pcg64Mcg`]), not NumPy's stream: the same seed gives the same episodes here, but not

@@ -10,7 +10,7 @@
 //! It also counts the rounds where the kill cut a save short (a temporary or orphan file was left), so the test shows
 //! that the kills landed mid-write, and at the end checks every milestone kept.
 
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Failed, Trial};
 use rlf_experiment::{
     load_checkpoint, Checkpoint, CheckpointConfig, CheckpointMeta, CheckpointStore, Tensor,
 };
@@ -229,7 +229,9 @@ fn crash_rounds(rounds: usize, seed: u64) -> Result<(), Failed> {
     Ok(())
 }
 
-fn main() {
+/// In a re-run as the writer process (`RLF_CKPT_WRITER_DIR` set), saves until killed, or exits 3 after saying why
+/// it failed. Returns at once in the test process.
+pub fn play_writer() {
     if let Some(dir) = std::env::var_os(ROLE_VAR) {
         let code = match writer(Path::new(&dir)) {
             Ok(()) => 0,
@@ -240,14 +242,16 @@ fn main() {
         };
         std::process::exit(code);
     }
-    let args = Arguments::from_args();
+}
+
+/// This module's test, with the seed in `RLF_CKPT_SEED` or a random one.
+pub fn trials() -> Vec<Trial> {
     let seed = std::env::var("RLF_CKPT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| fastrand::u64(..));
-    let trials = vec![Trial::test(
-        "sigkill_during_checkpoint_writes_60_rounds",
+    vec![Trial::test(
+        "checkpoint_crash::sigkill_during_checkpoint_writes_60_rounds",
         move || crash_rounds(ROUNDS, seed),
-    )];
-    libtest_mimic::run(&args, trials).exit();
+    )]
 }

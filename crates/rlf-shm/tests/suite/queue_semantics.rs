@@ -1,6 +1,9 @@
 //! Single-process semantics of the byte queue: every method, deadlines, close, full, oversized messages, and
 //! wrap-around at every ring offset (property test against a VecDeque oracle).
+//!
+//! Plain test functions, which fail by panicking as under the standard harness; [`trials`] lists them.
 
+use libtest_mimic::Trial;
 use proptest::prelude::*;
 use rlf_shm::{Batch, GetError, PutError, Queue, QueueConfig};
 use std::collections::VecDeque;
@@ -17,7 +20,6 @@ fn queue(max_bytes: usize, max_messages: usize) -> Queue {
     .expect("create queue")
 }
 
-#[test]
 fn put_get_in_order_and_len() {
     let q = queue(1024, 100);
     assert!(q.is_empty());
@@ -33,7 +35,6 @@ fn put_get_in_order_and_len() {
     assert_eq!(q.try_get(), Err(GetError::Empty));
 }
 
-#[test]
 fn empty_messages_are_messages() {
     let q = queue(64, 10);
     q.put(b"").expect("put empty");
@@ -41,7 +42,6 @@ fn empty_messages_are_messages() {
     assert_eq!(q.get().expect("get"), Vec::<u8>::new());
 }
 
-#[test]
 fn full_by_bytes_and_by_count() {
     let q = queue(32, 100);
     q.put(&[1; 12]).expect("16 bytes");
@@ -60,7 +60,6 @@ fn full_by_bytes_and_by_count() {
     assert_eq!(q.try_put_many(&[b"x"]), Err(PutError::Full));
 }
 
-#[test]
 fn oversized_message_is_refused_at_once() {
     let q = queue(64, 10);
     let t = Instant::now();
@@ -98,7 +97,6 @@ fn oversized_message_is_refused_at_once() {
     assert_eq!(q.get().expect("get"), vec![7; 60]);
 }
 
-#[test]
 fn put_many_is_all_or_nothing() {
     let q = queue(40, 100);
     q.put(&[0; 10]).expect("14 bytes");
@@ -112,7 +110,6 @@ fn put_many_is_all_or_nothing() {
     assert_eq!(got, vec![&[0u8; 10][..], &[1; 6], &[2; 6]]);
 }
 
-#[test]
 fn get_many_respects_count_and_byte_limits() {
     let q = queue(4096, 1000);
     for i in 0..20u8 {
@@ -142,7 +139,6 @@ fn get_many_respects_count_and_byte_limits() {
     assert_eq!(q.get_many(&mut b, 0, 100), Ok(0));
 }
 
-#[test]
 fn get_timeout_returns_near_its_deadline() {
     let q = queue(1024, 10);
     for ms in [1u64, 20, 100] {
@@ -160,7 +156,6 @@ fn get_timeout_returns_near_its_deadline() {
     }
 }
 
-#[test]
 fn blocked_get_wakes_on_put_from_another_thread() {
     let q = Arc::new(queue(1024, 10));
     let consumer = {
@@ -172,7 +167,6 @@ fn blocked_get_wakes_on_put_from_another_thread() {
     assert_eq!(consumer.join().expect("join"), Ok(b"wake".to_vec()));
 }
 
-#[test]
 fn blocked_put_wakes_when_room_is_made() {
     let q = Arc::new(queue(16, 10));
     q.put(&[1; 12]).expect("fill");
@@ -186,7 +180,6 @@ fn blocked_put_wakes_when_room_is_made() {
     assert_eq!(q.get().expect("get"), vec![2; 12]);
 }
 
-#[test]
 fn close_wakes_every_waiter_and_drains() {
     let q = Arc::new(queue(16, 10));
     let getters: Vec<_> = (0..3)
@@ -215,7 +208,6 @@ fn close_wakes_every_waiter_and_drains() {
     assert_eq!(full.try_get(), Err(GetError::Closed));
 }
 
-#[test]
 fn opened_handle_sees_the_same_queue() {
     let q = queue(256, 10);
     let other = Queue::open(&q.handle()).expect("open");
@@ -226,7 +218,6 @@ fn opened_handle_sees_the_same_queue() {
     assert!(q.is_closed());
 }
 
-#[test]
 fn open_rejects_a_region_that_is_not_a_queue() {
     let region = rlf_shm::Region::create(8192).expect("region");
     let handle = rlf_shm::QueueHandle {
@@ -237,7 +228,6 @@ fn open_rejects_a_region_that_is_not_a_queue() {
     assert!(err.to_string().contains("is not an rlfactory queue"), "{err}");
 }
 
-#[test]
 fn bad_config_is_a_clear_error() {
     let err = Queue::create(QueueConfig {
         max_bytes: 2,
@@ -256,7 +246,6 @@ fn bad_config_is_a_clear_error() {
 /// faster-fifo was seen returning Empty from a blocking get when several consumers race for large messages. Here
 /// three consumers race for 64 KiB messages with a one-second deadline each; none may come back empty-handed while
 /// messages keep arriving, and every message is received exactly once.
-#[test]
 fn racing_consumers_of_large_messages_never_return_early() {
     const N: u32 = 300;
     let q = Arc::new(queue(256 << 10, 1000));
@@ -323,7 +312,6 @@ proptest! {
 
     /// Any sequence of operations on a small ring (so messages and their length prefixes wrap at every offset)
     /// behaves like a bounded VecDeque.
-    #[test]
     fn matches_a_deque_at_every_wrap_offset(cap in 5usize..97, ops in proptest::collection::vec(op(), 1..200)) {
         let q = queue(cap, 7);
         let mut model: VecDeque<Vec<u8>> = VecDeque::new();
@@ -380,7 +368,6 @@ proptest! {
 /// A queue whose consumer keeps up writes into the first pages of its ring again and again: 64 MiB of messages
 /// through a 32 MiB ring that never holds more than one leave under 1 MiB of it allocated in `/dev/shm` (a ring
 /// written end to end would have all 32).
-#[test]
 fn a_queue_that_keeps_emptying_touches_only_the_start_of_its_ring() {
     let me = std::process::id();
     let before = rlf_shm::region::segments_of(me).expect("list /dev/shm");
@@ -410,4 +397,34 @@ fn a_queue_that_keeps_emptying_touches_only_the_start_of_its_ring() {
         "no segment of the queue found"
     );
     assert!(allocated < 1 << 20, "{allocated} bytes of the ring allocated");
+}
+
+/// This module's tests, each named `queue_semantics::<function>` as the standard harness names it.
+pub fn trials() -> Vec<Trial> {
+    macro_rules! trials {
+        ($($test:ident),+ $(,)?) => {
+            vec![$(Trial::test(concat!("queue_semantics::", stringify!($test)), || {
+                $test();
+                Ok(())
+            })),+]
+        };
+    }
+    trials![
+        put_get_in_order_and_len,
+        empty_messages_are_messages,
+        full_by_bytes_and_by_count,
+        oversized_message_is_refused_at_once,
+        put_many_is_all_or_nothing,
+        get_many_respects_count_and_byte_limits,
+        get_timeout_returns_near_its_deadline,
+        blocked_get_wakes_on_put_from_another_thread,
+        blocked_put_wakes_when_room_is_made,
+        close_wakes_every_waiter_and_drains,
+        opened_handle_sees_the_same_queue,
+        open_rejects_a_region_that_is_not_a_queue,
+        bad_config_is_a_clear_error,
+        racing_consumers_of_large_messages_never_return_early,
+        matches_a_deque_at_every_wrap_offset,
+        a_queue_that_keeps_emptying_touches_only_the_start_of_its_ring,
+    ]
 }

@@ -1,5 +1,5 @@
 //! Multi-process tests of the queue: the test binary re-runs itself with a role (`RLF_QUEUE_ROLE`, JSON) to act as a
-//! producer or consumer process.
+//! producer or consumer process ([`crate::child`]).
 //!
 //! - Stress: 4 producers × 3 consumers, 1M messages of varying length, single and batched: every message delivered
 //!   exactly once, in per-producer order, intact.
@@ -8,20 +8,23 @@
 //!   producer saw committed is received (but those a killed consumer had already taken).
 //! - Fork: a forked copy of a segment's creator shares the segment and never unlinks it.
 
-use libtest_mimic::{Arguments, Failed, Trial};
+use crate::child::{self, wait_deadline};
+use libtest_mimic::{Failed, Trial};
 use rlf_shm::process::Forked;
 use rlf_shm::{Batch, GetError, Queue, QueueConfig, QueueHandle, ShmArray};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-const ROLE_VAR: &str = "RLF_QUEUE_ROLE";
+/// The variable that hands a re-run of the binary its role.
+pub const ROLE_VAR: &str = "RLF_QUEUE_ROLE";
 
+/// What a re-run of the binary does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-enum Role {
+pub enum Role {
     Producer {
         queue: QueueHandle,
         id: u32,
@@ -95,7 +98,8 @@ fn id(p: u32, seq: u32) -> u32 {
     (p << 24) | seq
 }
 
-fn run_role(role: Role) -> Result<(), String> {
+/// Plays `role` in this process.
+pub fn run_role(role: Role) -> Result<(), String> {
     match role {
         Role::BigProducer { .. } | Role::BigConsumer { .. } => run_big_role(role),
         Role::ForkedCopy => forked_copy(),
@@ -205,12 +209,7 @@ fn run_big_role(role: Role) -> Result<(), String> {
 }
 
 fn spawn(role: &Role) -> Result<Child, Failed> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let json = serde_json::to_string(role).map_err(|e| e.to_string())?;
-    Ok(Command::new(exe)
-        .env(ROLE_VAR, json)
-        .spawn()
-        .map_err(|e| format!("spawn: {e}"))?)
+    child::spawn(ROLE_VAR, role)
 }
 
 /// A fork of a segment's creator shares the segment, and dropping its copy leaves the segment in place: only the
@@ -252,28 +251,6 @@ fn forked_copy() -> Result<(), String> {
         return Err(format!("the creator's drop left {left:?}"));
     }
     Ok(())
-}
-
-/// Waits for a child until `deadline` (blocking in a helper thread); kills it and fails past it.
-fn wait_deadline(
-    mut child: Child,
-    deadline: Instant,
-    what: &str,
-) -> Result<std::process::ExitStatus, Failed> {
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(status) => Ok(status.map_err(|e| e.to_string())?),
-        Err(_) => {
-            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-            Err(format!("{what} (pid {pid}) hung past its deadline").into())
-        }
-    }
 }
 
 fn read_u32s(path: &Path) -> Vec<u32> {
@@ -602,42 +579,31 @@ fn crash_round(rng: &mut Rng, batch: u32) -> Result<u64, Failed> {
     Ok(q.owner_deaths())
 }
 
-fn main() {
-    if let Ok(json) = std::env::var(ROLE_VAR) {
-        let code = match serde_json::from_str::<Role>(&json)
-            .map_err(|e| e.to_string())
-            .and_then(run_role)
-        {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("role failed: {e}");
-                3
-            }
-        };
-        std::process::exit(code);
-    }
-    let args = Arguments::from_args();
-    let trials = vec![
-        Trial::test("stress_4p3c_1m_single", || stress(1)),
-        Trial::test("stress_4p3c_1m_batched", || stress(32)),
-        Trial::test("crash_kill9_200_rounds_single", || {
+/// This module's tests.
+pub fn trials() -> Vec<Trial> {
+    vec![
+        Trial::test("queue_process::stress_4p3c_1m_single", || stress(1)),
+        Trial::test("queue_process::stress_4p3c_1m_batched", || stress(32)),
+        Trial::test("queue_process::crash_kill9_200_rounds_single", || {
             crash_rounds(200, 1, 0x9e37_79b9_7f4a_7c15)
         }),
-        Trial::test("crash_kill9_100_rounds_batched", || {
+        Trial::test("queue_process::crash_kill9_100_rounds_batched", || {
             crash_rounds(100, 16, 0xdead_beef_cafe_f00d)
         }),
-        Trial::test("crash_kill9_mid_copy_until_30_in_lock", || {
+        Trial::test("queue_process::crash_kill9_mid_copy_until_30_in_lock", || {
             crash_mid_copy(30, 20_000, 0x1234_5678_9abc_def1)
         }),
-        Trial::test("a_forked_copy_never_unlinks_its_creators_segment", || {
-            let child = spawn(&Role::ForkedCopy)?;
-            let status = wait_deadline(child, Instant::now() + Duration::from_secs(30), "forked copy")?;
-            if status.success() {
-                Ok(())
-            } else {
-                Err(format!("the forking process failed: {status}").into())
-            }
-        }),
-    ];
-    libtest_mimic::run(&args, trials).exit();
+        Trial::test(
+            "queue_process::a_forked_copy_never_unlinks_its_creators_segment",
+            || {
+                let child = spawn(&Role::ForkedCopy)?;
+                let status = wait_deadline(child, Instant::now() + Duration::from_secs(30), "forked copy")?;
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(format!("the forking process failed: {status}").into())
+                }
+            },
+        ),
+    ]
 }

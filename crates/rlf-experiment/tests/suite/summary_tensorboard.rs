@@ -1,7 +1,9 @@
 //! Our TensorBoard event files read back by TensorBoard's own reader (`EventFileLoader`, which checks both CRCs of
 //! every record) in the project venv. `tests/setup_tensorboard.sh` creates the venv if needed and installs the pinned
-//! `tensorboard`; if Python or TensorBoard cannot be set up, the test fails.
+//! `tensorboard`; if Python or TensorBoard cannot be set up, the test fails. A plain test function, which fails by
+//! panicking as under the standard harness.
 
+use libtest_mimic::Trial;
 use rlf_experiment::{read_scalars, SummaryWriter};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,7 +49,6 @@ fn venv_python() -> PathBuf {
     )
 }
 
-#[test]
 fn tensorboard_reads_our_event_files() {
     let python = venv_python();
     let dir = tempfile::tempdir().unwrap();
@@ -109,4 +110,15 @@ fn tensorboard_reads_our_event_files() {
         })
         .collect();
     assert_eq!(scalars, expected, "TensorBoard's reader");
+}
+
+/// This module's test, named as the standard harness names it.
+pub fn trials() -> Vec<Trial> {
+    vec![Trial::test(
+        "summary_tensorboard::tensorboard_reads_our_event_files",
+        || {
+            tensorboard_reads_our_event_files();
+            Ok(())
+        },
+    )]
 }

@@ -1,5 +1,5 @@
 //! Multi-process tests of the replay ring: the test binary re-runs itself with a role (`RLF_REPLAY_ROLE`, JSON) to act
-//! as a writer or a sampler process.
+//! as a writer or a sampler process ([`crate::child`]).
 //!
 //! - Concurrent: 4 writer processes and 2 sampler processes on one ring that wraps around hundreds of times: every
 //!   row a sampler accepts is intact (each row carries a checksum of its writer, number and words), and each
@@ -7,16 +7,19 @@
 //! - Kill: a writer of 1 MiB rows is SIGKILLed at a random moment, 40 times (mostly mid-row, holding the lock); after
 //!   each kill every visible row is intact and the next writer goes on from the counter the dead one left.
 
-use libtest_mimic::{Arguments, Failed, Trial};
+use crate::child::{self, wait_deadline};
+use libtest_mimic::{Failed, Trial};
 use rlf_shm::{ReplayRing, ReplayRingHandle, Wait};
 use serde::{Deserialize, Serialize};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-const ROLE_VAR: &str = "RLF_REPLAY_ROLE";
+/// The variable that hands a re-run of the binary its role.
+pub const ROLE_VAR: &str = "RLF_REPLAY_ROLE";
 
+/// What a re-run of the binary does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-enum Role {
+pub enum Role {
     /// Inserts `count` rows (in batches of `batch`) numbered from 0, then exits.
     Writer {
         ring: ReplayRingHandle,
@@ -66,7 +69,8 @@ fn check(row: &[f32]) -> Result<(u32, u32), String> {
     Ok((id, seq))
 }
 
-fn run_role(role: Role) -> Result<(), String> {
+/// Plays `role` in this process.
+pub fn run_role(role: Role) -> Result<(), String> {
     match role {
         Role::Writer {
             ring,
@@ -135,34 +139,7 @@ fn run_role(role: Role) -> Result<(), String> {
 }
 
 fn spawn(role: &Role) -> Result<Child, Failed> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let json = serde_json::to_string(role).map_err(|e| e.to_string())?;
-    Ok(Command::new(exe)
-        .env(ROLE_VAR, json)
-        .spawn()
-        .map_err(|e| format!("spawn: {e}"))?)
-}
-
-/// Waits for a child until `deadline` (blocking in a helper thread); kills it and fails past it.
-fn wait_deadline(
-    mut child: Child,
-    deadline: Instant,
-    what: &str,
-) -> Result<std::process::ExitStatus, Failed> {
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(status) => Ok(status.map_err(|e| e.to_string())?),
-        Err(_) => {
-            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-            Err(format!("{what} (pid {pid}) hung past its deadline").into())
-        }
-    }
+    child::spawn(ROLE_VAR, role)
 }
 
 /// Every visible row of `ring` is intact and each writer's rows are in the order it wrote them.
@@ -258,27 +235,16 @@ fn kill_mid_row() -> Result<(), Failed> {
     Ok(())
 }
 
-fn main() {
-    if let Ok(json) = std::env::var(ROLE_VAR) {
-        let code = match serde_json::from_str::<Role>(&json)
-            .map_err(|e| e.to_string())
-            .and_then(run_role)
-        {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("role failed: {e}");
-                3
-            }
-        };
-        std::process::exit(code);
-    }
-    let args = Arguments::from_args();
-    let trials = vec![
-        Trial::test("four_writers_two_samplers_never_see_a_torn_row", concurrent),
+/// This module's tests.
+pub fn trials() -> Vec<Trial> {
+    vec![
         Trial::test(
-            "a_writer_killed_mid_row_leaves_every_visible_row_intact",
+            "replay_process::four_writers_two_samplers_never_see_a_torn_row",
+            concurrent,
+        ),
+        Trial::test(
+            "replay_process::a_writer_killed_mid_row_leaves_every_visible_row_intact",
             kill_mid_row,
         ),
-    ];
-    libtest_mimic::run(&args, trials).exit();
+    ]
 }

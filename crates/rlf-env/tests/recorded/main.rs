@@ -1,5 +1,0 @@
-//! The native envs against what the reference libraries recorded (`tests/data/`): one test binary, a module per
-//! recording.
-
-mod classic_control;
-mod connect_four;
