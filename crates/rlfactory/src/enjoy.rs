@@ -110,6 +110,10 @@ pub struct EnjoyArgs {
     /// Episodes to run.
     #[arg(long, default_value_t = 10)]
     pub max_num_episodes: usize,
+    /// Frames to run at most, one per env step of each env, whichever of this and `--max_num_episodes` comes first
+    /// (the episodes still running then are not counted).
+    #[arg(long, default_value_t = 1_000_000_000)]
+    pub max_num_frames: u64,
     /// Take the most likely action (argmax, or the Gaussian mean) instead of sampling.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub eval_deterministic: bool,
@@ -245,6 +249,9 @@ impl EnjoyArgs {
     pub fn check(&self) -> Result<()> {
         if self.max_num_episodes == 0 {
             return Err(RlfError::Config("--max_num_episodes must be at least 1".into()));
+        }
+        if self.max_num_frames == 0 {
+            return Err(RlfError::Config("--max_num_frames must be at least 1".into()));
         }
         if self.save_video && (self.video_name.is_empty() || self.video_name.contains('/')) {
             return Err(RlfError::Config(format!(
@@ -509,14 +516,15 @@ impl Lineup {
     }
 }
 
-/// Runs `episodes` episodes of `lineup` on `envs` (of `cfg`'s env) stepped together, in the
-/// order they finish; `on_episode` sees each one.
+/// Runs `episodes` episodes of `lineup` on `envs` (of `cfg`'s env) stepped together, or `max_frames` frames (env
+/// steps of all envs) if that comes first, in the order they finish; `on_episode` sees each one.
 #[allow(clippy::too_many_arguments)]
 pub fn run_episodes(
     cfg: &Config,
     mut envs: Envs,
     lineup: &mut Lineup,
     episodes: usize,
+    max_frames: u64,
     deterministic: bool,
     seed: u64,
     mut video: Option<&mut Recorder>,
@@ -532,9 +540,11 @@ pub fn run_episodes(
         video.capture(&mut envs)?;
     }
     let mut done = Vec::with_capacity(episodes);
-    while done.len() < episodes {
+    let mut frames = 0u64;
+    while done.len() < episodes && frames < max_frames {
         let out = lineup.act(&buf.obs, deterministic)?;
         envs.step(mapper.map(&out.actions), buf.view())?;
+        frames += (columns / envs.num_agents().max(1)) as u64;
         if let Some(video) = video.as_deref_mut() {
             video.capture(&mut envs)?;
         }
@@ -557,6 +567,19 @@ pub fn run_episodes(
     Ok(done)
 }
 
+/// The last line of `enjoy` and `eval`: the mean return, or that no episode ended (within `--max_num_frames`).
+fn print_mean_return(episodes: &[Episode]) {
+    if episodes.is_empty() {
+        println!("no episode ended within --max_num_frames");
+    } else {
+        println!(
+            "mean return {:.2} over {} episodes",
+            mean_return(episodes),
+            episodes.len()
+        );
+    }
+}
+
 fn mean_return(episodes: &[Episode]) -> f64 {
     episodes.iter().map(|e| e.episode_return).sum::<f64>() / episodes.len().max(1) as f64
 }
@@ -571,6 +594,7 @@ pub fn enjoy(args: &EnjoyArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
         envs,
         &mut lineup,
         args.max_num_episodes,
+        args.max_num_frames,
         args.eval_deterministic,
         args.seed,
         video.as_mut(),
@@ -579,11 +603,7 @@ pub fn enjoy(args: &EnjoyArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
             Ok(())
         },
     )?;
-    println!(
-        "mean return {:.2} over {} episodes",
-        mean_return(&episodes),
-        episodes.len()
-    );
+    print_mean_return(&episodes);
     args.finish_video(video)?;
     Ok(episodes)
 }
@@ -605,6 +625,7 @@ pub fn eval(args: &EvalArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
         envs,
         &mut lineup,
         args.enjoy.max_num_episodes,
+        args.enjoy.max_num_frames,
         args.enjoy.eval_deterministic,
         args.enjoy.seed,
         video.as_mut(),
@@ -623,11 +644,7 @@ pub fn eval(args: &EvalArgs, registry: &EnvRegistry) -> Result<Vec<Episode>> {
         csv.finish()?;
     }
     args.enjoy.finish_video(video)?;
-    println!(
-        "mean return {:.2} over {} episodes",
-        mean_return(&episodes),
-        episodes.len()
-    );
+    print_mean_return(&episodes);
     Ok(episodes)
 }
 

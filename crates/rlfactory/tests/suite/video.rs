@@ -150,10 +150,16 @@ fn enjoy_saves_a_video_of_atari_screens() {
             "2",
         ],
     );
-    enjoy_with_video(
+    // The reset's screen and 39 steps' make the video's 40 frames; the game stops there, long before Pong's end.
+    let out = enjoy_with_video(
         train_dir,
         "atari_pong",
-        &["--max_num_episodes", "1", "--video_frames", "40"],
+        &["--max_num_frames", "39", "--video_frames", "40"],
     );
     assert_eq!(decode(&dir.path().join("v/replay.mp4")), (40, 160, 210));
+    assert!(
+        text(&out.stdout).contains("no episode ended within --max_num_frames"),
+        "{}",
+        text(&out.stdout)
+    );
 }
