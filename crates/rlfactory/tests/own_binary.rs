@@ -122,6 +122,7 @@ fn a_native_env_error_stops_the_run_with_its_loop_named_and_exit_code_1() {
 /// policy's 22 (parallel mode varies from run to run: 128.7, 458.7, 198.4, 421.7 alone on an Intel Xeon, 147.6 and
 /// 108.9 with two runs at once beside the test suite, 120.6 with `ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE`;
 /// `eval` then plays it).
+// lane: ci
 fn appo_trains_with_an_encoder_of_the_users_own() {
     let dir = temp_dir("own-encoder");
     let train_dir = format!("--train_dir={}", dir.path().display());

@@ -149,8 +149,9 @@ fn get_timeout_returns_near_its_deadline() {
             took >= Duration::from_millis(ms),
             "returned early: {took:?} < {ms} ms"
         );
+        // A hang guard, with the margin of a loaded 2-core machine (the process tests of this binary run beside it).
         assert!(
-            took < Duration::from_millis(ms + 200),
+            took < Duration::from_millis(ms + 1_000),
             "returned late: {took:?} for {ms} ms"
         );
     }

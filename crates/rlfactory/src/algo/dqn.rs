@@ -381,6 +381,7 @@ mod tests {
     /// action 0 ends the episode with 0.5; from B action 0 ends it with 1, action 1 with 0. DQN learns
     /// Q(B) = [1, 0] and Q(A) = [0.5, 0.9], bootstrapping A's value from B's through the target network.
     /// With tanh layers the network's gradients come from autograd, with ReLU layers they are written by hand.
+    // lane: ci
     #[test]
     fn dqn_learns_a_two_step_chain() {
         for nonlinearity in ["tanh", "relu"] {

@@ -417,6 +417,7 @@ mod tests {
     /// A one-step continuous bandit: in state `s ∈ {−0.5, 0.5}` the reward is `−4 (a − s)²` and the episode ends.
     /// SAC's actor learns to act at `s` (its deterministic action within 0.1 of it), the critics learn the reward
     /// of the actions taken, and the temperature falls as the actor's entropy drops below the target's.
+    // lane: ci
     #[test]
     fn sac_learns_a_continuous_bandit() {
         let mut sac = learner(&[

@@ -21,6 +21,14 @@ pub fn torch_rng() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The tests that start several training processes at once (MPI jobs, runs side by side) take turns: two of them
+/// beside each other would put four or more runs on two cores, and each one's heartbeats, hang guards and parallel-mode
+/// results would depend on the other's load. Hold the guard for the whole test.
+pub fn several_runs() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A fresh folder under the system temp dir, removed when dropped.
 pub fn temp_dir(name: &str) -> TempDir {
     tempfile::Builder::new()
@@ -152,7 +160,7 @@ pub fn short_count(n: u64) -> String {
     }
 }
 
-/// Runs `attempt` on each of `seeds`, up to `at_once` at a time (2 for runs in their own processes on 2 cores, 1 for
+/// Runs `attempt` on each of `seeds`, up to `at_once` at a time and never more than the cores (2 for runs in their own processes on 2 cores, 1 for
 /// runs inside the test's process, which share libtorch's global state), fewer when `RLF_TEST_NUM_THREADS` gives each
 /// run more than one libtorch thread (whose OpenMP threads spin at every barrier for one that is not running): the
 /// results in the order of `seeds`.
@@ -162,8 +170,10 @@ pub fn each_seed<T: Send>(seeds: &[u64], at_once: usize, attempt: impl Fn(u64) -
         .ok()
         .and_then(|n| n.parse::<usize>().ok())
         .unwrap_or(1);
+    // Never more runs at once than there are cores, so that no run's result depends on its neighbour's load.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     seeds
-        .chunks((at_once / threads.max(1)).max(1))
+        .chunks((at_once.min(cores) / threads.max(1)).max(1))
         .flat_map(|batch| {
             std::thread::scope(|scope| {
                 let runs: Vec<_> = batch

@@ -941,6 +941,7 @@ fn bptt_chunks_start_from_the_recorded_states_every_recurrence_steps() {
 /// (`--encoder_conv_architecture resnet_impala`): one-step episodes whose reward is 1 when the action names the half
 /// of a 6×6 image holding its bright pixel (the vector is noise, the third action is masked). After 60 datasets
 /// the greedy policy is right at least 90% of the time, and the masked action is never chosen.
+// lane: ci
 #[test]
 fn a_dict_of_an_image_a_vector_and_a_mask_trains() {
     let _turn = common::torch_rng();

@@ -69,6 +69,7 @@ fn shipped_dqn(name: &str, env: &str, seed: u64, flags: &[&str]) -> (serde_json:
 /// 2026-12-06, for the AMD EPYCs before them, where seeds 3 and 1 pass): about 250 s of a 2-core machine per pair,
 /// 460 s with the third seed, the suite's longest test.
 #[test]
+#[ignore = "learning lane"]
 fn dqn_learns_acrobot_within_100k_steps() {
     assert_seeds_pass("dqn_acrobot", 2, &[3, 2, 1], 2, |seed| {
         let (s, ret) = shipped_dqn("dqn-acrobot", "Acrobot-v1", seed, &["--serial_mode"]);
@@ -87,6 +88,7 @@ fn dqn_learns_acrobot_within_100k_steps() {
 /// and CPU only): −96.50 on an AMD EPYC (Zen 4), −95.50 on an Intel Xeon (AVX-512). In parallel mode seeds 1-10
 /// gave −95.80 to −98.50 (BENCHMARKS.md).
 #[test]
+#[ignore = "learning lane"]
 fn dqn_learns_mountain_car_within_120k_steps() {
     let (s, ret) = shipped_dqn("dqn-mountain-car", "MountainCar-v0", 2, &["--serial_mode"]);
     assert!(s["env_frames"].as_u64().expect("frames") <= 121_000, "{s}");
@@ -106,6 +108,7 @@ fn dqn_learns_mountain_car_within_120k_steps() {
 /// seeds: on an Intel Xeon (AVX-512) seeds 1-12 gave 498.8 or 500 but seed 6, 136.25 (at the constant rate shipped
 /// before, 7 seeds of 10: 123.05, 417.65 and 151.05 on seeds 2, 4 and 6; BENCHMARKS.md).
 #[test]
+#[ignore = "learning lane"]
 fn dqn_learns_cartpole_within_50k_steps() {
     assert_seeds_pass("dqn_cartpole", 2, &[1, 2, 3, 4], 2, |seed| {
         let (s, ret) = cartpole_dqn("dqn-cartpole", seed, &["--serial_mode"]);
@@ -132,6 +135,7 @@ fn dqn_learns_cartpole_within_50k_steps() {
 /// holds the pole (mean return ≥ 475 over 20 episodes; a random policy gets 22) on 2 of the seeds 1-4: on an Intel
 /// Xeon (AVX-512) seeds 1-6 gave 477.6 to 500 (at the constant rate shipped before, seed 2 gave 230.95).
 #[test]
+#[ignore = "learning lane"]
 fn prioritized_dqn_learns_cartpole() {
     assert_seeds_pass("dqn_prioritized_cartpole", 2, &[1, 2, 3, 4], 2, |seed| {
         let (s, ret) = cartpole_dqn("dqn-per", seed, &["--prioritized_replay", "--serial_mode"]);
@@ -369,6 +373,7 @@ fn a_sleeping_off_policy_learner_does_not_hold_up_the_start() {
 /// policy's within 1M agent steps on seed 1 (measured: 380K, 83 s, release build; test profile on an Intel Xeon, 460K
 /// natively and 432K with two libtorch threads), and each policy learned.
 #[test]
+#[ignore = "learning lane"]
 fn treasurehunt_with_five_dqn_learners_doubles_a_random_policys_return() {
     let random = common::random_return_per_agent("treasurehunt", 4, 200);
     let reward = 2.0 * random;

@@ -302,6 +302,7 @@ fn replay_saves_that_cannot_fit_the_disk_are_refused_before_anything_is_written(
 /// SIGINT at an instant after the learner trained: exit 130, then a resume.
 #[test]
 fn sigint_at_any_instant_of_any_run_saves_what_a_resume_needs() {
+    let _turn = common::several_runs();
     common::each_seed(&(0..CASES.len() as u64).collect::<Vec<_>>(), 2, |i| {
         let case = &CASES[i as usize];
         let dir = temp_dir(&format!("fault-int-{}", case.name));
@@ -325,6 +326,7 @@ fn sigint_at_any_instant_of_any_run_saves_what_a_resume_needs() {
 /// newest intact checkpoint.
 #[test]
 fn sigkill_at_any_instant_of_any_run_resumes_from_the_newest_intact_checkpoint() {
+    let _turn = common::several_runs();
     common::each_seed(&(0..CASES.len() as u64).collect::<Vec<_>>(), 2, |i| {
         let case = &CASES[i as usize];
         let dir = temp_dir(&format!("fault-kill-{}", case.name));

@@ -47,6 +47,7 @@ fn run(use_rnn: bool, seed: u64) -> rlfactory::runner::Summary {
 }
 
 #[test]
+#[ignore = "learning lane"]
 fn a_gru_balances_velocity_masked_cartpole_and_an_mlp_cannot() {
     assert_seeds_pass("memory_gru", 2, &[1, 2, 3, 4], 1, |seed| {
         let gru = run(true, seed);

@@ -19,6 +19,7 @@ fn random_return_per_agent() -> f64 {
 /// agent episodes) reaches twice a random policy's within 3M agent steps on seed 1. Measured on an Intel Xeon, test
 /// profile: 84K agent steps natively, 160K with two libtorch threads (`scripts/test_portability threads2`); the
 /// budget is 18 times the slower.
+// lane: ci
 #[test]
 fn treasurehunt_with_one_shared_policy_doubles_a_random_policys_return() {
     let random = random_return_per_agent();
@@ -53,6 +54,7 @@ fn treasurehunt_with_one_shared_policy_doubles_a_random_policys_return() {
 /// random policy's within 1.5M agent steps on seed 1 (measured: about 210K; on an Intel Xeon 292K natively and 216K
 /// with two libtorch threads), and every policy learned on its own (each above 1.4 times random).
 #[test]
+#[ignore = "learning lane"]
 fn treasurehunt_with_five_separate_policies_doubles_a_random_policys_return() {
     let random = random_return_per_agent();
     let reward = 2.0 * random;
@@ -108,6 +110,7 @@ fn treasurehunt_with_five_separate_policies_doubles_a_random_policys_return() {
 /// random play makes about 22; measured 129-485 after 400K frames, lower on a loaded machine; on an Intel Xeon 194
 /// and 240 natively, 469 and 477 with two libtorch threads), with its own checkpoints, TensorBoard folder and learning curve,
 /// and one chart holding both; `enjoy --policy_index` loads either and refuses a third.
+// lane: ci
 #[test]
 fn two_policies_learn_side_by_side_with_their_own_checkpoints_and_summaries() {
     let dir = temp_dir("two-policies");
@@ -364,6 +367,7 @@ fn a_resumed_self_play_run_keeps_its_opponent_pool() {
 /// snapshots really play; `eval` pits each passing seed's policy against an early checkpoint of
 /// another run.
 #[test]
+#[ignore = "learning lane"]
 fn connect_four_self_play_beats_the_random_player_nine_times_in_ten() {
     common::assert_seeds_pass("c4_self_play", 2, &[2, 4, 3, 1], 2, |seed| {
         let dir = temp_dir(&format!("connect-four-{seed}"));
@@ -465,6 +469,7 @@ fn beats_an_early_checkpoint(train_dir_flag: &str) {
 /// (mean 0.88); with the lookahead and 500K moves, 0.955 and 0.97 there, and 0.955 for seed 1 with
 /// libtorch's plain kernels (`ATEN_CPU_CAPABILITY=default`), in about 60% of the wall time.
 #[test]
+#[ignore = "learning lane"]
 fn connect_four_team_self_play_beats_the_random_player_nine_times_in_ten() {
     let rates = common::each_seed(&[1, 2], 2, |seed| {
         let dir = temp_dir(&format!("connect-four-teams-{seed}"));
@@ -528,6 +533,7 @@ fn connect_four_team_self_play_beats_the_random_player_nine_times_in_ten() {
 /// `ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE`, 67 s a run; with 1M moves and the schedule over
 /// them, 98.0% and 99.0% (0.475 and 0.545), 96.0% and 95.5% under avx2 (0.5 and 0.48).
 #[test]
+#[ignore = "learning lane"]
 fn connect_four_trained_against_the_heuristic_too_beats_the_random_player_nine_times_in_ten() {
     let rates = common::each_seed(&[1, 2], 2, |seed| {
         let dir = temp_dir(&format!("connect-four-builtin-{seed}"));

@@ -18,6 +18,7 @@ const SIMPLE_SPREAD: &str = "pz:pettingzoo.mpe.simple_spread_v3";
 /// and -19.58, 56 s each; in parallel mode before, -25.5 in the first 78K agent steps, -22.2 after
 /// 356K, -18.4 to -21.7 after 550-850K.
 #[test]
+#[ignore = "learning lane"]
 fn simple_spread_return_improves_over_random_play() {
     let random = common::random_return_per_agent(SIMPLE_SPREAD, 5, 300);
     eprintln!("random policy: {random:.1} per agent and episode");
@@ -70,6 +71,7 @@ const SIMPLE_ADVERSARY: &str = "pz:pettingzoo.mpe.simple_adversary_v3";
 /// first and 7.5 after 600K against the learning one). `enjoy --policy_index 1` then plays every
 /// agent with its own policy and reports the good agents' episodes only.
 #[test]
+#[ignore = "learning lane"]
 fn simple_adversary_trains_a_policy_per_kind_of_agent() {
     let random_adversary = common::random_return_of(SIMPLE_ADVERSARY, 5, 300, |a| a == 0);
     eprintln!("random adversary: {random_adversary:.1}");
@@ -235,6 +237,7 @@ def parallel_env():
 /// (a unit Gaussian action clipped to the box, as at the start: -11.8 per episode by sampling; measured -7.2
 /// to -7.4). On an Intel Xeon, natively and with two libtorch threads alike: chooser 7.51, mover -7.31.
 #[test]
+#[ignore = "learning lane"]
 fn agents_whose_action_spaces_differ_in_kind_train_side_by_side() {
     let dir = temp_dir("pz-mixed-actions");
     let s = train_with_module(

@@ -18,6 +18,7 @@ const CONFIG: &str = concat!(
     "/configs/CartPole-v1-sample-efficient.toml"
 );
 
+// lane: ci
 #[test]
 fn cartpole_reaches_475_within_150k_frames_on_five_seeds() {
     let mut failures = Vec::new();

@@ -28,6 +28,7 @@ fn eval(train_dir: &std::path::Path, episodes: usize) -> std::process::Output {
 /// with swings the pendulum up and holds it (a mean return of at least −200 over 20 episodes; RL Zoo reports −157
 /// at this budget, a random policy gets about −1,200). All five seeds: BENCHMARKS.md.
 #[test]
+#[ignore = "learning lane"]
 fn sac_learns_pendulum_within_20k_steps() {
     let dir = temp_dir("sac-pendulum");
     let out = dir.path().join("summary.json");
