@@ -139,8 +139,14 @@ fn wait_for_progress(lines: &mpsc::Receiver<String>) -> Vec<String> {
         let line = lines
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("no progress line ({e}):\n{}", seen.join("\n")));
-        // A progress line (`frames N of M (...) | fps ...`) past the first frames.
-        let started = line.contains("| fps ") && !line.contains("frames 0 ");
+        // A progress line (`frames N of M (...) | fps ...`) past the first frames, after every policy's learner
+        // published weights (`| version N` above 0 for each): a learner killed before its first weights are whole
+        // has none to save, whatever the test then expects of it.
+        let published = line
+            .split("| version ")
+            .skip(1)
+            .all(|rest| rest.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()) > Some(0));
+        let started = line.contains("| fps ") && !line.contains("frames 0 ") && published;
         seen.push(line);
         if started {
             return seen;
