@@ -102,8 +102,15 @@ def run(args: List[str]) -> int:
         threading.Thread(target=_pump, args=(proc.stdout, sys.stdout, errors), daemon=True),
         threading.Thread(target=_pump, args=(proc.stderr, sys.stderr, errors), daemon=True),
     ]
-    for p in pumps:
-        p.start()
+    # The pumps start with SIGINT blocked (a thread inherits its creator's mask), so that a Ctrl-C is never taken by
+    # one of them: Python runs its handler in the main thread, whose wait below only returns early when the signal
+    # interrupts it.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        for p in pumps:
+            p.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
         code = proc.wait()
     except KeyboardInterrupt:
