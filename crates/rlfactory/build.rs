@@ -6,6 +6,9 @@
 //! instead gets a library path relative to the binary (`$ORIGIN/../lib/python3.X/site-packages/torch/lib` for a
 //! binary installed in the environment's `bin/`), so the installed binary finds the torch of the environment it is
 //! installed in wherever that environment is, and the folder of the interpreter's libpython.
+//!
+//! A build against `LIBTORCH` also records that folder (`RLF_BUILT_LIBTORCH`) for the launcher, which looks there
+//! when nothing else names a libtorch.
 
 use std::path::{Path, PathBuf};
 
@@ -93,7 +96,12 @@ fn main() {
         println!("cargo:warning=LIBTORCH is not set: run `eval \"$(scripts/setup_libtorch.sh)\"` first");
         return;
     };
-    let mut dirs = vec![libtorch.join("lib")];
+    let lib = libtorch.join("lib");
+    // The launcher (`src/launch.rs`) looks here when nothing else names a libtorch: a new shell in a clone has no
+    // LIBTORCH set, and the command a run prints for the user to type next must work there.
+    let built_against = std::fs::canonicalize(&lib).unwrap_or_else(|_| lib.clone());
+    println!("cargo:rustc-env=RLF_BUILT_LIBTORCH={}", built_against.display());
+    let mut dirs = vec![lib];
     dirs.extend(nvidia_lib_dirs(&libtorch));
     for dir in dirs {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());

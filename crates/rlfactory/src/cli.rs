@@ -1,6 +1,7 @@
 //! The `rlfactory` command line: subcommands, and how `train`'s flags are layered over the
 //! defaults and config files (see [`crate::config`]).
 
+use std::any::TypeId;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -42,6 +43,16 @@ pub enum Command {
     Export(ExportArgs),
     /// Watch a running experiment: FPS, policy lag, each component's CPU, queues and heartbeat, replay fill.
     Top(TopArgs),
+    /// Print every flag of `train` by section, with its type, default and help.
+    Config(ConfigArgs),
+}
+
+/// `rlfactory config`.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// Print the reference as the book's page of flags (Markdown, `docs/flags.md`) instead of text.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 /// `rlfactory train`.
@@ -69,6 +80,8 @@ pub enum Invocation {
     Export(ExportArgs),
     /// Watch a running experiment.
     Top(TopArgs),
+    /// Print the reference of `train`'s flags.
+    Config(ConfigArgs),
 }
 
 /// Why a command line was not accepted.
@@ -113,6 +126,129 @@ fn cli_command() -> Result<clap::Command, RlfError> {
         }))
 }
 
+/// The section of the flags that belong to no section of [`Config`] (`--config`).
+const FILES_SECTION: &str = "Settings files";
+
+/// Every flag of `train`, by section in the order of `--help`, with its type, default and help: as text, or as the
+/// book's page of flags (`markdown`). Generated from the command line `train` parses, whose defaults are
+/// [`Config::default`]'s, so the page cannot drift from the program.
+pub fn flags_reference(markdown: bool) -> Result<String, RlfError> {
+    let command = cli_command()?;
+    let train = command
+        .get_subcommands()
+        .find(|c| c.get_name() == "train")
+        .ok_or_else(|| RlfError::Config("the command line has no `train`".into()))?;
+    let settings = Config::default().to_settings()?;
+    // In the order the flags are declared (`train`'s own list has those given defaults at its end).
+    let declared = TrainArgs::augment_args(clap::Command::new("train"));
+    let mut sections: Vec<(&str, Vec<&clap::Arg>)> = Vec::new();
+    for id in declared.get_arguments().map(clap::Arg::get_id) {
+        let Some(arg) = train.get_arguments().find(|a| a.get_id() == id) else {
+            continue;
+        };
+        if arg.get_long().is_none() || arg.is_hide_set() {
+            continue;
+        }
+        let heading = arg.get_help_heading().unwrap_or(FILES_SECTION);
+        match sections.iter_mut().find(|(h, _)| *h == heading) {
+            Some((_, args)) => args.push(arg),
+            None => sections.push((heading, vec![arg])),
+        }
+    }
+    let one_line = |text: String| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = String::new();
+    if markdown {
+        out.push_str(
+            "# Flags of `rlfactory train`\n\nEvery flag, by section, with its type, its default and what it does. \
+             The defaults are the reference values; an env's shipped config (`crates/rlfactory/configs/<env>.toml`) \
+             and a `--config FILE` apply over them, and flags given on the command line win over both. A settings \
+             file's keys are these flags' names without the dashes.\n\nThis page is generated: \
+             `rlfactory config --markdown > docs/flags.md` writes it, and a test fails when it differs from what the \
+             program generates.\n",
+        );
+    }
+    for (heading, args) in sections {
+        if markdown {
+            out.push_str(&format!(
+                "\n## {heading}\n\n| flag | type | default | what it does |\n|---|---|---|---|\n"
+            ));
+        } else {
+            out.push_str(&format!("{heading}\n"));
+        }
+        for arg in args {
+            let long = arg.get_long().unwrap_or_default();
+            let choices: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .filter(|v| !v.is_hide_set())
+                .map(|v| v.get_name().to_owned())
+                .collect();
+            let parsed = arg.get_value_parser().type_id();
+            let is = |t: std::any::TypeId| parsed == t;
+            let kind = if is(TypeId::of::<bool>()) {
+                "bool".to_owned()
+            } else if !choices.is_empty() {
+                format!("one of {}", choices.join(", "))
+            } else if [TypeId::of::<f64>(), TypeId::of::<f32>()].into_iter().any(is) {
+                "number".to_owned()
+            } else if [
+                TypeId::of::<u64>(),
+                TypeId::of::<u32>(),
+                TypeId::of::<usize>(),
+                TypeId::of::<i64>(),
+                TypeId::of::<i32>(),
+            ]
+            .into_iter()
+            .any(is)
+            {
+                "integer".to_owned()
+            } else if is(TypeId::of::<PathBuf>()) {
+                "path".to_owned()
+            } else if matches!(settings.get(long), Some(toml::Value::Array(_))) {
+                "list".to_owned()
+            } else {
+                "text".to_owned()
+            };
+            let defaults = arg.get_default_values();
+            let default = defaults
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(",");
+            let help = one_line(
+                arg.get_long_help()
+                    .or(arg.get_help())
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            );
+            if markdown {
+                let cell = |text: &str| text.replace('|', "\\|");
+                let default = match default.as_str() {
+                    "" if defaults.is_empty() => "none".to_owned(),
+                    "" => "empty".to_owned(),
+                    d => format!("`{}`", cell(d)),
+                };
+                out.push_str(&format!(
+                    "| `--{long}` | {} | {default} | {} |\n",
+                    cell(&kind),
+                    cell(&help)
+                ));
+            } else {
+                let default = match default.as_str() {
+                    "" if defaults.is_empty() => String::new(),
+                    "" => " [default: empty]".to_owned(),
+                    d => format!(" [default: {d}]"),
+                };
+                out.push_str(&format!("  --{long} <{kind}>{default}\n      {help}\n"));
+            }
+        }
+        if !markdown {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
 /// Parses `args` (program name first). For `train`: the defaults, the env's shipped config,
 /// `--config FILE` and the values given on the command line, in that order (see
 /// [`crate::config`]), then `--benchmark`'s implications, then validation.
@@ -137,6 +273,7 @@ pub fn parse_invocation(args: &[String], registry: &EnvRegistry) -> Result<Invoc
             a.check()?;
             return Ok(Invocation::Top(a));
         }
+        Command::Config(a) => return Ok(Invocation::Config(a)),
     };
     let given = matches
         .subcommand_matches("train")
@@ -306,6 +443,10 @@ fn run(
         Invocation::Eval(args) => return crate::enjoy::eval(&args, registry).map(|_| None),
         Invocation::Export(args) => return crate::enjoy::export(&args, registry).map(|()| None),
         Invocation::Top(args) => return crate::top::top(&args, &mut std::io::stdout().lock()).map(|()| None),
+        Invocation::Config(args) => {
+            print!("{}", flags_reference(args.markdown)?);
+            return Ok(None);
+        }
     };
     let cfg = &plan.config;
     // A reaper removes the shared memory that the run and its workers leave if they are all killed at once (SIGKILL of

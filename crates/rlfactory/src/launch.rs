@@ -7,7 +7,9 @@
 //! 1. `$LIBTORCH/lib` (a libtorch folder, or a torch package's folder: `.../site-packages/torch`);
 //! 2. the torch package of the Python environment the binaries are installed in (`<bin>/../lib/python3.*/
 //!    site-packages/torch/lib`, where `pip install .` puts them beside the environment's torch);
-//! 3. the torch package of the active Python (`$VIRTUAL_ENV/bin/python`, else `python3` on `PATH`).
+//! 3. the libtorch the binaries were built against, when the build named one (`LIBTORCH` at build time, as in a
+//!    clone after `scripts/setup_libtorch.sh`: its `.libtorch/`), and it is still there;
+//! 4. the torch package of the active Python (`$VIRTUAL_ENV/bin/python`, else `python3` on `PATH`).
 //!
 //! The process stays the same (the program is replaced by `exec`), so its id, its start time (the runs' timings count
 //! from it) and its parent are the ones the caller sees.
@@ -24,6 +26,11 @@ const LIBTORCH_CPU: &str = "libtorch_cpu.so";
 const FIND_TORCH: &str = "import importlib.util, os
 spec = importlib.util.find_spec('torch')
 print(os.path.join(os.path.dirname(spec.origin), 'lib') if spec and spec.origin else '')";
+
+/// The one line for a libtorch that none of the places hold.
+const NOT_FOUND: &str = "libtorch not found: set LIBTORCH to a libtorch 2.13 folder (a torch 2.13 package's folder, \
+     .../site-packages/torch, works; `eval \"$(bash scripts/setup_libtorch.sh)\"` in a clone sets it), or run from a \
+     Python environment with torch==2.13 installed";
 
 fn has_libtorch(dir: &Path) -> bool {
     dir.join(LIBTORCH_CPU).is_file()
@@ -54,6 +61,12 @@ fn active_python_torch() -> Option<PathBuf> {
     (out.status.success() && has_libtorch(&dir)).then_some(dir)
 }
 
+/// The library folder of the libtorch the binaries were built against (see the module doc), if it is still there.
+fn built_against() -> Option<PathBuf> {
+    let dir = PathBuf::from(option_env!("RLF_BUILT_LIBTORCH")?);
+    has_libtorch(&dir).then_some(dir)
+}
+
 /// Where libtorch is (see the module doc), or the one line that says how to point at it.
 fn find_libtorch(bin: &Path) -> Result<PathBuf, String> {
     if let Some(root) = std::env::var_os("LIBTORCH") {
@@ -67,12 +80,10 @@ fn find_libtorch(bin: &Path) -> Result<PathBuf, String> {
             )),
         };
     }
-    environment_torch(bin).or_else(active_python_torch).ok_or_else(|| {
-        "libtorch not found: set LIBTORCH to a libtorch 2.13 folder (a torch 2.13 package's folder, \
-         .../site-packages/torch, works; `eval \"$(bash scripts/setup_libtorch.sh)\"` in a clone sets it), or run \
-         from a Python environment with torch==2.13 installed"
-            .to_owned()
-    })
+    environment_torch(bin)
+        .or_else(built_against)
+        .or_else(active_python_torch)
+        .ok_or_else(|| NOT_FOUND.to_owned())
 }
 
 fn main() -> ExitCode {

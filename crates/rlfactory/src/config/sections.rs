@@ -10,7 +10,7 @@ use super::values::{parse_bool, ConvLayers, Layers};
 
 /// The environment and the seeds.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(rename_all = "snake_case", next_help_heading = "Environment and seeds")]
 #[serde(default)]
 pub struct EnvConfig {
     /// Environment id: a native classic-control env such as CartPole-v1, a native multi-agent
@@ -51,7 +51,10 @@ impl Default for EnvConfig {
 
 /// Rollout and inference workers.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(
+    rename_all = "snake_case",
+    next_help_heading = "Rollout and inference workers"
+)]
 #[serde(default)]
 pub struct SamplingConfig {
     /// Number of rollout workers.
@@ -263,7 +266,7 @@ pub enum PolicyInitialization {
 
 /// The network.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(rename_all = "snake_case", next_help_heading = "The network")]
 #[serde(default)]
 pub struct ModelConfig {
     /// Convolutions applied first to the image part of the observation (a Box of shape
@@ -422,7 +425,7 @@ pub enum LrScheduleKind {
 
 /// APPO: advantages, losses and the epoch / minibatch loop (its optimiser is [`OptimizerConfig`]).
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(rename_all = "snake_case", next_help_heading = "APPO")]
 #[serde(default)]
 pub struct AppoConfig {
     /// GAE λ (when not using V-trace).
@@ -515,7 +518,7 @@ impl Default for AppoConfig {
 /// The optimiser every algorithm's learners step with: Adam, its learning rate and schedule, and the clipping of the
 /// gradients' global norm (APPO's and DQN's; SAC clips none, as the paper).
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(rename_all = "snake_case", next_help_heading = "The optimiser")]
 #[serde(default)]
 pub struct OptimizerConfig {
     /// Adam learning rate (the start value of the schedule).
@@ -559,7 +562,10 @@ impl Default for OptimizerConfig {
 
 /// The learning algorithm and what every algorithm learns with: the discount and the minibatch size.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(
+    rename_all = "snake_case",
+    next_help_heading = "The algorithm, the discount and the minibatch"
+)]
 #[serde(default)]
 pub struct LearningConfig {
     /// The learning algorithm, by its registered name (`crate::algo` registers each; the command line lists them).
@@ -592,7 +598,10 @@ pub const DEFAULT_ALGO: &str = "appo";
 /// size and the discount are [`LearningConfig`]'s, the learning rate, Adam and gradient clipping
 /// [`OptimizerConfig`]'s; `--double_q`, `--dueling` and the ε schedule are DQN's.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(
+    rename_all = "snake_case",
+    next_help_heading = "Off-policy learning (DQN, SAC)"
+)]
 #[serde(default)]
 pub struct OffPolicyConfig {
     /// Transitions each policy's replay buffer holds (the oldest are overwritten).
@@ -697,7 +706,7 @@ pub enum DeviceKind {
 
 /// The run: experiment folder, mode, stop conditions, reporting.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(rename_all = "snake_case", next_help_heading = "The run")]
 #[serde(default)]
 pub struct RunConfig {
     /// Experiment name (a folder under `train_dir`).
@@ -796,7 +805,7 @@ impl Default for RunConfig {
 /// Weights & Biases (Sample Factory's flags), through the `wandb` package of the Python environment the binary runs
 /// in (the `python` feature).
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(rename_all = "snake_case", next_help_heading = "Weights & Biases")]
 #[serde(default)]
 pub struct WandbConfig {
     /// Log the run to Weights & Biases: the config, the TensorBoard scalars, and the learning curves at the end (the
@@ -879,7 +888,7 @@ pub enum BestMetric {
 
 /// The experiment folder's checkpoints and restarts.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(rename_all = "snake_case", next_help_heading = "Checkpoints and restarts")]
 #[serde(default)]
 pub struct CheckpointingConfig {
     /// What to do when the experiment folder exists: resume from its latest checkpoint, restart
@@ -919,7 +928,7 @@ impl Default for CheckpointingConfig {
 
 /// Population-based training (Sample Factory's flags; see [`crate::pbt`]).
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(rename_all = "snake_case", next_help_heading = "Population-based training")]
 #[serde(default)]
 pub struct PbtConfig {
     /// Population-based training of the `--num_policies` policies (needs an experiment folder:
@@ -981,7 +990,10 @@ pub enum Workflow {
 
 /// Distribution across machines under `mpirun` (EXARL's structure: see `rlf_comm::layout`).
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
-#[command(rename_all = "snake_case")]
+#[command(
+    rename_all = "snake_case",
+    next_help_heading = "Distribution across machines (MPI)"
+)]
 #[serde(default)]
 pub struct DistributedConfig {
     /// Run as one rank of an MPI job (start with `mpirun`; a build with the `mpi` feature).

@@ -526,9 +526,10 @@ fn usage_errors_are_found_before_any_work() {
     rejects(&export, "there is no folder");
 }
 
-/// A default run's terminal (issue 34's quiet terminal): one line saying what is trained and where it goes, progress
+/// A default run's terminal: one line saying what is trained and where it goes, progress
 /// lines with the frames against the budget and the time left, and at the end the frames, time and return, the
-/// folder and the commands that open the curves and play the policy; no config dump (`--verbose` prints it) and no
+/// folder and the commands that open the curves and play the policy (which works pasted into a new shell); no config
+/// dump (`--verbose` prints it) and no
 /// JSON (`--summary_json` writes it).
 #[test]
 fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
@@ -597,6 +598,18 @@ fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
         "{stderr}"
     );
     assert!(lines.len() < 40, "{} lines:\n{stderr}", lines.len());
+    // The command to type next, pasted into a new shell: no LIBTORCH, no venv, no Python on PATH.
+    let watch = end[3].strip_prefix("[rlfactory] watch the policy: ").unwrap();
+    let pasted = common::output(
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!("{watch} --max_num_episodes 1"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir.path()),
+    );
+    let said = String::from_utf8_lossy(&pasted.stderr);
+    assert!(pasted.status.success(), "`{watch}` in a new shell:\n{said}");
     let verbose = run(&["--verbose"]);
     assert!(
         verbose.starts_with("[rlfactory] training CartPole-v1 with:\n") && verbose.contains("lr_schedule = "),
@@ -638,11 +651,12 @@ fn with_wandb_needs_an_experiment_folder_and_says_how_to_get_wandb() {
     );
 }
 
-/// The binaries moved to another folder (hard-linked there: the same files, at a path no build wrote into them) find
-/// libtorch through `LIBTORCH` and train; without it, and with no Python torch to fall back on, the `rlfactory`
-/// command says in one line how to point at libtorch, instead of the dynamic loader's failure.
+/// The binaries moved to another folder (hard-linked there: the same files, at a path no build wrote into them), in a
+/// new shell with no Python on PATH: they find the libtorch they were built against and train; with `LIBTORCH`
+/// naming a folder that has no libtorch, the `rlfactory` command says so in one line, instead of the dynamic loader's
+/// failure.
 #[test]
-fn moved_binaries_find_libtorch_through_libtorch_or_say_how_in_one_line() {
+fn moved_binaries_find_their_libtorch_or_say_in_one_line_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let built = std::path::Path::new(env!("CARGO_BIN_EXE_rlfactory"));
     for name in ["rlfactory", "rlfactory-core"] {
@@ -652,7 +666,6 @@ fn moved_binaries_find_libtorch_through_libtorch_or_say_how_in_one_line() {
             std::fs::copy(&from, &to).unwrap();
         }
     }
-    let libtorch = std::env::var("LIBTORCH").expect("the tests run with LIBTORCH set");
     let moved = |libtorch: Option<&str>| {
         let mut cmd = Command::new(dir.path().join("rlfactory"));
         // No `python3` on PATH: no Python torch to find.
@@ -676,14 +689,52 @@ fn moved_binaries_find_libtorch_through_libtorch_or_say_how_in_one_line() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let (code, stderr) = moved(Some(&libtorch));
+    let (code, stderr) = moved(None);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("done: "), "{stderr}");
-    let (code, stderr) = moved(None);
+    let nowhere = dir.path().join("no-libtorch");
+    let (code, stderr) = moved(Some(nowhere.to_str().unwrap()));
     assert_eq!(code, Some(1), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.starts_with("error: libtorch not found: set LIBTORCH"),
-        "{stderr}"
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "error: LIBTORCH={} has no lib/libtorch_cpu.so: point it at a libtorch 2.13 folder (or a torch 2.13 \
+             package's folder, .../site-packages/torch)",
+            nowhere.display()
+        ),
     );
+}
+
+/// The book's page of flags is what `rlfactory config --markdown` generates from the command line `train` parses:
+/// every flag of `train --help`, each once, in a table of its section.
+#[test]
+fn the_flags_page_is_what_the_program_generates() {
+    let generated = common::output(Command::new(common::BIN).args(["config", "--markdown"]));
+    assert!(generated.status.success(), "{}", common::text(&generated.stderr));
+    let generated = common::text(&generated.stdout);
+    let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/flags.md");
+    let written = std::fs::read_to_string(&page).unwrap_or_default();
+    assert!(
+        written == generated,
+        "docs/flags.md differs from what the program generates: write it again with \
+         `./target/debug/rlfactory config --markdown > docs/flags.md`"
+    );
+    let help = common::output(Command::new(common::BIN).args(["train", "--help"]));
+    let help = common::text(&help.stdout);
+    let flags: Vec<&str> = help
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .filter_map(|l| l.split([' ', '=', '[', '<']).next())
+        .filter(|f| !["help"].contains(f))
+        .collect();
+    assert!(flags.len() > 100, "{help}");
+    for flag in flags {
+        let rows = generated
+            .lines()
+            .filter(|l| l.starts_with(&format!("| `--{flag}` |")))
+            .count();
+        assert_eq!(rows, 1, "--{flag} is in {rows} rows of the page");
+    }
+    assert!(generated.contains("\n## Environment and seeds\n"), "{generated}");
 }
