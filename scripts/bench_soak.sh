@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Memory over a long run (issue 32): trains at full speed for SECONDS (default 900) and every 10 s samples, summed
-# over every process of the run, the resident set size (RSS: shared pages counted in every process that maps them),
-# the proportional set size (PSS: shared memory counted once, split between the processes that map it), its private
-# part (heap, stacks), and the KiB allocated to the run's segments in /dev/shm. Prints the samples, then the growth of
-# each from the sample at 60 s to the last one. The target: under 2%.
+# Memory over a long run: trains at full speed for SECONDS (default 900) and every 10 s samples, summed over every
+# process of the run, the resident set size (RSS: shared pages counted in every process that maps them), the
+# proportional set size (PSS: shared memory counted once, split between the processes that map it), its private part
+# (heap, stacks), and the KiB allocated to the run's segments in /dev/shm. Prints the samples, then the growth of each
+# from the sample at 60 s to the last one. The target: under 2%.
 # Usage: bash scripts/bench_soak.sh [cartpole|treasurehunt ...]   (default: both)
 #   cartpole      CartPole-v1, APPO, the default config (parallel)
 #   treasurehunt  Treasurehunt, 5 DQN learners (configs/treasurehunt-iqn-like.toml, parallel)

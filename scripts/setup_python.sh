@@ -19,10 +19,10 @@ PETTINGZOO_VERSION="1.24.3"
 # pettingzoo itself does not depend on it; its `mpe` and `classic` extras pin this version (we install
 # pygame alone: the `classic` extra would also pull chess, rlcard and OpenSpiel).
 PYGAME_VERSION="2.3.0"
-# Pixel envs (issue 18): ALE with its ROMs in the wheel (0.9.0 is the last release for gymnasium 0.29; its envs
-# register when `ale_py` is imported), MinAtar and VizDoom. MinAtar's and VizDoom's declared dependencies are left
-# out (--no-deps): MinAtar's plotting stack (matplotlib, pandas, seaborn, scipy) is for its own examples, and
-# VizDoom's pygame-ce would replace PettingZoo's pygame (both are the `pygame` module); neither is needed to step.
+# Pixel envs: ALE with its ROMs in the wheel (0.9.0 is the last release for gymnasium 0.29; its envs register when
+# `ale_py` is imported), MinAtar and VizDoom. MinAtar's and VizDoom's declared dependencies are left out (--no-deps):
+# MinAtar's plotting stack (matplotlib, pandas, seaborn, scipy) is for its own examples, and VizDoom's pygame-ce would
+# replace PettingZoo's pygame (both are the `pygame` module); neither is needed to step.
 ALE_PY_VERSION="0.9.0"
 # `enjoy --save_video` encodes with ffmpeg; this package ships a static one (with libx264), found through the venv.
 IMAGEIO_FFMPEG_VERSION="0.8.1"

@@ -1,5 +1,5 @@
-//! Treasurehunt: agents on a walled grid walk into gems that appear at random, the environment of
-//! seed 004's system (the `treasurehunt` example of social-ai-uoft/sorrel), reproduced natively.
+//! Treasurehunt: agents on a walled grid walk into gems that appear at random, the gridworld of sorrel's
+//! `treasurehunt_mp` (the `treasurehunt` example of social-ai-uoft/sorrel), reproduced natively.
 //!
 //! # The world
 //! A grid of `height × width` cells with two layers. Layer 0 (ground) holds [`Entity::Wall`] on

@@ -1,6 +1,7 @@
-//! The learner's work per gradient step on seed 004's workload (`configs/treasurehunt-iqn-like.toml`): one DQN step
-//! on its network (625 → 250 → 250, dueling head of 4 actions, batch 256, 3-step double-DQN targets, Polyak averaging
-//! every step), and drawing the batch from a full replay ring of 1,024 rows and making tensors of it.
+//! The learner's work per gradient step on the workload of sorrel's `treasurehunt_mp`
+//! (`configs/treasurehunt-iqn-like.toml`): one DQN step on its network (625 → 250 → 250, dueling head of 4 actions,
+//! batch 256, 3-step double-DQN targets, Polyak averaging every step), and drawing the batch from a full replay ring of
+//! 1,024 rows and making tensors of it.
 //!
 //! `cargo run --release -p rlfactory --example dqn_bench -- [--steps N] [--precision highest|medium|auto]
 //! [--threads T]`: the median and the fastest of 10 timings of N/10 steps each (N = 500), in µs per step (the

@@ -1,7 +1,7 @@
 //! rlfactory: high-throughput asynchronous reinforcement learning.
 //!
 //! Data flows `env → sampling (rollout, inference) → learning (batcher, learner) → runner`;
-//! [`algo`] holds the math and [`model`] the networks (see `ARCHITECTURE.md`).
+//! [`algo`] holds the math and [`model`] the networks (see `docs/architecture.md`).
 //!
 //! ```no_run
 //! use rlfactory::{config::Config, runner};

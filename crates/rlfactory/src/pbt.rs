@@ -16,7 +16,7 @@
 //! - the relative gap divides by the larger magnitude of the two objectives, so negative and
 //!   near-zero returns compare sensibly (its TODO);
 //! - a policy without a finished episode yet, or an objective that is not finite, postpones the
-//!   policy's update instead of failing (its issue #263 crashed on missing statistics).
+//!   policy's update instead of failing (Sample Factory's GitHub issue #263: it crashed on missing statistics).
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;

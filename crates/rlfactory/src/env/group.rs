@@ -1,6 +1,6 @@
-//! Envs that span ranks (issue 17; EXARL's env communicators). Under `--mpi` with `--process_per_env k`, an env group
-//! is a lead rank and `k − 1` member ranks. Each split of the lead's rollout workers steps its envs over the whole
-//! group, on a communicator of that split's own made by the group alone ([`EnvGroup::comm`]):
+//! Envs that span ranks (EXARL's env communicators). Under `--mpi` with `--process_per_env k`, an env group is a lead
+//! rank and `k − 1` member ranks. Each split of the lead's rollout workers steps its envs over the whole group, on a
+//! communicator of that split's own made by the group alone ([`EnvGroup::comm`]):
 //! - [`GroupVecEnv`], on the lead, broadcasts each order (reset with a seed, step with every env's action, close);
 //! - every rank steps its share of the envs (a [`VecEnv`]; [`serve_share`] on a member) in lockstep;
 //! - the lead gathers the shares' observations, rewards, flags, finished episodes and final observations.

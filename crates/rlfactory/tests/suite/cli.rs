@@ -463,8 +463,8 @@ fn benchmark_reports_steady_state_fps_without_an_experiment_folder() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Usage errors a user met only after the run had started, or not at all (issue 32): each is one line and exit code
-/// 2 before any work, and the train dir stays empty.
+/// Usage errors a user met only after the run had started, or not at all: each is one line and exit code 2 before any
+/// work, and the train dir stays empty.
 #[test]
 fn usage_errors_are_found_before_any_work() {
     let tmp = tempfile::tempdir().expect("temp dir");

@@ -65,9 +65,8 @@ fn shipped_dqn(name: &str, env: &str, seed: u64, flags: &[&str]) -> (serde_json:
 /// there (BENCHMARKS.md); an AMD EPYC with bfloat16 products gave −80.50, **−170.80**, −84.70 at f6a1d2f. The seeds
 /// run in the order 3, 2, 1, two at a time, and the third only when one of the first two fails: seed 3 met the target
 /// in all six variations above, seed 1 in four and seed 2 in four. The order is the one that takes a single pair on
-/// the Intel Xeon that this and the last four sessions ran on, where seed 1 fails natively (3, 1, 2 until
-/// 2026-12-06, for the AMD EPYCs before them, where seeds 3 and 1 pass): about 250 s of a 2-core machine per pair,
-/// 460 s with the third seed, the suite's longest test.
+/// the Intel Xeon above, where seed 1 fails natively (on an AMD EPYC seeds 3 and 1 pass): about 250 s of a 2-core
+/// machine per pair, 460 s with the third seed, the suite's longest test.
 #[test]
 #[ignore = "learning lane"]
 fn dqn_learns_acrobot_within_100k_steps() {
@@ -369,9 +368,9 @@ fn a_sleeping_off_policy_learner_does_not_hold_up_the_start() {
 }
 
 /// Treasurehunt, 5 agents taking turns, one DQN policy per agent (`--agent_policy_map`), each with its own replay
-/// buffer and learner process (seed 004's layout), shipped config: the mean return per agent reaches twice a random
-/// policy's within 1M agent steps on seed 1 (measured: 380K, 83 s, release build; test profile on an Intel Xeon, 460K
-/// natively and 432K with two libtorch threads), and each policy learned.
+/// buffer and learner process (as sorrel's `treasurehunt_mp`), shipped config: the mean return per agent reaches twice
+/// a random policy's within 1M agent steps on seed 1 (measured: 380K, 83 s, release build; test profile on an Intel
+/// Xeon, 460K natively and 432K with two libtorch threads), and each policy learned.
 #[test]
 #[ignore = "learning lane"]
 fn treasurehunt_with_five_dqn_learners_doubles_a_random_policys_return() {

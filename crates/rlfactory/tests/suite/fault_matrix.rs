@@ -1,6 +1,6 @@
-//! The fault matrix (issue 32): every kind of run that exists, stopped at an arbitrary instant, resumes. APPO, DQN
-//! (prioritised) and SAC, each in serial and parallel mode, Connect Four self-play (parallel, and serial without a
-//! kept state) and a PBT population of two:
+//! The fault matrix: every kind of run that exists, stopped at an arbitrary instant, resumes. APPO, DQN (prioritised)
+//! and SAC, each in serial and parallel mode, Connect Four self-play (parallel, and serial without a kept state) and a
+//! PBT population of two:
 //! - SIGINT at an instant after the learner has trained: exit 130, no shared memory left, a last checkpoint with
 //!   Adam's moments (and the target networks and replay buffer of DQN and SAC);
 //! - SIGKILL of the main process at an instant after its first checkpoint: every process of the run goes, the
@@ -534,12 +534,12 @@ fn a_serial_run_says_at_its_start_whether_a_stop_keeps_an_exact_state() {
     }
 }
 
-/// Item 3 of issue 32: a serial run, stopped by SIGINT at an arbitrary instant, then its resume stopped again, then a
-/// start SIGKILLed as it begins, then resumed to the end, ends with every tensor of its last checkpoint (the networks, the targets, Adam's moments, the
-/// normalisers' statistics) bit-identical to those of the same run never stopped: for DQN with prioritised replay,
-/// APPO with normalisers and with a GRU, and SAC. The stop keeps every component's state (the envs mid-episode, the
-/// n-step windows, the generators, the trajectory slots, the batcher's datasets, the undelivered messages); the
-/// same stop resumed without it ends elsewhere.
+/// Stop and resume are exact: a serial run, stopped by SIGINT at an arbitrary instant, then its resume stopped again,
+/// then a start SIGKILLed as it begins, then resumed to the end, ends with every tensor of its last checkpoint (the
+/// networks, the targets, Adam's moments, the normalisers' statistics) bit-identical to those of the same run never
+/// stopped: for DQN with prioritised replay, APPO with normalisers and with a GRU, and SAC. The stop keeps every
+/// component's state (the envs mid-episode, the n-step windows, the generators, the trajectory slots, the batcher's
+/// datasets, the undelivered messages); the same stop resumed without it ends elsewhere.
 #[test]
 fn a_serial_run_stopped_twice_by_sigint_ends_with_the_weights_of_one_never_stopped() {
     for case in EXACT {

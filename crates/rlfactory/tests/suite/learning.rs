@@ -1,12 +1,12 @@
 //! Learning with each shipped config (`configs/<env>.toml`, applied by default), through the real binary in serial
-//! mode: one fixed seed per env reaches the README's target within its frame budget. (CartPole: `ppo_cartpole.rs` and
-//! `parallel.rs`.) Serial mode repeats a run exactly on one binary and CPU, so the test does not depend on its
-//! neighbours' load (in parallel mode MountainCar's seed 3 needed 107K frames alone and 1.10M or more beside another
-//! run). Frames to the target in the test profile on an AMD EPYC (Zen 3, no AVX-512) as this CPU picks / libtorch's
-//! AVX2 kernels / its plain ones / MKL's compatible path / MKL's AVX2 path / two libtorch threads: Acrobot 94K, 94K,
-//! 102K, 92K, 121K, 82K (budget 500K); MountainCar 81K, 81K, 76K, 106K, 78K, 104K (budget 2M); Pendulum 105K, 105K,
-//! 105K, 219K, 111K, 165K (budget 2M); MountainCarContinuous 172K, 172K, 178K, 140K, 129K, 152K (budget 2M). The four
-//! runs take 22 s there.
+//! mode: one fixed seed per env reaches its target (docs/appo.md's results) within its frame budget. (CartPole:
+//! `ppo_cartpole.rs` and `parallel.rs`.) Serial mode repeats a run exactly on one binary and CPU, so the test does not
+//! depend on its neighbours' load (in parallel mode MountainCar's seed 3 needed 107K frames alone and 1.10M or more
+//! beside another run). Frames to the target in the test profile on an AMD EPYC (Zen 3, no AVX-512) as this CPU picks /
+//! libtorch's AVX2 kernels / its plain ones / MKL's compatible path / MKL's AVX2 path / two libtorch threads: Acrobot
+//! 94K, 94K, 102K, 92K, 121K, 82K (budget 500K); MountainCar 81K, 81K, 76K, 106K, 78K, 104K (budget 2M); Pendulum 105K,
+//! 105K, 105K, 219K, 111K, 165K (budget 2M); MountainCarContinuous 172K, 172K, 178K, 140K, 129K, 152K (budget 2M). The
+//! four runs take 22 s there.
 
 use crate::common;
 

@@ -1,8 +1,8 @@
-//! The `rlfactory` crate's integration tests, one module per subject, in one binary: the crate and libtorch are
-//! linked once, and the harness's threads take the next test of any module as soon as one is free. The modules of
-//! Gymnasium and PettingZoo envs need the `python` feature, those of MPI jobs the `mpi` feature (the README's test
-//! command builds both). Apart: `own_binary`, its own training program (`harness = false`), and `vizdoom`, whose
-//! game crashes a process that ran ALE (`pixels`).
+//! The `rlfactory` crate's integration tests, one module per subject, in one binary: the crate and libtorch are linked
+//! once, and the harness's threads take the next test of any module as soon as one is free. The modules of Gymnasium
+//! and PettingZoo envs need the `python` feature, those of MPI jobs the `mpi` feature (`bash scripts/test`, the CI lane
+//! of docs/contributing.md, builds both). Apart: `own_binary`, its own training program (`harness = false`), and
+//! `vizdoom`, whose game crashes a process that ran ALE (`pixels`).
 //!
 //! Tests that run libtorch in this process and seed its one random generator take turns
 //! ([`common::torch_rng`]); the others start the `rlfactory` binary.

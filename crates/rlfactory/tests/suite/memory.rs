@@ -1,11 +1,11 @@
 //! Memory: CartPole-v1 with its velocities hidden (`--obs_mask 0,2`) is a partially observed task. With the shipped
-//! `configs/CartPole-v1-masked-gru.toml` (a GRU, serial mode: the same run on the same binary and CPU), 2 of the
-//! seeds 1-4 reach a mean return of 400 over the last 100 episodes within the file's budget of 400K env frames (one
-//! seed in five missed it in the README's runs); the same budget and settings without the GRU stay far below (an MLP
-//! sees positions only and cannot tell which way the pole moves). Frames to 400: 197K, 330K, 273K, none (217 at 400K)
-//! and 226K on seeds 1-5 on an AMD EPYC (Zen 4); 362K, 202K, 210K, 224K, 169K and 159K on seeds 1-6 on an Intel Xeon
+//! `configs/CartPole-v1-masked-gru.toml` (a GRU, serial mode: the same run on the same binary and CPU), 2 of the seeds
+//! 1-4 reach a mean return of 400 over the last 100 episodes within the file's budget of 400K env frames (one seed in
+//! five missed it in docs/appo.md's results); the same budget and settings without the GRU stay far below (an MLP sees
+//! positions only and cannot tell which way the pole moves). Frames to 400: 197K, 330K, 273K, none (217 at 400K) and
+//! 226K on seeds 1-5 on an AMD EPYC (Zen 4); 362K, 202K, 210K, 224K, 169K and 159K on seeds 1-6 on an Intel Xeon
 //! (AVX-512); seeds 1 and 2 there with libtorch's plain kernels 279K and 226K, with MKL's SSE2 path 158K and 258K
-//! (`scripts/test_portability`, issue 31). The MLP: 43.0 to 45.8 at 400K.
+//! (`scripts/test_portability`). The MLP: 43.0 to 45.8 at 400K.
 
 use crate::common;
 

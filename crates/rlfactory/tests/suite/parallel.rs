@@ -31,9 +31,9 @@ fn spawn_train(args: &[String]) -> (u32, mpsc::Receiver<String>, mpsc::Receiver<
 }
 
 /// CartPole-v1 with the default config in parallel mode reaches 475 within 1.5M frames on seed 1. Parallel mode does
-/// not repeat a run (the processes interleave as the machine schedules them); frames to 475 on an Intel Xeon under
-/// the CPU variations of `scripts/test_portability` (issue 31): 287K natively, 238K with libtorch's plain kernels,
-/// 242K with its AVX2 ones, 149K with MKL's SSE2 path: the budget is five times the largest.
+/// not repeat a run (the processes interleave as the machine schedules them); frames to 475 on an Intel Xeon under the
+/// CPU variations of `scripts/test_portability`: 287K natively, 238K with libtorch's plain kernels, 242K with its AVX2
+/// ones, 149K with MKL's SSE2 path: the budget is five times the largest.
 // lane: ci
 #[test]
 fn the_default_parallel_configuration_learns_cartpole() {

@@ -1,8 +1,8 @@
-//! Learning: with its shipped sample-efficient config (`configs/CartPole-v1-sample-efficient.toml`),
-//! CartPole-v1 reaches a mean return of 475 over the last 100 episodes within 150K env frames, on
-//! each fixed seed, through the whole component graph. Frames to 475 on seeds 1-5 on an Intel Xeon under the CPU
-//! variations of `scripts/test_portability` (issue 31): 54.0K-72.7K natively and with libtorch's AVX2 kernels,
-//! 54.5K-120.1K with its plain ones, 53.8K-100.9K with MKL's SSE2 path.
+//! Learning: with its shipped sample-efficient config (`configs/CartPole-v1-sample-efficient.toml`), CartPole-v1
+//! reaches a mean return of 475 over the last 100 episodes within 150K env frames, on each fixed seed, through the
+//! whole component graph. Frames to 475 on seeds 1-5 on an Intel Xeon under the CPU variations of
+//! `scripts/test_portability`: 54.0K-72.7K natively and with libtorch's AVX2 kernels, 54.5K-120.1K with its plain ones,
+//! 53.8K-100.9K with MKL's SSE2 path.
 
 use crate::common;
 

@@ -1,6 +1,6 @@
-//! Several learners of one policy (issue 17, A11): learners on different data whose gradients are averaged over a
-//! learner communicator hold bit-identical weights. In a test binary of its own: libtorch's random generator is one
-//! per process, and the learners draw from it (minibatch order) while they train.
+//! Several learners of one policy: learners on different data whose gradients are averaged over a learner communicator
+//! hold bit-identical weights. In a test binary of its own: libtorch's random generator is one per process, and the
+//! learners draw from it (minibatch order) while they train.
 
 use crate::common;
 

@@ -1,5 +1,5 @@
-//! The async workflow across processes and machines over [`rlf_comm`]'s communicators (EXARL's structure, issue 17):
-//! every part of it but the env groups, which are envs ([`crate::env::group`]).
+//! The async workflow across processes and machines over [`rlf_comm`]'s communicators (EXARL's structure): every part
+//! of it but the env groups, which are envs ([`crate::env::group`]).
 //!
 //! - [`launch`]: `train --mpi` under `mpirun` (cargo feature `mpi`): MPI started for several threads, then this
 //!   process's rank.

@@ -1,15 +1,14 @@
-//! One rank of an MPI job in the async workflow (EXARL's async learner; issue 17). The learner rank runs the batcher,
-//! the learner and the runner; every actor rank runs rollout and inference workers over its own shared memory, as
-//! one machine does; a link on each rank's main loop stands for the other side ([`super::link`]).
+//! One rank of an MPI job in the async workflow (EXARL's async learner). The learner rank runs the batcher, the learner
+//! and the runner; every actor rank runs rollout and inference workers over its own shared memory, as one machine does;
+//! a link on each rank's main loop stands for the other side ([`super::link`]).
 //! Each rank has threads of its own besides its event loops, each with its own handle on the world communicator
 //! ([`WorldMaker`]): sending threads (one per destination rank) send what the link posts to them ([`Postbox`]), in
-//! order; one receives,
-//! writes what arrives into this rank's shared memory and emits the signals. With `--process_per_env` above 1 the
-//! member ranks of each env group run no component graph: they step their share of their lead's envs
-//! ([`crate::env::group`]). The ranks end in a handshake that leaves no message unmatched: the learner rank's last
-//! message to each rank of its env groups is `Stop`, each such rank's last is `Stopped` (a lead's also to learner 0,
-//! which counts every lead's progress), and the learner rank's receiver runs until the `Stopped` of every rank it
-//! hears from is in.
+//! order; one receives, writes what arrives into this rank's shared memory and emits the signals. With
+//! `--process_per_env` above 1 the member ranks of each env group run no component graph: they step their share of
+//! their lead's envs ([`crate::env::group`]). The ranks end in a handshake that leaves no message unmatched: the
+//! learner rank's last message to each rank of its env groups is `Stop`, each such rank's last is `Stopped` (a lead's
+//! also to learner 0, which counts every lead's progress), and the learner rank's receiver runs until the `Stopped` of
+//! every rank it hears from is in.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
