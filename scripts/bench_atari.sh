@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Atari Pong throughput, rlfactory against Sample Factory 2.1.1 on the same machine, worker and env counts and
-# network (BENCHMARKS.md, "Pixels"): interleaved runs (rlfactory, Sample Factory, rlfactory, ...), each training for
+# network (docs/benchmarks.md): interleaved runs (rlfactory, Sample Factory, rlfactory, ...), each training for
 # a fixed wall time from scratch; prints one markdown row per run.
 #
 # Usage: bash scripts/bench_atari.sh [PAIRS] [SECONDS] [RLFACTORY FLAGS...]   (default 2 pairs of 90 s)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The scaling table of BENCHMARKS.md: CartPole-v1 with the default config and --benchmark, over
+# A scaling table: CartPole-v1 with the default config and --benchmark, over
 # --num_workers {1,2,4} x --worker_num_splits {1,2} x --num_envs_per_worker {8,32,128}; prints one
 # markdown row per run: steady-state FPS and the CPU seconds of each component over the run.
 # Usage: bash scripts/bench_scaling.sh [SECONDS]   (default 8 per run; about 3 minutes)

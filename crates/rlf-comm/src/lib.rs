@@ -6,6 +6,27 @@
 //! - `MpiComm` (cargo feature `mpi`): the system's MPI through rsmpi, as EXARL's `ExaSimple` is over mpi4py.
 //!
 //! [`layout`] holds EXARL's rules for the agent, env and learner communicators and builds them with `split`.
+//!
+//! Three ranks, each a thread, sum their gradients (as several learners of one policy do) and agree on the result:
+//!
+//! ```
+//! use rlf_comm::{Comm, LocalWorld, Op, Values};
+//!
+//! let ranks: Vec<_> = LocalWorld::create(3)
+//!     .into_iter()
+//!     .map(|comm| {
+//!         std::thread::spawn(move || {
+//!             let mut gradient = [comm.rank() as f32, 1.0];
+//!             comm.allreduce(Values::F32(&mut gradient), Op::Sum)?;
+//!             Ok::<_, rlf_comm::CommError>(gradient)
+//!         })
+//!     })
+//!     .collect();
+//! for rank in ranks {
+//!     assert_eq!(rank.join().unwrap()?, [0.0 + 1.0 + 2.0, 3.0]);
+//! }
+//! # Ok::<(), rlf_comm::CommError>(())
+//! ```
 
 #![forbid(unsafe_code)]
 

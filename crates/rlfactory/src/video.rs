@@ -2,8 +2,10 @@
 //! and after every step, encoded as MP4 (H.264, yuv420p, which browsers play) by an `ffmpeg` process reading raw RGB
 //! frames from a pipe.
 //!
-//! `ffmpeg` is, in order: the one `IMAGEIO_FFMPEG_EXE` names (imageio's variable), `ffmpeg` on `PATH`, or the one the
-//! active Python's `imageio-ffmpeg` package ships (`$VIRTUAL_ENV/bin/python`, else `python3`).
+//! `ffmpeg` is, in order: the one `IMAGEIO_FFMPEG_EXE` names (imageio's variable), `ffmpeg` on `PATH`, the one the
+//! active Python's `imageio-ffmpeg` package ships (`$VIRTUAL_ENV/bin/python`, else `python3`), or the one of the
+//! `.venv` of the clone the binary was built in (`scripts/setup_python.sh` installs it there), so that a new shell
+//! in the clone needs no venv activated.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -37,28 +39,27 @@ fn find_ffmpeg() -> Result<PathBuf> {
     if runs(Path::new("ffmpeg")) {
         return Ok(PathBuf::from("ffmpeg"));
     }
-    let python = match std::env::var_os("VIRTUAL_ENV") {
+    let active = match std::env::var_os("VIRTUAL_ENV") {
         Some(venv) => PathBuf::from(venv).join("bin/python"),
         None => PathBuf::from("python3"),
     };
-    let out = Command::new(python)
-        .args([
-            "-c",
-            "import imageio_ffmpeg; print(imageio_ffmpeg.get_ffmpeg_exe())",
-        ])
-        .stderr(Stdio::null())
-        .output();
-    match out {
-        Ok(out) if out.status.success() => {
+    let clone = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    [active, clone]
+        .into_iter()
+        .find_map(|python| {
+            let out = Command::new(python)
+                .args([
+                    "-c",
+                    "import imageio_ffmpeg; print(imageio_ffmpeg.get_ffmpeg_exe())",
+                ])
+                .stderr(Stdio::null())
+                .output()
+                .ok()
+                .filter(|out| out.status.success())?;
             let exe = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-            if runs(&exe) {
-                Ok(exe)
-            } else {
-                Err(RlfError::Config(NO_FFMPEG.into()))
-            }
-        }
-        _ => Err(RlfError::Config(NO_FFMPEG.into())),
-    }
+            runs(&exe).then_some(exe)
+        })
+        .ok_or_else(|| RlfError::Config(NO_FFMPEG.into()))
 }
 
 /// An `ffmpeg` process encoding frames of one size into an MP4 file.

@@ -1520,7 +1520,7 @@ impl Appo {
         };
         let whole = !self.cfg.with_vtrace && !recurrent && acted_rows.is_none() && mb_size == n;
         // On a machine of more than two CPUs, a separate critic's hand-written passes run on a second thread. On two
-        // (BENCHMARKS.md, 2026-11-28) it made one process's CartPole 3-7% faster but took the CPU the rollout and
+        // (docs/benchmarks.md) it made one process's CartPole 3-7% faster but took the CPU the rollout and
         // inference workers and another MPI rank need (1 learner + 1 actor rank: 90% of one process's FPS -> 74%).
         let two_threads = std::thread::available_parallelism().is_ok_and(|n| n.get() > 2);
         let dense_data = match &self.dense {

@@ -13,7 +13,7 @@
 //!    to `Q(s, a)`, and the network's gradients are written out by hand ([`QNetwork::gradients`], tested against
 //!    autograd's), its products on `s'` reusing the weights as cast for `s`: a step on the network of
 //!    `configs/treasurehunt-iqn-like.toml` (sorrel's `treasurehunt_mp`) takes 5% less time on one thread and 11%
-//!    less on two (`examples/dqn_bench.rs`; BENCHMARKS.md).
+//!    less on two (`examples/dqn_bench.rs`; docs/benchmarks.md).
 //! 5. Every `--target_update_interval` steps the target network follows the online one: a copy, or Polyak
 //!    averaging with `--tau` < 1.
 //! 6. Metrics: `train/loss`, `train/q_mean` (of `Q(s, a)`), `train/target_mean`, `train/grad_norm`, `train/lr`.

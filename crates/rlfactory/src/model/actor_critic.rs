@@ -375,7 +375,7 @@ impl ActorCritic {
     /// `obs` `[n, obs_dim]` laid out once as the encoders read them, for a learner's epochs over a dataset: an
     /// observation that is one image, stored as bytes or channels-first, becomes `[n, H, W, C]` channels-last in
     /// the kind the convolutions multiply in (each minibatch's forward converted its rows again: about a tenth of
-    /// a Pong learner's CPU with four epochs, BENCHMARKS.md). [`forward`](Self::forward),
+    /// a Pong learner's CPU with four epochs, docs/benchmarks.md). [`forward`](Self::forward),
     /// [`forward_sequences`](Self::forward_sequences) and their rows (`index_select(0, ..)`) take it as they take
     /// `obs`, to the same result. Any other observation comes back as it is. A copy is made in `buffer`'s memory
     /// when it has the size (the caller keeps it for the next dataset: a Pong dataset's 58-115 MB, allocated

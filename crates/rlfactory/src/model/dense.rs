@@ -2,7 +2,7 @@
 //! ([`DenseActorCritic`]): its forward pass and its backward pass from the gradients of the logits and the values,
 //! over the parameters as one flat slice (Adam's layout), with ndarray's matrix products and no libtorch call per
 //! operation. A CartPole minibatch through autograd is a few hundred libtorch operations, each a dispatch and an
-//! allocation (BENCHMARKS.md, "The limit"); here it is sixteen matrix products and loops over the rows.
+//! allocation (docs/benchmarks.md); here it is sixteen matrix products and loops over the rows.
 //!
 //! It covers the network [`ActorCritic::dense`](super::ActorCritic::dense) accepts: float32 MLP encoders over the
 //! whole observation (shared or separate actor and critic), no recurrent core, and one categorical action (masked by

@@ -2,7 +2,7 @@
 //! [`ActorCritic::dense`](super::ActorCritic::dense) covers: normalise the observations, the MLPs and heads of
 //! [`DenseActorCritic`], then draw each row's action and its log-probability and unscale its value. Through libtorch
 //! a batch of CartPole's inference worker is some thirty operations, each a dispatch and an allocation, and took as
-//! much CPU as the learner (BENCHMARKS.md, "The inference worker's forward pass written out").
+//! much CPU as the learner (docs/benchmarks.md).
 //!
 //! It reads a flat copy of the network's variables, laid out as [`Variables::weights`] (what a learner publishes),
 //! and takes it again only when libtorch's version counters say a variable changed ([`Variables::version`]): once per

@@ -291,7 +291,7 @@ impl ImageNet {
     /// network (the division folded into the first convolution's weights); float32 out. The convolutions see the
     /// images channels-last in memory (NHWC strides under NCHW's shape), which oneDNN convolves forward and
     /// backward about 1.4 times as fast as channels-first (convnet_simple at batch 256 on 2 threads,
-    /// BENCHMARKS.md), as [`ImageLayout::lay_out`] makes them. `x` may also be images laid out so already
+    /// docs/benchmarks.md), as [`ImageLayout::lay_out`] makes them. `x` may also be images laid out so already
     /// (`[n, H, W, C]`): a learner lays a dataset out once for all its minibatches.
     fn forward(&self, x: &Tensor, scale: f64) -> Tensor {
         let mut y = if x.dim() == 4 {
@@ -880,7 +880,7 @@ impl Encoder {
             Body::Mlp(mlp) => mlp.forward(&divided(x, self.scale)),
             Body::Convs(convs, mlp) => mlp.forward(&convs.forward(&divided(x, self.scale))),
             // An image's division goes into its network's first convolution: 3.4% of a Pong learner's CPU when
-            // every pixel was divided (BENCHMARKS.md).
+            // every pixel was divided (docs/benchmarks.md).
             Body::Parts(parts) => parts.forward(x, self.scale),
             Body::Custom(net) => net.forward(&divided(x, self.scale)),
         }

@@ -603,13 +603,19 @@ fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
     let pasted = common::output(
         Command::new("/bin/sh")
             .arg("-c")
-            .arg(format!("{watch} --max_num_episodes 1"))
+            .arg(format!(
+                "{watch} --max_num_episodes 1 --save_video --video_frames 5"
+            ))
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("HOME", dir.path()),
     );
     let said = String::from_utf8_lossy(&pasted.stderr);
     assert!(pasted.status.success(), "`{watch}` in a new shell:\n{said}");
+    assert!(
+        dir.path().join("e/replay.mp4").is_file(),
+        "no video, with ffmpeg found in the clone's venv:\n{said}"
+    );
     let verbose = run(&["--verbose"]);
     assert!(
         verbose.starts_with("[rlfactory] training CartPole-v1 with:\n") && verbose.contains("lr_schedule = "),

@@ -61,12 +61,12 @@ fn shipped_dqn(name: &str, env: &str, seed: u64, flags: &[&str]) -> (serde_json:
 /// may end far below −100 where the other two do not. Seeds 1-3 on an Intel Xeon (AVX-512): −103.45, −85.85, −78.15
 /// natively and with `ATEN_CPU_CAPABILITY=avx2`; −90.55, −79.75, −78.55 with `=default`; −75.05, −117.85, −77.35 with
 /// `MKL_CBWR=COMPATIBLE`; **−217.15**, −78.50, −88.85 with `MKL_CBWR=AVX2` (whose mean, −128.17, failed the mean of
-/// three this test asked before); seed 1 gave −80.50 on an AMD EPYC (Zen 4), and parallel seeds 1-5 −76.2 to −84.2
-/// there (BENCHMARKS.md); an AMD EPYC with bfloat16 products gave −80.50, **−170.80**, −84.70 at f6a1d2f. The seeds
-/// run in the order 3, 2, 1, two at a time, and the third only when one of the first two fails: seed 3 met the target
-/// in all six variations above, seed 1 in four and seed 2 in four. The order is the one that takes a single pair on
-/// the Intel Xeon above, where seed 1 fails natively (on an AMD EPYC seeds 3 and 1 pass): about 250 s of a 2-core
-/// machine per pair, 460 s with the third seed, the suite's longest test.
+/// three this test asked before); seed 1 gave −80.50 on an AMD EPYC (Zen 4), and parallel seeds 1-5 −76.2 to
+/// −84.2 there (docs/benchmarks.md); an AMD EPYC with bfloat16 products gave −80.50, **−170.80**, −84.70 at f6a1d2f.
+/// The seeds run in the order 3, 2, 1, two at a time, and the third only when one of the first two fails: seed 3 met
+/// the target in all six variations above, seed 1 in four and seed 2 in four. The order is the one that takes a
+/// single pair on the Intel Xeon above, where seed 1 fails natively (on an AMD EPYC seeds 3 and 1 pass): about 250 s
+/// of a 2-core machine per pair, 460 s with the third seed, the suite's longest test.
 #[test]
 #[ignore = "learning lane"]
 fn dqn_learns_acrobot_within_100k_steps() {
@@ -85,7 +85,7 @@ fn dqn_learns_acrobot_within_100k_steps() {
 /// 5-step returns, εz-greedy exploration and a learning rate decayed to 0): the greedy policy reaches a mean return of
 /// at least −110 within 120K env steps (RL Zoo: −100.8) on seed 2, in serial mode (the same run on the same binary
 /// and CPU only): −96.50 on an AMD EPYC (Zen 4), −95.50 on an Intel Xeon (AVX-512). In parallel mode seeds 1-10
-/// gave −95.80 to −98.50 (BENCHMARKS.md).
+/// gave −95.80 to −98.50 (docs/benchmarks.md).
 #[test]
 #[ignore = "learning lane"]
 fn dqn_learns_mountain_car_within_120k_steps() {
@@ -105,7 +105,7 @@ fn dqn_learns_mountain_car_within_120k_steps() {
 /// it ends with holds the pole (a mean return of at least 475 over 20 episodes; a random policy gets 22) on 2 of the
 /// seeds 1-4, in serial mode (the same run on the same binary and CPU only). DQN on CartPole forgets late on some
 /// seeds: on an Intel Xeon (AVX-512) seeds 1-12 gave 498.8 or 500 but seed 6, 136.25 (at the constant rate shipped
-/// before, 7 seeds of 10: 123.05, 417.65 and 151.05 on seeds 2, 4 and 6; BENCHMARKS.md).
+/// before, 7 seeds of 10: 123.05, 417.65 and 151.05 on seeds 2, 4 and 6; docs/benchmarks.md).
 #[test]
 #[ignore = "learning lane"]
 fn dqn_learns_cartpole_within_50k_steps() {
@@ -629,7 +629,7 @@ fn a_killed_dqn_actor_is_replaced_and_its_learner_keeps_training() {
 /// players, masked columns, 150 steps), and the greedy Q-network plays 200 whole games against the random player.
 /// Serial mode, 1-2 s. Not a learning test: with the reference defaults DQN does not beat the random player more
 /// often after 20K moves (0.62-0.79 on seeds 1-8) than an untrained network's fixed preferences do (0.655-0.84 on
-/// seeds 1-4), and neither wins more than 5% against the one-ply heuristic (BENCHMARKS.md).
+/// seeds 1-4), and neither wins more than 5% against the one-ply heuristic (docs/benchmarks.md).
 #[test]
 fn dqn_on_connect_four_packs_the_board_as_bytes_and_trains_on_it() {
     let dir = temp_dir("dqn-connect-four");

@@ -584,7 +584,7 @@ fn connect_four_trained_against_the_heuristic_too_beats_the_random_player_nine_t
 }
 
 /// `configs/connect_four-self-play.toml`, Connect Four by self-play alone (no built-in player among the
-/// opponents; BENCHMARKS.md measures it against the heuristic on seeds 1-3 over its 2M moves, with
+/// opponents; docs/benchmarks.md measures it against the heuristic on seeds 1-3 over its 2M moves, with
 /// `scripts/seed_table connect-four-self-play`, too long for the suite): the file goes over the shipped
 /// config and the command line over the file, and a short run trains its convolutional network with the
 /// lookahead, which finds rows that offer a win.

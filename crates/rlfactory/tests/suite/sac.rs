@@ -26,7 +26,7 @@ fn eval(train_dir: &std::path::Path, episodes: usize) -> std::process::Output {
 /// The shipped SAC config for Pendulum-v1 (RL Zoo's hyper-parameters: 20K env steps, one SGD step of 256 per env
 /// step after the first 100) on one seed: the learner kept the replay ratio, and the deterministic policy it ends
 /// with swings the pendulum up and holds it (a mean return of at least −200 over 20 episodes; RL Zoo reports −157
-/// at this budget, a random policy gets about −1,200). All five seeds: BENCHMARKS.md.
+/// at this budget, a random policy gets about −1,200). All five seeds: docs/benchmarks.md.
 #[test]
 #[ignore = "learning lane"]
 fn sac_learns_pendulum_within_20k_steps() {

@@ -96,13 +96,13 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     }
     // OpenMPI's receives spin while they wait; a rank's receiving thread waits most of the time, on cores that its
     // workers need. Yielding in that spin keeps about 90% of one process's CartPole throughput on 2 cores instead of
-    // 31% (BENCHMARKS.md). Set before MPI starts and before this process has a second thread; a value given wins.
+    // 31% (docs/benchmarks.md). Set before MPI starts and before this process has a second thread; a value given wins.
     // A message above OpenMPI's shared-memory eager limit (4 KB by default) goes by rendezvous: its sending thread
     // waits, spinning, for the other rank to match it. 32 KB lets small messages go at once. A limit above CartPole's
     // 37 KB weight updates and 145 KB trajectories (1 MB) kept about 100% of one process's FPS with 1 + 1 ranks
     // instead of 88% (with the CartPole config shipped before 2026-11-29), but with it an actor rank stopped by
     // SIGSTOP stalled the learner rank's receiving from the healthy ranks (not with 64 KB, under which the 145 KB
-    // trajectories still go by rendezvous), and the heartbeat check blamed one of those (BENCHMARKS.md, 2026-11-29).
+    // trajectories still go by rendezvous), and the heartbeat check blamed one of those (docs/benchmarks.md).
     // Between ranks of one machine the link's messages go through shared memory instead (`--mpi_shm_links`), so
     // these settings are for the ranks of several machines.
     for (variable, value) in [
@@ -143,7 +143,7 @@ pub fn train_mpi(plan: &RunPlan, registry: &EnvRegistry, process_start: Instant)
     let rank = world.rank();
     drop(world);
     // `mpirun`, asked to stop, holds every rank's `MPI_Finalize` until it SIGKILLs them, and it SIGKILLs them all as
-    // soon as one exits (BENCHMARKS.md). Rank 0, which saves the experiment, has saved it and heard every peer's
+    // soon as one exits (docs/benchmarks.md). Rank 0, which saves the experiment, has saved it and heard every peer's
     // last message when stopped by a signal: it exits without finalizing, and the job ends then. The other ranks
     // wait in `MPI_Finalize` so that none ends the job before rank 0 has written everything.
     if rank == 0 && rlf_signal::stop_requested() {
