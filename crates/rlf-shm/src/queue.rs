@@ -2,7 +2,7 @@
 //! instant.
 //!
 //! # Layout
-//! One region holds a [`Header`] followed by the ring. A message is stored as a 4-byte little-endian length and its
+//! One region holds a `Header` followed by the ring. A message is stored as a 4-byte little-endian length and its
 //! bytes, wrapping byte-wise at the end of the ring (the length prefix itself may wrap).
 //!
 //! # Protocol

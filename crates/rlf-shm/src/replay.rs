@@ -2,7 +2,7 @@
 //! and sampled by any number of readers, with a monotonic insert counter that readers can sleep on.
 //!
 //! # Layout
-//! One region: a [`Header`], then one `u64` stamp per row, then the rows (`row_words` words each, stored as
+//! One region: a `Header`, then one `u64` stamp per row, then the rows (`row_words` words each, stored as
 //! `AtomicU32` bit patterns, so concurrent access is never a data race). A ring of capacity `c` has `c + 1` rows:
 //! the extra one is the row the next insert writes, so the last `c` inserts are always intact, even when a writer
 //! dies in the middle of overwriting the oldest row.

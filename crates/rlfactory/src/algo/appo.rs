@@ -52,7 +52,7 @@
 //! 15. Written out by hand: for the networks [`ActorCritic::dense`] covers (float32 MLP encoders, no recurrent core,
 //!     one categorical action, masked or not, or a Gaussian of state-independent standard deviations) up to
 //!     `HAND_WRITTEN_MAX_WIDTH` units wide, and GAE, each minibatch's forward pass, loss (8–11) and gradients are
-//!     computed in Rust over Adam's flat parameters ([`appo_dense`](super::appo_dense)), matching autograd's, and
+//!     computed in Rust over Adam's flat parameters (`appo_dense`), matching autograd's, and
 //!     Adam steps from them (12); any other network goes through autograd.
 //! 16. Metrics carry Sample Factory's names: `train/policy_loss`, `train/value_loss`,
 //!     `train/exploration_loss`, `train/entropy`, `train/kl_divergence`, `train/grad_norm`,
@@ -930,7 +930,7 @@ impl Appo {
         Ok(())
     }
 
-    /// Whether the SGD steps are differentiated by hand ([`appo_dense`](super::appo_dense)) rather than by
+    /// Whether the SGD steps are differentiated by hand (`appo_dense`) rather than by
     /// autograd.
     pub fn differentiates_by_hand(&self) -> bool {
         self.dense.is_some()

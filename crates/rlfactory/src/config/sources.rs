@@ -60,7 +60,7 @@ const SHIPPED: &[(&str, &str)] = &[
 ];
 
 /// The shipped default settings for `env` learned by `algo`, as TOML with the file's name (`configs/<name>`), if
-/// there are any (see [`SHIPPED`]).
+/// there are any (see `SHIPPED`).
 pub fn shipped_config(env: &str, algo: &str) -> Option<(&'static str, &'static str)> {
     let family = if env.starts_with("atari_") {
         "atari"

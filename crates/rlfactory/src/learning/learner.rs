@@ -131,7 +131,7 @@ impl Learner {
     }
 
     /// Makes this learner go back to its current weights (call it before any training or restore: its initial
-    /// ones) and a fresh optimizer each time its win rate over about [`RESET_WINDOW`] games reaches `threshold`
+    /// ones) and a fresh optimizer each time its win rate over about `RESET_WINDOW` games reaches `threshold`
     /// (a main exploiter, `--self_play_exploiter_reset`).
     pub fn reset_when_winning(&mut self, threshold: f64) -> Result<()> {
         self.reset = Some(ResetOnWins {

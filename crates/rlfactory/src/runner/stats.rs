@@ -747,7 +747,7 @@ impl RunStats {
         )
     }
 
-    /// A progress report: the line (frames against the budget, FPS over the last [`FPS_WINDOW`], mean
+    /// A progress report: the line (frames against the budget, FPS over the last `FPS_WINDOW`, mean
     /// return, policy lag) and `perf/_fps`.
     pub fn report(&mut self) -> Report {
         let now = Instant::now();
