@@ -560,7 +560,14 @@ fn end_lines(cfg: &Config, summary: &runner::Summary, program: &str) -> Vec<Stri
             "saved in {}: config.json, checkpoints, TensorBoard scalars, the learning curve",
             dir.display()
         ));
-        lines.push(format!("curves: tensorboard --logdir {}", dir.display()));
+        lines.push(match tensorboard() {
+            Some(program) => format!("curves: {program} --logdir {}", dir.display()),
+            None => format!(
+                "curves: the learning_curve*.png images there; TensorBoard's (pip install tensorboard): \
+                 tensorboard --logdir {}",
+                dir.display()
+            ),
+        });
         lines.push(format!(
             "watch the policy: {program} enjoy --env {} --experiment {} --train_dir {}",
             cfg.env.env,
@@ -569,6 +576,18 @@ fn end_lines(cfg: &Config, summary: &runner::Summary, program: &str) -> Vec<Stri
         ));
     }
     lines
+}
+
+/// The `tensorboard` a user can type here: the one on `PATH`, else the one in the `.venv` of the clone this binary was
+/// built in (`bash scripts/test` installs it there), else none.
+fn tensorboard() -> Option<String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|dir| dir.join("tensorboard").is_file()) {
+        return Some("tensorboard".to_owned());
+    }
+    let clone = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/tensorboard");
+    let clone = std::fs::canonicalize(clone).ok()?;
+    clone.is_file().then(|| clone.display().to_string())
 }
 
 /// clap's error as one line: its message without the usage and tips.

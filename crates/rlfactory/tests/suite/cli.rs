@@ -533,6 +533,12 @@ fn usage_errors_are_found_before_any_work() {
 /// JSON (`--summary_json` writes it).
 #[test]
 fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
+    // The clone's `.venv` with TensorBoard (idempotent), which the end of a run names.
+    let setup = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../rlf-experiment/tests/setup_tensorboard.sh"
+    );
+    assert!(Command::new("bash").arg(setup).status().unwrap().success());
     let dir = common::temp_dir("terminal");
     let train_dir = dir.path().display().to_string();
     let run = |extra: &[&str]| {
@@ -546,7 +552,9 @@ fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
                 ])
                 .args(["--report_interval_sec=0.3", "--restart_behavior=overwrite"])
                 .arg(format!("--train_dir={train_dir}"))
-                .args(extra),
+                .args(extra)
+                // No `tensorboard` on PATH: the end names the clone's.
+                .env("PATH", "/usr/bin:/bin"),
         );
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         assert!(output.status.success(), "{stderr}");
@@ -578,6 +586,13 @@ fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
             .all(|l| l.contains(" of 30000 (") && l.contains("%, ETA ")),
         "{stderr}"
     );
+    let tensorboard = std::fs::canonicalize(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../.venv/bin/tensorboard"
+    ))
+    .unwrap()
+    .display()
+    .to_string();
     let end = &lines[lines.len() - 4..];
     assert!(
         end[0].starts_with("[rlfactory] done: ")
@@ -589,7 +604,7 @@ fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
         end[1..],
         [
             format!("[rlfactory] saved in {exp}: config.json, checkpoints, TensorBoard scalars, the learning curve"),
-            format!("[rlfactory] curves: tensorboard --logdir {exp}"),
+            format!("[rlfactory] curves: {tensorboard} --logdir {exp}"),
             format!(
                 "[rlfactory] watch the policy: {} enjoy --env CartPole-v1 --experiment e --train_dir {train_dir}",
                 common::BIN
@@ -598,7 +613,18 @@ fn a_default_run_says_what_it_trains_its_progress_and_what_to_run_next() {
         "{stderr}"
     );
     assert!(lines.len() < 40, "{} lines:\n{stderr}", lines.len());
-    // The command to type next, pasted into a new shell: no LIBTORCH, no venv, no Python on PATH.
+    // The commands to type next, pasted into a new shell: no LIBTORCH, no venv, no Python on PATH. TensorBoard (a
+    // server that runs until stopped) is asked for its version.
+    let curves = end[2].strip_prefix("[rlfactory] curves: ").unwrap();
+    let pasted = common::output(
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg(curves.replace(&format!(" --logdir {exp}"), " --version"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir.path()),
+    );
+    assert!(pasted.status.success(), "`{curves}` in a new shell: {pasted:?}");
     let watch = end[3].strip_prefix("[rlfactory] watch the policy: ").unwrap();
     let pasted = common::output(
         Command::new("/bin/sh")
