@@ -769,4 +769,14 @@ fn the_flags_page_is_what_the_program_generates() {
         assert_eq!(rows, 1, "--{flag} is in {rows} rows of the page");
     }
     assert!(generated.contains("\n## Environment and seeds\n"), "{generated}");
+    let text = common::output(Command::new(common::BIN).arg("config"));
+    assert!(text.status.success(), "{}", common::text(&text.stderr));
+    let text = common::text(&text.stdout);
+    assert!(
+        text.starts_with("Settings files\n  --config <path>\n")
+            && text.contains(
+                "\nEnvironment and seeds\n  --env <text> [default: CartPole-v1]\n      Environment id: "
+            ),
+        "{text}"
+    );
 }
